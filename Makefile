@@ -1,0 +1,32 @@
+# Two commands do everything on a fresh machine (Python 3.11, gcc, Java 17):
+#   make run    set up .venv, then run the main job: `nbmq pipeline` on the bundled captures
+#   make test   set up .venv, then run the whole test suite with the Cython codec, then again
+#               with the pure-Python twin
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx)
+
+.PHONY: run test install bench clean
+
+$(STAMP): $(SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[spark,test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/nbmq pipeline --out out
+
+test: $(STAMP)
+	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q
+	NBMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not spark"
+
+bench: $(STAMP)
+	$(PY) -m pytest benchmarks -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info nbmq/*.so nbmq/*.c nbmq/transports/*.so nbmq/transports/*.c out

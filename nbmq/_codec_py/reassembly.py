@@ -1,0 +1,227 @@
+"""Reassemble data frames into messages, copying each chunk once into a numpy buffer per part.
+
+Source: seed 000 ("Queueing"), issue 3, and the reference bugs in tests/data/VECTORS.md that we
+do not copy: overlapping chunks counted twice (a part "completes" with bytes never written),
+part_index past part_count, and empty parts that never complete. Here byte accounting is exact:
+each part keeps its received ranges merged and sorted; a chunk wholly inside a received range is
+a duplicate if its bytes match (ignored) and a conflict if not; any partial overlap is a
+conflict. Memory is bounded by ``max_message_size`` and ``max_incomplete_bytes``, checked on the
+first frame of a message, before anything is allocated.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Hashable
+
+import numpy as np
+
+from ..errors import DecodeError, FrameTooLarge
+from ..wire import MAX_MESSAGE_SIZE, DataFrame
+
+#: Bytes charged to the incomplete budget for each incomplete message besides its claimed
+#: size, so a flood of tiny or empty claims is bounded too.
+MESSAGE_OVERHEAD = 256
+
+
+class _Part:
+    __slots__ = ("data", "starts", "ends", "received", "done")
+
+    def __init__(self, size: int) -> None:
+        self.data = np.empty(size, dtype=np.uint8)
+        self.starts: list[int] = []  # received byte ranges [start, end), sorted and merged
+        self.ends: list[int] = []
+        self.received = 0
+        self.done = False
+
+
+class _Message:
+    __slots__ = ("part_count", "message_size", "parts", "parts_done", "sizes_seen", "first_seen")
+
+    def __init__(self, part_count: int, message_size: int, now: float) -> None:
+        self.part_count = part_count
+        self.message_size = message_size
+        self.parts: list[_Part | None] = [None] * part_count
+        self.parts_done = 0
+        self.sizes_seen = 0
+        self.first_seen = now
+
+
+class Reassembler:
+    """Turns data frames back into messages.
+
+    Messages are keyed by ``(session_id, message_id)`` unless a ``key`` is given to :meth:`add`.
+    Counters (ints, read-only by convention): ``frames`` accepted, ``duplicates`` ignored,
+    ``rejected`` frames (each drops its message), ``completed`` messages, ``expired`` messages,
+    ``dropped_too_large`` frames refused by the size caps.
+
+    Args:
+        max_message_size: largest ``message_size`` accepted, bytes (default and cap 2**32-1).
+        max_incomplete_bytes: budget for all incomplete messages together, bytes; each is
+            charged its claimed ``message_size`` plus ``MESSAGE_OVERHEAD`` (256) on its first
+            frame (default 64 MiB).
+
+    Raises:
+        ValueError: a limit is negative or ``max_message_size`` is over 2**32-1.
+    """
+
+    def __init__(
+        self, max_message_size: int = MAX_MESSAGE_SIZE, max_incomplete_bytes: int = 64 * 1024 * 1024
+    ) -> None:
+        if not 0 <= max_message_size <= MAX_MESSAGE_SIZE:
+            raise ValueError("max_message_size must be 0..2**32-1")
+        if max_incomplete_bytes < 0:
+            raise ValueError("max_incomplete_bytes must be >= 0")
+        self.max_message_size = max_message_size
+        self.max_incomplete_bytes = max_incomplete_bytes
+        self.incomplete_bytes = 0
+        self.frames = 0
+        self.duplicates = 0
+        self.rejected = 0
+        self.completed = 0
+        self.expired = 0
+        self.dropped_too_large = 0
+        self._messages: dict[Hashable, _Message] = {}
+
+    def __len__(self) -> int:
+        """Number of incomplete messages held."""
+        return len(self._messages)
+
+    def _reject(self, key: Hashable, offset: int, reason: str) -> DecodeError:
+        self.rejected += 1
+        self.drop(key)
+        return DecodeError(offset, reason)
+
+    def add(self, frame: DataFrame, now: float = 0.0, key: Hashable = None) -> list[np.ndarray] | None:
+        """Add one data frame; copy its chunk once, straight to its offset in its part.
+
+        Args:
+            frame: a parsed :class:`~nbmq.wire.DataFrame` (as ``parse_frame`` returns; its
+                header already satisfies the single-frame rules). ``chunk`` at most 466 bytes.
+            now: time the frame arrived, seconds (any monotonic clock); stamps a new message
+                for :meth:`expire`.
+            key: the message's identity; default ``(frame.session_id, frame.message_id)``.
+
+        Returns:
+            The message's parts once complete: a list of ``part_count`` uint8 arrays of shape
+            ``(part_size,)`` that own their memory (no second copy; the reassembler keeps no
+            reference). Otherwise None (incomplete, or an exact duplicate chunk, which is
+            counted in ``duplicates`` and ignored).
+
+        Raises:
+            FrameTooLarge: the first frame of a message claims more than ``max_message_size``,
+                or more than the incomplete budget has left; nothing is allocated.
+            DecodeError: the frame disagrees with earlier frames of its message (part_count,
+                message_size or part_size; offset of that field), overlaps received bytes of
+                its part differently (offset 30), or its part sizes do not add up to
+                message_size (offset 24). The whole message is dropped and ``rejected`` counts.
+        """
+        if key is None:
+            key = (frame.session_id, frame.message_id)
+        message = self._messages.get(key)
+        if message is None:
+            if not 0 <= frame.part_index < frame.part_count:
+                self.rejected += 1
+                raise DecodeError(19, "part_index >= part_count")
+            if frame.message_size > self.max_message_size:
+                self.dropped_too_large += 1
+                raise FrameTooLarge(20, "message over max_message_size")
+            claim = frame.message_size + MESSAGE_OVERHEAD
+            if self.incomplete_bytes + claim > self.max_incomplete_bytes:
+                self.dropped_too_large += 1
+                raise FrameTooLarge(20, "incomplete-bytes budget exhausted")
+            message = _Message(frame.part_count, frame.message_size, now)
+            self._messages[key] = message
+            self.incomplete_bytes += claim
+        elif frame.part_count != message.part_count:
+            raise self._reject(key, 18, "part_count differs from earlier frames")
+        elif frame.message_size != message.message_size:
+            raise self._reject(key, 20, "message_size differs from earlier frames")
+        part = message.parts[frame.part_index]
+        if part is None:
+            message.sizes_seen += frame.part_size
+            if message.sizes_seen > message.message_size:
+                raise self._reject(key, 24, "part sizes exceed message_size")
+            part = _Part(frame.part_size)
+            message.parts[frame.part_index] = part
+        elif frame.part_size != len(part.data):
+            raise self._reject(key, 24, "part_size differs from earlier frames")
+        chunk = frame.chunk
+        size = len(chunk)
+        start = frame.chunk_offset
+        end = start + size
+        if end > len(part.data):
+            raise self._reject(key, 30, "chunk past its part")
+        if size == 0:
+            # Only an empty part needs its (single, empty) chunk; anywhere else it carries nothing.
+            if part.done or len(part.data):
+                self.duplicates += 1
+                return None
+        else:
+            starts = part.starts
+            ends = part.ends
+            # Received ranges are disjoint, sorted and merged: only the neighbours can overlap.
+            i = bisect_right(starts, start)
+            if i and ends[i - 1] > start:
+                if end <= ends[i - 1] and bytes(part.data[start:end]) == bytes(chunk):
+                    self.duplicates += 1
+                    return None
+                raise self._reject(key, 30, "chunk overlaps received bytes differently")
+            if i < len(starts) and starts[i] < end:
+                raise self._reject(key, 30, "chunk overlaps received bytes differently")
+            part.data[start:end] = chunk
+            if i and ends[i - 1] == start:
+                if i < len(starts) and starts[i] == end:
+                    ends[i - 1] = ends[i]
+                    del starts[i], ends[i]
+                else:
+                    ends[i - 1] = end
+            elif i < len(starts) and starts[i] == end:
+                starts[i] = start
+            else:
+                starts.insert(i, start)
+                ends.insert(i, end)
+            part.received += size
+        self.frames += 1
+        if part.received < len(part.data):
+            return None
+        part.done = True
+        message.parts_done += 1
+        if message.parts_done < message.part_count:
+            return None
+        if message.sizes_seen != message.message_size:
+            raise self._reject(key, 24, "part sizes do not add up to message_size")
+        del self._messages[key]
+        self.incomplete_bytes -= message.message_size + MESSAGE_OVERHEAD
+        self.completed += 1
+        return [p.data for p in message.parts]  # type: ignore[union-attr]
+
+    def drop(self, key: Hashable) -> bool:
+        """Forget an incomplete message and release its budget.
+
+        Returns:
+            True if it was held.
+        """
+        message = self._messages.pop(key, None)
+        if message is None:
+            return False
+        self.incomplete_bytes -= message.message_size + MESSAGE_OVERHEAD
+        return True
+
+    def expire(self, before: float) -> list[Hashable]:
+        """Drop every incomplete message first seen before ``before`` (seconds).
+
+        Returns:
+            The keys dropped, oldest first; ``expired`` counts them.
+        """
+        old = [k for k, m in self._messages.items() if m.first_seen < before]
+        for key in old:
+            self.drop(key)
+        self.expired += len(old)
+        return old
+
+    def oldest(self) -> float | None:
+        """When the oldest incomplete message was first seen (seconds), or None if none."""
+        if not self._messages:
+            return None
+        return min(m.first_seen for m in self._messages.values())

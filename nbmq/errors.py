@@ -1,0 +1,93 @@
+"""The whole nbmq exception hierarchy.
+
+::
+
+    NbmqError(Exception)
+    |-- DecodeError(NbmqError, ValueError)      bytes that do not decode: .offset, .reason
+    |   `-- FrameTooLarge(DecodeError)          a (claimed) size past a configured cap
+    |-- WouldBlock(NbmqError, BlockingIOError)  high-water mark reached / nothing to receive
+    |   `-- NoPeer(WouldBlock)                  a send that needs a peer and has none
+    |-- NotSupported(NbmqError, TypeError)      recv on Radio, send on Dish
+    |-- OptionError(NbmqError, ValueError)      an unknown option or a value out of range
+    `-- ProtocolError(NbmqError)                a stream peer broke the protocol (BQSP, rqueue)
+
+Both codec twins raise the same class with the same ``offset`` and ``reason`` for the same input
+(STYLE.md section 5; checked by the differential tests).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "NbmqError",
+    "DecodeError",
+    "FrameTooLarge",
+    "WouldBlock",
+    "NoPeer",
+    "NotSupported",
+    "OptionError",
+    "ProtocolError",
+]
+
+
+class NbmqError(Exception):
+    """Base class of every error nbmq raises on purpose."""
+
+
+class DecodeError(NbmqError, ValueError):
+    """Bytes that do not decode.
+
+    Attributes:
+        offset: byte offset, from the start of the datagram or stream buffer handed to the
+            decoder, of the field that is wrong (int).
+        reason: a short, stable, human-readable reason (str), e.g. ``"wrong version"``.
+    """
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"{reason} (at byte {offset})")
+        self.offset = offset
+        self.reason = reason
+
+    def __reduce__(self):  # pickles across Spark workers and multiprocessing
+        return (type(self), (self.offset, self.reason))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(self) is type(other)
+            and self.offset == other.offset  # type: ignore[attr-defined]
+            and self.reason == other.reason  # type: ignore[attr-defined]
+        )
+
+    __hash__ = Exception.__hash__
+
+
+class FrameTooLarge(DecodeError):
+    """A frame, packet or message whose (claimed) size is past a configured cap.
+
+    Raised before anything of that size is allocated.
+    """
+
+
+class WouldBlock(NbmqError, BlockingIOError):
+    """The operation would block: the high-water mark is reached, or nothing is ready.
+
+    The role of pyzmq's ``zmq.Again``: retry after ``tick()`` or when the transport is readable.
+    """
+
+
+class NoPeer(WouldBlock):
+    """A send that needs a connected peer found none."""
+
+
+class NotSupported(NbmqError, TypeError):
+    """The socket type does not support this operation (``recv`` on Radio, ``send`` on Dish)."""
+
+
+class OptionError(NbmqError, ValueError):
+    """An unknown socket option, or a value of the wrong type or out of range.
+
+    The message always names the option.
+    """
+
+
+class ProtocolError(NbmqError):
+    """A stream peer broke the protocol (BQSP, rqueue); the connection is unusable afterwards."""

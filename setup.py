@@ -1,0 +1,40 @@
+"""Builds the Cython extensions. ``NBMQ_NO_EXTENSIONS=1`` builds none (pure-Python install);
+otherwise a failed compile fails the install loudly (msgpack #481: no silent fallback)."""
+
+import os
+import sys
+
+from setuptools import setup
+
+# (module, sources, Linux only)
+EXTENSIONS = [
+    ("nbmq._codec", ["nbmq/_codec.pyx"], False),
+]
+
+
+def extensions():
+    if os.environ.get("NBMQ_NO_EXTENSIONS", "") not in ("", "0"):
+        return []
+    import numpy
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    modules = [
+        Extension(
+            name,
+            sources,
+            include_dirs=[numpy.get_include()],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+            extra_compile_args=["-O3"],
+        )
+        for name, sources, linux_only in EXTENSIONS
+        if os.path.exists(sources[0]) and (not linux_only or sys.platform.startswith("linux"))
+    ]
+    return cythonize(
+        modules,
+        compiler_directives={"language_level": 3, "embedsignature": True},
+        include_path=["nbmq"],
+    )
+
+
+setup(ext_modules=extensions())
