@@ -1,0 +1,209 @@
+"""An asyncio rqueue client over :class:`nbmq.rqueue.RqueueClientConnection`.
+
+::
+
+    client = await RqueueClient.connect("127.0.0.1", 6567)
+    await client.subscribe("news")
+    await client.notify("news", b"hello")       # we are subscribed: the server sends it back
+    async for topic, content in client:         # (bytes, bytes); ends when the server closes
+        ...
+    await client.close()
+
+Received notifications wait in a queue of at most ``max_queued``; while it is full the client
+stops reading from the socket, so TCP flow control reaches the server (whose slow-consumer
+policy then applies) instead of this process's memory growing. Sending methods wait while the
+socket's write buffer is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from ..errors import ProtocolError
+from ..rqueue import ConnectionClosed, Notification, RqueueClientConnection, Topic
+from ..wire import RQUEUE_SERVER_MAX_PAYLOAD
+
+__all__ = ["RqueueClient", "DEFAULT_PORT"]
+
+DEFAULT_PORT = 6567
+
+
+class RqueueClient(asyncio.Protocol):
+    """An rqueue client; build it with :meth:`connect`.
+
+    Args:
+        max_payload: largest payload sent or accepted, bytes (default 2048, the server's cap).
+        max_queued: received notifications held before reading pauses (default 10000).
+    """
+
+    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000) -> None:
+        if max_queued < 1:
+            raise ValueError("max_queued must be at least 1")
+        self._conn = RqueueClientConnection(max_payload)
+        self._queue: deque[tuple[bytes, bytes]] = deque()
+        self._max_queued = max_queued
+        self._transport: asyncio.Transport | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._read_paused = False
+        self._can_write: asyncio.Event | None = None
+        self._closed: asyncio.Future[None] | None = None
+        self._done = False  # no more notifications will arrive
+        self._exc: BaseException | None = None  # why, when it was not a clean close
+
+    @classmethod
+    async def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
+                      max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000) -> RqueueClient:
+        """Open a TCP connection to an rqueue server. Raises OSError when it fails."""
+        loop = asyncio.get_running_loop()
+        _, client = await loop.create_connection(lambda: cls(max_payload, max_queued), host, port)
+        return client
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def subscribe(self, topic: Topic) -> None:
+        """Subscribe to ``topic`` (bytes or str, at most 255 bytes; exact match)."""
+        await self._send(self._conn.subscribe(topic))
+
+    async def remove(self, topic: Topic) -> None:
+        """Remove the subscription to ``topic``."""
+        await self._send(self._conn.remove(topic))
+
+    async def deregister(self) -> None:
+        """Remove every subscription of this client."""
+        await self._send(self._conn.deregister())
+
+    async def notify(self, topic: Topic, content: Any) -> None:
+        """Publish ``content`` (bytes-like) on ``topic``.
+
+        Raises:
+            ValueError: topic over 255 bytes or payload over ``max_payload``.
+            ConnectionError: the connection is closed.
+        """
+        await self._send(self._conn.notify(topic, content))
+
+    async def _send(self, data: bytes) -> None:
+        self._check_open()
+        assert self._can_write is not None
+        while not self._can_write.is_set():
+            await self._can_write.wait()
+            self._check_open()
+        self._transport.write(data)  # type: ignore[union-attr]
+
+    def _check_open(self) -> None:
+        if self._transport is None or self._transport.is_closing():
+            raise ConnectionError("rqueue connection closed") from self._exc
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    async def recv(self) -> tuple[bytes, bytes]:
+        """The next notification as ``(topic, content)``.
+
+        Raises:
+            ConnectionError: the connection ended and every notification was received.
+            ProtocolError: the server broke the protocol (after the notifications before it).
+        """
+        while not self._queue:
+            if self._done:
+                if isinstance(self._exc, ProtocolError):
+                    raise self._exc
+                raise ConnectionError("rqueue connection closed") from self._exc
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        item = self._queue.popleft()
+        if self._read_paused and len(self._queue) <= self._max_queued // 2:
+            self._read_paused = False
+            if self._transport is not None and not self._transport.is_closing():
+                self._transport.resume_reading()
+        return item
+
+    def __aiter__(self) -> RqueueClient:
+        return self
+
+    async def __anext__(self) -> tuple[bytes, bytes]:
+        """Like :meth:`recv`, but a clean end (server closed, or :meth:`close`) stops iteration;
+        protocol errors and resets are raised."""
+        try:
+            return await self.recv()
+        except ConnectionError:
+            if self._exc is None:
+                raise StopAsyncIteration from None
+            raise
+
+    @property
+    def queued(self) -> int:
+        """Notifications received and not yet taken by :meth:`recv`."""
+        return len(self._queue)
+
+    async def close(self) -> None:
+        """Close the connection (pending notifications may still be taken with recv)."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+        if self._closed is not None:
+            await self._closed
+
+    async def __aenter__(self) -> RqueueClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._closed = asyncio.get_running_loop().create_future()
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        conn = self._conn
+        queue = self._queue
+        try:
+            conn.receive_data(data)
+            event = conn.next_event()
+            while event is not None:
+                if type(event) is Notification:
+                    queue.append((event.topic, bytes(event.content)))
+                elif type(event) is ConnectionClosed:
+                    self._done = True
+                event = conn.next_event()
+        except ProtocolError as exc:
+            self._exc = exc
+            self._done = True
+            self._transport.abort()  # type: ignore[union-attr]
+        if len(queue) >= self._max_queued and not self._read_paused and not self._done:
+            self._read_paused = True
+            self._transport.pause_reading()  # type: ignore[union-attr]
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def eof_received(self) -> bool:
+        self.data_received(b"")
+        return False
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()  # type: ignore[union-attr]
+
+    def resume_writing(self) -> None:
+        self._can_write.set()  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._done = True
+        if exc is not None and self._exc is None:
+            self._exc = exc
+        self._can_write.set()  # type: ignore[union-attr]
+        self._wake()
+        if not self._closed.done():  # type: ignore[union-attr]
+            self._closed.set_result(None)

@@ -1,0 +1,286 @@
+"""The rqueue pub/sub server: :class:`nbmq.rqueue.RqueueBroker` on asyncio (uvloop when installed).
+
+Command line (the ``nbmq rqueue-server`` subcommand calls :func:`main`)::
+
+    python -m nbmq.transports.rqueue_server --host 127.0.0.1 --port 6567
+    python -m nbmq.transports.rqueue_server --port 0     # OS-chosen port
+
+Once bound it prints ``listening on HOST:PORT`` to stdout (flushed), so a parent process can read
+the port. Connects, disconnects, slow consumers and protocol errors are logged (logger
+``nbmq.rqueue``), and the counters every ``--stats-interval`` seconds and at exit. SIGINT and
+SIGTERM stop it cleanly (exit status 0).
+
+``--threads`` is accepted for compatibility with the reference server's command line and
+ignored: the broker's subscription table lives in one event loop, which is also what keeps every
+subscriber's notifications in order.
+
+Slow consumers: each client's outgoing buffer is bounded by ``--max-buffer`` bytes (asyncio's
+write-buffer high-water mark; the low-water mark is a quarter of it). When a client's buffer
+reaches the bound the ``--slow-consumer`` policy applies: ``drop`` (default) drops the
+notifications meant for that client, and counts them, until its buffer drains below the low-water
+mark; ``disconnect`` closes it. Either way a subscriber that never reads holds at most
+``max_buffer`` plus one read's share (256 KiB) of the server's memory, and publishers and other
+subscribers are never slowed down by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
+from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
+
+__all__ = ["RqueueServer", "serve", "run", "main", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER"]
+
+log = logging.getLogger("nbmq.rqueue")
+DEFAULT_PORT = 6567
+DEFAULT_MAX_BUFFER = 4 * 1024 * 1024
+
+
+class _ClientProtocol(asyncio.Protocol):
+    __slots__ = ("server", "transport", "peer")
+
+    def __init__(self, server: RqueueServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        high = self.server.max_buffer
+        transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
+        self.server._protocols.add(self)
+        self.server.broker.connection_made(self)
+        log.info("client connected: %s", _fmt(self.peer))
+        self.server._flush()
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        server.broker.receive_data(self, data)
+        server._flush()
+
+    def eof_received(self) -> bool:
+        self.server.broker.receive_data(self, b"")
+        self.server._flush()
+        return False
+
+    def pause_writing(self) -> None:
+        # called from inside transport.write() during _flush: that flush handles the outcome
+        self.server.broker.pause_writing(self)
+
+    def resume_writing(self) -> None:
+        self.server.broker.resume_writing(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        server = self.server
+        server._protocols.discard(self)
+        server.broker.connection_lost(self)
+        server._flush()
+
+
+def _fmt(peer: Any) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+class RqueueServer:
+    """A running rqueue server (see :func:`serve`).
+
+    Attributes:
+        broker: the :class:`~nbmq.rqueue.RqueueBroker` (its ``stats()`` are the counters).
+        max_buffer: per-client outgoing buffer bound, bytes.
+    """
+
+    def __init__(self, broker: RqueueBroker, max_buffer: int) -> None:
+        self.broker = broker
+        self.max_buffer = max_buffer
+        self._protocols: set[_ClientProtocol] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._stats_task: asyncio.Task[None] | None = None
+
+    @property
+    def sockets(self) -> tuple[Any, ...]:
+        return tuple(self._server.sockets) if self._server is not None else ()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound ``(host, port)``."""
+        name = self.sockets[0].getsockname()
+        return name[0], name[1]
+
+    def _flush(self) -> None:
+        """Write what the broker queued, close whom it says, log its events (STYLE 3 rule 3)."""
+        broker = self.broker
+        for proto, data in broker.data_to_send():
+            proto.transport.write(data)
+        for proto in broker.connections_to_close():
+            if proto.transport is not None:
+                proto.transport.abort()
+        event = broker.next_event()
+        while event is not None:
+            kind = type(event)
+            if kind is ClientGone:
+                log.info("client disconnected: %s (%s)", _fmt(event.conn.peer), event.reason)
+            elif kind is ClientError:
+                log.warning("client %s broke the protocol, closing it: %s", _fmt(event.conn.peer), event.error)
+            elif kind is SlowConsumer:
+                log.warning("slow consumer %s: write buffer over %d bytes, policy %s",
+                            _fmt(event.conn.peer), self.max_buffer, event.policy)
+            event = broker.next_event()
+
+    def log_stats(self) -> None:
+        """Log the broker's counters at INFO."""
+        log.info("stats %s", " ".join(f"{k}={v}" for k, v in self.broker.stats().items()))
+
+    async def _stats_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.log_stats()
+
+    def close(self) -> None:
+        """Stop listening and abort every client connection."""
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for proto in list(self._protocols):
+            if proto.transport is not None:
+                proto.transport.abort()
+
+    async def wait_closed(self) -> None:
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> RqueueServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
+                max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_buffer: int = DEFAULT_MAX_BUFFER,
+                slow_consumer: str = "drop", stats_interval: float = 0.0, **kwargs: Any) -> RqueueServer:
+    """Start an rqueue server on the running loop and return it (listening).
+
+    Args:
+        host, port: where to listen (port 0: the OS picks; read ``server.address``).
+        max_payload: largest payload accepted from a client, bytes (default 2048).
+        max_buffer: per-client outgoing buffer bound, bytes (default 4 MiB).
+        slow_consumer: ``"drop"`` or ``"disconnect"`` (see the module docstring).
+        stats_interval: seconds between counter log lines; 0 for none.
+        kwargs: passed to ``loop.create_server``.
+
+    Raises:
+        OSError: the address cannot be bound. ValueError: bad options.
+    """
+    if max_buffer < 1:
+        raise ValueError("max_buffer must be at least 1 byte")
+    server = RqueueServer(RqueueBroker(max_payload, slow_consumer), max_buffer)
+    loop = asyncio.get_running_loop()
+    server._server = await loop.create_server(lambda: _ClientProtocol(server), host, port, **kwargs)
+    if stats_interval > 0:
+        server._stats_task = loop.create_task(server._stats_loop(stats_interval))
+    return server
+
+
+async def _main_async(host: str, port: int, announce: bool, **options: Any) -> None:
+    server = await serve(host, port, **options)
+    bound_host, bound_port = server.address
+    log.info("rqueue server listening on %s:%d", bound_host, bound_port)
+    if announce:
+        print(f"listening on {bound_host}:{bound_port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or not Unix
+            pass
+    try:
+        await stop.wait()
+    finally:
+        log.info("rqueue server stopping")
+        server.close()
+        await server.wait_closed()
+        server.log_stats()
+
+
+def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | None = None,
+        use_uvloop: bool = True, announce: bool = True, **options: Any) -> None:
+    """Run the server until SIGINT or SIGTERM (blocking).
+
+    Args:
+        host, port: where to listen.
+        threads: ignored (compatibility with the reference's ``--threads``).
+        use_uvloop: use uvloop when it is installed.
+        announce: print ``listening on HOST:PORT`` to stdout once bound.
+        options: as for :func:`serve`.
+    """
+    if threads not in (None, 1):
+        log.info("--threads %s ignored: the server runs one event loop", threads)
+    if use_uvloop:
+        try:
+            import uvloop  # type: ignore[import-not-found]
+        except ImportError:
+            uvloop = None
+        if uvloop is not None:
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    asyncio.run(_main_async(host, port, announce, **options))
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Add the server's options to ``parser`` (a new one when None) and return it."""
+    if parser is None:
+        parser = argparse.ArgumentParser(prog="nbmq rqueue-server", description="rqueue pub/sub server")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port; 0 picks one (default 6567)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="accepted for compatibility with the reference server; ignored")
+    parser.add_argument("--max-payload", type=int, default=RQUEUE_SERVER_MAX_PAYLOAD,
+                        help=f"largest payload accepted, bytes (default 2048, at most {RQUEUE_MAX_PAYLOAD})")
+    parser.add_argument("--max-buffer", type=int, default=DEFAULT_MAX_BUFFER,
+                        help="per-client outgoing buffer bound, bytes (default 4 MiB)")
+    parser.add_argument("--slow-consumer", choices=("drop", "disconnect"), default="drop",
+                        help="what to do with a client whose buffer is full (default drop)")
+    parser.add_argument("--stats-interval", type=float, default=10.0,
+                        help="seconds between counter log lines; 0 disables (default 10)")
+    parser.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``nbmq rqueue-server`` and ``python -m nbmq.transports.rqueue_server``.
+
+    Returns:
+        the exit status (0 after SIGINT/SIGTERM, 2 on bad options, 1 when binding fails).
+    """
+    args = build_parser().parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        run(args.host, args.port, threads=args.threads, use_uvloop=not args.no_uvloop,
+            max_payload=args.max_payload, max_buffer=args.max_buffer,
+            slow_consumer=args.slow_consumer, stats_interval=args.stats_interval)
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", args.host, args.port, exc)
+        return 1
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
