@@ -9,6 +9,8 @@
     |   `-- NoPeer(WouldBlock)                  a send that needs a peer and has none
     |-- NotSupported(NbmqError, TypeError)      recv on Radio, send on Dish
     |-- OptionError(NbmqError, ValueError)      an unknown option or a value out of range
+    |-- CaptureError(NbmqError, ValueError)     a file that is not a pcap / pcapng capture
+    |-- AddressError(NbmqError, ValueError)     a malformed or unusable socket address
     `-- ProtocolError(NbmqError)                a stream peer broke the protocol (BQSP, rqueue)
 
 Both codec twins raise the same class with the same ``offset`` and ``reason`` for the same input
@@ -25,6 +27,8 @@ __all__ = [
     "NoPeer",
     "NotSupported",
     "OptionError",
+    "CaptureError",
+    "AddressError",
     "ProtocolError",
 ]
 
@@ -86,6 +90,22 @@ class OptionError(NbmqError, ValueError):
     """An unknown socket option, or a value of the wrong type or out of range.
 
     The message always names the option.
+    """
+
+
+class CaptureError(NbmqError, ValueError):
+    """A file or buffer that is not a readable pcap / pcapng capture at all.
+
+    Raised by ``nbmq.capture`` for an unknown magic number, or a capture too short to hold
+    its file header. Damage *inside* a capture is not raised: it is counted in the result.
+    """
+
+
+class AddressError(NbmqError, ValueError):
+    """A malformed socket address (``host:port``, ``[v6]:port``, ``ipc://path``,
+    ``inproc://name``), or one that cannot be used (unknown inproc name, name already bound).
+
+    The message always quotes the address.
     """
 
 

@@ -1,0 +1,361 @@
+"""Reading pcapng: a block walker plus either decoder.
+
+``dpkt.pcapng.Reader`` is not used directly: it keeps only the first interface (ignoring the
+interface id of each packet, so multi-interface or mixed-link-type files decode wrongly),
+returns float timestamps (nanoseconds are lost), ignores Simple Packet Blocks and further
+sections, and raises from inside its iterator on a truncated block. The walker below frames
+blocks itself and uses dpkt's block classes to parse Interface Description Blocks (options:
+``if_tsresol``, ``if_tsoffset``) and, in the dpkt engine, the packet blocks as well.
+
+Splits: a pcapng file is read as one split (``plan_splits`` returns a single range). Reading
+a byte range still works -- packet blocks starting in ``[start, end)`` are returned -- but the
+walk always starts at the beginning, since interfaces are defined there.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import dpkt
+import numpy as np
+
+from ..errors import CaptureError
+from .assemble import assemble
+from .batch import DatagramBatch
+from .decode_dpkt import decode_packet
+from .decode_fast import decode_fast
+from .errorlog import ErrorLog
+from .formats import PCAPNG_SHB_TYPE
+from .rows import FALLBACK, RowTable
+from .source import OpenedCapture
+from .views import ByteViews
+
+__all__ = ["read_pcapng", "walk_pcapng", "first_interface", "PcapngPackets", "Interface"]
+
+_BOM = 0x1A2B3C4D
+_IDB, _PB, _SPB, _EPB = 1, 2, 3, 6
+_PACKET_BLOCKS = frozenset({_PB, _SPB, _EPB})
+# block types a resynchronisation may land on (SHB, IDB, PB, SPB, NRB, ISB, EPB, journal, DSB,
+# custom)
+_KNOWN_BLOCKS = frozenset({PCAPNG_SHB_TYPE, 1, 2, 3, 4, 5, 6, 9, 10, 0x00000BAD, 0x40000BAD})
+_MAX_BLOCK = 64 << 20
+_NS = 1_000_000_000
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@dataclass(slots=True)
+class Interface:
+    """One Interface Description Block: link type, snaplen and timestamp units.
+
+    Attributes:
+        linktype: LINKTYPE_* of its packets.
+        snaplen: snapshot length (bytes, 0 = unlimited).
+        resol: ``if_tsresol`` byte (6 = microseconds, the default).
+        offset_s: ``if_tsoffset`` seconds added to every timestamp.
+    """
+
+    linktype: int
+    snaplen: int
+    resol: int = 6
+    offset_s: int = 0
+
+    def to_ns(self, ticks: int) -> int:
+        """Convert a raw 64-bit timestamp of this interface to nanoseconds since the epoch."""
+        exp = self.resol & 0x7F
+        if self.resol & 0x80:  # negative power of two
+            ns = (ticks * _NS) >> exp
+        elif exp <= 9:
+            ns = ticks * 10 ** (9 - exp)
+        else:
+            ns = ticks // 10 ** (exp - 9)
+        return ns + self.offset_s * _NS
+
+
+@dataclass(slots=True)
+class PcapngPackets:
+    """Packet blocks found by ``walk_pcapng`` in the requested range, in file order.
+
+    Attributes:
+        offsets: byte offset of each packet block.
+        frames: 1-based frame number of each packet block in the file.
+        data_starts: byte offset of each packet's first captured byte.
+        caplens: captured length of each packet (bytes).
+        ts_ns: timestamp of each packet (ns; 0 for Simple Packet Blocks, which carry none).
+        linktypes: link type of each packet's interface.
+        frames_bytes: the packet bytes as parsed by dpkt (dpkt engine only).
+    """
+
+    offsets: list[int] = field(default_factory=list)
+    frames: list[int] = field(default_factory=list)
+    data_starts: list[int] = field(default_factory=list)
+    caplens: list[int] = field(default_factory=list)
+    ts_ns: list[int] = field(default_factory=list)
+    linktypes: list[int] = field(default_factory=list)
+    frames_bytes: list[bytes] = field(default_factory=list)
+
+
+def _block_plausible(buf: object, size: int, pos: int, order: str) -> bool:
+    if pos + 12 > size:
+        return False
+    btype, blen = struct.unpack_from(order + "II", buf, pos)  # type: ignore[call-overload]
+    if btype == PCAPNG_SHB_TYPE:
+        order = _shb_order(buf, size, pos) or order
+        (blen,) = struct.unpack_from(order + "I", buf, pos + 4)  # type: ignore[call-overload]
+    if btype not in _KNOWN_BLOCKS or blen < 12 or blen % 4 or blen > _MAX_BLOCK or pos + blen > size:
+        return False
+    return struct.unpack_from(order + "I", buf, pos + blen - 4)[0] == blen  # type: ignore[call-overload,no-any-return]
+
+
+def _resync(buf: object, size: int, pos: int, order: str) -> int | None:
+    # Blocks are 4-byte aligned; a candidate must be plausible and followed by another
+    # plausible block or the end of the file.
+    p = pos + 4
+    while p + 12 <= size:
+        if _block_plausible(buf, size, p, order):
+            (blen,) = struct.unpack_from(order + "I", buf, p + 4)  # type: ignore[call-overload]
+            q = p + blen
+            if q == size or _block_plausible(buf, size, q, order):
+                return p
+        p += 4
+    return None
+
+
+def _shb_order(buf: object, size: int, pos: int) -> str | None:
+    if pos + 12 > size:
+        return None
+    (bom,) = struct.unpack_from("<I", buf, pos + 8)  # type: ignore[call-overload]
+    if bom == _BOM:
+        return "<"
+    if bom == 0x4D3C2B1A:
+        return ">"
+    return None
+
+
+def _interface(block: bytes, order: str, log: ErrorLog, pos: int) -> Interface:
+    linktype, _res, snaplen = struct.unpack_from(order + "HHI", block, 8)
+    iface = Interface(linktype=linktype, snaplen=snaplen)
+    cls = dpkt.pcapng.InterfaceDescriptionBlockLE if order == "<" else dpkt.pcapng.InterfaceDescriptionBlock
+    try:
+        idb = cls(block)
+    except Exception:  # dpkt raises several types on malformed options
+        log.at_offset(pos, "bad interface description options")
+        return iface
+    for opt in idb.opts:
+        if opt.code == dpkt.pcapng.PCAPNG_OPT_IF_TSRESOL and len(opt.data) >= 1:
+            iface.resol = opt.data[0]
+        elif opt.code == dpkt.pcapng.PCAPNG_OPT_IF_TSOFFSET and len(opt.data) >= 8:
+            (iface.offset_s,) = struct.unpack_from(order + "q", opt.data, 0)
+    return iface
+
+
+def walk_pcapng(
+    cap: OpenedCapture, start: int, stop: int, log: ErrorLog, *, dpkt_blocks: bool = False
+) -> PcapngPackets:
+    """Frame every block of a pcapng capture and collect the packets starting in [start, stop).
+
+    Args:
+        cap: the opened capture.
+        start: first byte offset of the range.
+        stop: packet blocks must start below this byte offset.
+        log: receives framing errors (bad, cut or unparsable blocks).
+        dpkt_blocks: parse packet blocks with dpkt's block classes (dpkt engine).
+
+    Returns:
+        The packets found.
+
+    Raises:
+        CaptureError: the file does not start with a valid Section Header Block.
+    """
+    buf, size = cap.buf, cap.size
+    order = _shb_order(buf, size, 0)
+    if order is None:
+        raise CaptureError("not a pcapng capture: bad or truncated section header block")
+    out = PcapngPackets()
+    interfaces: list[Interface] = []
+    frame = 0
+    pos = 0
+    while pos < size:
+        if pos + 12 > size:
+            log.at_offset(pos, "truncated block header")
+            break
+        btype, blen = struct.unpack_from(order + "II", buf, pos)  # type: ignore[call-overload]
+        if btype == PCAPNG_SHB_TYPE:
+            order = _shb_order(buf, size, pos) or order
+            (blen,) = struct.unpack_from(order + "I", buf, pos + 4)  # type: ignore[call-overload]
+        if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
+            log.at_offset(pos, "implausible block header")
+            nxt = _resync(buf, size, pos, order)
+            if nxt is None:
+                break
+            pos = nxt
+            continue
+        if pos + blen > size:
+            log.at_offset(pos, "truncated block")
+            break
+        if struct.unpack_from(order + "I", buf, pos + blen - 4)[0] != blen:  # type: ignore[call-overload]
+            log.at_offset(pos, "block lengths differ")
+            nxt = _resync(buf, size, pos, order)
+            if nxt is None:
+                break
+            pos = nxt
+            continue
+        if btype == PCAPNG_SHB_TYPE:
+            interfaces = []  # interface ids are per section
+        elif btype == _IDB and blen >= 20:
+            interfaces.append(_interface(bytes(buf[pos : pos + blen]), order, log, pos))  # type: ignore[index]
+        elif btype in _PACKET_BLOCKS:
+            frame += 1
+            if start <= pos < stop:
+                _packet(cap, pos, btype, blen, order, interfaces, frame, out, log, dpkt_blocks)
+        pos += blen
+    return out
+
+
+def first_interface(cap: OpenedCapture) -> Interface | None:
+    """Return the first Interface Description Block of a pcapng capture (None if none).
+
+    Stops at the first IDB or the first damaged block, so it reads only the file's start.
+
+    Raises:
+        CaptureError: the file does not start with a valid Section Header Block.
+    """
+    buf, size = cap.buf, cap.size
+    order = _shb_order(buf, size, 0)
+    if order is None:
+        raise CaptureError("not a pcapng capture: bad or truncated section header block")
+    pos = 0
+    while pos + 12 <= size:
+        btype, blen = struct.unpack_from(order + "II", buf, pos)  # type: ignore[call-overload]
+        if blen < 12 or blen % 4 or pos + blen > size:
+            return None
+        if btype == _IDB and blen >= 20:
+            return _interface(bytes(buf[pos : pos + blen]), order, ErrorLog(), pos)  # type: ignore[index]
+        pos += blen
+    return None
+
+
+def _packet(
+    cap: OpenedCapture,
+    pos: int,
+    btype: int,
+    blen: int,
+    order: str,
+    interfaces: list[Interface],
+    frame: int,
+    out: PcapngPackets,
+    log: ErrorLog,
+    dpkt_blocks: bool,
+) -> None:
+    buf = cap.buf
+    data: bytes | None = None
+    if btype == _SPB:
+        if blen < 16 or not interfaces:
+            log.at_offset(pos, "bad packet block")
+            return
+        (orig,) = struct.unpack_from(order + "I", buf, pos + 8)  # type: ignore[call-overload]
+        caplen = min(orig, blen - 16)
+        if interfaces[0].snaplen:
+            caplen = min(caplen, interfaces[0].snaplen)
+        iface, ticks, dstart = interfaces[0], None, pos + 12
+    else:
+        if blen < 32:
+            log.at_offset(pos, "bad packet block")
+            return
+        if btype == _EPB:
+            iface_id, th, tl, caplen, _orig = struct.unpack_from(order + "IIIII", buf, pos + 8)  # type: ignore[call-overload]
+        else:
+            iface_id, _drops, th, tl, caplen, _orig = struct.unpack_from(order + "HHIIII", buf, pos + 8)  # type: ignore[call-overload]
+        if 28 + caplen + 4 > blen or iface_id >= len(interfaces):
+            log.at_offset(pos, "bad packet block")
+            return
+        iface, ticks, dstart = interfaces[iface_id], (th << 32) | tl, pos + 28
+        if dpkt_blocks:
+            try:
+                data, ticks = _dpkt_packet(bytes(buf[pos : pos + blen]), btype, order)  # type: ignore[index]
+            except Exception:  # dpkt rejects malformed options in several ways
+                log.at_offset(pos, "bad packet block")
+                return
+    ts_ns = 0 if ticks is None else iface.to_ns(ticks)
+    if not _INT64_MIN <= ts_ns <= _INT64_MAX:  # past year 2262 in nanoseconds: damaged
+        log.at_offset(pos, "timestamp out of range")
+        return
+    out.offsets.append(pos)
+    out.frames.append(frame)
+    out.data_starts.append(dstart)
+    out.caplens.append(caplen)
+    out.ts_ns.append(ts_ns)
+    out.linktypes.append(iface.linktype)
+    if dpkt_blocks:
+        out.frames_bytes.append(data if data is not None else bytes(buf[dstart : dstart + caplen]))  # type: ignore[index]
+
+
+def _dpkt_packet(block: bytes, btype: int, order: str) -> tuple[bytes, int]:
+    le = order == "<"
+    if btype == _EPB:
+        cls = dpkt.pcapng.EnhancedPacketBlockLE if le else dpkt.pcapng.EnhancedPacketBlock
+    else:
+        cls = dpkt.pcapng.PacketBlockLE if le else dpkt.pcapng.PacketBlock
+    blk = cls(block)
+    return bytes(blk.pkt_data), (blk.ts_high << 32) | blk.ts_low
+
+
+def read_pcapng(
+    cap: OpenedCapture,
+    *,
+    start: int,
+    end: int | None,
+    udp_ports: Iterable[int] | None,
+    engine: str,
+    first_frame: int | None,
+) -> DatagramBatch:
+    """Read the UDP datagrams of the packet blocks starting in ``[start, end)``.
+
+    See ``read_datagrams`` for the arguments; ``engine`` is ``"fast"`` or ``"dpkt"``. When
+    ``first_frame`` is given, frame numbers are shifted so the first packet read gets it.
+    """
+    log = ErrorLog()
+    stop = cap.size if end is None else min(end, cap.size)
+    use_dpkt = engine == "dpkt"
+    pk = walk_pcapng(cap, start, stop, log, dpkt_blocks=use_dpkt)
+    n = len(pk.offsets)
+    frames = np.array(pk.frames, np.int64)
+    if first_frame is not None and n:
+        frames += first_frame - frames[0]
+    linktypes = np.array(pk.linktypes, np.int64)
+    if use_dpkt:
+        table = RowTable.from_decoded([decode_packet(lt, fb) for lt, fb in zip(pk.linktypes, pk.frames_bytes)])
+        fallback = 0
+    else:
+        table = RowTable.allocate(n)
+        starts = np.array(pk.data_starts, np.int64)
+        caplens = np.array(pk.caplens, np.int64)
+        views = ByteViews(cap.buf, cap.size)
+        for lt in np.unique(linktypes).tolist():  # one vectorised pass per link type
+            rows = np.flatnonzero(linktypes == lt)
+            part = decode_fast(views, starts[rows], caplens[rows], int(lt))
+            _scatter(table, part, rows)
+        fb = np.flatnonzero(table.status == FALLBACK)
+        for i in fb.tolist():
+            s = int(starts[i])
+            table.put(i, decode_packet(int(linktypes[i]), bytes(cap.buf[s : s + int(caplens[i])])))  # type: ignore[index]
+        fallback = int(fb.size)
+    return assemble(
+        table,
+        buf=cap.buf,
+        ts_ns=np.array(pk.ts_ns, np.int64),
+        frame_numbers=frames,
+        record_offsets=np.array(pk.offsets, np.int64),
+        udp_ports=udp_ports,
+        log=log,
+        engine=engine,
+        fallback_rows=fallback,
+    )
+
+
+def _scatter(table: RowTable, part: RowTable, rows: np.ndarray) -> None:
+    for name in ("status", "family", "src", "dst", "sport", "dport", "pstart", "pend", "truncated"):
+        getattr(table, name)[rows] = getattr(part, name)
+    for i, reason in part.reasons.items():
+        table.reasons[int(rows[i])] = reason

@@ -1,0 +1,89 @@
+"""Spreading one capture over several readers (e.g. Spark tasks) by byte ranges."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errorlog import ErrorLog
+from .formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
+from .pcapng_reader import walk_pcapng
+from .records import RecordScanner
+from .source import CaptureSource, OpenedCapture
+
+__all__ = ["plan_splits", "first_frames"]
+
+
+def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int]]:
+    """Cut a capture into byte ranges of about ``target_bytes`` each, without reading it.
+
+    ``read_datagrams(source, start=s, end=e)`` on every range returns, together, exactly the
+    datagrams of the whole file, each once: a range owns the records whose header starts in
+    it, and a reader starting mid-record finds the next record boundary by resynchronising
+    (see ``nbmq.capture.records``). Only classic pcap is split; a pcapng capture, a file that
+    fits in one range, and a pcap whose first records do not pass the strict header test that
+    resynchronisation relies on (an unusual writer) come back as one range.
+
+    Args:
+        source: path or bytes of the capture.
+        target_bytes: wanted size of each range in bytes (> 0).
+
+    Returns:
+        ``[(start, end), ...]``: contiguous, ordered, covering ``[0, file size)``.
+
+    Raises:
+        ValueError: ``target_bytes`` is not positive.
+        CaptureError: not a pcap or pcapng capture.
+        OSError: the file cannot be opened.
+    """
+    if target_bytes <= 0:
+        raise ValueError(f"target_bytes must be positive, not {target_bytes}")
+    with OpenedCapture(source) as cap:
+        size = cap.size
+        if detect_format(cap.buf, size) != "pcap" or size <= target_bytes:
+            return [(0, size)]
+        scanner = RecordScanner(cap.buf, size, parse_pcap_header(cap.buf, size))
+        usable = scanner.min_sec > 0 and scanner.strict_chain(PCAP_FILE_HEADER_LEN)
+        del scanner  # drops its views of the mapping before the file is closed
+    if not usable:
+        return [(0, size)]
+    cuts = list(range(0, size, target_bytes)) + [size]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> list[int]:
+    """Frame number of the first record of each range, from one walk over the record headers.
+
+    Pass ``first_frame=first_frames(...)[i]`` to ``read_datagrams`` for range i so that no
+    reader has to walk the part of the file before its range.
+
+    Args:
+        source: path or bytes of the capture.
+        splits: ranges from ``plan_splits`` (any ``(start, end)`` byte ranges).
+
+    Returns:
+        One int per range: the 1-based frame number its first record gets.
+
+    Raises:
+        CaptureError: not a pcap or pcapng capture.
+        OSError: the file cannot be opened.
+    """
+    with OpenedCapture(source) as cap:
+        if detect_format(cap.buf, cap.size) == "pcapng":
+            pk = walk_pcapng(cap, 0, cap.size, ErrorLog())
+            offsets = np.array(pk.offsets, np.int64)
+            frames = np.array(pk.frames, np.int64)
+            out = []
+            for start, _end in splits:
+                j = int(np.searchsorted(offsets, start))
+                out.append(int(frames[j]) if j < frames.size else int(frames[-1]) + 1 if frames.size else 1)
+            return out
+        scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
+        offsets = scanner.walk(PCAP_FILE_HEADER_LEN, cap.size, ErrorLog())
+        result = []
+        for start, end in splits:
+            begin = scanner.first_boundary(start, min(end, cap.size))
+            result.append(1 + int(np.searchsorted(offsets, begin if begin is not None else end)))
+        del scanner
+        return result
