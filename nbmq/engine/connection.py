@@ -1,0 +1,570 @@
+"""The connection layer: handshake, liveness and the peer table, sans-IO.
+
+Source: seed 000 ("Connection Flow"), ARCHITECTURE.md (wire facts). The bound side answers
+``Connect`` with ``Connected(session)`` where session = ``codec.session_id(rng.getrandbits(64),
+"ip:port")``; the connecting side sends ``Connect`` (session 0), adopts the session from
+``Connected`` and answers ``Heartbeat(session)``. A heartbeat goes to a connected peer nothing
+was sent to for ``peer_heartbeat_ivl`` (one per interval: the reference forgets to record it and
+heartbeats every tick once idle); a peer silent for ``peer_keepalive`` is removed; a frame from an
+unknown session is answered ``Disconnected(session)``; a connecting engine that gets
+``Disconnected`` (or loses its peer) sends ``Connect`` at once and again every ``reconnect_wait``
+while it has no peer.
+
+Beyond the reference:
+
+- ``max_peers`` bounds the table. A peer is *half-open* from our ``Connected`` until its first
+  frame; half-open peers get no data and no heartbeats, and when the table is full the oldest is
+  evicted for a new ``Connect``, so a flood of Connects cannot lock connected peers (or patient
+  real clients) out. With no half-open peer to evict, the Connect is refused (counted).
+- A repeated ``Connect`` from an address that has a peer is answered with that peer's session
+  (idempotent: a lost ``Connected`` or a duplicated ``Connect`` does not make a second peer).
+- A known session arriving from a new address (NAT rebinding) keeps its session; replies go to
+  the new address.
+
+All peer-state transitions live in :meth:`Connection._set_state` and :meth:`Connection._remove`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Hashable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from .. import codec
+from ..errors import DecodeError, NbmqError
+from ..events import (
+    DisconnectReason,
+    Event,
+    FrameRejected,
+    PeerConnected,
+    PeerDisconnected,
+    RejectReason,
+)
+from ..options import SocketOptions
+from ..wire import ControlFrame, DataFrame, FrameKind
+from .counters import Counters
+from .peers import Peer, PeerState, addr_text
+
+__all__ = ["Connection", "Role"]
+
+Datagram = tuple[Any, Hashable]
+
+_HALF_OPEN = PeerState.HALF_OPEN
+_CONNECTED = PeerState.CONNECTED
+_CLOSED = PeerState.CLOSED
+_CONNECT = FrameKind.CONNECT
+_CONNECTED_KIND = FrameKind.CONNECTED
+_DISCONNECTED = FrameKind.DISCONNECTED
+_HEARTBEAT = FrameKind.HEARTBEAT
+_ACK = FrameKind.ACK
+_CONNECT_FRAME = codec.encode_control_frame(FrameKind.CONNECT, 0)
+#: Control frames held for the driver at most; past it they are dropped and counted.
+MAX_CONTROL_QUEUE = 65536
+
+
+class Role:
+    """Flags: a Connection may be bound (accepts Connect), connecting (dials), or both."""
+
+    NONE = 0
+    BIND = 1
+    CONNECT = 2
+
+
+class _Remote:
+    """A remote address this engine dials (connect role)."""
+
+    __slots__ = ("addr", "peer", "next_connect")
+
+    def __init__(self, addr: Hashable, now: float) -> None:
+        self.addr = addr
+        self.peer: Peer | None = None
+        self.next_connect = now
+
+
+class Connection:
+    """Connection layer of every nbmq socket type (the sockets in ``sockets.py`` extend it).
+
+    Args:
+        options: a :class:`~nbmq.options.SocketOptions` (copied), or None for the defaults.
+        rng: a ``random.Random`` for session ids; None uses ``random.SystemRandom()`` (session
+            ids are then unpredictable, as they should be on a network).
+    """
+
+    def __init__(self, options: SocketOptions | None = None, rng: random.Random | None = None):
+        self._opts = SocketOptions() if options is None else options.copy()
+        self._rng: random.Random = random.SystemRandom() if rng is None else rng
+        self._role = Role.NONE
+        self._local_addr: Hashable = None
+        self._closed = False
+        self._now = 0.0
+        self._peers: dict[int, Peer] = {}
+        self._peers_view: Mapping[int, Peer] = MappingProxyType(self._peers)
+        self._by_addr: dict[Hashable, Peer] = {}
+        self._half_open: dict[int, Peer] = {}
+        self._ring: list[Peer] = []
+        self._remotes: dict[Hashable, _Remote] = {}
+        self._timers: list[tuple[float, int, Peer]] = []
+        self._timer_seq = 0
+        self._ctrl: list[Datagram] = []
+        self._disc_pending: set[tuple[int, Hashable]] = set()
+        self._events: deque[Event] = deque()
+        self._counters = Counters()
+        self._ctrl_out = 0
+        self._ctrl_bytes = 0
+
+    # ------------------------------------------------------------------ public surface
+
+    @property
+    def options(self) -> SocketOptions:
+        """A copy of the options this engine uses (changing it has no effect on the engine)."""
+        return self._opts.copy()
+
+    @property
+    def peers(self) -> Mapping[int, Peer]:
+        """Read-only live view: session id -> :class:`~nbmq.engine.peers.Peer` (half-open and
+        connected peers)."""
+        return self._peers_view
+
+    @property
+    def connected_peers(self) -> list[Peer]:
+        """Connected peers (the ones data goes to), in the order they connected."""
+        return list(self._ring)
+
+    @property
+    def local_addr(self) -> Hashable:
+        """The address given to :meth:`bind` (None when not bound)."""
+        return self._local_addr
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    @property
+    def counters(self) -> Counters:
+        """The engine's :class:`~nbmq.engine.counters.Counters` (live object, read-only)."""
+        self._sync_counters()
+        return self._counters
+
+    def bind(self, local_addr: Hashable = None) -> None:
+        """Accept ``Connect`` frames (the bound role). Queues nothing.
+
+        Args:
+            local_addr: the address the transport is bound to (informational, any hashable).
+        """
+        self._check_open()
+        self._role |= Role.BIND
+        self._local_addr = local_addr
+
+    def connect(self, remote_addr: Hashable, now: float) -> None:
+        """Dial ``remote_addr``: queues a ``Connect`` at once (flush with
+        :meth:`datagrams_to_send`), then one every ``reconnect_wait`` while it has no peer.
+
+        Dialling an address already dialled does nothing.
+
+        Args:
+            remote_addr: where the bound engine is (a ``(host, port)`` tuple for UDP).
+            now: seconds (monotonic).
+        """
+        self._check_open()
+        self._now = now
+        self._role |= Role.CONNECT
+        if remote_addr in self._remotes:
+            return
+        remote = _Remote(remote_addr, now)
+        self._remotes[remote_addr] = remote
+        self._send_connect(remote, now)
+
+    def next_event(self) -> Event | None:
+        """The oldest event not yet taken, or None. Mutates the event queue."""
+        events = self._events
+        return events.popleft() if events else None
+
+    def close(self, now: float) -> None:
+        """Close the engine: queues ``Disconnected(session)`` to every peer (flush once more
+        with :meth:`datagrams_to_send`), removes every peer (``PeerDisconnected(CLOSED)``),
+        drops every queued message (``MessageDropped(CLOSED)``) and stops dialling. Later
+        inbound datagrams are ignored; ``send`` raises. Idempotent.
+
+        Lingering (flushing until queued messages are out) is the transport's job: keep
+        ticking and flushing while ``pending_messages`` is non-zero, up to ``linger`` seconds,
+        then call this.
+        """
+        if self._closed:
+            return
+        self._now = now
+        self._remotes.clear()  # stop dialling first: removing the peers must not redial
+        for peer in list(self._peers.values()):
+            self._queue_ctrl(codec.encode_control_frame(_DISCONNECTED, peer._sid), peer._addr)
+            self._remove(peer, DisconnectReason.CLOSED, now)
+        self._on_close(now)
+        self._closed = True
+
+    # ------------------------------------------------------------------ inbound
+
+    def receive_datagram(self, data: Any, addr: Hashable, now: float) -> None:
+        """Feed one datagram the network delivered.
+
+        Args:
+            data: the datagram, any bytes-like object (bytes, bytearray, memoryview, numpy
+                uint8). It may be a view of a buffer the transport reuses after this call: the
+                engine copies what it keeps (a data chunk goes once into its message's buffer).
+            addr: where it came from (hashable; a ``(host, port)`` tuple for UDP).
+            now: arrival time, seconds (monotonic).
+
+        Never raises for bad input: a malformed datagram is counted (``malformed``) and
+        reported as ``FrameRejected``. May queue output (handshake replies, acks,
+        ``Disconnected``): flush with :meth:`datagrams_to_send` after calling this, and drain
+        :meth:`next_event`. Mutates engine state.
+        """
+        self._now = now
+        counters = self._counters
+        counters.datagrams_in += 1
+        counters.bytes_in += len(data)
+        if self._closed:
+            return
+        try:
+            frame = _parse_frame(data)
+        except DecodeError as exc:
+            counters.malformed += 1
+            self._emit(FrameRejected(addr, RejectReason.MALFORMED, exc.reason))
+            return
+        if frame.__class__ is DataFrame:  # (data_frames_in is derived in _sync_counters)
+            peer = self._peers.get(frame[0])
+            if peer is None:
+                self._unknown_session(frame[0], addr, "data")
+                return
+            peer._last_seen = now
+            if peer._addr != addr:
+                self._rebind(peer, addr)
+            if peer._state is not _CONNECTED:
+                self._set_state(peer, _CONNECTED, now)
+            self._on_data(frame, data, peer, now)
+            return
+        counters.control_frames_in += 1
+        self._on_control(frame, addr, now)  # type: ignore[arg-type]
+
+    def _on_control(self, frame: ControlFrame, addr: Hashable, now: float) -> None:
+        kind = frame.kind
+        sid = frame.session_id
+        if kind == _CONNECT:
+            self._on_connect(addr, now)
+            return
+        if kind == _CONNECTED_KIND:
+            self._on_connected(sid, addr, now)
+            return
+        peer = self._peers.get(sid)
+        if kind == _DISCONNECTED:
+            if peer is None:  # never answered: two engines would bounce Disconnected for ever
+                self._counters.unknown_session += 1
+                self._emit(FrameRejected(addr, RejectReason.UNKNOWN_SESSION, "Disconnected"))
+                return
+            self._remove(peer, DisconnectReason.DISCONNECTED_BY_PEER, now)
+            return
+        if peer is None:
+            self._unknown_session(sid, addr, FrameKind(kind).name.capitalize())
+            return
+        peer._last_seen = now
+        if peer._addr != addr:
+            self._rebind(peer, addr)
+        if peer._state is not _CONNECTED:
+            self._set_state(peer, _CONNECTED, now)
+        if kind == _HEARTBEAT:
+            self._counters.heartbeats_in += 1
+        else:  # ACK
+            self._counters.acks_in += 1
+            self._on_ack(peer, frame.payload, addr, now)
+
+    def _on_connect(self, addr: Hashable, now: float) -> None:
+        if not self._role & Role.BIND:
+            self._reject(addr, "Connect to a socket that is not bound")
+            return
+        peer = self._by_addr.get(addr)
+        if peer is None:
+            if len(self._peers) >= self._opts.max_peers:
+                if not self._half_open:
+                    self._counters.connects_refused += 1
+                    self._reject(addr, "Connect refused: peer table full")
+                    return
+                oldest = next(iter(self._half_open.values()))
+                self._counters.peers_evicted += 1
+                self._remove(oldest, DisconnectReason.EVICTED, now)
+            peer = Peer(self._new_session_id(addr), addr, _HALF_OPEN, now, False)
+            self._add(peer)
+        else:
+            peer._last_seen = now
+        self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
+        peer._last_sent = now
+
+    def _on_connected(self, sid: int, addr: Hashable, now: float) -> None:
+        remote = self._remotes.get(addr)
+        if remote is None:
+            self._reject(addr, "Connected from an address this socket does not dial")
+            return
+        peer = remote.peer
+        if peer is not None:
+            if peer._sid == sid:
+                peer._last_seen = now  # a repeat of the handshake reply
+            else:
+                self._reject(addr, "Connected with another session while connected")
+            return
+        if sid == 0 or sid in self._peers:
+            self._reject(addr, "Connected with an unusable session id")
+            return
+        peer = Peer(sid, addr, _HALF_OPEN, now, True)
+        remote.peer = peer
+        self._add(peer)
+        self._set_state(peer, _CONNECTED, now)
+        self._queue_ctrl(codec.encode_control_frame(_HEARTBEAT, sid), addr)
+        self._counters.heartbeats_out += 1
+
+    def _unknown_session(self, sid: int, addr: Hashable, what: str) -> None:
+        self._counters.unknown_session += 1
+        self._emit(FrameRejected(addr, RejectReason.UNKNOWN_SESSION, what))
+        key = (sid, addr)
+        if key in self._disc_pending:
+            return
+        self._disc_pending.add(key)
+        self._queue_ctrl(codec.encode_control_frame(_DISCONNECTED, sid), addr)
+
+    def _reject(self, addr: Hashable, detail: str) -> None:
+        self._counters.unexpected += 1
+        self._emit(FrameRejected(addr, RejectReason.UNEXPECTED, detail))
+
+    def _rebind(self, peer: Peer, addr: Hashable) -> None:
+        self._counters.addr_changes += 1
+        by_addr = self._by_addr
+        if by_addr.get(peer._addr) is peer:
+            del by_addr[peer._addr]
+        by_addr[addr] = peer
+        peer._addr = addr
+
+    # ------------------------------------------------------------------ peer table
+
+    def _new_session_id(self, addr: Hashable) -> int:
+        text = addr_text(addr)
+        peers = self._peers
+        for _ in range(16):
+            sid = codec.session_id(self._rng.getrandbits(64), text)
+            if sid and sid not in peers:
+                return sid
+        raise NbmqError("could not draw an unused session id")  # 2**-1000 odds; rng broken
+
+    def _add(self, peer: Peer) -> None:
+        timers = self._timers
+        if len(timers) > 2 * len(self._peers) + 64:  # drop stale entries (a Connect flood)
+            self._timers = [t for t in timers if t[2]._timer == t[0] and t[2]._state is not _CLOSED]
+            heapq.heapify(self._timers)
+        self._peers[peer._sid] = peer
+        self._by_addr[peer._addr] = peer
+        if peer._state is _HALF_OPEN:
+            self._half_open[peer._sid] = peer
+        self._arm(peer)
+
+    def _set_state(self, peer: Peer, state: PeerState, now: float) -> None:
+        """The one place a live peer changes state (HALF_OPEN -> CONNECTED)."""
+        old = peer._state
+        if old is state:
+            return
+        peer._state = state
+        if old is _HALF_OPEN:
+            self._half_open.pop(peer._sid, None)
+        if state is _CONNECTED:
+            self._ring.append(peer)
+            self._arm(peer)  # heartbeats start: its deadline may be earlier now
+            self._emit(PeerConnected(peer._sid, peer._addr))
+            self._on_peer_connected(peer, now)
+
+    def _remove(self, peer: Peer, reason: DisconnectReason, now: float) -> None:
+        """The one place a peer leaves the table (-> CLOSED)."""
+        old = peer._state
+        if old is _CLOSED:
+            return
+        peer._state = _CLOSED
+        self._peers.pop(peer._sid, None)
+        if self._by_addr.get(peer._addr) is peer:
+            del self._by_addr[peer._addr]
+        if old is _HALF_OPEN:
+            self._half_open.pop(peer._sid, None)
+        else:
+            self._ring.remove(peer)
+            self._emit(PeerDisconnected(peer._sid, peer._addr, reason))
+        for remote in self._remotes.values():
+            if remote.peer is peer:
+                remote.peer = None
+                self._send_connect(remote, now)  # dial again at once, then every reconnect_wait
+        self._on_peer_removed(peer, reason, now)
+
+    def _due(self, peer: Peer) -> float:
+        due = peer._last_seen + self._opts.peer_keepalive
+        if peer._state is _CONNECTED:
+            beat = peer._last_sent + self._opts.peer_heartbeat_ivl
+            if beat < due:
+                return beat
+        return due
+
+    def _arm(self, peer: Peer) -> None:
+        """Give ``peer`` one live timer entry at its current due time (older ones go stale)."""
+        due = self._due(peer)
+        peer._timer = due
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (due, self._timer_seq, peer))
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float) -> None:
+        """Do whatever is due at ``now``: heartbeats, keepalive expiry, reconnects (and, in
+        the sockets, resends and queue expiry). Early calls do nothing harmful; a late call
+        catches up on everything overdue in one go (one heartbeat per peer, not one per missed
+        interval).
+
+        May queue output and events: flush with :meth:`datagrams_to_send`, drain
+        :meth:`next_event`. Mutates engine state.
+        """
+        self._now = now
+        if self._closed:
+            return
+        self._tick_peers(now)
+        for remote in self._remotes.values():
+            if remote.peer is None and remote.next_connect <= now:
+                self._send_connect(remote, now)
+
+    def _tick_peers(self, now: float) -> None:
+        timers = self._timers
+        keepalive = self._opts.peer_keepalive
+        heartbeat = self._opts.peer_heartbeat_ivl
+        while timers and timers[0][0] <= now:
+            due, _, peer = heapq.heappop(timers)
+            state = peer._state
+            if state is _CLOSED or peer._timer != due:
+                continue  # stale entry
+            if peer._last_seen + keepalive <= now:
+                if state is _HALF_OPEN:
+                    self._counters.half_open_expired += 1
+                self._remove(peer, DisconnectReason.KEEPALIVE_EXPIRED, now)
+                continue
+            if state is _CONNECTED and peer._last_sent + heartbeat <= now:
+                self._queue_ctrl(codec.encode_control_frame(_HEARTBEAT, peer._sid), peer._addr)
+                self._counters.heartbeats_out += 1
+                peer._last_sent = now
+            self._arm(peer)
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` next has work, seconds on the caller's clock, or None.
+
+        The earliest of: a heartbeat or keepalive expiry, a reconnect, a resend, a queue
+        expiry run. When output is waiting (queued control frames, or data frames held back by
+        ``max_tick_send`` with a peer to take them) it is the time of the last call, i.e. "now":
+        call ``tick`` and flush again. Pure (does not change state, apart from discarding stale
+        internal timer entries).
+        """
+        if self._closed:
+            return self._now if self._ctrl else None
+        if self._ctrl or self._output_ready():
+            return self._now
+        best: float | None = None
+        timers = self._timers
+        while timers and (timers[0][2]._state is _CLOSED or timers[0][2]._timer != timers[0][0]):
+            heapq.heappop(timers)
+        if timers:
+            best = timers[0][0]
+        for remote in self._remotes.values():
+            if remote.peer is None and (best is None or remote.next_connect < best):
+                best = remote.next_connect
+        other = self._queue_deadline()
+        if other is not None and (best is None or other < best):
+            best = other
+        return best
+
+    # ------------------------------------------------------------------ outbound
+
+    def datagrams_to_send(self, now: float) -> list[Datagram]:
+        """Everything queued for the network: control frames, resends, then up to
+        ``max_tick_send`` new data frames (the rest stay queued; :meth:`next_deadline` then
+        says "now").
+
+        Args:
+            now: seconds (monotonic); stamps ``last_sent`` of the peers written to.
+
+        Returns:
+            A new list of ``(datagram, addr)``. A datagram is ``bytes`` (control frames) or a
+            ``memoryview`` into a message buffer the engine never reuses (data frames); the
+            transport may keep or send it as it likes. Mutates engine state.
+        """
+        self._now = now
+        out = self._ctrl
+        self._ctrl = []
+        if out:
+            self._disc_pending.clear()
+        if not self._closed:
+            self._take_data(now, out)
+        return out
+
+    def _queue_ctrl(self, frame: bytes, addr: Hashable) -> None:
+        ctrl = self._ctrl
+        if len(ctrl) >= MAX_CONTROL_QUEUE:
+            self._counters.control_dropped += 1
+            return
+        ctrl.append((frame, addr))
+        self._ctrl_out += 1
+        self._ctrl_bytes += len(frame)
+
+    def _send_connect(self, remote: _Remote, now: float) -> None:
+        self._queue_ctrl(_CONNECT_FRAME, remote.addr)
+        self._counters.connects_out += 1
+        remote.next_connect = now + self._opts.reconnect_wait
+
+    def _emit(self, event: Event) -> None:
+        events = self._events
+        if len(events) >= self._opts.max_events:
+            self._counters.events_dropped += 1
+            return
+        events.append(event)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise NbmqError("the engine is closed")
+
+    # ------------------------------------------------------------------ hooks (sockets.py)
+
+    def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
+        """A data frame from a known peer arrived (its liveness is already updated)."""
+        self._reject(peer._addr, "data frame to a connection without a messaging layer")
+
+    def _on_ack(self, peer: Peer, payload: memoryview, addr: Hashable, now: float) -> None:
+        """An Ack from a known peer arrived."""
+        self._reject(addr, "Ack to a socket that sends no acked frames")
+
+    def _on_peer_connected(self, peer: Peer, now: float) -> None:
+        """A peer became CONNECTED."""
+
+    def _on_peer_removed(self, peer: Peer, reason: DisconnectReason, now: float) -> None:
+        """A peer left the table."""
+
+    def _on_close(self, now: float) -> None:
+        """The engine is closing (drop queues)."""
+
+    def _output_ready(self) -> bool:
+        """True when :meth:`_take_data` would hand out data frames now."""
+        return False
+
+    def _take_data(self, now: float, out: list[Datagram]) -> None:
+        """Append new data frames to ``out`` (the messaging layer's part of the flush)."""
+
+    def _queue_deadline(self) -> float | None:
+        """The queueing layer's next deadline (resends, expiry)."""
+        return None
+
+    def _sync_counters(self) -> None:
+        counters = self._counters
+        counters.datagrams_out = self._ctrl_out
+        counters.bytes_out = self._ctrl_bytes
+        counters.data_frames_in = (
+            counters.datagrams_in - counters.malformed - counters.control_frames_in
+        )
+
+
+_parse_frame = codec.parse_frame

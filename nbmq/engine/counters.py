@@ -1,0 +1,123 @@
+"""What an engine counts: frames and bytes in and out, resends, drops by reason, bad input."""
+
+from __future__ import annotations
+
+from ..events import DropReason
+
+__all__ = ["Counters"]
+
+
+class Counters:
+    """An engine's counters (ints; read them, do not write them).
+
+    Traffic:
+        datagrams_in, bytes_in: every datagram handed to ``receive_datagram`` (bytes as given).
+        datagrams_out, bytes_out: every datagram handed out by ``datagrams_to_send``
+            (control frames, first sends and resends).
+        data_frames_in, control_frames_in: decoded inbound frames by class.
+        data_frames_out: first sends of data frames. resends, resend_bytes: SafeDealer resends.
+        messages_out: messages accepted by ``send``. messages_in: messages completed and queued.
+        heartbeats_in, heartbeats_out, acks_in, acks_out, connects_out (Connect frames sent).
+
+    Bad or unexpected input (all dropped; none raises):
+        malformed: datagrams that do not decode.
+        unknown_session: frames naming a session we do not know (answered ``Disconnected``).
+        unexpected: valid frames this socket type or role does not take.
+        acks_unknown: acks for frames never sent, already acked or sent to another session.
+        duplicate_frames: frames of messages delivered within the dedup window (SafeDealer)
+            plus repeated chunks of incomplete messages.
+        refused_frames: SafeDealer frames refused (unacked) while ``recv_hwm`` was reached.
+        connects_refused: Connects refused because the table was full of connected peers.
+        peers_evicted: half-open peers pushed out of a full table.
+        half_open_expired: half-open peers that never answered within ``peer_keepalive``.
+        addr_changes: known sessions seen from a new address (NAT rebinding).
+        events_dropped: events not queued because ``max_events`` were waiting.
+        control_dropped: control frames not queued because the output queue was full
+            (the driver is not flushing).
+
+    Drops:
+        dropped: messages dropped, by :class:`~nbmq.events.DropReason` (a dict; every reason
+            present, 0 when none).
+    """
+
+    __slots__ = (
+        "datagrams_in",
+        "bytes_in",
+        "datagrams_out",
+        "bytes_out",
+        "data_frames_in",
+        "control_frames_in",
+        "data_frames_out",
+        "resends",
+        "resend_bytes",
+        "messages_out",
+        "messages_in",
+        "heartbeats_in",
+        "heartbeats_out",
+        "acks_in",
+        "acks_out",
+        "connects_out",
+        "malformed",
+        "unknown_session",
+        "unexpected",
+        "acks_unknown",
+        "duplicate_frames",
+        "refused_frames",
+        "connects_refused",
+        "peers_evicted",
+        "half_open_expired",
+        "addr_changes",
+        "events_dropped",
+        "control_dropped",
+        "dropped",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+        self.dropped: dict[DropReason, int] = {reason: 0 for reason in DropReason}
+
+    datagrams_in: int
+    bytes_in: int
+    datagrams_out: int
+    bytes_out: int
+    data_frames_in: int
+    control_frames_in: int
+    data_frames_out: int
+    resends: int
+    resend_bytes: int
+    messages_out: int
+    messages_in: int
+    heartbeats_in: int
+    heartbeats_out: int
+    acks_in: int
+    acks_out: int
+    connects_out: int
+    malformed: int
+    unknown_session: int
+    unexpected: int
+    acks_unknown: int
+    duplicate_frames: int
+    refused_frames: int
+    connects_refused: int
+    peers_evicted: int
+    half_open_expired: int
+    addr_changes: int
+    events_dropped: int
+    control_dropped: int
+
+    @property
+    def dropped_total(self) -> int:
+        """Messages dropped for any reason."""
+        return sum(self.dropped.values())
+
+    def as_dict(self) -> dict[str, int]:
+        """Every counter as a flat dict; drops as ``dropped_<reason name lower>``."""
+        out = {name: getattr(self, name) for name in self.__slots__ if name != "dropped"}
+        for reason, count in self.dropped.items():
+            out[f"dropped_{reason.name.lower()}"] = count
+        return out
+
+    def __repr__(self) -> str:
+        nonzero = {k: v for k, v in self.as_dict().items() if v}
+        return f"Counters({nonzero})"

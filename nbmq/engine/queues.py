@@ -1,0 +1,690 @@
+"""The queueing layer: multipart messages to frames and back, sans-IO (time is an argument).
+
+:class:`RecvQueue` turns data frames into completed messages (on :class:`codec.Reassembler
+<nbmq._codec_py.Reassembler>`), holds them for ``recv()`` up to ``recv_hwm``, expires incomplete
+ones, and (SafeDealer) drops repeats of messages it delivered within a dedup window that really
+expires.
+
+:class:`SendQueue` holds the socket's outgoing messages, already sharded (``codec.shard_message``)
+into frames in one buffer each, hands frames out in order with a per-call cap, and (SafeDealer)
+keeps each frame until it is acked, resending it every ``resend_ivl`` at most ``resend_limit``
+times.
+
+Divergences from the reference (nbmq 0.2.0), on purpose:
+
+- ``recv_hwm`` bounds *completed* messages only; incomplete ones are bounded by bytes
+  (``max_incomplete_bytes``) and by ``uncompleted_message_ttl``. The reference counts incomplete
+  ones too and refuses a new message's first frame with WouldBlock (vector
+  ``recv_hwm_incoming_full``). A message that completes while the queue is full is dropped and
+  counted (``RECV_HWM``), as the reference discards it (``recv_hwm_complete_full``), but nothing
+  is raised at the network: UDP input never blocks and never raises. In ``refuse_when_full``
+  mode (SafeDealer) frames arriving while full are refused instead (``REFUSED``, not acked), so
+  the sender resends them later: backpressure without loss.
+- The dedup window expires (the reference compares the times the wrong way round and never
+  forgets), and a frame of a message delivered within the window is dropped before it reaches
+  the reassembler, so a late resend cannot start a ghost incomplete message.
+- ``send_hwm`` counts messages held by the socket: queued, partly handed out, or (SafeDealer)
+  awaiting acks. A message stops counting as soon as its last frame is handed out (Dealer,
+  Radio) or acked / dropped (SafeDealer); the reference's count drops only on the pull *after*
+  the last frame (vector ``send_queue_hwm_and_marker_accounting``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable, Hashable
+from enum import IntEnum
+from typing import Any, cast
+
+import numpy as np
+
+from .. import codec
+from ..errors import DecodeError, FrameTooLarge, WouldBlock
+from ..events import DropReason
+from ..wire import DataFrame
+from .peers import Peer, PeerState
+
+__all__ = ["PushResult", "RecvQueue", "SendQueue", "OutMessage"]
+
+_SID = struct.Struct(">Q")
+_CONNECTED = PeerState.CONNECTED
+Datagram = tuple[Any, Hashable]
+Parts = list[np.ndarray]
+
+
+class PushResult(IntEnum):
+    """What :meth:`RecvQueue.push` did with a frame."""
+
+    #: Taken; its message is not complete yet (or the chunk was an exact duplicate).
+    INCOMPLETE = 0
+    #: Taken; it completed its message, which is now queued for :meth:`RecvQueue.pull`.
+    COMPLETE = 1
+    #: A frame of a message delivered within the dedup window: dropped (a SafeDealer acks it).
+    DUPLICATE = 2
+    #: It completed its message but ``recv_hwm`` messages were waiting: the message is dropped.
+    DROPPED = 3
+    #: ``refuse_when_full`` and the queue is full: not taken (a SafeDealer does not ack it).
+    REFUSED = 4
+    #: It contradicts earlier frames of its message: that message is discarded.
+    REJECTED = 5
+    #: Its message is over ``max_message_size`` or the incomplete-bytes budget: not taken.
+    TOO_LARGE = 6
+
+
+#: Results after which a SafeDealer receiver acks the frame.
+ACKED_RESULTS = frozenset({PushResult.INCOMPLETE, PushResult.COMPLETE, PushResult.DUPLICATE})
+
+
+class RecvQueue:
+    """Completed messages in arrival order, built on ``codec.Reassembler``.
+
+    Args:
+        recv_hwm: most completed messages held for :meth:`pull` (>= 1).
+        uncompleted_message_ttl: seconds an incomplete message is kept after its first frame.
+        queue_maint_ivl: seconds between expiry runs (:meth:`maintain`).
+        dedup_ttl: seconds a delivered message's ``(session_id, message_id)`` is remembered;
+            None turns de-duplication off (Dealer, Dish: the reference's ``pull``).
+        max_message_size: largest message accepted, bytes.
+        max_incomplete_bytes: budget for all incomplete messages, bytes.
+        refuse_when_full: refuse frames while ``recv_hwm`` messages wait (SafeDealer), rather
+            than dropping messages that complete while full.
+
+    Counters (ints): ``completed`` (queued), ``pulled`` (a property), ``dropped_hwm`` (messages),
+    ``refused`` (frames), ``duplicates`` (frames of recently delivered messages), ``expired``,
+    ``rejected`` and ``too_large`` (messages or frames, as the reassembler counts them);
+    ``reassembler`` exposes the codec's own counters (``duplicates`` there counts repeated
+    chunks of incomplete messages).
+
+    Nothing here raises on network input; only :meth:`pull` raises (WouldBlock).
+    """
+
+    __slots__ = (
+        "recv_hwm",
+        "ttl",
+        "maint_ivl",
+        "dedup_ttl",
+        "refuse_when_full",
+        "reassembler",
+        "_ready",
+        "_dedup",
+        "_dedup_order",
+        "_next_maint",
+        "completed",
+        "_cleared",
+        "dropped_hwm",
+        "refused",
+        "duplicates",
+        "expired",
+        "rejected",
+        "too_large",
+    )
+
+    def __init__(
+        self,
+        recv_hwm: int = 1000,
+        uncompleted_message_ttl: float = 10.0,
+        queue_maint_ivl: float = 1.0,
+        dedup_ttl: float | None = None,
+        max_message_size: int = 16 * 1024 * 1024,
+        max_incomplete_bytes: int = 64 * 1024 * 1024,
+        refuse_when_full: bool = False,
+    ) -> None:
+        self.recv_hwm = recv_hwm
+        self.ttl = uncompleted_message_ttl
+        self.maint_ivl = queue_maint_ivl
+        self.dedup_ttl = dedup_ttl
+        self.refuse_when_full = refuse_when_full
+        self.reassembler = codec.Reassembler(max_message_size, max_incomplete_bytes)
+        self._ready: deque[Parts] = deque()
+        self._dedup: dict[tuple[int, int], float] | None = None if dedup_ttl is None else {}
+        self._dedup_order: deque[tuple[float, tuple[int, int]]] = deque()
+        self._next_maint = 0.0
+        self.completed = 0
+        self._cleared = 0
+        self.dropped_hwm = 0
+        self.refused = 0
+        self.duplicates = 0
+        self.expired = 0
+        self.rejected = 0
+        self.too_large = 0
+
+    def __len__(self) -> int:
+        """Completed messages waiting for :meth:`pull`."""
+        return len(self._ready)
+
+    @property
+    def incomplete(self) -> int:
+        """Incomplete messages held by the reassembler."""
+        return len(self.reassembler)
+
+    @property
+    def remembered(self) -> int:
+        """Entries in the dedup window (0 when de-duplication is off)."""
+        return 0 if self._dedup is None else len(self._dedup)
+
+    def push(self, frame: DataFrame, now: float) -> PushResult:
+        """Take one data frame; its chunk is copied once (into the reassembler's part buffer).
+
+        Args:
+            frame: a parsed :class:`~nbmq.wire.DataFrame`; ``chunk`` may be a view into a buffer
+                the caller reuses afterwards (nothing keeps a reference to it).
+            now: arrival time, seconds.
+
+        Returns:
+            A :class:`PushResult`. Mutates the queue and its counters; never raises on bad
+            frames (they are counted).
+        """
+        key = (frame.session_id, frame.message_id)
+        dedup = self._dedup
+        if dedup is not None:
+            until = dedup.get(key)
+            if until is not None and until > now:
+                self.duplicates += 1
+                return PushResult.DUPLICATE
+        ready = self._ready
+        if self.refuse_when_full and len(ready) >= self.recv_hwm:
+            self.refused += 1
+            return PushResult.REFUSED
+        try:
+            parts = self.reassembler.add(frame, now, key)
+        except FrameTooLarge:
+            self.too_large += 1
+            return PushResult.TOO_LARGE
+        except DecodeError:
+            self.rejected += 1
+            return PushResult.REJECTED
+        if parts is None:
+            return PushResult.INCOMPLETE
+        if len(ready) >= self.recv_hwm:
+            self.dropped_hwm += 1
+            return PushResult.DROPPED
+        ready.append(parts)
+        self.completed += 1
+        if dedup is not None:
+            until = now + self.dedup_ttl  # type: ignore[operator]
+            dedup[key] = until
+            self._dedup_order.append((until, key))
+        return PushResult.COMPLETE
+
+    def pull(self) -> Parts:
+        """The oldest completed message.
+
+        Returns:
+            Its parts: a list of uint8 numpy arrays, shape ``(part_size,)``, that own their
+            memory (the reassembler's single copy; the queue keeps no reference).
+
+        Raises:
+            WouldBlock: no message is ready.
+        """
+        try:
+            return self._ready.popleft()
+        except IndexError:
+            raise WouldBlock("no message ready") from None
+
+    def maintain(self, now: float) -> list[tuple[int, int]]:
+        """Expiry, at most once per ``queue_maint_ivl`` (an early call does nothing).
+
+        Drops incomplete messages first seen more than ``uncompleted_message_ttl`` seconds
+        before ``now`` and forgets dedup entries whose window has passed.
+
+        Returns:
+            The ``(session_id, message_id)`` keys of the incomplete messages dropped.
+        """
+        if now < self._next_maint:
+            return []
+        self._next_maint = now + self.maint_ivl
+        dropped = cast("list[tuple[int, int]]", self.reassembler.expire(now - self.ttl))
+        self.expired += len(dropped)
+        dedup = self._dedup
+        if dedup is not None:
+            order = self._dedup_order
+            while order and order[0][0] <= now:
+                until, key = order.popleft()
+                if dedup.get(key) == until:
+                    del dedup[key]
+        return dropped
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`maintain` next has work (seconds), or None when nothing can expire."""
+        if len(self.reassembler) or self._dedup_order:
+            return self._next_maint
+        return None
+
+    @property
+    def pulled(self) -> int:
+        """Messages taken by :meth:`pull` (or by an engine's inlined ``recv``)."""
+        return self.completed - len(self._ready) - self._cleared
+
+    def clear(self) -> int:
+        """Drop every completed and incomplete message; returns how many were dropped."""
+        n = len(self._ready) + len(self.reassembler)
+        self._cleared += len(self._ready)
+        self._ready.clear()
+        self.reassembler = codec.Reassembler(
+            self.reassembler.max_message_size, self.reassembler.max_incomplete_bytes
+        )
+        return n
+
+
+DropCallback = Callable[[int, int, DropReason], None]
+
+
+class _Group:
+    """The user message several Radio copies belong to: counted once against send_hwm."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+
+class OutMessage:
+    """One outgoing message (one copy, for Radio), as held by :class:`SendQueue`.
+
+    Attributes:
+        sharded: the codec's ``ShardedMessage`` (frames back to back in one uint8 buffer), or
+            None for a small message (one part of at most 466 bytes, held as ``small``).
+        small: the single part of a small message (immutable ``bytes``); its one frame is
+            encoded (``codec.encode_data_frame``) when it is handed out, with the session of
+            the peer it goes to.
+        message_id: u64 id written into its frames.
+        peer: the peer it goes to, fixed when its first frame is handed out (or at push).
+        frames: the frames once handing out started (memoryviews into ``sharded.buffer``, or
+            the small message's one ``bytes`` frame).
+        sent: frames handed out so far. unacked: frames handed out and not acked (SafeDealer).
+        dropped: True once dropped (its remaining frames are discarded as they come up).
+    """
+
+    __slots__ = (
+        "sharded", "small", "message_id", "peer", "frames", "sent", "unacked", "dropped", "group"
+    )
+
+    def __init__(
+        self,
+        sharded: Any,
+        message_id: int,
+        peer: Peer | None,
+        group: _Group | None,
+        small: bytes | None = None,
+    ) -> None:
+        self.sharded = sharded
+        self.small = small
+        self.message_id = message_id
+        self.peer = peer
+        self.frames: list[Any] | None = None
+        self.sent = 0
+        self.unacked = 0
+        self.dropped = False
+        self.group = group
+
+
+class _Flight:
+    """One SafeDealer frame awaiting its ack."""
+
+    __slots__ = ("hash", "view", "msg", "due", "resends")
+
+    def __init__(self, h: int, view: Any, msg: OutMessage, due: float) -> None:
+        self.hash = h
+        self.view = view
+        self.msg = msg
+        self.due = due
+        self.resends = 0
+
+
+def _frames_of(sharded: Any, session_id: int | None) -> list[memoryview]:
+    """Memoryviews of each frame in ``sharded.buffer``; the session id written into each when
+    ``session_id`` is not None."""
+    view = memoryview(sharded.buffer)
+    lengths = sharded.lengths
+    if len(lengths) == 1:
+        frames = [view]
+    else:
+        frames = [view[o : o + n] for o, n in zip(sharded.offsets.tolist(), lengths.tolist())]
+    if session_id is not None:
+        pack = _SID.pack_into
+        for frame in frames:
+            pack(frame, 2, session_id)
+    return frames
+
+
+class SendQueue:
+    """The socket's one send queue (per socket, not per peer: the OMQ lesson).
+
+    Args:
+        send_hwm: most messages held (queued, partly sent, or awaiting acks); >= 1.
+        safe: keep each frame until acked, resending it (SafeDealer).
+        resend_ivl: seconds between sends of an unacked frame.
+        resend_limit: resends of one frame before its message is dropped.
+        on_drop: called ``(session_id, message_id, reason)`` for every message dropped here;
+            the engine turns it into a ``MessageDropped`` event and a counter.
+
+    Counters (ints): ``pushed``, ``frames_out`` (first sends), ``bytes_out`` (first sends),
+    ``resends``, ``resend_bytes``, ``acked`` (frames), ``acks_unknown``, ``dropped`` (messages).
+    """
+
+    __slots__ = (
+        "send_hwm",
+        "safe",
+        "resend_ivl",
+        "resend_limit",
+        "on_drop",
+        "held",
+        "_queue",
+        "_inflight",
+        "_resend",
+        "_rr",
+        "pushed",
+        "frames_out",
+        "bytes_out",
+        "resends",
+        "resend_bytes",
+        "acked",
+        "acks_unknown",
+        "dropped",
+    )
+
+    def __init__(
+        self,
+        send_hwm: int = 1000,
+        safe: bool = False,
+        resend_ivl: float = 0.2,
+        resend_limit: int = 10,
+        on_drop: DropCallback | None = None,
+    ) -> None:
+        self.send_hwm = send_hwm
+        self.safe = safe
+        self.resend_ivl = resend_ivl
+        self.resend_limit = resend_limit
+        self.on_drop = on_drop
+        self.held = 0
+        self._queue: deque[OutMessage] = deque()
+        self._inflight: dict[int, _Flight] = {}
+        self._resend: deque[tuple[float, _Flight]] = deque()
+        self._rr = 0
+        self.pushed = 0
+        self.frames_out = 0
+        self.bytes_out = 0
+        self.resends = 0
+        self.resend_bytes = 0
+        self.acked = 0
+        self.acks_unknown = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        """Messages held (the number ``send_hwm`` bounds)."""
+        return self.held
+
+    @property
+    def queued(self) -> int:
+        """Messages (copies) with frames not yet handed out."""
+        return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        """Frames awaiting an ack (SafeDealer)."""
+        return len(self._inflight)
+
+    def full(self) -> bool:
+        """True when a push would raise WouldBlock."""
+        return self.held >= self.send_hwm
+
+    def push(self, sharded: Any, message_id: int, peer: Peer | None = None) -> None:
+        """Queue one sharded message.
+
+        Args:
+            sharded: ``codec.shard_message(parts, session_id, message_id)``; when ``peer`` is
+                None the session id in its frames is rewritten when they are handed out.
+            message_id: its u64 id.
+            peer: a fixed destination (already written into the frames), or None for "the
+                next peer in turn when the first frame goes out".
+
+        Raises:
+            WouldBlock: ``send_hwm`` messages are held already; nothing is queued.
+        """
+        if self.held >= self.send_hwm:
+            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
+        self._queue.append(OutMessage(sharded, message_id, peer, None))
+        self.held += 1
+        self.pushed += 1
+
+    def push_small(self, part: bytes, message_id: int) -> None:
+        """Queue a one-part message of at most 466 bytes, held as the (immutable) ``part``; its
+        one frame is encoded when it is handed out. Same contract as :meth:`push`."""
+        if self.held >= self.send_hwm:
+            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
+        self._queue.append(OutMessage(None, message_id, None, None, part))
+        self.held += 1
+        self.pushed += 1
+
+    def push_group(self, copies: list[tuple[Any, int, Peer]]) -> None:
+        """Queue several copies of one message, each to its own peer (Radio); they count once
+        against ``send_hwm``.
+
+        Raises:
+            WouldBlock: ``send_hwm`` messages are held already; nothing is queued.
+        """
+        if self.held >= self.send_hwm:
+            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
+        if not copies:
+            return
+        group = _Group(len(copies))
+        append = self._queue.append
+        for sharded, message_id, peer in copies:
+            append(OutMessage(sharded, message_id, peer, group))
+        self.held += 1
+        self.pushed += 1
+
+    def _release(self, msg: OutMessage) -> None:
+        group = msg.group
+        if group is None:
+            self.held -= 1
+        else:
+            group.left -= 1
+            if group.left == 0:
+                self.held -= 1
+
+    def _drop(self, msg: OutMessage, reason: DropReason) -> None:
+        if msg.dropped:
+            return
+        msg.dropped = True
+        self.dropped += 1
+        self._release(msg)
+        if self.on_drop is not None:
+            peer = msg.peer
+            self.on_drop(0 if peer is None else peer._sid, msg.message_id, reason)
+
+    def ready(self, have_peer: bool) -> bool:
+        """True when :meth:`take` would hand out a frame (or drop a message whose peer left):
+        frames are queued and either ``have_peer`` or the first message has a fixed peer."""
+        queue = self._queue
+        return bool(queue) and (have_peer or queue[0].peer is not None)
+
+    def take(self, now: float, limit: int, out: list[Datagram], ring: list[Peer]) -> int:
+        """Hand out up to ``limit`` new frames, in order, appending ``(frame, addr)`` to ``out``.
+
+        A message without a fixed peer goes to the next peer of ``ring`` in turn (round-robin
+        per message) when its first frame goes out; with an empty ring it waits. Frames of a
+        message whose peer is no longer connected are dropped (``PEER_GONE``). Each frame is a
+        memoryview into its message's buffer (or a ``bytes`` for a small message), never
+        reused by the queue. On a safe queue each frame is kept until :meth:`ack`.
+
+        Returns:
+            Frames handed out. Mutates the queue; sets ``peer.last_sent``.
+        """
+        queue = self._queue
+        n = 0
+        nbytes = 0
+        released = 0
+        safe = self.safe
+        encode = codec.encode_data_frame
+        rr = self._rr
+        nring = len(ring)
+        while queue and n < limit:
+            msg = queue[0]
+            if msg.dropped:
+                queue.popleft()
+                continue
+            frames = msg.frames
+            peer = msg.peer
+            if frames is None:
+                if peer is None:
+                    if not nring:
+                        break
+                    if rr >= nring:
+                        rr = 0
+                    peer = ring[rr]
+                    rr += 1
+                    msg.peer = peer
+                    small = msg.small
+                    if small is not None:
+                        size = len(small)
+                        frame = encode(peer._sid, msg.message_id, 1, 0, size, size, 0, small)
+                        if not safe:  # the common case, in full: one frame, done
+                            out.append((frame, peer._addr))
+                            nbytes += size + 34
+                            n += 1
+                            peer._last_sent = now
+                            queue.popleft()
+                            released += 1
+                            continue
+                        frames = [frame]
+                    else:
+                        frames = _frames_of(msg.sharded, peer._sid)
+                else:
+                    frames = _frames_of(msg.sharded, None)
+                msg.frames = frames
+            assert peer is not None
+            if peer._state is not _CONNECTED:
+                queue.popleft()
+                self._drop(msg, DropReason.PEER_GONE)
+                continue
+            addr = peer._addr
+            i = msg.sent
+            total = len(frames)
+            end = min(total, i + limit - n)
+            if safe:
+                inflight = self._inflight
+                due = now + self.resend_ivl
+                resend_append = self._resend.append
+                ack_hash = codec.ack_hash
+                for j in range(i, end):
+                    view = frames[j]
+                    out.append((view, addr))
+                    nbytes += len(view)
+                    h = ack_hash(view)
+                    flight = _Flight(h, view, msg, due)
+                    inflight[h] = flight
+                    resend_append((due, flight))
+                msg.unacked += end - i
+            else:
+                for j in range(i, end):
+                    view = frames[j]
+                    out.append((view, addr))
+                    nbytes += len(view)
+            n += end - i
+            msg.sent = end
+            peer._last_sent = now
+            if end == total:
+                queue.popleft()
+                if not safe:
+                    if msg.group is None:
+                        released += 1
+                    else:
+                        self._release(msg)
+        self._rr = rr
+        self.held -= released
+        self.frames_out += n
+        self.bytes_out += nbytes
+        return n
+
+    def ack(self, session_id: int, h: int) -> bool:
+        """An Ack for the frame whose ``codec.ack_hash`` is ``h`` arrived from ``session_id``.
+
+        Returns:
+            True if it acked a frame in flight; False (counted in ``acks_unknown``) for a hash
+            never sent, already acked, or sent to another session.
+        """
+        flight = self._inflight.pop(h, None)
+        if flight is None:
+            self.acks_unknown += 1
+            return False
+        msg = flight.msg
+        peer = msg.peer
+        if peer is None or peer._sid != session_id:
+            self._inflight[h] = flight
+            self.acks_unknown += 1
+            return False
+        flight.due = -1.0  # marks its resend-queue entries stale
+        if msg.dropped:
+            return True
+        self.acked += 1
+        msg.unacked -= 1
+        if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
+            self._release(msg)
+        return True
+
+    def resend_due(self, now: float, out: list[Datagram]) -> int:
+        """Resend every frame whose ack is overdue, appending ``(frame, addr)`` to ``out``.
+
+        A frame already resent ``resend_limit`` times drops its message (``RESEND_LIMIT``);
+        a frame whose peer is no longer connected drops its message (``PEER_GONE``). Called
+        late it resends each overdue frame once.
+
+        Returns:
+            Frames resent. Mutates the queue; sets ``peer.last_sent``.
+        """
+        rq = self._resend
+        inflight = self._inflight
+        n = 0
+        ivl = self.resend_ivl
+        limit = self.resend_limit
+        while rq and rq[0][0] <= now:
+            due, flight = rq.popleft()
+            if flight.due != due:
+                continue  # acked, or re-queued with a later due time
+            msg = flight.msg
+            if msg.dropped:
+                inflight.pop(flight.hash, None)
+                continue
+            peer = msg.peer
+            assert peer is not None
+            if peer._state is not _CONNECTED:
+                inflight.pop(flight.hash, None)
+                self._drop(msg, DropReason.PEER_GONE)
+                continue
+            if flight.resends >= limit:
+                inflight.pop(flight.hash, None)
+                self._drop(msg, DropReason.RESEND_LIMIT)
+                continue
+            flight.resends += 1
+            flight.due = due = now + ivl
+            rq.append((due, flight))
+            view = flight.view
+            out.append((view, peer._addr))
+            self.resend_bytes += len(view)
+            peer._last_sent = now
+            n += 1
+        self.resends += n
+        return n
+
+    def next_resend(self) -> float | None:
+        """When :meth:`resend_due` next has work (seconds), or None."""
+        rq = self._resend
+        while rq and rq[0][1].due != rq[0][0]:
+            rq.popleft()
+        if rq:
+            return rq[0][0]
+        return None
+
+    def clear(self, reason: DropReason) -> int:
+        """Drop every held message (each reported to ``on_drop``); returns how many."""
+        before = self.dropped
+        for msg in self._queue:
+            self._drop(msg, reason)
+        for flight in self._inflight.values():
+            self._drop(flight.msg, reason)
+        self._queue.clear()
+        self._inflight.clear()
+        self._resend.clear()
+        return self.dropped - before

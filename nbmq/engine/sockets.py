@@ -1,0 +1,460 @@
+"""The messaging layer: Dealer, SafeDealer, Radio and Dish engines, sans-IO.
+
+Each socket type is a :class:`~nbmq.engine.connection.Connection` (handshake, liveness, peer
+table) joined to the queueing layer (:class:`~nbmq.engine.queues.SendQueue`,
+:class:`~nbmq.engine.queues.RecvQueue`). The surface, identical for every type::
+
+    engine = Dealer(options=None, rng=None)         # or Dealer.bound(addr) / .connecting(addr, now)
+    engine.bind(local_addr)                          # accept Connect frames
+    engine.connect(remote_addr, now)                 # dial (queues Connect)
+    engine.receive_datagram(data, addr, now)         # feed what the network gave
+    engine.datagrams_to_send(now) -> [(data, addr)]  # what to put on the network
+    engine.send(parts, now)                          # WouldBlock at send_hwm
+    engine.recv() -> parts                           # WouldBlock when none
+    engine.tick(now)                                 # heartbeats, keepalive, resend, expiry
+    engine.next_deadline() -> float | None
+    engine.next_event() -> Event | None
+    engine.counters, engine.peers
+
+The flush rule (STYLE.md section 3): after every call that takes input or ``now`` (``connect``,
+``receive_datagram``, ``send``, ``tick``, ``close``) the driver calls ``datagrams_to_send`` and
+drains ``next_event``, then sleeps until ``next_deadline()`` or the next datagram.
+
+Socket types (seed 000):
+
+- :class:`Dealer`: duplex, fire and forget. Messages go to connected peers in turn
+  (round-robin per message); messages sent while no peer is connected wait in the one queue.
+- :class:`SafeDealer`: a Dealer whose every data frame is acked by the receiver
+  (``Ack(session, fnv1a64(frame))``), resent every ``safe_resend_ivl`` until acked, at most
+  ``safe_resend_limit`` times; the receiver acks every data frame (duplicates too) and drops
+  repeats of messages delivered within the dedup window.
+- :class:`Radio`: send-only; each message goes to every peer connected at that moment, each
+  copy with its own message id (as the reference does). With no peer it is dropped and counted
+  (pub/sub). ``recv`` raises :class:`~nbmq.errors.NotSupported`.
+- :class:`Dish`: receive-only peer of Radio. ``send`` raises NotSupported.
+
+Nonces (they only need to be unique per session): Dealer counts from 1, SafeDealer and Radio
+from 0, as the reference does, so identical inputs give the reference's message ids.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .. import codec
+from ..errors import NotSupported, WouldBlock
+from ..events import DisconnectReason, DropReason, MessageDropped
+from ..options import SocketOptions
+from ..wire import DataFrame, FrameKind
+from .connection import Connection, Datagram
+from .peers import Peer
+from .queues import PushResult, RecvQueue, SendQueue
+
+__all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
+
+Parts = list[np.ndarray]
+Buffer = Any  # bytes-like: bytes, bytearray, memoryview, numpy uint8
+_S = TypeVar("_S", bound="Socket")
+
+_COMPLETE = PushResult.COMPLETE
+_DUPLICATE = PushResult.DUPLICATE
+_DROP_FOR = {
+    PushResult.DROPPED: DropReason.RECV_HWM,
+    PushResult.REJECTED: DropReason.REJECTED,
+    PushResult.TOO_LARGE: DropReason.TOO_LARGE,
+}
+_ACK = FrameKind.ACK
+_MAX_CHUNK = codec.MAX_CHUNK_SIZE
+
+
+class Socket(Connection):
+    """What every socket type shares: the queues, ``send``/``recv``, ``tick`` and the flush.
+
+    Args:
+        options: a :class:`~nbmq.options.SocketOptions` (copied), or None for the defaults.
+        rng: a ``random.Random`` for session ids (None: ``random.SystemRandom()``).
+    """
+
+    #: Can this type send / receive messages?
+    CAN_SEND = True
+    CAN_RECV = True
+    #: Acked frames, resends and dedup (SafeDealer).
+    SAFE = False
+    #: First nonce (reference: Dealer 1, SafeDealer 0, Radio 0).
+    FIRST_NONCE = 1
+
+    def __init__(self, options: SocketOptions | None = None, rng: random.Random | None = None):
+        super().__init__(options, rng)
+        opts = self._opts
+        self._nonce = self.FIRST_NONCE
+        self._sendq = SendQueue(
+            opts.send_hwm,
+            safe=self.SAFE,
+            resend_ivl=opts.safe_resend_ivl,
+            resend_limit=opts.safe_resend_limit,
+            on_drop=self._dropped,
+        )
+        self._recvq = RecvQueue(
+            opts.recv_hwm,
+            opts.uncompleted_message_ttl,
+            opts.queue_maint_ivl,
+            dedup_ttl=self._dedup_window(),
+            max_message_size=opts.max_message_size,
+            max_incomplete_bytes=opts.max_incomplete_bytes,
+            refuse_when_full=self.SAFE,
+        )
+        self._max_tick_send = opts.max_tick_send
+        self._ready = self._recvq._ready
+
+    def _dedup_window(self) -> float | None:
+        if not self.SAFE:
+            return None
+        opts = self._opts
+        # The window must outlast the sender's last resend, or a late resend of a message
+        # already delivered would be delivered again.
+        horizon = opts.safe_resend_ivl * (opts.safe_resend_limit + 1)
+        return max(opts.safe_hash_dedup_ttl, horizon)
+
+    def set_option(self, name: str, value: int | float) -> None:
+        """Change one option of this running engine (validated as
+        :class:`~nbmq.options.SocketOptions` does); it takes effect at once.
+
+        Transport-level options (``max_tick_recv``, ``sndbuf``, ``rcvbuf``, ``linger``) are
+        only recorded. Lowering ``send_hwm`` / ``recv_hwm`` below what is held drops nothing:
+        it only refuses more until the count falls. Queues nothing.
+
+        Raises:
+            OptionError: an unknown name or a bad value (the engine is unchanged).
+        """
+        opts = self._opts
+        setattr(opts, name, value)
+        value = getattr(opts, name)
+        sendq = self._sendq
+        recvq = self._recvq
+        if name == "send_hwm":
+            sendq.send_hwm = int(value)
+        elif name == "recv_hwm":
+            recvq.recv_hwm = int(value)
+        elif name == "max_tick_send":
+            self._max_tick_send = int(value)
+        elif name == "safe_resend_ivl":
+            sendq.resend_ivl = float(value)
+        elif name == "safe_resend_limit":
+            sendq.resend_limit = int(value)
+        elif name == "uncompleted_message_ttl":
+            recvq.ttl = float(value)
+        elif name == "queue_maint_ivl":
+            recvq.maint_ivl = float(value)
+            recvq._next_maint = min(recvq._next_maint, self._now + float(value))
+        elif name == "max_message_size":
+            recvq.reassembler.max_message_size = int(value)
+        elif name == "max_incomplete_bytes":
+            recvq.reassembler.max_incomplete_bytes = int(value)
+        elif name in ("peer_keepalive", "peer_heartbeat_ivl"):
+            for peer in self._peers.values():  # deadlines may be earlier now
+                self._arm(peer)
+        elif name == "reconnect_wait":
+            for remote in self._remotes.values():
+                remote.next_connect = min(remote.next_connect, self._now + float(value))
+        if name in ("safe_resend_ivl", "safe_resend_limit", "safe_hash_dedup_ttl"):
+            recvq.dedup_ttl = self._dedup_window()
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def bound(
+        cls: type[_S],
+        local_addr: Hashable = None,
+        options: SocketOptions | None = None,
+        rng: random.Random | None = None,
+    ) -> _S:
+        """A new engine in the bound role (``engine.bind(local_addr)``). Queues nothing."""
+        engine = cls(options, rng)
+        engine.bind(local_addr)
+        return engine
+
+    @classmethod
+    def connecting(
+        cls: type[_S],
+        remote_addr: Hashable,
+        now: float,
+        options: SocketOptions | None = None,
+        rng: random.Random | None = None,
+    ) -> _S:
+        """A new engine dialling ``remote_addr`` (``engine.connect(remote_addr, now)``): queues
+        a Connect, so flush with :meth:`datagrams_to_send`."""
+        engine = cls(options, rng)
+        engine.connect(remote_addr, now)
+        return engine
+
+    # ------------------------------------------------------------------ messages
+
+    def send(self, parts: Sequence[Buffer], now: float) -> None:
+        """Queue one multipart message (its frames go out on the next flush).
+
+        The parts are copied once, into the message's frame buffer (``codec.shard_message``),
+        so the caller may reuse them as soon as this returns. Messages wait in the socket's one
+        queue until a peer is connected (Radio: see :class:`Radio`).
+
+        Args:
+            parts: 1..255 bytes-like parts (bytes, bytearray, memoryview, numpy uint8); empty
+                parts and ``[b""]`` are carried.
+            now: seconds (monotonic).
+
+        Raises:
+            WouldBlock: ``send_hwm`` messages are held; nothing was queued.
+            NotSupported: on a Dish.
+            NbmqError: the engine is closed.
+            TypeError / ValueError: ``parts`` is not 1..255 buffers or is over 4 GiB.
+
+        Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+        """
+        if not self.CAN_SEND:
+            raise NotSupported(f"{type(self).__name__} cannot send")
+        if self._closed:
+            self._check_open()
+        self._now = now
+        sendq = self._sendq
+        if sendq.held >= sendq.send_hwm:
+            raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+        nonce = self._nonce
+        message_id = codec.message_id(parts, nonce)
+        if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= _MAX_CHUNK:
+            sendq.push_small(parts[0], message_id)  # immutable: no copy, one frame later
+        else:
+            sendq.push(codec.shard_message(parts, 0, message_id), message_id)
+        self._nonce = nonce + 1
+
+    def recv(self) -> Parts:
+        """The oldest completed message.
+
+        Returns:
+            Its parts: a list of 1-D ``uint8`` numpy arrays, shape ``(part_size,)``, which own
+            their memory (the reassembler copied each chunk once into them; the engine keeps no
+            reference). ``bytes(part)`` or ``part.tobytes()`` gives bytes.
+
+        Raises:
+            WouldBlock: no message is ready.
+            NotSupported: on a Radio.
+
+        Mutates the receive queue; queues no output.
+        """
+        if not self.CAN_RECV:
+            raise NotSupported(f"{type(self).__name__} cannot receive")
+        try:
+            return self._ready.popleft()  # RecvQueue.pull(), inlined: the hot path
+        except IndexError:
+            raise WouldBlock("no message ready") from None
+
+    def recv_ready(self) -> int:
+        """Completed messages waiting for :meth:`recv`."""
+        return len(self._recvq)
+
+    @property
+    def incomplete_messages(self) -> int:
+        """Messages partly received (held by the reassembler until complete or expired)."""
+        return self._recvq.incomplete
+
+    @property
+    def frames_in_flight(self) -> int:
+        """Data frames sent and not yet acked (SafeDealer; 0 otherwise)."""
+        return self._sendq.in_flight
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages the socket still holds for sending (queued, or awaiting acks): what
+        ``send_hwm`` bounds and a lingering close waits for."""
+        return self._sendq.held
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float) -> None:
+        """Do whatever is due at ``now``: heartbeats, keepalive expiry, reconnects, resends
+        (SafeDealer), incomplete-message and dedup expiry (every ``queue_maint_ivl``). Early
+        calls do nothing harmful; a late call catches up in one go.
+
+        May queue output and events: flush with :meth:`datagrams_to_send`, drain
+        :meth:`next_event`. Mutates state.
+        """
+        Connection.tick(self, now)
+        if self._closed:
+            return
+        if self.SAFE:
+            self._sendq.resend_due(now, self._ctrl)
+        recvq = self._recvq
+        if now >= recvq._next_maint:
+            for sid, mid in recvq.maintain(now):
+                self._dropped(sid, mid, DropReason.TTL_EXPIRED)
+
+    def _queue_deadline(self) -> float | None:
+        best = self._recvq.next_deadline()
+        if self.SAFE:
+            resend = self._sendq.next_resend()
+            if resend is not None and (best is None or resend < best):
+                best = resend
+        return best
+
+    # ------------------------------------------------------------------ hooks
+
+    def _dropped(self, session_id: int, message_id: int, reason: DropReason) -> None:
+        self._counters.dropped[reason] += 1
+        self._emit(MessageDropped(session_id, message_id, reason))
+
+    def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
+        if not self.CAN_RECV:
+            self._reject(peer._addr, "data frame to a send-only socket")
+            return
+        result = self._recvq.push(frame, now)
+        if result > _COMPLETE:
+            self._data_result(result, frame)
+
+    def _data_result(self, result: PushResult, frame: DataFrame) -> None:
+        if result is PushResult.DUPLICATE:
+            self._counters.duplicate_frames += 1
+        elif result is PushResult.REFUSED:
+            self._counters.refused_frames += 1
+        else:
+            self._dropped(frame.session_id, frame.message_id, _DROP_FOR[result])
+
+    def _output_ready(self) -> bool:
+        return self._sendq.ready(bool(self._ring))
+
+    def _take_data(self, now: float, out: list[Datagram]) -> None:
+        sendq = self._sendq
+        if sendq._queue:
+            sendq.take(now, self._max_tick_send, out, self._ring)
+
+    def _on_peer_removed(self, peer: Peer, reason: DisconnectReason, now: float) -> None:
+        pass  # its queued and in-flight frames are dropped lazily (PEER_GONE)
+
+    def _on_close(self, now: float) -> None:
+        self._sendq.clear(DropReason.CLOSED)
+        self._recvq.clear()
+        self._ready = self._recvq._ready
+
+    def _sync_counters(self) -> None:
+        Connection._sync_counters(self)
+        counters = self._counters
+        sendq = self._sendq
+        recvq = self._recvq
+        counters.messages_out = sendq.pushed
+        counters.messages_in = recvq.completed
+        counters.data_frames_out = sendq.frames_out
+        counters.resends = sendq.resends
+        counters.resend_bytes = sendq.resend_bytes
+        counters.acks_unknown = sendq.acks_unknown
+        counters.datagrams_out = self._ctrl_out + sendq.frames_out + sendq.resends
+        counters.bytes_out = self._ctrl_bytes + sendq.bytes_out + sendq.resend_bytes
+        counters.duplicate_frames = recvq.duplicates + recvq.reassembler.duplicates
+
+
+def _check_parts(parts: Sequence[Buffer]) -> None:
+    """The argument checks ``codec.shard_message`` makes, for a send that shards nothing."""
+    if isinstance(parts, (bytes, bytearray, memoryview, str)):
+        raise TypeError("parts must be a sequence of buffers, not one buffer")
+    if not 1 <= len(parts) <= codec.MAX_PARTS:
+        raise ValueError(f"a message has 1..{codec.MAX_PARTS} parts, got {len(parts)}")
+    for part in parts:
+        memoryview(part)
+
+
+class Dealer(Socket):
+    """Duplex, fire-and-forget socket: messages go to connected peers in turn (round-robin).
+
+    See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference).
+    """
+
+
+class SafeDealer(Socket):
+    """A Dealer whose data frames are acked, resent and de-duplicated.
+
+    Sender: every data frame is kept until ``Ack(session, codec.ack_hash(frame))`` arrives,
+    resent every ``safe_resend_ivl``, at most ``safe_resend_limit`` times; then its message is
+    dropped (``MessageDropped(RESEND_LIMIT)``). A message counts against ``send_hwm`` until
+    every frame is acked. Acks for unknown hashes are ignored and counted.
+
+    Receiver: acks every data frame it takes, duplicates included; drops frames of messages
+    delivered within ``max(safe_hash_dedup_ttl, safe_resend_ivl * (safe_resend_limit + 1))``
+    seconds (a window that really expires); while ``recv_hwm`` messages wait it refuses new
+    frames without acking them, so the sender resends later (backpressure, no loss).
+
+    Nonces count from 0 (reference).
+    """
+
+    SAFE = True
+    FIRST_NONCE = 0
+
+    def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
+        result = self._recvq.push(frame, now)
+        if result <= _DUPLICATE:  # INCOMPLETE, COMPLETE, DUPLICATE: ack it
+            h = codec.ack_hash(data)
+            self._queue_ctrl(
+                codec.encode_control_frame(_ACK, peer._sid, h.to_bytes(8, "big")), peer._addr
+            )
+            self._counters.acks_out += 1
+            peer._last_sent = now
+            if result is _DUPLICATE:
+                self._data_result(result, frame)
+        else:
+            self._data_result(result, frame)
+
+    def _on_ack(self, peer: Peer, payload: memoryview, addr: Hashable, now: float) -> None:
+        if len(payload) != 8:
+            self._counters.malformed += 1
+            self._reject(addr, "Ack payload is not 8 bytes")
+            return
+        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"))
+
+
+class Radio(Socket):
+    """Send-only fan-out: each message goes to every peer connected when it is sent.
+
+    Each peer's copy has its own nonce and so its own message id (as the reference does;
+    nonces count from 0 across peers). A message sent with no peer connected is dropped and
+    counted (``counters.dropped[NO_PEER]``, no event), as pub/sub does. A Radio message counts
+    once against ``send_hwm`` however many copies it has. ``recv`` raises NotSupported; data
+    frames sent to a Radio are counted (``unexpected``) and dropped.
+    """
+
+    CAN_RECV = False
+    FIRST_NONCE = 0
+
+    def send(self, parts: Sequence[Buffer], now: float) -> None:
+        """Queue one copy of the message per connected peer (flush with
+        :meth:`datagrams_to_send`); with no peer, drop and count it.
+
+        Raises:
+            WouldBlock: ``send_hwm`` messages are held; nothing was queued.
+            NbmqError: the engine is closed. TypeError / ValueError: bad ``parts``.
+        """
+        self._check_open()
+        self._now = now
+        sendq = self._sendq
+        if sendq.held >= sendq.send_hwm:
+            raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+        ring = self._ring
+        if not ring:
+            _check_parts(parts)
+            self._counters.dropped[DropReason.NO_PEER] += 1
+            return
+        state = 0xCBF29CE484222325  # FNV-1a offset basis: hash the parts once
+        for part in parts:
+            state = codec.fnv1a64(part, state)
+        copies = []
+        nonce = self._nonce
+        for peer in ring:
+            message_id = codec.fnv1a64(nonce.to_bytes(8, "big"), state)
+            nonce += 1
+            copies.append((codec.shard_message(parts, peer._sid, message_id), message_id, peer))
+        self._nonce = nonce
+        sendq.push_group(copies)
+
+
+class Dish(Socket):
+    """Receive-only peer of Radio; ``send`` raises NotSupported."""
+
+    CAN_SEND = False

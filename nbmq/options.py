@@ -1,0 +1,252 @@
+"""Socket options: every option of the nbmq 0.2.0 reference, with its defaults and units, plus
+the bounds this implementation adds.
+
+Sources: seed 000 (option table), seed 001 (``max_tick_recv``), ARCHITECTURE.md (reference
+defaults, ``max_message_size``, ``max_peers``) and seed 003 (one per-socket ``send_hwm``,
+``linger``).
+
+Units: every duration is in seconds (a ``float``; an ``int`` is accepted and stored as float),
+every count is an ``int`` (``bool`` is refused), every size is in bytes (``int``).
+
+Values are checked when the object is built and on every later assignment
+(``opts.send_hwm = 5`` validates); unknown names are refused. Every failure is an
+:class:`~nbmq.errors.OptionError` whose message names the option.
+
+>>> opts = SocketOptions(send_hwm=10, peer_keepalive=2.0)
+>>> opts.send_hwm
+10
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from .errors import OptionError
+
+__all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS"]
+
+_U32 = 0xFFFFFFFF
+
+
+class OptionSpec(NamedTuple):
+    """How one option is typed, bounded and documented.
+
+    Attributes:
+        kind: ``"count"`` (int), ``"seconds"`` (float) or ``"bytes"`` (int).
+        default: the default value.
+        low: smallest allowed value (inclusive).
+        low_open: True when ``low`` itself is not allowed (``> low``).
+        high: largest allowed value (inclusive), or None.
+        layer: who reads it: ``"engine"`` or ``"transport"``.
+        doc: one line on what it means.
+    """
+
+    kind: str
+    default: int | float
+    low: int | float
+    low_open: bool
+    high: int | float | None
+    layer: str
+    doc: str
+
+
+#: Every option, in the order of the reference's table, then ours.
+OPTION_SPECS: dict[str, OptionSpec] = {
+    "send_hwm": OptionSpec(
+        "count", 1000, 1, False, None, "engine",
+        "messages the socket holds for sending (queued, or in flight awaiting acks on "
+        "SafeDealer) before send() raises WouldBlock; one count per socket, not per peer",
+    ),
+    "recv_hwm": OptionSpec(
+        "count", 1000, 1, False, None, "engine",
+        "completed messages held for recv(); a message completed past it is dropped and "
+        "counted (SafeDealer instead refuses, unacked, the frames that arrive while full)",
+    ),
+    "safe_resend_limit": OptionSpec(
+        "count", 10, 0, False, None, "engine",
+        "resends of one unacked data frame before its message is dropped (SafeDealer)",
+    ),
+    "max_tick_send": OptionSpec(
+        "count", 1000, 1, False, None, "engine",
+        "new data frames handed out per datagrams_to_send() call",
+    ),
+    "max_tick_recv": OptionSpec(
+        "count", 1000, 1, False, None, "transport",
+        "datagrams a transport reads from the OS per step before flushing and ticking",
+    ),
+    "uncompleted_message_ttl": OptionSpec(
+        "seconds", 10.0, 0.0, True, None, "engine",
+        "seconds an incomplete message is kept after its first frame before it is dropped",
+    ),
+    "queue_maint_ivl": OptionSpec(
+        "seconds", 1.0, 0.0, True, None, "engine",
+        "seconds between receive-queue maintenance runs (TTL expiry, dedup expiry)",
+    ),
+    "peer_keepalive": OptionSpec(
+        "seconds", 10.0, 0.0, True, None, "engine",
+        "seconds a silent peer is kept before it is removed",
+    ),
+    "peer_heartbeat_ivl": OptionSpec(
+        "seconds", 1.0, 0.0, True, None, "engine",
+        "a heartbeat goes to a peer nothing was sent to for this many seconds",
+    ),
+    "reconnect_wait": OptionSpec(
+        "seconds", 5.0, 0.0, True, None, "engine",
+        "seconds between Connect frames while a connecting socket has no peer",
+    ),
+    "safe_resend_ivl": OptionSpec(
+        "seconds", 0.2, 0.0, True, None, "engine",
+        "seconds before an unacked data frame is resent (SafeDealer)",
+    ),
+    "safe_hash_dedup_ttl": OptionSpec(
+        "seconds", 1.0, 0.0, False, None, "engine",
+        "seconds a delivered message's id is remembered to drop repeats (SafeDealer); the "
+        "window used is at least safe_resend_ivl * (safe_resend_limit + 1), so a late resend "
+        "can never be delivered twice",
+    ),
+    "max_message_size": OptionSpec(
+        "bytes", 16 * 1024 * 1024, 0, False, _U32, "engine",
+        "largest message accepted from the network, bytes (the wire allows 2**32-1)",
+    ),
+    "max_incomplete_bytes": OptionSpec(
+        "bytes", 64 * 1024 * 1024, 0, False, None, "engine",
+        "budget for all incomplete messages together, bytes (each is charged its claimed size "
+        "plus 256)",
+    ),
+    "max_peers": OptionSpec(
+        "count", 1024, 1, False, None, "engine",
+        "size of the peer table; half-open peers are evicted first when it is full",
+    ),
+    "max_events": OptionSpec(
+        "count", 10_000, 1, False, None, "engine",
+        "events held for next_event(); past it new events are dropped and counted",
+    ),
+    "sndbuf": OptionSpec(
+        "bytes", 4 * 1024 * 1024, 0, False, None, "transport",
+        "SO_SNDBUF asked of the OS, bytes (the OS may cap it; 0 keeps the OS default)",
+    ),
+    "rcvbuf": OptionSpec(
+        "bytes", 4 * 1024 * 1024, 0, False, None, "transport",
+        "SO_RCVBUF asked of the OS, bytes (the OS may cap it, e.g. net.core.rmem_max; 0 keeps "
+        "the OS default)",
+    ),
+    "linger": OptionSpec(
+        "seconds", 1.0, 0.0, False, None, "transport",
+        "seconds close() keeps flushing queued messages (and awaiting SafeDealer acks) before "
+        "dropping them; 0 drops at once, inf waits for ever",
+    ),
+}
+
+_INFINITE_OK = {"linger"}
+
+
+def _check(name: str, raw: Any) -> int | float:
+    spec = OPTION_SPECS.get(name)
+    if spec is None:
+        raise OptionError(f"unknown socket option {name!r}")
+    value: int | float
+    if spec.kind == "seconds":
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise OptionError(f"{name} must be a number of seconds, got {raw!r}")
+        value = float(raw)
+        if math.isnan(value) or (math.isinf(value) and name not in _INFINITE_OK):
+            raise OptionError(f"{name} must be finite, got {value!r}")
+    else:
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            unit = "a count" if spec.kind == "count" else "a number of bytes"
+            raise OptionError(f"{name} must be {unit} (int), got {raw!r}")
+        value = int(raw)
+    if value < spec.low or (spec.low_open and value == spec.low):
+        op = ">" if spec.low_open else ">="
+        raise OptionError(f"{name} must be {op} {spec.low}, got {value!r}")
+    if spec.high is not None and value > spec.high:
+        raise OptionError(f"{name} must be <= {spec.high}, got {value!r}")
+    return value
+
+
+class SocketOptions:
+    """The options of one nbmq socket (engine plus transport).
+
+    Build with keyword arguments (``SocketOptions(send_hwm=10)``) or change attributes later;
+    both validate. An engine copies the options it is given when it is built, so changing the
+    object afterwards does not affect that engine.
+
+    Engine options:
+        send_hwm (int, messages, default 1000), recv_hwm (int, messages, 1000),
+        safe_resend_limit (int, resends, 10), max_tick_send (int, frames per
+        ``datagrams_to_send`` call, 1000), uncompleted_message_ttl (s, 10.0), queue_maint_ivl
+        (s, 1.0), peer_keepalive (s, 10.0), peer_heartbeat_ivl (s, 1.0), reconnect_wait (s,
+        5.0), safe_resend_ivl (s, 0.2), safe_hash_dedup_ttl (s, 1.0), max_message_size
+        (bytes, 16 MiB), max_incomplete_bytes (bytes, 64 MiB), max_peers (int, 1024),
+        max_events (int, 10000).
+
+    Transport options (the engine carries them; a transport reads them):
+        max_tick_recv (int, datagrams per step, 1000), sndbuf (bytes, 4 MiB; 0 = OS default),
+        rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever).
+
+    See :data:`OPTION_SPECS` for the bounds and a line on each.
+
+    Raises:
+        OptionError: an unknown name, a value of the wrong type, or out of range.
+    """
+
+    __slots__ = tuple(OPTION_SPECS)
+
+    send_hwm: int
+    recv_hwm: int
+    safe_resend_limit: int
+    max_tick_send: int
+    max_tick_recv: int
+    uncompleted_message_ttl: float
+    queue_maint_ivl: float
+    peer_keepalive: float
+    peer_heartbeat_ivl: float
+    reconnect_wait: float
+    safe_resend_ivl: float
+    safe_hash_dedup_ttl: float
+    max_message_size: int
+    max_incomplete_bytes: int
+    max_peers: int
+    max_events: int
+    sndbuf: int
+    rcvbuf: int
+    linger: float
+
+    def __init__(self, **options: int | float) -> None:
+        for name, spec in OPTION_SPECS.items():
+            object.__setattr__(self, name, spec.default)
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, _check(name, value))
+
+    def __delattr__(self, name: str) -> None:
+        raise OptionError(f"socket option {name!r} cannot be deleted")
+
+    def copy(self, **changes: int | float) -> SocketOptions:
+        """A new, independent SocketOptions with these values changed (validated)."""
+        out = SocketOptions(**self.as_dict())
+        for name, value in changes.items():
+            setattr(out, name, value)
+        return out
+
+    def as_dict(self) -> dict[str, int | float]:
+        """Every option and its value, in the order of :data:`OPTION_SPECS`."""
+        return {name: getattr(self, name) for name in OPTION_SPECS}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SocketOptions):
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        changed = {
+            name: value for name, value in self.as_dict().items()
+            if value != OPTION_SPECS[name].default
+        }
+        inner = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+        return f"SocketOptions({inner})"
