@@ -9,6 +9,7 @@ from setuptools import setup
 # (module, sources, Linux only)
 EXTENSIONS = [
     ("nbmq._codec", ["nbmq/_codec.pyx"], False),
+    ("nbmq.transports._batch", ["nbmq/transports/_batch.pyx"], True),
 ]
 
 

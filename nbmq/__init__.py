@@ -7,6 +7,8 @@ turns captures of the traffic into tables.
 
 from . import codec, errors, wire
 from .errors import (
+    AddressError,
+    CaptureError,
     DecodeError,
     FrameTooLarge,
     NbmqError,
@@ -16,6 +18,8 @@ from .errors import (
     ProtocolError,
     WouldBlock,
 )
+from .options import SocketOptions
+from .transports import Dealer, Dish, Radio, SafeDealer, Socket
 from .wire import FrameKind
 
 __version__ = "0.1.0"
@@ -26,6 +30,14 @@ __all__ = [
     "errors",
     "wire",
     "FrameKind",
+    "SocketOptions",
+    "Socket",
+    "Dealer",
+    "SafeDealer",
+    "Radio",
+    "Dish",
+    "AddressError",
+    "CaptureError",
     "NbmqError",
     "DecodeError",
     "FrameTooLarge",

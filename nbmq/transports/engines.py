@@ -1,0 +1,75 @@
+"""Glue between the drivers and :mod:`nbmq.engine`: build an engine for a socket type and role,
+and keep options live (``sock.options.send_hwm = 10`` after construction).
+
+This is the only transport module that knows the engines' constructors and option plumbing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import engine as _engine
+from ..options import SocketOptions
+
+__all__ = ["LiveOptions", "make_engine", "apply_option", "drained", "has_connected_peer"]
+
+ENGINES = {
+    "Dealer": _engine.Dealer,
+    "SafeDealer": _engine.SafeDealer,
+    "Radio": _engine.Radio,
+    "Dish": _engine.Dish,
+}
+
+
+class LiveOptions:
+    """A socket's options: reads like :class:`~nbmq.options.SocketOptions`; an assignment is
+    validated (``OptionError`` naming the option) and then applied to the running socket."""
+
+    __slots__ = ("_opts", "_on_change")
+
+    def __init__(self, opts: SocketOptions, on_change: Callable[[str, Any], None] | None = None) -> None:
+        object.__setattr__(self, "_opts", opts)
+        object.__setattr__(self, "_on_change", on_change)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._opts, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._opts, name, value)  # validates
+        if self._on_change is not None:
+            self._on_change(name, getattr(self._opts, name))
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._opts.as_dict()
+
+    def snapshot(self) -> SocketOptions:
+        """An independent copy of the current values."""
+        return self._opts.copy()
+
+    def __repr__(self) -> str:
+        return repr(self._opts)
+
+
+def make_engine(kind: str, bind: bool, local: Any, remote: Any, options: Any, now: float) -> Any:
+    """An engine of type ``kind`` (``"Dealer"`` ...) bound at ``local`` or dialling ``remote``."""
+    cls = ENGINES[kind]
+    opts = options.snapshot() if isinstance(options, LiveOptions) else options
+    if bind:
+        return cls.bound(local, opts)
+    return cls.connecting(remote, now, opts)
+
+
+def apply_option(engine: Any, name: str, value: Any) -> None:
+    """Make a changed option take effect in a running engine (its ``set_option``; transport
+    options are only recorded there)."""
+    engine.set_option(name, value)
+
+
+def drained(engine: Any) -> bool:
+    """True when the engine holds no message for sending (queued or awaiting acks)."""
+    return engine.pending_messages == 0
+
+
+def has_connected_peer(engine: Any) -> bool:
+    return bool(engine.connected_peers)

@@ -1,0 +1,36 @@
+"""Open the link an address names: UDP, Unix datagram (IPC) or in-process.
+
+Every link has the same duck type: ``fileno()``, ``receive(engine, now, budget)``,
+``transmit(datagrams) -> bool``, ``has_pending``, ``write_waitable``, ``local_address``,
+``engine_address`` (where a connecting engine dials), ``send_errors`` and ``close()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .address import parse_address
+from .inproc import InprocLink
+from .ipc import open_ipc
+from .udp import open_udp
+
+__all__ = ["open_link"]
+
+
+def open_link(address: str, bind: bool, options: Any, native: bool | None = None) -> Any:
+    """The link for ``address`` (see :mod:`.address`), bound or set up to connect.
+
+    Args:
+        native: None picks the recvmmsg batch I/O when built; False forces the portable one.
+
+    Raises:
+        AddressError: malformed address, or an inproc name already bound.
+        OSError: the address is in use or cannot be bound (the message names it).
+    """
+    parsed = parse_address(address)
+    if parsed.scheme == "udp":
+        return open_udp(parsed, bind, options, native)
+    if parsed.scheme == "ipc":
+        return open_ipc(parsed, bind, options, native)
+    capacity = max(64, options.rcvbuf // 512) if options.rcvbuf else 4096  # datagrams
+    return InprocLink(parsed.sockaddr, bind, capacity)

@@ -1,0 +1,303 @@
+"""The blocking nbmq sockets users hold: ``nbmq.Dealer.bind("0.0.0.0:8000")`` and friends.
+
+A socket joins one sans-IO engine (:mod:`nbmq.engine`) to one link (UDP, IPC or inproc). Every
+call runs the same step: feed what the OS has to the engine, tick it when a deadline is due,
+flush its output, then drain its events (STYLE.md section 6). ``send``/``recv`` never block
+unless given a ``timeout``; the wait sleeps in ``selectors`` until the socket is readable or
+the engine's ``next_deadline()``, never busy-polls. Time is ``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+import math
+import selectors
+import time
+from collections import deque
+from typing import Any
+
+from ..errors import WouldBlock
+from ..events import Event
+from ..options import SocketOptions
+from . import engines
+from .links import open_link
+
+__all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
+
+_monotonic = time.monotonic
+_BYTES = (bytes, bytearray, memoryview)
+_RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
+
+
+class Socket:
+    """An nbmq socket over UDP, IPC or inproc. Build with :meth:`bind` or :meth:`connect`.
+
+    Attributes:
+        engine: the sans-IO engine (read it for ``counters`` and ``peers``; do not drive it).
+        options: the live :class:`~nbmq.options.SocketOptions`; assignments validate and take
+            effect at the next call (``sock.options.send_hwm = 10``).
+        local_address: the bound address as text (the OS-chosen port after ``bind(":0")``).
+    """
+
+    _kind = ""
+
+    def __init__(self, address: str, bind: bool, options: dict[str, Any]) -> None:
+        self.options = engines.LiveOptions(SocketOptions(**options), self._option_changed)
+        self._link = link = open_link(address, bind, self.options)
+        try:
+            self.engine = engines.make_engine(
+                self._kind, bind, link.local_address, link.engine_address, self.options, _monotonic()
+            )
+        except BaseException:
+            link.close()
+            raise
+        self._events: deque[Event] = deque()
+        self._sel = selectors.DefaultSelector()
+        self._mask = selectors.EVENT_READ
+        self._sel.register(self._link.fileno(), self._mask)
+        self.closed = False
+        self._flush(_monotonic())
+
+    @classmethod
+    def bind(cls, address: str, **options: Any) -> Any:
+        """A socket bound to ``address`` (``"host:port"``, ``"[v6]:port"``, ``"ipc:///path"``,
+        ``"inproc://name"``; port 0 = any free port). Options as in SocketOptions.
+
+        Raises:
+            AddressError: malformed address. OptionError: unknown option or bad value.
+            OSError: the address is in use (the message says so) or cannot be bound.
+        """
+        return cls(address, True, options)
+
+    @classmethod
+    def connect(cls, address: str, **options: Any) -> Any:
+        """A socket that dials ``address`` (sends ``Connect`` now and every ``reconnect_wait``
+        until a peer answers). Raises as :meth:`bind`."""
+        return cls(address, False, options)
+
+    def _option_changed(self, name: str, value: Any) -> None:
+        engines.apply_option(self.engine, name, value)
+        if name in ("sndbuf", "rcvbuf"):
+            self._link.set_buffers(self.options)
+
+    # --- the step: receive -> tick -> flush -> drain ------------------------------------------
+    def _step(self, now: float) -> None:
+        self._link.receive(self.engine, now, self.options.max_tick_recv)
+        deadline = self.engine.next_deadline()
+        if deadline is not None and deadline <= now:
+            self.engine.tick(now)
+        self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        link, engine = self._link, self.engine
+        if not link.has_pending or link.transmit([]):
+            limit = self.options.max_tick_send
+            while True:  # more than max_tick_send frames may be waiting: pull again
+                out = engine.datagrams_to_send(now)
+                if not out or not link.transmit(out) or len(out) < limit:
+                    break
+        if (event := engine.next_event()) is not None:
+            events = self._events
+            while event is not None:
+                events.append(event)
+                event = engine.next_event()
+            while len(events) > self.options.max_events:
+                events.popleft()
+
+    def _wait(self, until: float | None) -> None:
+        """Sleep until readable, writable (if output is pending), the engine's next deadline
+        or ``until``, whichever is first; then step."""
+        now = _monotonic()
+        timeout = None if until is None else max(0.0, until - now)
+        deadline = self.engine.next_deadline()
+        if deadline is not None and deadline <= now and self._link.has_pending:
+            deadline = now + _RETRY  # "output waiting", but the OS is full: do not spin
+        if deadline is not None:
+            timeout = max(0.0, deadline - now) if timeout is None else min(timeout, max(0.0, deadline - now))
+        mask = selectors.EVENT_READ
+        if self._link.has_pending:
+            if self._link.write_waitable:
+                mask |= selectors.EVENT_WRITE
+            else:
+                timeout = _RETRY if timeout is None else min(timeout, _RETRY)
+        if mask != self._mask:
+            self._sel.modify(self._link.fileno(), mask)
+            self._mask = mask
+        self._sel.select(timeout)
+        self._step(_monotonic())
+
+    # --- user API ------------------------------------------------------------------------------
+    def send(self, parts: Any, timeout: float | None = 0.0, flush: bool = True) -> None:
+        """Queue a multipart message and flush what the engine lets go now.
+
+        Args:
+            parts: a list of bytes-like parts (a single bytes-like is one part).
+            timeout: seconds to wait while at ``send_hwm``: 0 (default) raises at once,
+                None waits for ever.
+            flush: False leaves the frames queued until the next ``flush()``, ``tick()``,
+                ``recv()`` or flushing ``send()``, so a burst goes out in batches of 64
+                datagrams per syscall.
+
+        Raises:
+            WouldBlock: ``send_hwm`` reached (after ``timeout``). NotSupported: on a Dish.
+        """
+        if isinstance(parts, _BYTES):
+            parts = [parts]
+        now = _monotonic()
+        try:
+            self.engine.send(parts, now)
+        except WouldBlock:
+            until = None if timeout is None else now + timeout
+            self._step(now)
+            while True:
+                try:
+                    self.engine.send(parts, _monotonic())
+                    break
+                except WouldBlock:
+                    if until is not None and _monotonic() >= until:
+                        raise
+                self._wait(until)
+        if flush:
+            self._flush(_monotonic())
+
+    def flush(self) -> None:
+        """Write what the engine has queued (see ``send(flush=False)``)."""
+        self._flush(_monotonic())
+
+    def recv(self, timeout: float | None = 0.0) -> list[Any]:
+        """The next complete message, as a list of parts (uint8 numpy arrays owning their bytes).
+
+        Args:
+            timeout: seconds to wait for one: 0 (default) does not wait, None waits for ever.
+
+        Raises:
+            WouldBlock: no message (within ``timeout``). NotSupported: on a Radio.
+        """
+        try:
+            return self.engine.recv()
+        except WouldBlock:
+            pass
+        now = _monotonic()
+        self._step(now)
+        until = None if timeout is None else now + timeout
+        while True:
+            try:
+                return self.engine.recv()
+            except WouldBlock:
+                if until is not None and _monotonic() >= until:
+                    raise
+            self._wait(until)
+
+    def tick(self) -> None:
+        """Step once without blocking: read what arrived, run due timers (heartbeats,
+        keepalive, reconnect, resends, expiry), flush. Call it in every loop iteration."""
+        self._step(_monotonic())
+
+    def poll(self, timeout: float | None = 0.0) -> None:
+        """Step, waiting up to ``timeout`` seconds (None = until something happens)."""
+        self._step(_monotonic())
+        self._wait(None if timeout is None else _monotonic() + timeout)
+
+    def wait_connected(self, timeout: float | None = 5.0) -> bool:
+        """Step until the socket has a connected peer or ``timeout`` passes; True if it has."""
+        until = None if timeout is None else _monotonic() + timeout
+        self._step(_monotonic())
+        while not self.connected:
+            if until is not None and _monotonic() >= until:
+                return False
+            self._wait(until)
+        return True
+
+    def next_event(self) -> Event | None:
+        """The oldest event not yet read (PeerConnected, PeerDisconnected, MessageDropped,
+        FrameRejected), or None. The socket keeps at most ``max_events``, dropping the oldest."""
+        if not self._events:
+            self._flush(_monotonic())
+        return self._events.popleft() if self._events else None
+
+    @property
+    def peers(self) -> Any:
+        """The engine's peers (see nbmq.engine)."""
+        return self.engine.peers
+
+    @property
+    def connected(self) -> bool:
+        return engines.has_connected_peer(self.engine)
+
+    @property
+    def counters(self) -> Any:
+        """The engine's counters; ``send_errors`` of the link is ``transport_send_errors``."""
+        return self.engine.counters
+
+    @property
+    def transport_send_errors(self) -> int:
+        """Datagrams the OS refused for good (peer gone, unreachable): lost, as on a network."""
+        return self._link.send_errors
+
+    @property
+    def local_address(self) -> str:
+        return self._link.local_address
+
+    def fileno(self) -> int:
+        """A file descriptor that is readable when datagrams arrived (selectors, event loops).
+        Call ``tick()`` when it is readable and at least by ``engine.next_deadline()``."""
+        return self._link.fileno()
+
+    def close(self, linger: float | None = None) -> None:
+        """Close the socket: keep flushing queued messages (and awaiting SafeDealer acks) for
+        up to ``linger`` seconds (default ``options.linger``; 0 drops them at once; inf waits
+        until done), then close the engine and the OS socket (an IPC file is removed).
+        Idempotent."""
+        if self.closed:
+            return
+        linger = self.options.linger if linger is None else float(linger)
+        try:
+            if linger > 0:
+                until = None if math.isinf(linger) else _monotonic() + linger
+                self._step(_monotonic())
+                while not engines.drained(self.engine) or self._link.has_pending:
+                    if until is not None and _monotonic() >= until:
+                        break
+                    self._wait(until)
+            self.engine.close(_monotonic())
+            self._link.transmit([])
+            out = self.engine.datagrams_to_send(_monotonic())
+            if out:
+                self._link.transmit(out)
+        finally:
+            self.closed = True
+            self._sel.close()
+            self._link.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.local_address
+        return f"<nbmq.{type(self).__name__} {state} peers={len(self.peers)}>"
+
+
+class Dealer(Socket):
+    """Fire-and-forget duplex socket; messages to several peers are spread among them."""
+
+    _kind = "Dealer"
+
+
+class SafeDealer(Socket):
+    """A Dealer whose frames are acked by the receiver and resent until they are."""
+
+    _kind = "SafeDealer"
+
+
+class Radio(Socket):
+    """Send-only: every message goes to every connected peer (pub/sub)."""
+
+    _kind = "Radio"
+
+
+class Dish(Socket):
+    """Receive-only peer of a Radio."""
+
+    _kind = "Dish"
