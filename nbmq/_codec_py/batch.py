@@ -12,6 +12,24 @@ from ..wire import CONTROL_HEADER_SIZE, DATA_HEADER_SIZE, FRAME_DTYPE, FrameErro
 from .frames import check_frame
 
 
+def check_rows(offsets: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``offsets`` and ``lengths`` as numpy arrays, checked: 1-D, the same shape, integers.
+
+    Raises:
+        ValueError: they differ in shape or are not 1-D.
+        TypeError: a non-empty one is not an integer array.
+    """
+    offsets = np.asarray(offsets)
+    lengths = np.asarray(lengths)
+    if offsets.ndim != 1 or offsets.shape != lengths.shape:
+        raise ValueError("offsets and lengths must be 1-D arrays of the same length")
+    if (offsets.size and offsets.dtype.kind not in "iu") or (
+        lengths.size and lengths.dtype.kind not in "iu"
+    ):
+        raise TypeError("offsets and lengths must be integer arrays")
+    return offsets, lengths
+
+
 def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Decode every datagram ``buffer[offsets[i] : offsets[i] + lengths[i]]``.
 
@@ -30,11 +48,10 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
 
     Raises:
         ValueError: ``offsets`` and ``lengths`` differ in shape or are not 1-D.
+        TypeError: ``offsets`` or ``lengths`` is not an integer array (an empty one may be of
+            any dtype), or ``buffer`` is not a C-contiguous buffer.
     """
-    offsets = np.asarray(offsets)
-    lengths = np.asarray(lengths)
-    if offsets.ndim != 1 or offsets.shape != lengths.shape:
-        raise ValueError("offsets and lengths must be 1-D arrays of the same length")
+    offsets, lengths = check_rows(offsets, lengths)
     view = memoryview(buffer).cast("B")
     total = len(view)
     out = np.zeros(len(offsets), dtype=FRAME_DTYPE)

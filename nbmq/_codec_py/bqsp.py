@@ -7,6 +7,7 @@ consumes nothing, and a packet split across any number of feeds comes out whole.
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Iterator
 
@@ -30,6 +31,7 @@ def encode_bqsp_header(data_size: int, data_type: int, queue: int) -> bytes:
     Raises:
         ValueError: a field out of its range.
     """
+    data_size, data_type, queue = map(operator.index, (data_size, data_type, queue))
     if not (0 <= data_size <= BQSP_MAX_PACKET and 0 <= data_type <= 0xFFFF and 0 <= queue <= 0xFF):
         raise ValueError("need data_size u32, data_type u16, queue u8")
     return HEADER.pack(data_size, data_type, queue)
@@ -45,6 +47,7 @@ def decode_bqsp_header(data: Buffer, offset: int = 0) -> tuple[int, int, int]:
         DecodeError: fewer than 7 bytes from ``offset`` (offset = bytes present past ``offset``).
     """
     view = memoryview(data).cast("B")
+    offset = operator.index(offset)
     if offset < 0 or len(view) - offset < BQSP_HEADER_SIZE:
         raise DecodeError(max(0, len(view) - offset), "truncated header")
     return HEADER.unpack_from(view, offset)  # type: ignore[return-value]
@@ -78,7 +81,7 @@ class BqspDecoder(StreamBuffer):
     """
 
     def __init__(self, max_packet_size: int = BQSP_DEFAULT_MAX_PACKET) -> None:
-        if not 0 <= max_packet_size <= BQSP_MAX_PACKET:
+        if not 0 <= operator.index(max_packet_size) <= BQSP_MAX_PACKET:
             raise ValueError("max_packet_size must be 0..2**32-1")
         self.max_packet_size = max_packet_size
         super().__init__()

@@ -6,6 +6,7 @@ Source: tests/data/VECTORS.md ("Derivations the vectors pin down"): offset basis
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 from ..wire import FNV_OFFSET_BASIS, FNV_PRIME
@@ -27,6 +28,7 @@ def fnv1a64(data: bytes | bytearray | memoryview, state: int = FNV_OFFSET_BASIS)
         TypeError: ``data`` does not support the buffer protocol.
         OverflowError: ``state`` is not a u64.
     """
+    state = operator.index(state)
     if not 0 <= state <= _MASK:
         raise OverflowError("state must be a u64")
     h = state
@@ -51,6 +53,7 @@ def message_id(parts: Iterable[bytes | bytearray | memoryview], nonce: int) -> i
     Raises:
         OverflowError: ``nonce`` is not a u64.
     """
+    nonce = operator.index(nonce)
     if not 0 <= nonce <= _MASK:
         raise OverflowError("nonce must be a u64")
     h = FNV_OFFSET_BASIS
@@ -74,6 +77,7 @@ def session_id(sample: int, peer_addr: str) -> int:
         OverflowError: ``sample`` is not a u64.
         UnicodeEncodeError: ``peer_addr`` is not ASCII.
     """
+    sample = operator.index(sample)
     if not 0 <= sample <= _MASK:
         raise OverflowError("sample must be a u64")
     return fnv1a64(peer_addr.encode("ascii"), fnv1a64(sample.to_bytes(8, "big")))

@@ -9,6 +9,7 @@ one of those raises :class:`~nbmq.errors.DecodeError` with the offset of the fie
 
 from __future__ import annotations
 
+import operator
 import struct
 
 from ..errors import DecodeError, FrameTooLarge
@@ -118,6 +119,10 @@ def _check_data_args(
     chunk_offset: int,
     chunk_size: int,
 ) -> None:
+    session_id, message_id, part_count, part_index, message_size, part_size, chunk_offset = map(
+        operator.index,
+        (session_id, message_id, part_count, part_index, message_size, part_size, chunk_offset),
+    )
     if not (0 <= session_id <= _U64 and 0 <= message_id <= _U64):
         raise OverflowError("session_id and message_id must be u64")
     if not 1 <= part_count <= MAX_PARTS:
@@ -162,6 +167,8 @@ def encode_data_frame_into(
         ValueError: a field out of range, a chunk over 466 bytes or past its part, or no room
             in ``buffer``.
         OverflowError: an id is not a u64.
+        TypeError: a field is not an int, ``chunk`` is not a C-contiguous buffer, or
+            ``buffer`` is not writable.
     """
     chunk_view = memoryview(chunk).cast("B")
     size = len(chunk_view)
@@ -169,6 +176,7 @@ def encode_data_frame_into(
         session_id, message_id, part_count, part_index, message_size, part_size, chunk_offset, size
     )
     out = memoryview(buffer).cast("B")
+    offset = operator.index(offset)
     end = offset + DATA_HEADER_SIZE + size
     if offset < 0 or end > len(out):
         raise ValueError("no room for the frame in the buffer")
@@ -221,16 +229,19 @@ def encode_control_frame_into(
     Raises:
         ValueError: ``kind`` is not 1..5, the payload is over 490 bytes, or no room in ``buffer``.
         OverflowError: ``session_id`` is not a u64.
+        TypeError: ``kind``, ``session_id`` or ``offset`` is not an int, or ``buffer`` is not
+            writable.
     """
-    if not FrameKind.CONNECT <= kind <= FrameKind.ACK:
+    if not FrameKind.CONNECT <= operator.index(kind) <= FrameKind.ACK:
         raise ValueError(f"control frame kind must be 1..5, got {kind}")
-    if not 0 <= session_id <= _U64:
+    if not 0 <= operator.index(session_id) <= _U64:
         raise OverflowError("session_id must be a u64")
     body = memoryview(payload).cast("B")
     size = CONTROL_HEADER_SIZE + len(body)
     if size > MAX_FRAME_SIZE:
         raise ValueError(f"control payload over {MAX_FRAME_SIZE - CONTROL_HEADER_SIZE} bytes")
     out = memoryview(buffer).cast("B")
+    offset = operator.index(offset)
     if offset < 0 or offset + size > len(out):
         raise ValueError("no room for the frame in the buffer")
     CONTROL_HEADER.pack_into(out, offset, VERSION, kind, session_id)

@@ -11,13 +11,16 @@ first frame of a message, before anything is allocated.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_right
 from collections.abc import Hashable
 
 import numpy as np
 
 from ..errors import DecodeError, FrameTooLarge
-from ..wire import MAX_MESSAGE_SIZE, DataFrame
+from ..wire import MAX_MESSAGE_SIZE, MAX_PARTS, DataFrame
+from .batch import check_rows
+from .frames import Buffer, parse_frame
 
 #: Bytes charged to the incomplete budget for each incomplete message besides its claimed
 #: size, so a flood of tiny or empty claims is bounded too.
@@ -53,7 +56,9 @@ class Reassembler:
     Messages are keyed by ``(session_id, message_id)`` unless a ``key`` is given to :meth:`add`.
     Counters (ints, read-only by convention): ``frames`` accepted, ``duplicates`` ignored,
     ``rejected`` frames (each drops its message), ``completed`` messages, ``expired`` messages,
-    ``dropped_too_large`` frames refused by the size caps.
+    ``dropped_too_large`` frames refused by the size caps, ``malformed`` datagrams that
+    :meth:`add_datagram` / :meth:`add_datagrams` refused because they are not a valid data frame.
+    ``incomplete_bytes`` is the budget in use, bytes.
 
     Args:
         max_message_size: largest ``message_size`` accepted, bytes (default and cap 2**32-1).
@@ -63,11 +68,14 @@ class Reassembler:
 
     Raises:
         ValueError: a limit is negative or ``max_message_size`` is over 2**32-1.
+        TypeError: a limit is not an int.
     """
 
     def __init__(
         self, max_message_size: int = MAX_MESSAGE_SIZE, max_incomplete_bytes: int = 64 * 1024 * 1024
     ) -> None:
+        max_message_size = operator.index(max_message_size)
+        max_incomplete_bytes = operator.index(max_incomplete_bytes)
         if not 0 <= max_message_size <= MAX_MESSAGE_SIZE:
             raise ValueError("max_message_size must be 0..2**32-1")
         if max_incomplete_bytes < 0:
@@ -81,6 +89,7 @@ class Reassembler:
         self.completed = 0
         self.expired = 0
         self.dropped_too_large = 0
+        self.malformed = 0
         self._messages: dict[Hashable, _Message] = {}
 
     def __len__(self) -> int:
@@ -96,8 +105,8 @@ class Reassembler:
         """Add one data frame; copy its chunk once, straight to its offset in its part.
 
         Args:
-            frame: a parsed :class:`~nbmq.wire.DataFrame` (as ``parse_frame`` returns; its
-                header already satisfies the single-frame rules). ``chunk`` at most 466 bytes.
+            frame: a parsed :class:`~nbmq.wire.DataFrame` (as ``parse_frame`` returns). ``chunk``
+                is any C-contiguous buffer (a frame from the wire carries at most 466 bytes).
             now: time the frame arrived, seconds (any monotonic clock); stamps a new message
                 for :meth:`expire`.
             key: the message's identity; default ``(frame.session_id, frame.message_id)``.
@@ -106,49 +115,71 @@ class Reassembler:
             The message's parts once complete: a list of ``part_count`` uint8 arrays of shape
             ``(part_size,)`` that own their memory (no second copy; the reassembler keeps no
             reference). Otherwise None (incomplete, or an exact duplicate chunk, which is
-            counted in ``duplicates`` and ignored).
+            counted in ``duplicates`` and ignored). Mutates the reassembler's state and
+            counters.
 
         Raises:
             FrameTooLarge: the first frame of a message claims more than ``max_message_size``,
-                or more than the incomplete budget has left; nothing is allocated.
-            DecodeError: the frame disagrees with earlier frames of its message (part_count,
-                message_size or part_size; offset of that field), overlaps received bytes of
-                its part differently (offset 30), or its part sizes do not add up to
-                message_size (offset 24). The whole message is dropped and ``rejected`` counts.
+                or more than the incomplete budget has left; nothing is allocated
+                (``dropped_too_large`` counts it).
+            DecodeError: a field outside what the wire allows (part_count not 1..255 at 18,
+                part_index >= part_count at 19, message_size / part_size / chunk_offset not a
+                u32 at 20 / 24 / 30: frames from ``parse_frame`` never do this); the frame
+                disagrees with earlier frames of its message (part_count, message_size or
+                part_size; offset of that field), overlaps received bytes of its part
+                differently (offset 30), or its part sizes do not add up to message_size
+                (offset 24). The message, if held, is dropped and ``rejected`` counts.
+            TypeError: a header field is not an int, ``chunk`` is not a buffer, or ``now`` is
+                not a number.
         """
+        now = float(now)
         if key is None:
             key = (frame.session_id, frame.message_id)
+        part_count, part_index, message_size, part_size, chunk_offset = map(
+            operator.index,
+            (frame.part_count, frame.part_index, frame.message_size, frame.part_size,
+             frame.chunk_offset),
+        )
+        chunk = memoryview(frame.chunk).cast("B")
+        # The single-frame rules parse_frame enforces, for frames built by hand: every field
+        # within its wire type, so no claim can index past the parts or go negative.
+        if not 0 < part_count <= MAX_PARTS:
+            raise self._reject(key, 18, "part_count not in 1..255")
+        if not 0 <= part_index < part_count:
+            raise self._reject(key, 19, "part_index >= part_count")
+        if not 0 <= message_size <= MAX_MESSAGE_SIZE:
+            raise self._reject(key, 20, "message_size not a u32")
+        if not 0 <= part_size <= MAX_MESSAGE_SIZE:
+            raise self._reject(key, 24, "part_size not a u32")
+        if not 0 <= chunk_offset <= MAX_MESSAGE_SIZE:
+            raise self._reject(key, 30, "chunk_offset not a u32")
         message = self._messages.get(key)
         if message is None:
-            if not 0 <= frame.part_index < frame.part_count:
-                self.rejected += 1
-                raise DecodeError(19, "part_index >= part_count")
-            if frame.message_size > self.max_message_size:
+            if message_size > self.max_message_size:
                 self.dropped_too_large += 1
                 raise FrameTooLarge(20, "message over max_message_size")
-            claim = frame.message_size + MESSAGE_OVERHEAD
+            claim = message_size + MESSAGE_OVERHEAD
             if self.incomplete_bytes + claim > self.max_incomplete_bytes:
                 self.dropped_too_large += 1
                 raise FrameTooLarge(20, "incomplete-bytes budget exhausted")
-            message = _Message(frame.part_count, frame.message_size, now)
+            message = _Message(part_count, message_size, now)
             self._messages[key] = message
             self.incomplete_bytes += claim
-        elif frame.part_count != message.part_count:
+        elif part_count != message.part_count:
             raise self._reject(key, 18, "part_count differs from earlier frames")
-        elif frame.message_size != message.message_size:
+        elif message_size != message.message_size:
             raise self._reject(key, 20, "message_size differs from earlier frames")
-        part = message.parts[frame.part_index]
+        part = message.parts[part_index]
         if part is None:
-            message.sizes_seen += frame.part_size
+            message.sizes_seen += part_size
             if message.sizes_seen > message.message_size:
                 raise self._reject(key, 24, "part sizes exceed message_size")
-            part = _Part(frame.part_size)
-            message.parts[frame.part_index] = part
-        elif frame.part_size != len(part.data):
+            part = _Part(part_size)
+            message.parts[part_index] = part
+        elif part_size != len(part.data):
             raise self._reject(key, 24, "part_size differs from earlier frames")
-        chunk = frame.chunk
         size = len(chunk)
-        start = frame.chunk_offset
+        start = chunk_offset
         end = start + size
         if end > len(part.data):
             raise self._reject(key, 30, "chunk past its part")
@@ -195,6 +226,89 @@ class Reassembler:
         self.incomplete_bytes -= message.message_size + MESSAGE_OVERHEAD
         self.completed += 1
         return [p.data for p in message.parts]  # type: ignore[union-attr]
+
+    def add_datagram(
+        self, datagram: Buffer, now: float = 0.0, key: Hashable = None
+    ) -> list[np.ndarray] | None:
+        """Parse one datagram and add it: ``add(parse_frame(datagram), now, key)`` in one call.
+
+        The fast path of the receive loop: no frame object is built and the chunk is copied
+        straight from ``datagram``.
+
+        Args:
+            datagram: one UDP payload, any C-contiguous buffer.
+            now, key: as :meth:`add`.
+
+        Returns:
+            As :meth:`add`.
+
+        Raises:
+            DecodeError, FrameTooLarge: as ``parse_frame`` (then ``malformed`` counts it), a
+                control frame (offset 1, "not a data frame"; ``malformed`` counts it), or as
+                :meth:`add`.
+            TypeError: ``datagram`` is not a C-contiguous buffer.
+        """
+        try:
+            frame = parse_frame(datagram)
+        except DecodeError:
+            self.malformed += 1
+            raise
+        if type(frame) is not DataFrame:
+            self.malformed += 1
+            raise DecodeError(1, "not a data frame")
+        return self.add(frame, now, key)
+
+    def add_datagrams(
+        self, buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.ndarray, now: float = 0.0
+    ) -> list[tuple[tuple[int, int], list[np.ndarray]]]:
+        """Add many datagrams, laid out as for ``parse_frames``, in row order; never raises for
+        a bad row.
+
+        Each row is ``add_datagram(buffer[offsets[i] : offsets[i] + lengths[i]], now)``, keyed
+        by ``(session_id, message_id)``. A row that raises DecodeError there is skipped (and
+        counted as that method counts it); a row outside ``buffer`` is skipped and counted in
+        ``malformed``. Feed it data frames only (``parse_frames`` tells which rows are): a
+        control frame counts as malformed.
+
+        Args:
+            buffer: the datagrams, a uint8 array or any C-contiguous buffer.
+            offsets, lengths: integer arrays, shape ``(n,)``: where each datagram starts and
+                its size, bytes.
+            now: as :meth:`add`.
+
+        Returns:
+            ``(key, parts)`` for every message completed, in completion order; ``parts`` as
+            :meth:`add` returns them.
+
+        Raises:
+            ValueError: ``offsets`` and ``lengths`` differ in shape or are not 1-D.
+            TypeError: ``offsets`` or ``lengths`` is not an integer array, ``buffer`` is not a
+                C-contiguous buffer, or ``now`` is not a number.
+        """
+        offsets, lengths = check_rows(offsets, lengths)
+        view = memoryview(buffer).cast("B")
+        now = float(now)
+        total = len(view)
+        done = []
+        for start, length in zip(offsets.tolist(), lengths.tolist()):
+            if start < 0 or length < 0 or start + length > total:
+                self.malformed += 1
+                continue
+            try:
+                frame = parse_frame(view[start : start + length])
+            except DecodeError:
+                self.malformed += 1
+                continue
+            if type(frame) is not DataFrame:
+                self.malformed += 1
+                continue
+            try:
+                parts = self.add(frame, now)
+            except DecodeError:
+                continue
+            if parts is not None:
+                done.append(((frame.session_id, frame.message_id), parts))
+        return done
 
     def drop(self, key: Hashable) -> bool:
         """Forget an incomplete message and release its budget.

@@ -5,6 +5,7 @@ NOTIFICATION (7) carries topic_len u8, the topic, then the content.
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Iterator
 
@@ -91,7 +92,7 @@ class RqueueDecoder(StreamBuffer):
     """
 
     def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD) -> None:
-        if not 0 <= max_payload <= RQUEUE_MAX_PAYLOAD:
+        if not 0 <= operator.index(max_payload) <= RQUEUE_MAX_PAYLOAD:
             raise ValueError("max_payload must be 0..65535")
         self.max_payload = max_payload
         super().__init__()

@@ -8,6 +8,7 @@ where the reference emits nothing and the message never completes at the receive
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -74,6 +75,8 @@ def shard_message(parts: Sequence[Buffer], session_id: int, message_id: int) -> 
         OverflowError: an id is not a u64.
     """
     views = _views(parts)
+    session_id = operator.index(session_id)
+    message_id = operator.index(message_id)
     if not (0 <= session_id <= _U64 and 0 <= message_id <= _U64):
         raise OverflowError("session_id and message_id must be u64")
     sizes = [len(v) for v in views]
