@@ -1,0 +1,402 @@
+"""The PySpark Python data source ``nbmq``: captures -> the frames table, one row per datagram.
+
+::
+
+    import nbmq.spark
+    nbmq.spark.register(spark)
+    frames = spark.read.format("nbmq").load("captures/")          # a file, a directory,
+    frames = spark.read.format("nbmq").load("a.pcap,b.pcapng")    # a comma-separated list,
+    frames = spark.read.format("nbmq").load(["a.pcap", "b.pcap"]) # a list,
+    frames = spark.read.format("nbmq").option("paths", "a.pcap,b.pcap").load()
+
+Options (all strings, as Spark passes them):
+
+- ``paths`` / ``path``: files, directories (their ``*.pcap``, ``*.pcapng``, ``*.cap`` files,
+  sorted, not recursive) or glob patterns, comma-separated. Files must be readable at the same
+  path by the driver (which plans the splits) and by every executor (a shared file system).
+- ``payload`` (``true``): ``false`` leaves the ``payload`` column out.
+- ``split_bytes`` (64 MiB): a classic pcap file larger than this is read as byte ranges of about
+  this size (``nbmq.capture.plan_splits``), one Spark partition each, so one big file spreads
+  over the cores; every other file is one partition. ``0`` never splits.
+- ``udp_ports``: comma-separated UDP ports; only datagrams from or to one of them are read.
+- ``batch_rows`` (65536): rows per Arrow record batch handed to Spark.
+
+A ``.schema(...)`` naming a subset of the frames columns (same types) builds only those columns:
+Python data sources get no column pruning from Spark, so this is how to make a narrow read cheap.
+
+Schema: :data:`nbmq.spark.schema.FRAMES_SCHEMA`. Rows whose datagram does not decode keep their
+capture columns (addresses, ports, length, raw ``version`` and ``kind`` bytes, the whole datagram
+in ``payload``) and carry the reason in ``error`` (``nbmq.wire.FRAME_ERROR_REASONS``); their
+header columns are null. Records of the capture file itself that cannot be read (a truncated
+file, a damaged record header) become rows with only ``capture`` and ``error`` set, the error
+starting with ``"capture: "``. Reading never fails on bad bytes.
+
+``read()`` runs on the executors: it reads a byte range with ``nbmq.capture.read_datagrams``,
+decodes every datagram at once with the codec's ``parse_frames`` and builds Arrow columns with
+numpy (no per-row Python code).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from .schema import FRAMES_SCHEMA, frames_schema
+
+__all__ = ["NbmqDataSource", "CapturePartition", "expand_paths", "frames_batches"]
+
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+DEFAULT_BATCH_ROWS = 65536
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
+
+_KIND_NAMES = ["data", "connect", "connected", "disconnected", "heartbeat", "ack"]
+
+
+def _truthy(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return value.strip().lower() not in ("false", "0", "no", "off", "")
+
+
+def _split_paths(value: str) -> list[str]:
+    value = value.strip()
+    if value.startswith("["):  # Spark passes load([...]) as a JSON array
+        return [str(p) for p in json.loads(value)]
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Files named by ``paths``: files as given, directories' captures sorted, globs expanded.
+
+    Raises:
+        FileNotFoundError: a path matches nothing.
+    """
+    out: list[str] = []
+    for path in paths:
+        if path.startswith("file://"):
+            path = path[len("file://") :]
+        if os.path.isdir(path):
+            found = sorted(
+                os.path.join(path, name)
+                for name in os.listdir(path)
+                if name.lower().endswith(CAPTURE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
+            )
+            out.extend(found)
+        elif os.path.exists(path):
+            out.append(path)
+        elif glob.has_magic(path):
+            found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+            if not found:
+                raise FileNotFoundError(f"nbmq data source: no file matches {path!r}")
+            out.extend(found)
+        else:
+            raise FileNotFoundError(f"nbmq data source: no such capture {path!r}")
+    seen: set[str] = set()
+    unique = []
+    for p in out:
+        key = os.path.abspath(p)
+        if key not in seen:
+            seen.add(key)
+            unique.append(key)
+    return unique
+
+
+@dataclass(frozen=True)
+class CapturePartition(InputPartition):
+    """One Spark partition: a whole capture file, or one byte range of a classic pcap file.
+
+    Attributes:
+        path: absolute path of the capture.
+        start: first byte of the range (0: the whole file from its header).
+        end: end of the range, exclusive (None: to the end of the file).
+        first_frame: frame number of the range's first record (None: whole file, or let the
+            reader count the records before ``start``).
+    """
+
+    path: str
+    start: int = 0
+    end: int | None = None
+    first_frame: int | None = None
+
+
+class NbmqDataSource(DataSource):
+    """The ``nbmq`` data source (see the module docstring for the options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "nbmq"
+
+    def schema(self) -> StructType:
+        return frames_schema(payload=_truthy(self.options.get("payload"), True))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return NbmqReader(dict(self.options), schema)
+
+
+class NbmqReader(DataSourceReader):
+    """Plans one partition per file (or per byte range) and reads it into Arrow batches."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        raw = options.get("paths") or options.get("path")
+        if not raw:
+            raise ValueError("nbmq data source: give a path: .load(PATH) or .option('paths', ...)")
+        self.paths = _split_paths(raw)
+        unknown = [name for name in schema.fieldNames() if name not in FRAMES_SCHEMA.fieldNames()]
+        if unknown:
+            raise ValueError(f"nbmq data source: no such frames column(s) {unknown}; see nbmq.spark.schema")
+        self.schema = schema
+        self.split_bytes = int(options.get("split_bytes", DEFAULT_SPLIT_BYTES))
+        self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
+        ports = options.get("udp_ports", "")
+        self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
+
+    def partitions(self) -> list[CapturePartition]:
+        parts: list[CapturePartition] = []
+        for path in expand_paths(self.paths):
+            size = os.path.getsize(path)
+            if self.split_bytes > 0 and size > self.split_bytes:
+                parts.extend(_plan(path, self.split_bytes))
+            else:
+                parts.append(CapturePartition(path))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, CapturePartition)
+        yield from read_partition(partition, self.schema, self.batch_rows, self.udp_ports)
+
+
+def _plan(path: str, split_bytes: int) -> list[CapturePartition]:
+    from ..capture import first_frames, plan_splits
+
+    try:
+        ranges = plan_splits(path, split_bytes)
+        if len(ranges) <= 1:
+            return [CapturePartition(path)]
+        firsts = first_frames(path, ranges)
+    except Exception:  # not a capture, or damaged: one partition, whose read reports why
+        return [CapturePartition(path)]
+    return [
+        CapturePartition(path, int(start), int(end), int(first))
+        for (start, end), first in zip(ranges, firsts)
+    ]
+
+
+def read_partition(
+    partition: CapturePartition,
+    schema: StructType,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    udp_ports: Sequence[int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Read one partition and yield Arrow record batches of ``schema`` (runs on executors)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ..capture import read_datagrams
+    from ..errors import NbmqError
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    capture = os.path.basename(partition.path)
+    try:
+        batch = read_datagrams(
+            partition.path,
+            start=partition.start,
+            end=partition.end,
+            udp_ports=udp_ports,
+            first_frame=partition.first_frame,
+        )
+    except (NbmqError, OSError, ValueError, struct.error) as exc:
+        yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)
+        return
+    yield from frames_batches(capture, batch, arrow_schema, batch_rows)
+    if batch.errors:
+        yield _capture_error_batch(
+            capture, [f"capture: {r}" for r in batch.error_reasons], batch.errors, arrow_schema
+        )
+
+
+def _capture_error_batch(capture: str, reasons: list[str], count: int, arrow_schema: pa.Schema) -> pa.RecordBatch:
+    texts = (reasons + ["capture: unreadable record"] * count)[:count]
+    columns = []
+    for field in arrow_schema:
+        if field.name == "capture":
+            columns.append(pa.array([capture] * count, pa.string()))
+        elif field.name == "error":
+            columns.append(pa.array(texts, pa.string()))
+        else:
+            columns.append(pa.nulls(count, field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+
+def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
+    if valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _u64_decimal(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    """uint64 -> decimal128(20, 0) by writing the 16-byte little-endian integers directly."""
+    wide = np.zeros((len(values), 2), dtype="<u8")
+    wide[:, 0] = values
+    return pa.Array.from_buffers(dtype, len(values), [_bitmap(valid), pa.py_buffer(wide)])
+
+
+def _masked(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=dtype.to_pandas_dtype())
+    return pa.Array.from_buffers(dtype, len(values), [_bitmap(valid), pa.py_buffer(values)])
+
+
+def _dictionary(codes: np.ndarray, valid: np.ndarray, names: pa.Array) -> pa.Array:
+    indices = _masked(codes, valid, pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, names).cast(pa.string())
+
+
+def _strings(values: np.ndarray) -> pa.Array:
+    """An object array of ``str`` (few distinct values) -> an Arrow string array."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(codes.astype(np.int32)), pa.array(np.asarray(uniques, dtype=object), pa.string())
+    ).cast(pa.string())
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    data = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data * n))
+
+
+def _gather(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary array of ``buffer[starts[i] : starts[i] + lengths[i]]`` without a per-row loop.
+
+    Ranges in buffer order that do not overlap (how a capture batch lays datagrams out) are
+    gathered with one boolean mask over the region they span; anything else falls back to
+    numpy concatenation of slices.
+    """
+    n = len(starts)
+    lengths = lengths.astype(np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total == 0:
+        data = np.empty(0, np.uint8)
+    else:
+        nz = lengths > 0
+        s = starts[nz].astype(np.int64)
+        e = s + lengths[nz]
+        if np.all(s[1:] >= e[:-1]):
+            # Sorted, disjoint ranges: one boolean mask over the region they span, built as
+            # alternating (skip, keep) runs with np.repeat, then a single gather.
+            base = int(s[0])
+            region = buffer[base : int(e[-1])]
+            runs = np.empty(2 * len(s), dtype=np.int64)
+            runs[0] = 0
+            runs[2::2] = s[1:] - e[:-1]
+            runs[1::2] = e - s
+            keep = np.zeros(2 * len(s), dtype=np.bool_)
+            keep[1::2] = True
+            data = region[np.repeat(keep, runs)]
+        else:
+            data = np.concatenate([buffer[a:b] for a, b in zip(s.tolist(), e.tolist())])
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(data))]
+    )
+
+
+def frames_batches(
+    capture: str, batch: Any, arrow_schema: pa.Schema, batch_rows: int = DEFAULT_BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Decode a :class:`~nbmq.capture.DatagramBatch` and yield frames-table record batches.
+
+    Args:
+        capture: the ``capture`` column's value (the file name).
+        batch: the datagrams, as ``nbmq.capture.read_datagrams`` returns them.
+        arrow_schema: the Arrow schema to produce (any subset of the frames columns, in any
+            order, as Spark's ``to_arrow_schema`` derives it from the requested schema).
+        batch_rows: rows per record batch.
+    """
+    from .. import codec
+    from ..wire import FRAME_ERROR_REASONS, FrameError, FrameKind
+
+    n = len(batch)
+    if n == 0:
+        return
+    buffer = np.asarray(batch.payload, dtype=np.uint8)
+    rows = codec.parse_frames(buffer, batch.offsets, batch.lengths)
+    names = set(arrow_schema.names)
+    error_names = pa.array([FRAME_ERROR_REASONS[int(c)] for c in FrameError], pa.string())
+    kind_names = pa.array(_KIND_NAMES, pa.string())
+    src = _strings(batch.src_addr) if "src_addr" in names else None
+    dst = _strings(batch.dst_addr) if "dst_addr" in names else None
+    for lo in range(0, n, batch_rows):
+        hi = min(n, lo + batch_rows)
+        m = hi - lo
+        r = rows[lo:hi]
+        error = r["error"]
+        ok = error == FrameError.OK
+        kind = r["kind"]
+        data = ok & (kind == FrameKind.DATA)
+        lengths = np.asarray(batch.lengths[lo:hi])
+        has_kind = lengths >= 2
+        cols: dict[str, Any] = {}
+
+        def want(name: str) -> bool:
+            return name in names
+
+        if want("capture"):
+            cols["capture"] = _constant_string(capture, m)
+        if want("frame_number"):
+            cols["frame_number"] = pa.array(np.asarray(batch.frame_number[lo:hi], dtype=np.int64))
+        ts_ns = np.asarray(batch.timestamp_ns[lo:hi], dtype=np.int64)
+        if want("timestamp"):
+            cols["timestamp"] = pa.array(ts_ns // 1000).view(pa.timestamp("us", tz="UTC"))
+        if want("ts_ns"):
+            cols["ts_ns"] = pa.array(ts_ns)
+        if src is not None:
+            cols["src_addr"] = src.slice(lo, m)
+        if dst is not None:
+            cols["dst_addr"] = dst.slice(lo, m)
+        if want("src_port"):
+            cols["src_port"] = pa.array(np.asarray(batch.src_port[lo:hi]).astype(np.int32))
+        if want("dst_port"):
+            cols["dst_port"] = pa.array(np.asarray(batch.dst_port[lo:hi]).astype(np.int32))
+        if want("length"):
+            cols["length"] = pa.array(lengths.astype(np.int32))
+        if want("truncated"):
+            cols["truncated"] = pa.array(np.asarray(batch.truncated[lo:hi], dtype=np.bool_))
+        if want("kind"):
+            cols["kind"] = _masked(kind, has_kind, pa.int32())
+        if want("kind_name"):
+            cols["kind_name"] = _dictionary(kind, ok, kind_names)
+        if want("version"):
+            cols["version"] = _masked(r["version"], has_kind, pa.int32())
+        if want("session_id"):
+            cols["session_id"] = _u64_decimal(r["session_id"], ok, arrow_schema.field("session_id").type)
+        if want("message_id"):
+            cols["message_id"] = _u64_decimal(r["message_id"], data, arrow_schema.field("message_id").type)
+        for name, dtype in (
+            ("part_count", pa.int32()),
+            ("part_index", pa.int32()),
+            ("message_size", pa.int64()),
+            ("part_size", pa.int64()),
+            ("chunk_size", pa.int32()),
+            ("chunk_offset", pa.int64()),
+        ):
+            if want(name):
+                cols[name] = _masked(r[name], data, dtype)
+        if want("payload"):
+            starts = np.where(ok, r["payload_offset"], np.asarray(batch.offsets[lo:hi]))
+            plen = np.where(ok, r["payload_length"], lengths)
+            cols["payload"] = _gather(buffer, starts, plen)
+        if want("error"):
+            cols["error"] = _dictionary(error, ~ok, error_names)
+        yield pa.RecordBatch.from_arrays([cols[f.name] for f in arrow_schema], schema=arrow_schema)

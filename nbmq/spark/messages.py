@@ -1,0 +1,357 @@
+"""The messages table: data frames reassembled per (capture, session_id, sender, message_id).
+
+Frames are shuffled by that key and sorted by capture time inside each Spark partition
+(``repartition`` + ``sortWithinPartitions``); ``mapInArrow`` then walks each partition's Arrow
+batches once, cutting groups where the key changes (a group may span batches) and feeding each
+group's frames, in capture order, to the codec's ``Reassembler``.
+
+Counting rules:
+
+- ``frames``: valid data frames with the key (duplicates included).
+- ``duplicates``: an exact repeat of a chunk already held (a SafeDealer resend, a capture that
+  saw a frame twice), and every frame that arrives after its message completed (the
+  reassembler would otherwise start a new message from it).
+- ``rejected``: frames the reassembler refused (a header that disagrees with earlier frames of
+  the message, overlapping chunks with different bytes, claims past ``max_message_size``); a
+  rejection drops what was held and later frames start over, as on a live socket.
+- A group whose frames together carry fewer bytes than its claimed ``message_size`` can never
+  complete and is not handed to the reassembler at all, so a hostile size claim allocates
+  nothing; its byte accounting is computed from the frame headers.
+- ``missing_bytes``: 0 when complete, else ``message_size`` minus the distinct bytes the
+  frames cover (overlaps counted once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .schema import messages_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["KEY", "build_messages", "reassemble_batches", "addr_port"]
+
+KEY = ["capture", "session_id", "src", "message_id"]
+_MAX_U32 = 0xFFFFFFFF
+_OUT_ROWS = 4096
+
+
+def addr_port(addr_col: str, port_col: str) -> Any:
+    """Spark column ``addr:port`` (``[addr]:port`` for IPv6)."""
+    from pyspark.sql import functions as F
+
+    addr = F.col(addr_col)
+    return F.when(addr.contains(":"), F.concat(F.lit("["), addr, F.lit("]:"), F.col(port_col))).otherwise(
+        F.concat(addr, F.lit(":"), F.col(port_col))
+    )
+
+
+def build_messages(frames: DataFrame, *, parts: bool = False, max_message_size: int = _MAX_U32) -> DataFrame:
+    """Reassemble the valid data frames of a frames table into the messages table.
+
+    Args:
+        frames: a frames table (the ``nbmq`` source or its Parquet copy) with ``payload``.
+        parts: add the ``parts`` column (array<binary>, the message's parts when complete).
+        max_message_size: larger claimed messages are rejected, bytes.
+
+    Returns:
+        A DataFrame of :func:`nbmq.spark.schema.messages_schema` (lazy).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = messages_schema(parts)
+    data = frames.where((F.col("error").isNull()) & (F.col("kind") == 0)).select(
+        "capture",
+        "session_id",
+        addr_port("src_addr", "src_port").alias("src"),
+        "message_id",
+        addr_port("dst_addr", "dst_port").alias("dst"),
+        "part_count",
+        "part_index",
+        "message_size",
+        "part_size",
+        "chunk_offset",
+        "payload",
+        "ts_ns",
+        "frame_number",
+    )
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    want_parts = parts
+    limit = max_message_size
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from reassemble_batches(batches, arrow_schema, parts=want_parts, max_message_size=limit)
+
+    return (
+        data.repartition(*KEY)
+        .sortWithinPartitions(*KEY, "ts_ns", "frame_number")
+        .mapInArrow(run, schema)
+    )
+
+
+def _u64(arr: pa.Array) -> np.ndarray:
+    """decimal128(20, 0) values known to fit a u64 -> uint64 (the low 8 bytes)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    buf = np.frombuffer(arr.buffers()[1], dtype="<u8")
+    return buf[2 * arr.offset : 2 * (arr.offset + len(arr)) : 2]
+
+
+def _binary_views(arr: pa.Array) -> tuple[memoryview, np.ndarray]:
+    if pa.types.is_large_binary(arr.type):
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)
+    else:
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)
+    offsets = offsets[arr.offset : arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    return memoryview(data if data is not None else b""), offsets
+
+
+class _Group:
+    """The frames of one key seen so far (a group may continue in the next batch)."""
+
+    __slots__ = ("key", "dst", "rows", "chunks")
+
+    def __init__(self, key: tuple, dst: str) -> None:
+        self.key = key
+        self.dst = dst
+        self.rows: list[tuple] = []
+        self.chunks: list[memoryview] = []
+
+
+def reassemble_batches(
+    batches: Iterator[pa.RecordBatch],
+    arrow_schema: pa.Schema,
+    *,
+    parts: bool = False,
+    max_message_size: int = _MAX_U32,
+) -> Iterator[pa.RecordBatch]:
+    """Reassemble frames sorted by (capture, session_id, src, message_id, ts_ns, frame_number).
+
+    Args:
+        batches: Arrow batches with the columns :func:`build_messages` selects.
+        arrow_schema: the output schema.
+        parts: fill the ``parts`` column.
+        max_message_size: bytes.
+
+    Yields:
+        Record batches of ``arrow_schema``, one row per key.
+    """
+    import pyarrow.compute as pc
+
+    out = _Output(arrow_schema, parts)
+    group: _Group | None = None
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        col = batch.column
+        names = batch.schema.names
+        capture = col(names.index("capture"))
+        src = col(names.index("src"))
+        sid = _u64(col(names.index("session_id")))
+        mid = _u64(col(names.index("message_id")))
+        # Group boundaries, vectorised: a row starts a group when its key differs from the row before.
+        starts = np.zeros(n, dtype=bool)
+        starts[0] = True
+        if n > 1:
+            changed = (sid[1:] != sid[:-1]) | (mid[1:] != mid[:-1])
+            changed |= pc.not_equal(capture.slice(1), capture.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+            changed |= pc.not_equal(src.slice(1), src.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+            starts[1:] = changed
+        bounds = np.flatnonzero(starts).tolist() + [n]
+        firsts = bounds[:-1]
+        capture_l = capture.take(firsts).to_pylist()
+        src_l = src.take(firsts).to_pylist()
+        dst_l = col(names.index("dst")).take(firsts).to_pylist()
+        sid_l = sid[firsts].tolist()
+        mid_l = mid[firsts].tolist()
+        fields = [
+            col(names.index(c)).to_numpy(zero_copy_only=False).tolist()
+            for c in ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "ts_ns")
+        ]
+        data, offsets = _binary_views(col(names.index("payload")))
+        offs = offsets.tolist()
+        rows = list(zip(*fields))
+        # a view per chunk: Arrow buffers are never reused, so views stay valid across batches
+        chunks = [data[a:b] for a, b in zip(offs[:-1], offs[1:])]
+        for g, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            key = (capture_l[g], sid_l[g], src_l[g], mid_l[g])
+            if group is None or group.key != key:
+                if group is not None:
+                    out.add(_finish(group, parts, max_message_size))
+                    if out.full():
+                        yield out.flush()
+                group = _Group(key, dst_l[g])
+            group.rows.extend(rows[a:b])
+            group.chunks.extend(chunks[a:b])
+    if group is not None:
+        out.add(_finish(group, parts, max_message_size))
+    if out.rows:
+        yield out.flush()
+
+
+def _coverage(rows: list[tuple], chunks: list) -> tuple[dict[int, int], int]:
+    """Per part index its size (first frame seen), and the distinct bytes the frames cover."""
+    sizes: dict[int, int] = {}
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for (_, index, _, psize, offset, _), chunk in zip(rows, chunks):
+        sizes.setdefault(index, psize)
+        if psize != sizes[index]:
+            continue
+        end = min(offset + len(chunk), psize)
+        if end > offset:
+            ranges.setdefault(index, []).append((offset, end))
+    covered = 0
+    for spans in ranges.values():
+        spans.sort()
+        reach = 0
+        for a, b in spans:
+            if b > reach:
+                covered += b - max(a, reach)
+                reach = b
+    return sizes, covered
+
+
+def _finish(group: _Group, want_parts: bool, max_message_size: int) -> tuple:
+    capture, sid, src, mid = group.key
+    rows = group.rows
+    chunks = group.chunks
+    part_count, _, message_size, _, _, _ = rows[0]
+    if len(rows) == 1:
+        first = last = rows[0][5]
+    else:
+        ts = [r[5] for r in rows]
+        first, last = min(ts), max(ts)
+    done: list[Any] | None = None
+    duplicates = 0
+    rejected = 0
+    if (
+        len(rows) == 1
+        and part_count == 1
+        and rows[0][4] == 0
+        and len(chunks[0]) == rows[0][3] == message_size <= max_message_size
+    ):
+        done = [chunks[0]]  # a whole message in one frame (the codec checked its header)
+    elif sum(len(c) for c in chunks) >= message_size:
+        done, duplicates, rejected = _reassemble(sid, mid, rows, chunks, max_message_size)
+    else:
+        # Can never complete: duplicates are exact repeats of (part, offset, bytes).
+        seen: set[tuple[int, int, bytes]] = set()
+        for (_, pindex, _, _, coffset, _), chunk in zip(rows, chunks):
+            ident = (pindex, coffset, bytes(chunk))
+            if ident in seen:
+                duplicates += 1
+            seen.add(ident)
+    if done is not None:
+        part_sizes: list[int | None] = [len(p) for p in done]
+        sha = [hashlib.sha256(p).hexdigest() for p in done]
+        missing = 0
+        parts = [bytes(p) for p in done] if want_parts else None
+        message_size = sum(part_sizes)  # type: ignore[arg-type]
+        part_count = len(done)
+    else:
+        sizes, covered = _coverage(rows, chunks)
+        part_sizes = [sizes.get(i) for i in range(part_count)]
+        sha = None
+        missing = max(0, message_size - covered)
+        parts = None
+    return (
+        capture, sid, src, group.dst, mid, part_count, message_size, part_sizes, sha,
+        done is not None, missing, len(rows), duplicates, rejected, first // 1000, last // 1000,
+        parts,
+    )
+
+
+def _reassemble(
+    sid: int, mid: int, rows: list[tuple], chunks: list[memoryview], max_message_size: int
+) -> tuple[list[Any] | None, int, int]:
+    """Feed one key's frames, in capture order, to the codec's Reassembler.
+
+    Returns:
+        (parts or None, duplicates, rejected). Frames after completion count as duplicates.
+    """
+    from ..errors import DecodeError
+    from ..wire import DataFrame
+
+    reassembler = _reassembler(max_message_size)
+    reassembler.drop(0)  # whatever a rejected or incomplete predecessor left
+    before = reassembler.duplicates
+    done = None
+    duplicates = rejected = 0
+    for (pcount, pindex, msize, psize, coffset, _), chunk in zip(rows, chunks):
+        if done is not None:
+            duplicates += 1
+            continue
+        try:
+            result = reassembler.add(DataFrame(sid, mid, pcount, pindex, msize, psize, coffset, chunk), 0.0, 0)
+        except DecodeError:
+            rejected += 1
+            continue
+        if result is not None:
+            done = result
+    if done is None:
+        reassembler.drop(0)
+    return done, duplicates + reassembler.duplicates - before, rejected
+
+
+_REASSEMBLERS: dict[int, Any] = {}
+
+
+def _reassembler(max_message_size: int) -> Any:
+    """One Reassembler per worker and size limit, reused for every key (key 0, one at a time)."""
+    found = _REASSEMBLERS.get(max_message_size)
+    if found is None:
+        from .. import codec
+
+        found = codec.Reassembler(
+            max_message_size=max_message_size,
+            max_incomplete_bytes=max_message_size + codec.MESSAGE_OVERHEAD,
+        )
+        _REASSEMBLERS[max_message_size] = found
+    return found
+
+
+class _Output:
+    """Accumulates message rows and turns them into Arrow record batches."""
+
+    def __init__(self, schema: pa.Schema, parts: bool) -> None:
+        self.schema = schema
+        self.parts = parts
+        self.rows: list[tuple] = []
+
+    def add(self, row: tuple) -> None:
+        self.rows.append(row)
+
+    def full(self) -> bool:
+        return len(self.rows) >= _OUT_ROWS
+
+    def flush(self) -> pa.RecordBatch:
+        cols = list(zip(*self.rows))
+        self.rows = []
+        names = [
+            "capture", "session_id", "src", "dst", "message_id", "part_count", "message_size",
+            "part_sizes", "part_sha256", "complete", "missing_bytes", "frames", "duplicates",
+            "rejected", "first_ts", "last_ts", "parts",
+        ]
+        by_name = dict(zip(names, cols))
+        arrays = []
+        for field in self.schema:
+            values = by_name[field.name]
+            if field.name in ("session_id", "message_id"):
+                u = np.array(values, dtype=np.uint64)
+                wide = np.zeros((len(u), 2), dtype="<u8")
+                wide[:, 0] = u
+                arrays.append(pa.Array.from_buffers(field.type, len(u), [None, pa.py_buffer(wide)]))
+            elif pa.types.is_timestamp(field.type):
+                arrays.append(pa.array(np.array(values, dtype=np.int64)).view(field.type))
+            else:
+                arrays.append(pa.array(list(values), field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -1,0 +1,289 @@
+"""The capture pipeline: captures -> frames/, messages/, sessions/ (Parquet) + report.html.
+
+::
+
+    from nbmq.spark.pipeline import run
+    summary = run(["dealer.pcap"], "out/")            # local[*]
+    summary = run(None, "out/", master="spark://host:7077")   # the bundled captures
+
+Steps, each a Spark job: the ``nbmq`` data source decodes the captures and the frames table is
+written; the messages are reassembled from that Parquet copy (so the captures are decoded once);
+the sessions are summarised from both; small aggregates feed the summary and the report.
+Malformed datagrams and unreadable capture records are rows and counts, never a failure.
+
+Also ``python -m nbmq.spark.pipeline CAPTURE ... --out DIR`` (the ``nbmq pipeline`` options).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["run", "default_captures", "SUMMARY_COLUMNS"]
+
+SUMMARY_COLUMNS = [
+    "capture", "datagrams", "error_rows", "capture_errors", "data_frames", "control_frames",
+    "messages_complete", "messages_incomplete", "duplicates", "rejected", "sessions",
+]
+
+
+def default_captures(pcapng: bool = False) -> list[str]:
+    """The bundled captures (classic pcap only, unless ``pcapng``: dealer.pcapng repeats dealer.pcap)."""
+    from ..examples import bundled_captures
+
+    return [str(p) for p in bundled_captures(pcapng=pcapng)]
+
+
+class _Steps:
+    """rich progress on stderr: one line per step, plus the running Spark stage's task count."""
+
+    def __init__(self, spark: SparkSession | None, enabled: bool) -> None:
+        self.enabled = enabled
+        self.spark = spark
+        self.progress: Any = None
+        self.task: Any = None
+        self._label = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Steps:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("starting Spark", total=5)
+        return self
+
+    def attach(self, spark: SparkSession) -> None:
+        self.spark = spark
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._poll, name="nbmq-progress", daemon=True)
+            self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                tracker = self.spark.sparkContext.statusTracker()  # type: ignore[union-attr]
+                done = total = 0
+                for stage_id in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        done += info.numCompletedTasks
+                        total += info.numTasks
+                suffix = f"  [dim](tasks {done}/{total})[/dim]" if total else ""
+                self.progress.update(self.task, description=self._label + suffix)
+            except Exception:  # the tracker is best effort; never break the job for it
+                pass
+
+    def step(self, label: str) -> None:
+        self._label = label
+        if self.enabled:
+            self.progress.update(self.task, description=label)
+
+    def advance(self) -> None:
+        if self.enabled:
+            self.progress.advance(self.task)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self.enabled:
+            self.progress.update(self.task, description="done" if exc[0] is None else "failed")
+            self.progress.stop()
+
+
+def _summary_rows(frames: Any, messages: Any, sessions: Any, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    f = frames.groupBy("capture").agg(
+        F.count("frame_number").alias("datagrams"),
+        F.count(F.when(F.col("error").isNotNull() & F.col("frame_number").isNotNull(), 1)).alias("error_rows"),
+        F.count(F.when(F.col("frame_number").isNull(), 1)).alias("capture_errors"),
+        F.count(F.when(F.col("error").isNull() & (F.col("kind") == 0), 1)).alias("data_frames"),
+        F.count(F.when(F.col("error").isNull() & (F.col("kind") > 0), 1)).alias("control_frames"),
+    )
+    m = messages.groupBy("capture").agg(
+        F.count(F.when(F.col("complete"), 1)).alias("messages_complete"),
+        F.count(F.when(~F.col("complete"), 1)).alias("messages_incomplete"),
+        F.coalesce(F.sum("duplicates"), F.lit(0)).alias("duplicates"),
+        F.coalesce(F.sum("rejected"), F.lit(0)).alias("rejected"),
+    )
+    s = sessions.groupBy("capture").agg(F.count(F.lit(1)).alias("sessions"))
+    joined = f.join(m, "capture", "left").join(s, "capture", "left").fillna(0)
+    rows = [r.asDict() for r in joined.collect()]
+    out = [{c: (r[c] if c == "capture" else int(r[c] or 0)) for c in SUMMARY_COLUMNS} for r in rows]
+    seen = {r["capture"] for r in out}
+    for name in names:  # a capture without a single row (no UDP datagram in it)
+        if name not in seen:
+            seen.add(name)
+            out.append({c: (name if c == "capture" else 0) for c in SUMMARY_COLUMNS})
+    return sorted(out, key=lambda r: r["capture"])
+
+
+def run(
+    captures: Sequence[str | Path] | None,
+    out_dir: str | Path,
+    master: str | None = None,
+    *,
+    spark: SparkSession | None = None,
+    payload: bool = True,
+    parts: bool = False,
+    pcapng: bool = False,
+    split_bytes: int | None = None,
+    conf: dict[str, str] | None = None,
+    report: bool = True,
+    progress: bool = True,
+    print_summary: bool = True,
+) -> dict[str, Any]:
+    """Run the pipeline.
+
+    Args:
+        captures: pcap / pcapng files, directories or globs; None or empty: the bundled
+            captures. The driver plans the reads, so it must see the files as well as the
+            executors (same path on a shared file system).
+        out_dir: output directory; ``frames/``, ``messages/``, ``sessions/`` (Parquet, replaced
+            if present), ``report.html`` and ``summary.json`` are written there. With a
+            cluster master it must be a path every executor can write (shared file system,
+            ``hdfs://``, ``s3a://``); the report and summary are written by the driver.
+        master: Spark master URL; None: ``spark-submit``'s, else ``local[*]``.
+        spark: use this session instead of building one (``master`` and ``conf`` then ignored).
+        payload: keep the ``payload`` column in ``frames/``.
+        parts: add the ``parts`` column (the message bytes) to ``messages/``.
+        pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
+            ``dealer.pcap``, so its messages and sessions appear twice under another name).
+        split_bytes: byte-range split size for large classic pcap files (default 64 MiB).
+        conf: extra Spark configuration for a new session.
+        report: write ``report.html``.
+        progress: show progress on stderr (rich).
+        print_summary: print the summary table on stdout (rich).
+
+    Returns:
+        ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
+        "tables": {name: path}}``; also written to ``summary.json``.
+
+    Raises:
+        FileNotFoundError: a capture path matches nothing (checked before Spark starts).
+    """
+    from .messages import build_messages
+    from .sessions import build_sessions
+
+    started = time.perf_counter()
+    out = Path(out_dir)
+    from .datasource import expand_paths
+
+    paths = [str(p) for p in captures] if captures else default_captures(pcapng)
+    files = expand_paths(paths)  # the driver plans the reads, so it must see the files too
+    tables = {name: str(out / name) for name in ("frames", "messages", "sessions")}
+    if not (str(out_dir).startswith(("hdfs://", "s3a://", "s3://", "gs://", "abfs://"))):
+        out.mkdir(parents=True, exist_ok=True)
+
+    with _Steps(spark, progress) as steps:
+        if spark is None:
+            from .session import build_session
+
+            spark = build_session(master, conf=conf)
+        else:
+            from . import register
+
+            register(spark)
+        steps.attach(spark)
+        steps.advance()
+
+        reader = spark.read.format("nbmq").option("paths", ",".join(files))
+        if split_bytes is not None:
+            reader = reader.option("split_bytes", str(int(split_bytes)))
+        source = reader.load()
+        steps.step(f"decoding {len(files)} capture(s) -> frames/")
+        (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
+        frames = spark.read.parquet(tables["frames"])
+        steps.advance()
+
+        steps.step("reassembling -> messages/")
+        build_messages(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
+            tables["messages"]
+        )
+        messages = spark.read.parquet(tables["messages"])
+        steps.advance()
+
+        steps.step("summarising -> sessions/")
+        build_sessions(frames, messages).write.mode("overwrite").parquet(tables["sessions"])
+        sessions = spark.read.parquet(tables["sessions"])
+        steps.advance()
+
+        steps.step("summary and report")
+        rows = _summary_rows(frames, messages, sessions, [Path(p).name for p in files])
+        totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
+        summary: dict[str, Any] = {
+            "out_dir": str(out_dir),
+            "master": spark.sparkContext.master,
+            "captures": rows,
+            "totals": totals,
+            "tables": tables,
+        }
+        if report:
+            from .report import chart_data, write_report
+
+            session_rows = [
+                {k: (str(v) if k == "session_id" else v) for k, v in r.asDict().items()}
+                for r in sessions.orderBy("capture", "first_ts").limit(200).collect()
+            ]
+            summary["seconds"] = time.perf_counter() - started
+            write_report(out / "report.html", summary, chart_data(messages), session_rows)
+            summary["report"] = str(out / "report.html")
+        steps.advance()
+    summary["seconds"] = time.perf_counter() - started
+    try:
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    except OSError:
+        pass
+    if print_summary:
+        print_table(summary)
+    return summary
+
+
+def print_table(summary: dict[str, Any], file: Any = None) -> None:
+    """Print the per-capture summary as a rich table (stdout by default)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"nbmq pipeline: {summary['out_dir']}  ({summary['seconds']:.1f} s, {summary['master']})")
+    for col in SUMMARY_COLUMNS:
+        table.add_column(col.replace("_", " "), justify="left" if col == "capture" else "right")
+    for r in summary["captures"]:
+        table.add_row(*[r[c] if c == "capture" else f"{r[c]:,}" for c in SUMMARY_COLUMNS])
+    t = summary["totals"]
+    table.add_row("total", *[f"{t[c]:,}" for c in SUMMARY_COLUMNS[1:]], style="bold")
+    console = Console(file=file or sys.stdout)
+    if not console.is_terminal:  # a pipe or a log: no terminal width to fit, keep columns whole
+        console = Console(file=file or sys.stdout, width=200)
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nbmq.spark.pipeline`` / spark-submit entry: same options as ``nbmq pipeline``."""
+    from .cli import main as cli_main
+
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

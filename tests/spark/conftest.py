@@ -1,0 +1,45 @@
+"""One SparkSession (local[2]) for every Spark test, and the bundled captures' pipeline run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+CAPTURES = Path(__file__).resolve().parents[2] / "nbmq" / "examples" / "captures"
+BUNDLED = ["dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A quiet local[2] session with the ``nbmq`` data source registered (stopped at the end)."""
+    pytest.importorskip("pyspark")
+    from nbmq.spark.session import build_session
+
+    session = build_session("local[2]", app_name="nbmq-tests", conf={"spark.sql.shuffle.partitions": "4"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def capture_manifest() -> dict:
+    return json.loads((CAPTURES / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def bundled_run(spark, tmp_path_factory):
+    """``nbmq pipeline --out DIR`` on the bundled captures, in this process (shared session).
+
+    Returns (exit code, out dir, captured stdout text).
+    """
+    import contextlib
+    import io
+
+    from nbmq.spark.cli import main
+
+    out = tmp_path_factory.mktemp("bundled") / "out"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(["--out", str(out), "--quiet"])
+    return code, out, buf.getvalue()
