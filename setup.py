@@ -10,6 +10,7 @@ from setuptools import setup
 EXTENSIONS = [
     ("nbmq._codec", ["nbmq/_codec.pyx"], False),
     ("nbmq.transports._batch", ["nbmq/transports/_batch.pyx"], True),
+    ("nbmq.capture._records", ["nbmq/capture/_records.pyx"], False),
 ]
 
 

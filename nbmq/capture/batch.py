@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DatagramBatch", "ns_to_seconds"]
+__all__ = ["DatagramBatch", "ns_to_seconds", "gather_ranges"]
 
 _NS = 1_000_000_000
+
+if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
+    try:
+        from ._records import gather as _native_gather
+    except ImportError:
+        _native_gather = None
+else:
+    _native_gather = None
 
 
 def ns_to_seconds(timestamp_ns: np.ndarray) -> np.ndarray:
@@ -29,13 +38,66 @@ def ns_to_seconds(timestamp_ns: np.ndarray) -> np.ndarray:
     return whole.astype(np.float64) + frac.astype(np.float64) / 1e9
 
 
+def gather_ranges(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Copy ``buffer[starts[i] : starts[i] + lengths[i]]`` for every i, back to back, in one step.
+
+    With the compiled ``nbmq.capture._records`` this is one memcpy per range. Otherwise, ranges
+    in buffer order that do not overlap (how a capture lays datagrams out) are gathered
+    with one boolean mask over the region they span (built as alternating skip / keep runs with
+    ``np.repeat``); anything else falls back to concatenating slices.
+
+    Args:
+        buffer: uint8 (m,).
+        starts: integer (n,), start of each range in ``buffer``.
+        lengths: integer (n,), length of each range (>= 0).
+
+    Returns:
+        uint8 (lengths.sum(),), a new C-contiguous array.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if _native_gather is not None and buffer.dtype == np.uint8 and buffer.ndim == 1:
+        try:
+            return _native_gather(  # type: ignore[no-any-return]
+                np.ascontiguousarray(buffer),
+                np.ascontiguousarray(starts, dtype=np.int64),
+                np.ascontiguousarray(lengths),
+            )
+        except IndexError:  # a range outside the buffer: let numpy slicing clip it as before
+            pass
+    nz = lengths > 0
+    if not nz.any():
+        return np.empty(0, np.uint8)
+    s = np.asarray(starts, dtype=np.int64)[nz]
+    e = s + lengths[nz]
+    if s.size > 1 and not np.all(s[1:] >= e[:-1]):
+        return np.concatenate([buffer[a:b] for a, b in zip(s.tolist(), e.tolist())])
+    region = buffer[int(s[0]) : int(e[-1])]
+    if region.shape[0] == int(lengths.sum()):  # already back to back
+        return np.array(region, dtype=np.uint8)
+    runs = np.empty(2 * s.size, dtype=np.int64)
+    runs[0] = 0
+    runs[2::2] = s[1:] - e[:-1]
+    runs[1::2] = e - s
+    keep = np.zeros(2 * s.size, dtype=np.bool_)
+    keep[1::2] = True
+    return region[np.repeat(keep, runs)]
+
+
 @dataclass(slots=True, eq=False)
 class DatagramBatch:
     """UDP datagrams read from a capture, column by column, in capture order.
 
-    All row arrays have shape (n,) for n datagrams. ``payload`` holds every UDP payload back to
-    back; datagram i is ``payload[offsets[i] : offsets[i] + lengths[i]]``. This is the layout the
-    codec's ``parse_frames(buffer, offsets, lengths)`` consumes.
+    All row arrays have shape (n,) for n datagrams. Datagram i is
+    ``payload[offsets[i] : offsets[i] + lengths[i]]``. This is the layout the codec's
+    ``parse_frames(buffer, offsets, lengths)`` consumes.
+
+    ``payload`` is not necessarily the payloads back to back: the fast engine reading an
+    immutable capture (a memory-mapped file, ``bytes``, a read-only memoryview) makes no copy
+    and ``payload`` is then the whole capture as a read-only uint8 array, with ``offsets``
+    pointing at each UDP payload inside it (increasing, never overlapping; bytes between them
+    are record and packet headers). A file-backed batch keeps the file mapped while it lives.
+    :meth:`compact` returns a copy laid out back to back (what the dpkt engine, mutable
+    sources and rows decoded by dpkt produce).
 
     Attributes:
         timestamp: float64 (n,), seconds since the epoch (nearest float64 to ``timestamp_ns``).
@@ -44,8 +106,9 @@ class DatagramBatch:
         dst_addr: object (n,), destination IP address as ``str``.
         src_port: uint16 (n,), UDP source port.
         dst_port: uint16 (n,), UDP destination port.
-        payload: uint8 (total,), all UDP payloads back to back, ``total == lengths.sum()``.
-        offsets: int64 (n,), start of each payload in ``payload`` (bytes).
+        payload: uint8 (m,), a buffer holding every UDP payload (see above); ``m >=
+            lengths.sum()``, equal when back to back.
+        offsets: int64 (n,), start of each payload in ``payload`` (bytes), increasing.
         lengths: int32 (n,), captured payload length of each datagram (bytes).
         frame_number: int64 (n,), 1-based index of the packet in the file, as tshark numbers
             frames (every packet record counts, UDP or not).
@@ -86,7 +149,7 @@ class DatagramBatch:
 
     def __repr__(self) -> str:
         return (
-            f"DatagramBatch({len(self)} datagrams, {self.payload.shape[0]} payload bytes, "
+            f"DatagramBatch({len(self)} datagrams, {int(self.lengths.sum())} payload bytes, "
             f"packets={self.packets}, skipped={self.skipped}, errors={self.errors}, engine={self.engine!r})"
         )
 
@@ -104,6 +167,35 @@ class DatagramBatch:
         """
         start = int(self.offsets[i])
         return self.payload[start : start + int(self.lengths[i])].tobytes()
+
+    def is_compact(self) -> bool:
+        """True when the payloads are back to back in ``payload`` (no other bytes)."""
+        n = len(self)
+        if n == 0:
+            return self.payload.shape[0] == 0
+        if self.payload.shape[0] != int(self.lengths.sum()) or int(self.offsets[0]) != 0:
+            return False
+        return bool(np.array_equal(self.offsets[1:], np.cumsum(self.lengths[:-1], dtype=np.int64)))
+
+    def compact(self) -> DatagramBatch:
+        """Return this batch with its payloads copied back to back (self if they already are).
+
+        Returns:
+            A batch with the same rows whose ``payload`` holds exactly the datagrams' bytes, in
+            row order, ``offsets[0] == 0`` and ``payload.shape[0] == lengths.sum()``.
+        """
+        if self.is_compact():
+            return self
+        data = gather_ranges(self.payload, self.offsets, self.lengths)
+        offsets = np.zeros(len(self), np.int64)
+        if len(self) > 1:
+            np.cumsum(self.lengths[:-1], dtype=np.int64, out=offsets[1:])
+        return DatagramBatch(
+            self.timestamp, self.timestamp_ns, self.src_addr, self.dst_addr, self.src_port,
+            self.dst_port, data, offsets, self.lengths, self.frame_number, self.truncated,
+            self.packets, self.skipped, self.errors, list(self.error_reasons), self.engine,
+            self.fallback_rows,
+        )
 
     def same_rows(self, other: DatagramBatch) -> bool:
         """True when both batches hold the same datagrams with the same values in every column.
@@ -127,9 +219,7 @@ class DatagramBatch:
             return False
         if list(self.src_addr) != list(other.src_addr) or list(self.dst_addr) != list(other.dst_addr):
             return False
-        if np.array_equal(self.offsets, other.offsets):
-            return bool(np.array_equal(self.payload, other.payload))
-        return all(self.payload_at(i) == other.payload_at(i) for i in range(len(self)))
+        return bool(np.array_equal(self.compact().payload, other.compact().payload))
 
     @classmethod
     def empty(cls, engine: str = "fast") -> DatagramBatch:
@@ -160,7 +250,8 @@ class DatagramBatch:
     def concat(cls, batches: Sequence[DatagramBatch]) -> DatagramBatch:
         """Join batches row-wise (e.g. the splits of one file, in order).
 
-        Counters are summed, ``error_reasons`` concatenated, payload offsets rebased.
+        Counters are summed, ``error_reasons`` concatenated; the payloads are copied back to
+        back (``compact``) so joining file-backed batches never copies whole files.
 
         Args:
             batches: batches to join, in the order their rows should appear.
@@ -170,6 +261,7 @@ class DatagramBatch:
         """
         if not batches:
             return cls.empty()
+        batches = [b.compact() for b in batches]
         bases = np.cumsum([0] + [int(b.payload.shape[0]) for b in batches[:-1]], dtype=np.int64)
         return cls(
             timestamp=np.concatenate([b.timestamp for b in batches]),

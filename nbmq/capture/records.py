@@ -20,6 +20,7 @@ keeps the confirmation cost at a few cache lines while making chance matches in 
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -34,6 +35,18 @@ __all__ = [
     "TRUNCATED_RECORD",
     "IMPLAUSIBLE_HEADER",
 ]
+
+if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
+    try:
+        from ._records import walk_chain as _walk_chain
+        from ._records import walk_fields as _walk_fields
+    except ImportError:  # not built (pure-Python install): the Python loop below does the walk
+        _walk_chain = _walk_fields = None
+else:
+    _walk_chain = _walk_fields = None
+
+#: True when ``RecordScanner.walk`` uses the compiled record walker by default.
+NATIVE_WALK = _walk_chain is not None
 
 CONFIRM_HEADERS = 8
 MAX_ORIG_LEN = 16 << 20
@@ -99,6 +112,8 @@ class RecordScanner:
 
     def fields(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gather (seconds, fraction, incl_len) as int64 arrays for records at ``offsets``."""
+        if _walk_fields is not None and offsets.dtype == np.int64 and self.size >= 4:
+            return _walk_fields(self.buf, np.ascontiguousarray(offsets), self.header.byte_order == ">")  # type: ignore[no-any-return]
         u32 = self._u32
         return (
             u32[offsets].astype(np.int64),
@@ -171,7 +186,7 @@ class RecordScanner:
             return pos
         return None
 
-    def walk(self, pos: int, stop: int, log: ErrorLog) -> np.ndarray:
+    def walk(self, pos: int, stop: int, log: ErrorLog, native: bool | None = None) -> np.ndarray:
         """Collect the offsets of all records whose header starts in ``[pos, stop)``.
 
         ``pos`` must be a record boundary. Damage is logged in ``log`` and skipped by
@@ -181,34 +196,34 @@ class RecordScanner:
             pos: byte offset of a record header.
             stop: records must start below this byte offset.
             log: receives framing errors.
+            native: follow the chain with the compiled walker (``nbmq.capture._records``;
+                True requires it) or the Python loop (False); None: the compiled one when
+                built and ``NBMQ_NO_EXTENSIONS`` is not set. Both give identical results.
 
         Returns:
             int64 (n,) array of record header offsets, increasing.
         """
-        hl, size, buf, unpack = self.hl, self.size, self.buf, self._incl
+        if native is None:
+            native = _walk_chain is not None
+        elif native and _walk_chain is None:
+            raise RuntimeError("nbmq.capture._records is not built")
+        chain = self._chain_native if native else self._chain_python
+        hl, size = self.hl, self.size
         chunks: list[np.ndarray] = []
         while True:
             last = min(stop, size - hl + 1)
-            found: list[int] = []
-            append = found.append
-            p = pos
-            while p < last:  # the hot loop collects offsets only; checks run vectorised below
-                append(p)
-                p += hl + unpack(buf, p + 8)[0]  # type: ignore[arg-type]
-            offs = np.array(found, np.int64)
+            offs, p, bad = chain(pos, last)
+            if bad:  # the header at p fails the reading test
+                chunks.append(offs)
+                log.at_offset(p, IMPLAUSIBLE_HEADER)
+                nxt = self.resync(p + 1, stop)
+                if nxt is None:
+                    break
+                pos = nxt
+                continue
             if offs.size:
-                sec, _frac, incl = self.fields(offs)
-                bad = np.flatnonzero((incl > self.max_incl) | (sec < self.min_sec))
-                if bad.size:
-                    k = int(bad[0])
-                    chunks.append(offs[:k])
-                    log.at_offset(int(offs[k]), IMPLAUSIBLE_HEADER)
-                    nxt = self.resync(int(offs[k]) + 1, stop)
-                    if nxt is None:
-                        break
-                    pos = nxt
-                    continue
-                if int(offs[-1]) + hl + int(incl[-1]) > size:
+                end = int(offs[-1]) + hl + int(self._incl(self.buf, int(offs[-1]) + 8)[0])  # type: ignore[arg-type]
+                if end > size:
                     chunks.append(offs[:-1])
                     log.at_offset(int(offs[-1]), TRUNCATED_RECORD)
                     break
@@ -217,3 +232,35 @@ class RecordScanner:
                 log.at_offset(p, TRUNCATED_HEADER)
             break
         return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+
+    def _chain_native(self, pos: int, last: int) -> tuple[np.ndarray, int, bool]:
+        if last <= pos:
+            return np.empty(0, np.int64), pos, False
+        h = self.header
+        return _walk_chain(  # type: ignore[misc, no-any-return]
+            self.buf, pos, last, self.hl, h.byte_order == ">", self.max_incl, self.min_sec
+        )
+
+    def _chain_python(self, pos: int, last: int) -> tuple[np.ndarray, int, bool]:
+        """Follow the chain from ``pos`` while headers start below ``last``.
+
+        Returns:
+            (accepted header offsets, stop offset, bad): ``bad`` means the header at the stop
+            offset fails the reading test; otherwise the stop offset is where the chain left
+            ``[pos, last)``.
+        """
+        hl, buf, unpack = self.hl, self.buf, self._incl
+        found: list[int] = []
+        append = found.append
+        p = pos
+        while p < last:  # the hot loop collects offsets only; checks run vectorised below
+            append(p)
+            p += hl + unpack(buf, p + 8)[0]  # type: ignore[arg-type]
+        offs = np.array(found, np.int64)
+        if offs.size:
+            sec, _frac, incl = self.fields(offs)
+            bad = np.flatnonzero((incl > self.max_incl) | (sec < self.min_sec))
+            if bad.size:
+                k = int(bad[0])
+                return offs[:k], int(offs[k]), True
+        return offs, p, False

@@ -276,37 +276,19 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 def _gather(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """A binary array of ``buffer[starts[i] : starts[i] + lengths[i]]`` without a per-row loop.
+    """A binary array of ``buffer[starts[i] : starts[i] + lengths[i]]`` in one vectorised step.
 
-    Ranges in buffer order that do not overlap (how a capture batch lays datagrams out) are
-    gathered with one boolean mask over the region they span; anything else falls back to
-    numpy concatenation of slices.
+    The bytes are copied with ``nbmq.capture.batch.gather_ranges`` (one memcpy per row when
+    the capture extension is built, one numpy mask gather otherwise); the offsets are a cumsum.
+    No per-row Python code.
     """
+    from ..capture.batch import gather_ranges
+
     n = len(starts)
-    lengths = lengths.astype(np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total == 0:
-        data = np.empty(0, np.uint8)
-    else:
-        nz = lengths > 0
-        s = starts[nz].astype(np.int64)
-        e = s + lengths[nz]
-        if np.all(s[1:] >= e[:-1]):
-            # Sorted, disjoint ranges: one boolean mask over the region they span, built as
-            # alternating (skip, keep) runs with np.repeat, then a single gather.
-            base = int(s[0])
-            region = buffer[base : int(e[-1])]
-            runs = np.empty(2 * len(s), dtype=np.int64)
-            runs[0] = 0
-            runs[2::2] = s[1:] - e[:-1]
-            runs[1::2] = e - s
-            keep = np.zeros(2 * len(s), dtype=np.bool_)
-            keep[1::2] = True
-            data = region[np.repeat(keep, runs)]
-        else:
-            data = np.concatenate([buffer[a:b] for a, b in zip(s.tolist(), e.tolist())])
+    data = gather_ranges(buffer, starts, lengths)
     return pa.Array.from_buffers(
         pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(np.ascontiguousarray(data))]
     )
