@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import socket
 import struct
+import subprocess
 
 import pytest
 from streamutil import ServerProcess, run
@@ -286,6 +287,11 @@ def test_logs_and_clean_sigint() -> None:
     try:
         run(main())
         server.proc.send_signal(signal.SIGINT)
+        # Let the SIGINT shutdown finish: stop() would otherwise race a SIGTERM into it.
+        try:
+            server.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     finally:
         code, err = server.stop()
     assert code == 0, err
