@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from nbmq import codec
+    from nbmq.examples import CAPTURE_DIR
     from nbmq.spark.session import build_session
 
     console = Console(stderr=True)
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.dataSource.register(RawDatagrams)
             cores = spark.sparkContext.defaultParallelism
             split = int(args.split_mb * 2**20) if args.split_mb else max(1 << 20, -(-size // (4 * cores)))
-            small = str(Path(__file__).resolve().parents[1] / "nbmq" / "examples" / "captures" / "dealer.pcap")
+            small = str(CAPTURE_DIR / "dealer.pcap")
             spark.read.format("nbmq").load(small).selectExpr("count(*)", "sum(chunk_size)").collect()
             spark.read.format("nbmq_raw_bench").load(small).count()
             console.print(f"Spark {spark.version} on {spark.sparkContext.master} ({cores} cores), codec "

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data"
-CAPTURES = Path(__file__).parent.parent / "nbmq" / "examples" / "captures"
 
 
 def _flag(name: str) -> bool:
@@ -70,4 +69,6 @@ def manifest() -> dict:
     """The manifest of every message in the bundled captures."""
     import json
 
-    return json.loads((CAPTURES / "manifest.json").read_text())
+    from nbmq.examples import manifest_path
+
+    return json.loads(manifest_path().read_text())

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 
-CAPTURES = Path(__file__).resolve().parents[2] / "nbmq" / "examples" / "captures"
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 
 
@@ -18,12 +17,6 @@ BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 def captures_dir() -> Path:
     """Directory of the bundled captures."""
     return CAPTURES
-
-
-@pytest.fixture(scope="session")
-def capture_manifest() -> dict:
-    """nbmq/examples/captures/manifest.json."""
-    return json.loads((CAPTURES / "manifest.json").read_text())
 
 
 # -- hand-built packets (valid and deliberately broken) ------------------------------------

@@ -28,8 +28,8 @@ def _entry(manifest: dict, name: str) -> dict:
 
 @pytest.mark.parametrize("name", PCAPS)
 @pytest.mark.parametrize("engine", ["fast", "dpkt"])
-def test_counts_by_direction_match_manifest(batches, capture_manifest, name, engine):
-    entry = _entry(capture_manifest, name)
+def test_counts_by_direction_match_manifest(batches, manifest, name, engine):
+    entry = _entry(manifest, name)
     batch = batches[name, engine]
     assert batch.engine == engine
     assert (batch.errors, batch.skipped) == (0, 0)
@@ -46,8 +46,8 @@ def test_counts_by_direction_match_manifest(batches, capture_manifest, name, eng
 
 
 @pytest.mark.parametrize("name", PCAPS)
-def test_columns(batches, capture_manifest, name):
-    entry = _entry(capture_manifest, name)
+def test_columns(batches, manifest, name):
+    entry = _entry(manifest, name)
     batch = batches[name, "fast"]
     n = len(batch)
     assert batch.timestamp.dtype == np.float64 and batch.timestamp_ns.dtype == np.int64
@@ -106,8 +106,8 @@ def test_matches_dpkt_own_readers(batches, captures_dir, name):
         assert bytes(udp.data) == batch.payload_at(i)
 
 
-def test_udp_ports_filter(captures_dir, capture_manifest):
-    entry = _entry(capture_manifest, "dealer.pcap")
+def test_udp_ports_filter(captures_dir, manifest):
+    entry = _entry(manifest, "dealer.pcap")
     client0 = int(next(p for p in entry["peers"] if p["name"] == "client0")["addr"].rsplit(":", 1)[1])
     batch = read_datagrams(captures_dir / "dealer.pcap", udp_ports=[client0])
     by = entry["datagrams"]["by_direction"]

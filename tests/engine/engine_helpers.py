@@ -16,8 +16,8 @@ from typing import Any
 import dpkt
 
 from nbmq import codec
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 
-CAPTURES = Path(__file__).resolve().parents[2] / "nbmq" / "examples" / "captures"
 Addr = tuple[str, int]
 _M64 = (1 << 64) - 1
 

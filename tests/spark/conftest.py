@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 
-CAPTURES = Path(__file__).resolve().parents[2] / "nbmq" / "examples" / "captures"
 BUNDLED = ["dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"]
 
 
@@ -20,11 +18,6 @@ def spark():
     session = build_session("local[2]", app_name="nbmq-tests", conf={"spark.sql.shuffle.partitions": "4"})
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="session")
-def capture_manifest() -> dict:
-    return json.loads((CAPTURES / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,8 +11,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from nbmq.spark import messages
 from nbmq.spark.datasource import CapturePartition, read_partition
 from nbmq.spark.schema import frames_schema, messages_schema
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 
-CAPTURES = Path(__file__).resolve().parents[2] / "nbmq" / "examples" / "captures"
 
 
 def _data_frames(name: str, repeat_third: bool) -> pa.Table:

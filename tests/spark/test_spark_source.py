@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 pytestmark = pytest.mark.spark
 
-CAPTURES = Path(__file__).resolve().parents[2] / "nbmq" / "examples" / "captures"
 DEALER = str(CAPTURES / "dealer.pcap")
 DEALER_NG = str(CAPTURES / "dealer.pcapng")
 SAFE = str(CAPTURES / "safe_dealer.pcap")

@@ -45,9 +45,9 @@ def test_cli_exit_code_and_outputs(bundled_run):
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_messages_match_manifest(spark, bundled_run, capture_manifest, name):
+def test_messages_match_manifest(spark, bundled_run, manifest, name):
     _, out, _ = bundled_run
-    cap = _capture(capture_manifest, name)
+    cap = _capture(manifest, name)
     rows = spark.read.parquet(str(out / "messages")).where(f"capture = '{name}'").collect()
     got = {(int(r.session_id), r.src, int(r.message_id)): r for r in rows}
     want = {(d["session_id"], d["src"], d["message_id"]): d for d in _deliveries(cap) if d["in_capture"] == "complete"}
@@ -63,9 +63,9 @@ def test_messages_match_manifest(spark, bundled_run, capture_manifest, name):
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_sessions_match_manifest(spark, bundled_run, capture_manifest, name):
+def test_sessions_match_manifest(spark, bundled_run, manifest, name):
     _, out, _ = bundled_run
-    cap = _capture(capture_manifest, name)
+    cap = _capture(manifest, name)
     rows = spark.read.parquet(str(out / "sessions")).where(f"capture = '{name}'").collect()
     server = next(p for p in cap["peers"] if p["mode"] == "bind")
     clients = [p for p in cap["peers"] if p["mode"] == "connect"]
@@ -94,12 +94,12 @@ def test_sessions_match_manifest(spark, bundled_run, capture_manifest, name):
             assert getattr(r, f"messages_incomplete_{way}") == 0
 
 
-def test_frames_match_manifest_counts(spark, bundled_run, capture_manifest):
+def test_frames_match_manifest_counts(spark, bundled_run, manifest):
     _, out, _ = bundled_run
     frames = spark.read.parquet(str(out / "frames"))
     got = {(r.capture, r.kind_name): r["count"] for r in frames.groupBy("capture", "kind_name").count().collect()}
     for name in BUNDLED:
-        cap = _capture(capture_manifest, name)
+        cap = _capture(manifest, name)
         for kind, n in cap["datagrams"]["by_type"].items():
             assert got[(name, kind)] == n, (name, kind)
         assert sum(v for (c, _), v in got.items() if c == name) == cap["datagrams"]["total"]
