@@ -25,9 +25,10 @@ from __future__ import annotations
 from enum import Enum
 
 from . import codec
-from .errors import DecodeError, ProtocolError
+from .errors import DecodeError
 from .events import ConnectionClosed, Event, PacketReceived
-from .wire import BQSP_DEFAULT_MAX_PACKET, BQSP_MAX_PACKET
+from .stream_receiver import Buffer, StreamReceiver
+from .wire import BQSP_DEFAULT_MAX_PACKET
 
 __all__ = [
     "Event",
@@ -37,9 +38,6 @@ __all__ = [
     "BqspConnection",
 ]
 
-Buffer = bytes | bytearray | memoryview
-
-
 class BqspState(Enum):
     """Receive-side state of a :class:`BqspConnection`."""
 
@@ -48,7 +46,7 @@ class BqspState(Enum):
     ERROR = "error"  #: the peer broke the protocol; every later receive call raises ProtocolError
 
 
-class BqspConnection:
+class BqspConnection(StreamReceiver):
     """One end of a BQSP byte stream (client or server; the protocol is symmetric).
 
     Args:
@@ -64,15 +62,9 @@ class BqspConnection:
     """
 
     def __init__(self, max_packet_size: int = BQSP_DEFAULT_MAX_PACKET) -> None:
-        if not 0 <= max_packet_size <= BQSP_MAX_PACKET:
-            raise ValueError("max_packet_size must be 0..2**32-1")
-        self._decoder = codec.BqspDecoder(max_packet_size)
+        super().__init__(codec.BqspDecoder(max_packet_size))  # ValueError when out of range
         self._max_packet_size = max_packet_size
-        self._state = BqspState.OPEN
-        self._eof = False
-        self._error: ProtocolError | None = None
         self.packets_received = 0
-        self.bytes_received = 0
         self.packets_sent = 0
         self.bytes_sent = 0
 
@@ -84,42 +76,11 @@ class BqspConnection:
     @property
     def state(self) -> BqspState:
         """The receive-side :class:`BqspState`."""
-        return self._state
-
-    @property
-    def their_eof(self) -> bool:
-        """True once ``receive_data(b"")`` was called."""
-        return self._eof
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet handed out as packets."""
-        return self._decoder.buffered
+        if self._error is not None:
+            return BqspState.ERROR
+        return BqspState.CLOSED if self._closed else BqspState.OPEN
 
     # -- receive side -------------------------------------------------------------------------
-
-    def receive_data(self, data: Buffer) -> None:
-        """Feed bytes read from the stream; ``b""`` (any empty buffer) means end of stream.
-
-        Parses nothing: call :meth:`next_event` until it returns None. The engine keeps views of
-        ``data`` (no copy), so do not modify it afterwards. Mutates the receive buffer.
-
-        Raises:
-            ProtocolError: the connection is already in the ERROR state (the same error again).
-            RuntimeError: non-empty data after end of stream (a bug in the caller, as in h11).
-        """
-        if self._error is not None:
-            raise self._error
-        size = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
-        if self._eof:
-            if size:
-                raise RuntimeError("received data after end of stream")
-            return
-        if not size:
-            self._eof = True
-            return
-        self.bytes_received += size
-        self._decoder.feed(data)
 
     def next_event(self) -> Event | None:
         """The next event, or None when more data is needed (or after ConnectionClosed).
@@ -143,19 +104,7 @@ class BqspConnection:
         if packet is not None:
             self.packets_received += 1
             return PacketReceived(packet[0], packet[1], packet[2])
-        if self._eof and self._state is BqspState.OPEN:
-            if self._decoder.buffered:
-                raise self._fail(
-                    f"stream ended inside a packet ({self._decoder.buffered} bytes left over)"
-                )
-            self._state = BqspState.CLOSED
-            return ConnectionClosed()
-        return None
-
-    def _fail(self, reason: str) -> ProtocolError:
-        self._state = BqspState.ERROR
-        self._error = ProtocolError(reason)
-        return self._error
+        return self._end_of_stream("packet")
 
     # -- send side ----------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from .events import (
     SlowConsumer,
     Subscribed,
 )
+from .stream_receiver import Buffer, StreamReceiver
 from .wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
 
 __all__ = [
@@ -65,7 +66,6 @@ __all__ = [
     "SLOW_CONSUMER_POLICIES",
 ]
 
-Buffer = bytes | bytearray | memoryview
 Topic = bytes | bytearray | memoryview | str
 
 _SUBSCRIBE = 1
@@ -87,7 +87,7 @@ def _topic_bytes(topic: Topic) -> bytes:
 # -- client ------------------------------------------------------------------------------------
 
 
-class RqueueClientConnection:
+class RqueueClientConnection(StreamReceiver):
     """The client side of an rqueue connection.
 
     Args:
@@ -102,15 +102,9 @@ class RqueueClientConnection:
     """
 
     def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD) -> None:
-        if not 0 <= max_payload <= RQUEUE_MAX_PAYLOAD:
-            raise ValueError("max_payload must be 0..65535")
+        super().__init__(codec.RqueueDecoder(max_payload))  # ValueError when out of range
         self.max_payload = max_payload
-        self._decoder = codec.RqueueDecoder(max_payload)
-        self._eof = False
-        self._closed_reported = False
-        self._error: ProtocolError | None = None
         self.notifications_received = 0
-        self.bytes_received = 0
 
     # send side: each returns the bytes to write; nothing is queued
 
@@ -141,27 +135,6 @@ class RqueueClientConnection:
 
     # receive side
 
-    def receive_data(self, data: Buffer) -> None:
-        """Feed bytes from the server; ``b""`` means end of stream. Parses nothing: drain
-        :meth:`next_event`. Keeps views of ``data``: do not modify it afterwards.
-
-        Raises:
-            ProtocolError: the connection already failed (the same error again).
-            RuntimeError: non-empty data after end of stream.
-        """
-        if self._error is not None:
-            raise self._error
-        size = memoryview(data).nbytes
-        if self._eof:
-            if size:
-                raise RuntimeError("received data after end of stream")
-            return
-        if not size:
-            self._eof = True
-            return
-        self.bytes_received += size
-        self._decoder.feed(data)
-
     def next_event(self) -> Notification | ConnectionClosed | None:
         """The next :class:`Notification`; :class:`ConnectionClosed` once after a clean end of
         stream; None when more data is needed.
@@ -182,16 +155,7 @@ class RqueueClientConnection:
                 raise self._fail(f"unexpected message type {int(message[0])} from server")
             self.notifications_received += 1
             return Notification(bytes(message[1]), message[2])
-        if self._eof and not self._closed_reported:
-            if self._decoder.buffered:
-                raise self._fail(f"stream ended inside a message ({self._decoder.buffered} bytes left over)")
-            self._closed_reported = True
-            return ConnectionClosed()
-        return None
-
-    def _fail(self, reason: str) -> ProtocolError:
-        self._error = ProtocolError(reason)
-        return self._error
+        return self._end_of_stream("message")
 
 
 # -- broker ------------------------------------------------------------------------------------

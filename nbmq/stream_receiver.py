@@ -1,0 +1,80 @@
+"""The receive side shared by the stream engines (:class:`~nbmq.bqsp.BqspConnection`,
+:class:`~nbmq.rqueue.RqueueClientConnection`): feed a codec stream decoder, track end of stream,
+and hold the error state (h11's discipline: after a ProtocolError every receive call raises it
+again). The rqueue broker keeps this state per client and never raises, so it does not use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ProtocolError
+from .events import ConnectionClosed
+
+Buffer = bytes | bytearray | memoryview
+
+
+class StreamReceiver:
+    """End-of-stream and error bookkeeping around a codec stream decoder.
+
+    Args:
+        decoder: a ``codec.BqspDecoder`` or ``codec.RqueueDecoder``.
+
+    Counter: ``bytes_received`` (stream bytes fed, int).
+    """
+
+    def __init__(self, decoder: Any) -> None:
+        self._decoder = decoder
+        self._eof = False
+        self._closed = False  # ConnectionClosed was reported
+        self._error: ProtocolError | None = None
+        self.bytes_received = 0
+
+    @property
+    def their_eof(self) -> bool:
+        """True once ``receive_data(b"")`` was called."""
+        return self._eof
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet handed out as events."""
+        return int(self._decoder.buffered)
+
+    def receive_data(self, data: Buffer) -> None:
+        """Feed bytes read from the stream; ``b""`` (any empty buffer) means end of stream.
+
+        Parses nothing: call ``next_event`` until it returns None. The engine keeps views of
+        ``data`` (no copy), so do not modify it afterwards. Mutates the receive buffer.
+
+        Raises:
+            ProtocolError: the connection already failed (the same error again).
+            RuntimeError: non-empty data after end of stream (a bug in the caller, as in h11).
+        """
+        if self._error is not None:
+            raise self._error
+        size = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        if self._eof:
+            if size:
+                raise RuntimeError("received data after end of stream")
+            return
+        if not size:
+            self._eof = True
+            return
+        self.bytes_received += size
+        self._decoder.feed(data)
+
+    def _fail(self, reason: str) -> ProtocolError:
+        self._error = ProtocolError(reason)
+        return self._error
+
+    def _end_of_stream(self, record: str) -> ConnectionClosed | None:
+        """With no whole record left: ConnectionClosed once after a clean end of stream, else
+        None. Raises (and fails the connection) when the stream ended inside a ``record``."""
+        if not self._eof or self._closed:
+            return None
+        if self._decoder.buffered:
+            raise self._fail(
+                f"stream ended inside a {record} ({self._decoder.buffered} bytes left over)"
+            )
+        self._closed = True
+        return ConnectionClosed()
