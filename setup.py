@@ -11,6 +11,7 @@ EXTENSIONS = [
     ("nbmq._codec", ["nbmq/_codec.pyx"], False),
     ("nbmq.transports._batch", ["nbmq/transports/_batch.pyx"], True),
     ("nbmq.capture._records", ["nbmq/capture/_records.pyx"], False),
+    ("nbmq.capture._decode", ["nbmq/capture/_decode.pyx"], False),
 ]
 
 

@@ -15,6 +15,9 @@ from libc.string cimport memcpy
 
 cnp.import_array()
 
+cdef extern from *:
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
 
 cdef inline uint32_t _u32(const unsigned char* p, bint big) noexcept nogil:
     if big:
@@ -50,6 +53,7 @@ def walk_chain(const unsigned char[::1] buf, int64_t pos, int64_t last, int64_t 
     cdef int64_t[::1] o = out
     cdef int64_t n = 0
     cdef int64_t p = pos
+    cdef int64_t ahead = pos
     cdef bint bad = False
     cdef const unsigned char* base = &buf[0] if buf.shape[0] > 0 else NULL
     cdef uint32_t sec, incl
@@ -66,6 +70,11 @@ def walk_chain(const unsigned char[::1] buf, int64_t pos, int64_t last, int64_t 
         o[n] = p
         n += 1
         p += hl + incl
+        # the next header's position depends on this one, so the cache misses would not
+        # overlap: stream every line up to 4 KiB ahead instead (prefetches never fault)
+        while ahead < p + 4096:
+            __builtin_prefetch(base + ahead)
+            ahead += 64
     return out[:n].copy() if n < cap // 2 else out[:n], p, bad
 
 
@@ -122,37 +131,4 @@ def gather(const unsigned char[::1] buf, const int64_t[::1] starts, const int64_
             if k:
                 memcpy(dst, src + starts[i], <size_t>k)
                 dst += k
-    return out
-
-
-def packet_heads(const unsigned char[::1] buf, const int64_t[::1] starts, const int64_t[::1] caplens,
-                 int64_t width):
-    """The first ``width`` bytes of every packet, row after row: uint8 ``(n * width,)``.
-
-    Row i holds ``buf[starts[i] : starts[i] + min(caplens[i], width)]`` (cut at the end of
-    ``buf``), zero-filled after that. Decoding header fields from this compact copy touches a
-    few cache lines per packet instead of scattered ones all over the capture.
-    """
-    cdef Py_ssize_t n = starts.shape[0], i
-    cdef int64_t size = buf.shape[0], a, k
-    if caplens.shape[0] != n:
-        raise ValueError("starts and caplens differ in length")
-    out = np.zeros(n * width, np.uint8)
-    if n == 0 or size == 0:
-        return out
-    cdef unsigned char[::1] o = out
-    cdef unsigned char* dst = &o[0]
-    cdef const unsigned char* src = &buf[0]
-    with nogil:
-        for i in range(n):
-            a = starts[i]
-            k = caplens[i]
-            if k > width:
-                k = width
-            if a < 0 or a >= size:
-                k = 0
-            elif a + k > size:
-                k = size - a
-            if k > 0:
-                memcpy(dst + i * width, src + a, <size_t>k)
     return out

@@ -2,11 +2,60 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 import numpy as np
 
-__all__ = ["addresses_to_text"]
+__all__ = ["addresses_to_text", "address_table"]
+
+if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
+    try:
+        from ._decode import factorize_addresses as _factorize
+    except ImportError:  # not built: np.unique does it
+        _factorize = None
+else:
+    _factorize = None
+
+
+def address_table(
+    family: np.ndarray, src: np.ndarray, dst: np.ndarray, compiled: bool | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct addresses of a batch as text, and each row's source and destination codes.
+
+    Args:
+        family: uint8 (n,), 4 or 6 per row.
+        src, dst: uint8 (n, 16), the packed addresses (IPv4 in the first 4 bytes).
+        compiled: use the compiled hash table (``nbmq.capture._decode``; True requires it),
+            numpy's sort-based ``np.unique`` (False), or the first when built (None). Codes may
+            differ between the two; the text each row gets does not.
+
+    Returns:
+        ``(texts, src_code, dst_code)``: object (k,) array of ``str`` (one per distinct
+        address, shared by both columns), int32 (n,) and int32 (n,) indexes into it.
+    """
+    n = int(family.shape[0])
+    if compiled is None:
+        compiled = _factorize is not None
+    elif compiled and _factorize is None:
+        raise RuntimeError("nbmq.capture._decode is not built")
+    if compiled:
+        src_code, dst_code, ufam, uaddr = _factorize(
+            np.ascontiguousarray(family, np.uint8), np.ascontiguousarray(src, np.uint8),
+            np.ascontiguousarray(dst, np.uint8),
+        )
+    else:
+        keys = np.empty((2 * n, 17), np.uint8)
+        keys[:n, 0] = family
+        keys[n:, 0] = family
+        keys[:n, 1:] = src
+        keys[n:, 1:] = dst
+        uniq, inverse = np.unique(keys.view("V17").ravel(), return_inverse=True)
+        inverse = inverse.ravel().astype(np.int32)
+        src_code, dst_code = inverse[:n], inverse[n:]
+        both = np.frombuffer(uniq.tobytes(), np.uint8).reshape(-1, 17)
+        ufam, uaddr = both[:, 0], both[:, 1:]
+    return addresses_to_text(ufam, uaddr), src_code, dst_code
 
 
 def addresses_to_text(family: np.ndarray, addr: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .addresses import addresses_to_text
+from .addresses import address_table
 from .batch import DatagramBatch, gather_ranges, ns_to_seconds
 from .errorlog import ErrorLog
 from .rows import ERROR, OK, SKIP, RowTable
@@ -58,11 +58,12 @@ def assemble(
     assert not np.any((status != OK) & (status != SKIP) & (status != ERROR)), "FALLBACK rows left"
 
     payload, offsets, lengths = _gather_payloads(table, sel, buf)
+    texts, src_code, dst_code = address_table(table.family[sel], table.src[sel], table.dst[sel])
     return DatagramBatch(
         timestamp=ns_to_seconds(ts_ns[sel]),
         timestamp_ns=ts_ns[sel].astype(np.int64, copy=False),
-        src_addr=addresses_to_text(table.family[sel], table.src[sel]),
-        dst_addr=addresses_to_text(table.family[sel], table.dst[sel]),
+        src_addr=texts[src_code],
+        dst_addr=texts[dst_code],
         src_port=table.sport[sel],
         dst_port=table.dport[sel],
         payload=payload,
@@ -76,6 +77,9 @@ def assemble(
         error_reasons=log.reasons,
         engine=engine,
         fallback_rows=fallback_rows,
+        addresses=texts,
+        src_code=src_code,
+        dst_code=dst_code,
     )
 
 

@@ -124,6 +124,11 @@ class DatagramBatch:
         engine: ``"fast"`` (vectorised numpy) or ``"dpkt"`` (packet-at-a-time reference).
         fallback_rows: records the fast engine handed to the dpkt decoder because they were
             not in its common case (0 for the dpkt engine).
+        addresses: object (k,) of ``str``, the distinct addresses of ``src_addr`` and
+            ``dst_addr``, or None; with it ``src_code`` / ``dst_code`` (int32 (n,)) index it, so
+            ``src_addr == addresses[src_code]``. Readers set them; consumers that build
+            per-address columns (Arrow dictionaries, string arrays) use them to skip hashing
+            n strings. Batches built by hand may leave them None.
     """
 
     timestamp: np.ndarray
@@ -143,6 +148,9 @@ class DatagramBatch:
     error_reasons: list[str] = field(default_factory=list)
     engine: str = "fast"
     fallback_rows: int = 0
+    addresses: np.ndarray | None = None
+    src_code: np.ndarray | None = None
+    dst_code: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.frame_number.shape[0])
@@ -194,7 +202,7 @@ class DatagramBatch:
             self.timestamp, self.timestamp_ns, self.src_addr, self.dst_addr, self.src_port,
             self.dst_port, data, offsets, self.lengths, self.frame_number, self.truncated,
             self.packets, self.skipped, self.errors, list(self.error_reasons), self.engine,
-            self.fallback_rows,
+            self.fallback_rows, self.addresses, self.src_code, self.dst_code,
         )
 
     def same_rows(self, other: DatagramBatch) -> bool:

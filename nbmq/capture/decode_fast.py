@@ -10,6 +10,8 @@ rows, and the rules in ``decode_dpkt`` define the behaviour on the rest.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .linktypes import (
@@ -25,7 +27,18 @@ from .linktypes import (
 from .rows import ERROR, FALLBACK, OK, SKIP, RowTable
 from .views import ByteViews
 
-__all__ = ["decode_fast"]
+__all__ = ["decode_fast", "decode_packets", "COMPILED"]
+
+if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
+    try:
+        from . import _decode
+    except ImportError:  # not built (pure-Python install): numpy does the work
+        _decode = None
+else:
+    _decode = None
+
+#: True when ``decode_packets`` uses the compiled decoder (``nbmq.capture._decode``) by default.
+COMPILED = _decode is not None
 
 _VLAN = np.array(sorted(ETHERTYPES_VLAN), np.int64)
 _MPLS = np.array(sorted(ETHERTYPES_MPLS), np.int64)
@@ -103,6 +116,43 @@ def decode_fast(views: ByteViews, starts: np.ndarray, caplens: np.ndarray, linkt
     if r6.size:
         table.src[r6] = views.bytes16(l3o[v6] + 8)
         table.dst[r6] = views.bytes16(l3o[v6] + 24)
+    return table
+
+
+def decode_packets(
+    buf: object, size: int, starts: np.ndarray, caplens: np.ndarray, linktype: int, compiled: bool | None = None
+) -> RowTable:
+    """``decode_fast`` over packets of ``buf``, by the compiled twin when it is built.
+
+    Args:
+        buf: the capture's bytes (any buffer; read-only is fine).
+        size: its length in bytes.
+        starts: int64 (n,), first link-layer byte of each packet; ``starts + caplens <= size``.
+        caplens: int64 (n,), captured lengths (bytes).
+        linktype: LINKTYPE_* value of the n packets.
+        compiled: True requires ``nbmq.capture._decode``, False uses numpy, None (default)
+            the compiled decoder when built and ``NBMQ_NO_EXTENSIONS`` is not set. Both give
+            identical tables (tests hold them to it).
+
+    Returns:
+        The ``RowTable`` (FALLBACK rows still need ``decode_packet``).
+    """
+    if compiled is None:
+        compiled = _decode is not None
+    elif compiled and _decode is None:
+        raise RuntimeError("nbmq.capture._decode is not built")
+    if not compiled or linktype not in _decode.SUPPORTED:  # unsupported: decode_fast's ERROR rows
+        return decode_fast(ByteViews(buf, size), starts, caplens, linktype)
+    n = int(starts.shape[0])
+    table = RowTable.allocate(n, FALLBACK)
+    if n:
+        _decode.decode_udp(
+            np.frombuffer(buf, np.uint8, size),  # type: ignore[call-overload]
+            np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(caplens, np.int64), int(linktype),
+            _VLAN, _MPLS, _AF6, _IP6_EXT,
+            table.status, table.family, table.src, table.dst, table.sport, table.dport,
+            table.pstart, table.pend, table.truncated.view(np.uint8),
+        )
     return table
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from decimal import Decimal
 
@@ -12,26 +11,14 @@ import numpy as np
 from .assemble import assemble
 from .batch import DatagramBatch
 from .decode_dpkt import decode_packet
-from .decode_fast import decode_fast
+from .decode_fast import decode_packets
 from .errorlog import ErrorLog
 from .formats import PCAP_FILE_HEADER_LEN, parse_pcap_header
 from .records import TRUNCATED_RECORD, RecordScanner
-from .rows import FALLBACK, OK, Decoded, RowTable
+from .rows import FALLBACK, Decoded, RowTable
 from .source import OpenedCapture
-from .views import ByteViews
 
 __all__ = ["read_pcap", "count_records_before"]
-
-#: Bytes of each packet copied for the compiled fast path (>= the 88 ``decode_fast`` reads).
-HEAD_BYTES = 96
-
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from ._records import packet_heads as _packet_heads
-    except ImportError:
-        _packet_heads = None
-else:
-    _packet_heads = None
 
 
 def count_records_before(scanner: RecordScanner, offset: int) -> int:
@@ -81,9 +68,7 @@ def _read_fast(
     sec, frac, incl = scanner.fields(offs)
     ts_ns = sec * 1_000_000_000 + frac * header.ns_per_frac
     starts = offs + header.record_header_len
-    table = _decode_heads(cap, starts, incl, header.linktype) if _packet_heads is not None else None
-    if table is None:
-        table = decode_fast(ByteViews(cap.buf, cap.size), starts, incl, header.linktype)
+    table = decode_packets(cap.buf, cap.size, starts, incl, header.linktype)
     fallback = np.flatnonzero(table.status == FALLBACK)
     for i in fallback.tolist():
         s = int(starts[i])
@@ -99,27 +84,6 @@ def _read_fast(
         engine="fast",
         fallback_rows=int(fallback.size),
     )
-
-
-def _decode_heads(cap: OpenedCapture, starts: np.ndarray, caplens: np.ndarray, linktype: int) -> RowTable | None:
-    """``decode_fast`` over a compact copy of each packet's first ``HEAD_BYTES`` bytes.
-
-    Every byte ``decode_fast`` reads lies within the first 88 of a packet (Ethernet with two
-    VLAN tags, IPv4 with 40 bytes of options, the UDP header), and its decisions only use bytes
-    inside the captured length, so decoding the heads gives the same table as decoding the
-    capture; payload positions are then moved back into the capture's coordinates.
-    """
-    n = int(starts.shape[0])
-    if n == 0:
-        return None
-    heads = _packet_heads(cap.buf, starts, caplens, HEAD_BYTES)  # type: ignore[misc]
-    hstarts = np.arange(n, dtype=np.int64) * HEAD_BYTES
-    table = decode_fast(ByteViews(heads, n * HEAD_BYTES), hstarts, caplens, linktype)
-    ok = np.flatnonzero(table.status == OK)
-    shift = starts[ok] - hstarts[ok]
-    table.pstart[ok] += shift
-    table.pend[ok] += shift
-    return table
 
 
 class _BufferFile:

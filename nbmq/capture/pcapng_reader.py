@@ -25,12 +25,11 @@ from ..errors import CaptureError
 from .assemble import assemble
 from .batch import DatagramBatch
 from .decode_dpkt import decode_packet
-from .decode_fast import decode_fast
+from .decode_fast import decode_packets
 from .errorlog import ErrorLog
 from .formats import PCAPNG_SHB_TYPE
 from .rows import FALLBACK, RowTable
 from .source import OpenedCapture
-from .views import ByteViews
 
 __all__ = ["read_pcapng", "walk_pcapng", "first_interface", "PcapngPackets", "Interface"]
 
@@ -331,10 +330,9 @@ def read_pcapng(
         table = RowTable.allocate(n)
         starts = np.array(pk.data_starts, np.int64)
         caplens = np.array(pk.caplens, np.int64)
-        views = ByteViews(cap.buf, cap.size)
-        for lt in np.unique(linktypes).tolist():  # one vectorised pass per link type
+        for lt in np.unique(linktypes).tolist():  # one pass per link type
             rows = np.flatnonzero(linktypes == lt)
-            part = decode_fast(views, starts[rows], caplens[rows], int(lt))
+            part = decode_packets(cap.buf, cap.size, starts[rows], caplens[rows], int(lt))
             _scatter(table, part, rows)
         fb = np.flatnonzero(table.status == FALLBACK)
         for i in fb.tolist():

@@ -259,13 +259,18 @@ def _dictionary(codes: np.ndarray, valid: np.ndarray, names: pa.Array) -> pa.Arr
     return pa.DictionaryArray.from_arrays(indices, names).cast(pa.string())
 
 
-def _strings(values: np.ndarray) -> pa.Array:
-    """An object array of ``str`` (few distinct values) -> an Arrow string array."""
-    import pandas as pd
+def _strings(values: np.ndarray, codes: np.ndarray | None = None, texts: np.ndarray | None = None) -> pa.Array:
+    """An object array of ``str`` (few distinct values) -> an Arrow string array.
 
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    With ``codes`` and ``texts`` (``values == texts[codes]``, as capture readers provide them)
+    the strings are not hashed again.
+    """
+    if codes is None or texts is None:
+        import pandas as pd
+
+        codes, texts = pd.factorize(values, use_na_sentinel=False)
     return pa.DictionaryArray.from_arrays(
-        pa.array(codes.astype(np.int32)), pa.array(np.asarray(uniques, dtype=object), pa.string())
+        pa.array(np.asarray(codes, np.int32)), pa.array(np.asarray(texts, dtype=object), pa.string())
     ).cast(pa.string())
 
 
@@ -317,8 +322,9 @@ def frames_batches(
     names = set(arrow_schema.names)
     error_names = pa.array([FRAME_ERROR_REASONS[int(c)] for c in FrameError], pa.string())
     kind_names = pa.array(_KIND_NAMES, pa.string())
-    src = _strings(batch.src_addr) if "src_addr" in names else None
-    dst = _strings(batch.dst_addr) if "dst_addr" in names else None
+    texts = getattr(batch, "addresses", None)
+    src = _strings(batch.src_addr, batch.src_code, texts) if "src_addr" in names else None
+    dst = _strings(batch.dst_addr, batch.dst_code, texts) if "dst_addr" in names else None
     for lo in range(0, n, batch_rows):
         hi = min(n, lo + batch_rows)
         m = hi - lo
