@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datagrams", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each query first (JIT)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--capture", type=Path, help="reuse (or create) this capture file")
     parser.add_argument("--split-mb", type=float, default=0, help="split size (default: 4 ranges per core)")
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(("UDF baseline (struct per row)", udf))
         for label, make in cases:
             with console.status(f"timing {label}"):
+                for _ in range(args.warmup):  # the JVM compiles the row conversion while it runs
+                    make(str(capture))()
                 fixed, _ = _time(make(str(tiny)), args.repeat)
                 median, row = _time(make(str(capture)), args.repeat)
             results.append((label, median, int(row[0]), fixed))  # type: ignore[index]
