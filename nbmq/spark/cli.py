@@ -18,7 +18,8 @@ _DESCRIPTION = (
     "Decode nbmq captures (pcap/pcapng) on Spark into Parquet tables frames/, messages/ and "
     "sessions/ under --out, with report.html and summary.json. With no CAPTURE, the bundled "
     "captures (classic pcap only; --pcapng adds dealer.pcapng, which repeats dealer.pcap). "
-    "Malformed datagrams become error rows, never a failed run."
+    "Malformed datagrams become error rows, never a failed run. Captures with TCP traffic on the "
+    "rqueue port (6567, --rqueue-port) or a --bqsp-port also get rqueue/ and bqsp/ tables."
 )
 
 
@@ -40,6 +41,15 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration (repeatable)"
     )
+    parser.add_argument(
+        "--bqsp-port", dest="bqsp_ports", type=int, action="append", default=None, metavar="PORT",
+        help="TCP port of BQSP servers: its connections are decoded into bqsp/ (repeatable; BQSP "
+        "has no default port, so no bqsp/ without it)",
+    )
+    parser.add_argument(
+        "--rqueue-port", dest="rqueue_ports", type=int, action="append", default=None, metavar="PORT",
+        help="TCP port of rqueue servers, decoded into rqueue/ (repeatable; default 6567)",
+    )
     parser.add_argument("--no-report", dest="report", action="store_false", help="skip report.html")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress and no summary table")
     parser.set_defaults(func=run_pipeline)
@@ -60,7 +70,7 @@ def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run_pipeline(args: argparse.Namespace) -> int:
     """Run the pipeline for parsed arguments; returns the exit code (0 on success)."""
-    from .pipeline import run
+    from .pipeline import DEFAULT_RQUEUE_PORTS, run
 
     conf = {}
     for item in args.conf:
@@ -82,6 +92,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
             report=args.report,
             progress=not args.quiet,
             print_summary=not args.quiet,
+            bqsp_ports=getattr(args, "bqsp_ports", None),
+            rqueue_ports=getattr(args, "rqueue_ports", None) or list(DEFAULT_RQUEUE_PORTS),
         )
     except FileNotFoundError as exc:
         print(f"nbmq pipeline: {exc}", file=sys.stderr)

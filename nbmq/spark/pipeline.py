@@ -11,6 +11,14 @@ written; the messages are reassembled from that Parquet copy (so the captures ar
 the sessions are summarised from both; small aggregates feed the summary and the report.
 Malformed datagrams and unreadable capture records are rows and counts, never a failure.
 
+BQSP and rqueue over TCP: when a capture holds TCP segments on the configured ports
+(``rqueue_ports``, default 6567; ``bqsp_ports``, none by default since BQSP names no port), the
+``nbmq_bqsp`` / ``nbmq_rqueue`` sources also write ``bqsp/`` and ``rqueue/`` and the summary
+gains a ``streams`` entry and a printed line each. Which files hold such traffic is decided on
+the driver by :func:`nbmq.capture.tcp.has_tcp_traffic` (a record walk and a vectorised header
+filter, dpkt only on candidate packets), and only those files are read: captures without it cost
+a few milliseconds and produce nothing new.
+
 Also ``python -m nbmq.spark.pipeline CAPTURE ... --out DIR`` (the ``nbmq pipeline`` options).
 """
 
@@ -33,6 +41,9 @@ SUMMARY_COLUMNS = [
     "capture", "datagrams", "error_rows", "capture_errors", "data_frames", "control_frames",
     "messages_complete", "messages_incomplete", "duplicates", "rejected", "sessions",
 ]
+
+#: Default TCP service ports of the stream tables (BQSP names no port: decoded only when given).
+DEFAULT_RQUEUE_PORTS = (6567,)
 
 
 def default_captures(pcapng: bool = False) -> list[str]:
@@ -153,6 +164,8 @@ def run(
     report: bool = True,
     progress: bool = True,
     print_summary: bool = True,
+    bqsp_ports: Sequence[int] | None = None,
+    rqueue_ports: Sequence[int] | None = DEFAULT_RQUEUE_PORTS,
 ) -> dict[str, Any]:
     """Run the pipeline.
 
@@ -175,10 +188,17 @@ def run(
         report: write ``report.html``.
         progress: show progress on stderr (rich).
         print_summary: print the summary table on stdout (rich).
+        bqsp_ports: TCP ports whose connections are decoded as BQSP into ``bqsp/`` (None or
+            empty: no BQSP table).
+        rqueue_ports: TCP ports decoded as rqueue into ``rqueue/`` (default 6567; None or
+            empty: no rqueue table). Either table is written only when some capture holds TCP
+            traffic on its ports.
 
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
-        "tables": {name: path}}``; also written to ``summary.json``.
+        "tables": {name: path}}``, plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
+        "error_rows", "connections"}}`` when a stream table was written; also written to
+        ``summary.json``.
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
@@ -229,6 +249,8 @@ def run(
         sessions = spark.read.parquet(tables["sessions"])
         steps.advance()
 
+        streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports)
+
         steps.step("summary and report")
         rows = _summary_rows(frames, messages, sessions, [Path(p).name for p in files])
         totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
@@ -239,6 +261,8 @@ def run(
             "totals": totals,
             "tables": tables,
         }
+        if streams:
+            summary["streams"] = streams
         if report:
             from .report import chart_data, write_report
 
@@ -260,6 +284,49 @@ def run(
     return summary
 
 
+def _stream_tables(
+    spark: SparkSession,
+    files: Sequence[str],
+    out: Path,
+    tables: dict[str, str],
+    steps: _Steps,
+    payload: bool,
+    bqsp_ports: Sequence[int] | None,
+    rqueue_ports: Sequence[int] | None,
+) -> dict[str, dict[str, int]]:
+    """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts."""
+    from ..capture.tcp import has_tcp_traffic
+
+    counts: dict[str, dict[str, int]] = {}
+    for protocol, ports in (("bqsp", bqsp_ports), ("rqueue", rqueue_ports)):
+        if not ports:
+            continue
+        with_traffic = [f for f in files if has_tcp_traffic(f, ports)]  # driver-side, cheap
+        if not with_traffic:
+            continue
+        steps.step(f"decoding {protocol} over TCP -> {protocol}/")
+        tables[protocol] = str(out / protocol)
+        (
+            spark.read.format(f"nbmq_{protocol}")
+            .option("paths", ",".join(with_traffic))
+            .option("ports", ",".join(str(int(p)) for p in ports))
+            .option("payload", "true" if payload else "false")
+            .load()
+            .write.mode("overwrite")
+            .parquet(tables[protocol])
+        )
+        from pyspark.sql import functions as F
+
+        r = spark.read.parquet(tables[protocol]).agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count("error").alias("error_rows"),
+            F.countDistinct("capture", "client", "server").alias("connections"),
+        ).collect()[0]
+        counts[protocol] = {"files": len(with_traffic), "rows": int(r["rows"]),
+                            "error_rows": int(r["error_rows"]), "connections": int(r["connections"])}
+    return counts
+
+
 def print_table(summary: dict[str, Any], file: Any = None) -> None:
     """Print the per-capture summary as a rich table (stdout by default)."""
     from rich.console import Console
@@ -276,6 +343,12 @@ def print_table(summary: dict[str, Any], file: Any = None) -> None:
     if not console.is_terminal:  # a pipe or a log: no terminal width to fit, keep columns whole
         console = Console(file=file or sys.stdout, width=200)
     console.print(table)
+    for protocol, c in summary.get("streams", {}).items():  # only when a stream table was written
+        what = "packets" if protocol == "bqsp" else "messages"
+        console.print(
+            f"{protocol}: {c['rows'] - c['error_rows']:,} {what}, {c['error_rows']:,} error rows, "
+            f"{c['connections']:,} connections in {c['files']} capture(s) -> {summary['tables'][protocol]}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
