@@ -35,7 +35,8 @@ def _data_frames(name: str, repeat_third: bool) -> pa.Table:
 def _run(table: pa.Table, parts: bool, limit: int, chunk: int) -> pa.Table:
     schema = to_arrow_schema(messages_schema(parts), timezone="UTC")
     out = messages.reassemble_batches(iter(table.to_batches(max_chunksize=chunk)), schema, parts=parts, max_message_size=limit)
-    return pa.Table.from_batches(list(out), schema=schema)
+    # row order differs between the paths (bulk rows come out per batch); the table is a set
+    return pa.Table.from_batches(list(out), schema=schema).sort_by([(k, "ascending") for k in messages.KEY])
 
 
 @pytest.mark.parametrize("name", ["dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap"])
@@ -54,7 +55,7 @@ def test_bulk_path_equals_frame_path(monkeypatch, name, repeat_third):
 
     monkeypatch.setattr(messages, "_bulk_reassemble", spy)
     _run(table, *cases[0])
-    assert sum(calls) > 0  # the batch path did reassemble groups
+    assert sum(calls) > (0.5 if repeat_third else 0.9) * len(fast[0])  # the batch path did most of the work
     monkeypatch.setattr(messages, "_bulk_reassemble", lambda *a, **k: {})
     for case, got in zip(cases, fast):
         assert got.equals(_run(table, *case))
