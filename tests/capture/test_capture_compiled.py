@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -17,10 +18,16 @@ from nbmq.capture.errorlog import ErrorLog
 from nbmq.capture.records import RecordScanner
 
 
+REQUIRED = os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0")
 pytestmark = [
     pytest.mark.c_extension,
-    pytest.mark.skipif(not COMPILED, reason="nbmq.capture._decode not built (or NBMQ_NO_EXTENSIONS)"),
+    pytest.mark.skipif(not COMPILED and not REQUIRED, reason="nbmq.capture._decode not built (or NBMQ_NO_EXTENSIONS)"),
 ]
+
+
+def test_compiled_decoder_is_in_use():
+    """With NBMQ_REQUIRE_EXTENSIONS=1 (as `make test` sets) a missing build fails here, not skips."""
+    assert COMPILED
 
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 COLUMNS = ("status", "family", "src", "dst", "sport", "dport", "pstart", "pend", "truncated")
