@@ -5,6 +5,8 @@ codec (pure-Python twin as fallback), sans-IO engines, transports, and a Spark p
 turns captures of the traffic into tables.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from . import codec, errors, wire
 from .errors import (
     AddressError,
@@ -19,8 +21,29 @@ from .errors import (
     WouldBlock,
 )
 from .options import SocketOptions
-from .transports import Dealer, Dish, Radio, SafeDealer, Socket
 from .wire import FrameKind
+
+if TYPE_CHECKING:
+    from .transports import Dealer, Dish, Radio, SafeDealer, Socket
+
+_SOCKETS = ("Socket", "Dealer", "SafeDealer", "Radio", "Dish")
+
+
+def __getattr__(name: str) -> Any:
+    # The socket classes load the transports on first use (PEP 562): Spark workers and the
+    # planner process import nbmq for the codec and capture reading only, and the transports
+    # cost ~50 ms of start-up per process there.
+    if name in _SOCKETS:
+        from . import transports
+
+        value = getattr(transports, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'nbmq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOCKETS))
 
 __version__ = "0.1.0"
 
