@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from .decode_dpkt import decode_packet
 from .linktypes import (
     AF_INET,
     AF_INET6_VALUES,
@@ -27,7 +28,7 @@ from .linktypes import (
 from .rows import ERROR, FALLBACK, OK, SKIP, RowTable
 from .views import ByteViews
 
-__all__ = ["decode_fast", "decode_packets", "COMPILED"]
+__all__ = ["decode_fast", "decode_packets", "decode_fallbacks", "COMPILED"]
 
 if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
     try:
@@ -154,6 +155,28 @@ def decode_packets(
             table.pstart, table.pend, table.truncated.view(np.uint8),
         )
     return table
+
+
+def decode_fallbacks(
+    table: RowTable, buf: object, starts: np.ndarray, caplens: np.ndarray, linktypes: int | np.ndarray
+) -> int:
+    """Decode the rows the fast path left (FALLBACK) with dpkt's ``decode_packet``, in place.
+
+    Args:
+        table: decode results for n packets.
+        buf: the capture's bytes; packet i is ``buf[starts[i] : starts[i] + caplens[i]]``.
+        starts, caplens: int64 (n,).
+        linktypes: the packets' LINKTYPE_* value, one for all or int64 (n,) per packet.
+
+    Returns:
+        How many rows were handed to dpkt.
+    """
+    rows = np.flatnonzero(table.status == FALLBACK)
+    for i in rows.tolist():
+        s = int(starts[i])
+        lt = int(linktypes if np.isscalar(linktypes) else linktypes[i])  # type: ignore[index]
+        table.put(i, decode_packet(lt, bytes(buf[s : s + int(caplens[i])])))  # type: ignore[index]
+    return int(rows.size)
 
 
 def _be32_bytes(values: np.ndarray) -> np.ndarray:

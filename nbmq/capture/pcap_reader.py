@@ -11,11 +11,11 @@ import numpy as np
 from .assemble import assemble
 from .batch import DatagramBatch
 from .decode_dpkt import decode_packet
-from .decode_fast import decode_packets
+from .decode_fast import decode_fallbacks, decode_packets
 from .errorlog import ErrorLog
 from .formats import PCAP_FILE_HEADER_LEN, parse_pcap_header
 from .records import TRUNCATED_RECORD, RecordScanner
-from .rows import FALLBACK, Decoded, RowTable
+from .rows import Decoded, RowTable
 from .source import OpenedCapture
 
 __all__ = ["read_pcap", "count_records_before"]
@@ -69,10 +69,7 @@ def _read_fast(
     ts_ns = sec * 1_000_000_000 + frac * header.ns_per_frac
     starts = offs + header.record_header_len
     table = decode_packets(cap.buf, cap.size, starts, incl, header.linktype)
-    fallback = np.flatnonzero(table.status == FALLBACK)
-    for i in fallback.tolist():
-        s = int(starts[i])
-        table.put(i, decode_packet(header.linktype, bytes(cap.buf[s : s + int(incl[i])])))  # type: ignore[index]
+    fallback = decode_fallbacks(table, cap.buf, starts, incl, header.linktype)
     return assemble(
         table,
         buf=cap.buf,
@@ -82,7 +79,7 @@ def _read_fast(
         udp_ports=udp_ports,
         log=log,
         engine="fast",
-        fallback_rows=int(fallback.size),
+        fallback_rows=fallback,
     )
 
 

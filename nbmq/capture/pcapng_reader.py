@@ -25,10 +25,10 @@ from ..errors import CaptureError
 from .assemble import assemble
 from .batch import DatagramBatch
 from .decode_dpkt import decode_packet
-from .decode_fast import decode_packets
+from .decode_fast import decode_fallbacks, decode_packets
 from .errorlog import ErrorLog
 from .formats import PCAPNG_SHB_TYPE
-from .rows import FALLBACK, RowTable
+from .rows import RowTable
 from .source import OpenedCapture
 
 __all__ = ["read_pcapng", "walk_pcapng", "first_interface", "PcapngPackets", "Interface"]
@@ -334,11 +334,7 @@ def read_pcapng(
             rows = np.flatnonzero(linktypes == lt)
             part = decode_packets(cap.buf, cap.size, starts[rows], caplens[rows], int(lt))
             _scatter(table, part, rows)
-        fb = np.flatnonzero(table.status == FALLBACK)
-        for i in fb.tolist():
-            s = int(starts[i])
-            table.put(i, decode_packet(int(linktypes[i]), bytes(cap.buf[s : s + int(caplens[i])])))  # type: ignore[index]
-        fallback = int(fb.size)
+        fallback = decode_fallbacks(table, cap.buf, starts, caplens, linktypes)
     return assemble(
         table,
         buf=cap.buf,
