@@ -25,10 +25,12 @@ Also ``python -m nbmq.spark.pipeline CAPTURE ... --out DIR`` (the ``nbmq pipelin
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,33 +63,26 @@ def _split_for(files: Sequence[str], cores: int) -> int:
     0.93 s where eight took 1.10 s (medians of 6, same session); more ranges than cores only
     pay off when cores are uneven or busy.
     """
-    import os
-
     from .datasource import DEFAULT_SPLIT_BYTES
 
     largest = max((os.path.getsize(f) for f in files), default=0)
     return max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores)))
 
 
-class _session_conf:
+@contextmanager
+def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """Set runtime SQL settings for the duration of a ``with`` block, then restore them."""
-
-    def __init__(self, spark: SparkSession, settings: dict[str, str]) -> None:
-        self.spark = spark
-        self.settings = settings
-        self.saved: dict[str, str | None] = {}
-
-    def __enter__(self) -> None:
-        for key, value in self.settings.items():
-            self.saved[key] = self.spark.conf.get(key, None)
-            self.spark.conf.set(key, value)
-
-    def __exit__(self, *exc: object) -> None:
-        for key, value in self.saved.items():
-            if value is None:
-                self.spark.conf.unset(key)
+    saved = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                spark.conf.unset(key)
             else:
-                self.spark.conf.set(key, value)
+                spark.conf.set(key, old)
 
 
 def default_captures(pcapng: bool = False) -> list[str]:
