@@ -15,10 +15,11 @@ import time
 from collections import deque
 from typing import Any
 
-from ..errors import WouldBlock
+from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
 from . import engines
+from .attributes import OptionAttributes
 from .links import open_link
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
@@ -28,7 +29,7 @@ _BYTES = (bytes, bytearray, memoryview)
 _RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
 
 
-class Socket:
+class Socket(OptionAttributes):
     """An nbmq socket over UDP, IPC or inproc. Build with :meth:`bind` or :meth:`connect`.
 
     Attributes:
@@ -36,9 +37,19 @@ class Socket:
         options: the live :class:`~nbmq.options.SocketOptions`; assignments validate and take
             effect at the next call (``sock.options.send_hwm = 10``).
         local_address: the bound address as text (the OS-chosen port after ``bind(":0")``).
+
+    Every option is also a socket attribute, as in pyzmq: ``sock.send_hwm = 10`` is
+    ``sock.options.send_hwm = 10`` (validated, OptionError on a bad value) and
+    ``sock.send_hwm`` reads it. Assigning any other unknown name raises AttributeError
+    (a typo must not create a stray attribute that configures nothing).
     """
 
     _kind = ""
+    _ATTRS = frozenset({"options", "engine", "closed"})
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SocketClosed(f"{type(self).__name__} is closed")
 
     def __init__(self, address: str, bind: bool, options: dict[str, Any]) -> None:
         self.options = engines.LiveOptions(SocketOptions(**options), self._option_changed)
@@ -81,7 +92,16 @@ class Socket:
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
-        self._link.receive(self.engine, now, self.options.max_tick_recv)
+        engine = self.engine
+        budget = self.options.max_tick_recv
+        if engine.CAN_RECV:
+            # Never read more than the receive queue can hold, counting the worst case of one
+            # message per datagram: the rest waits in the kernel, not in our drop counter.
+            room = self.options.recv_hwm - engine.recv_ready()
+            if room < budget:
+                budget = room
+        if budget > 0:
+            self._link.receive(engine, now, budget)
         deadline = self.engine.next_deadline()
         if deadline is not None and deadline <= now:
             self.engine.tick(now)
@@ -138,29 +158,36 @@ class Socket:
                 datagrams per syscall.
 
         Raises:
-            WouldBlock: ``send_hwm`` reached (after ``timeout``). NotSupported: on a Dish.
+            WouldBlock: ``send_hwm`` reached (after ``timeout``); NoPeer (a WouldBlock) when,
+            besides, no peer is connected. NotSupported: on a Dish. SocketClosed: closed.
         """
+        if self.closed:
+            self._check_open()
         if isinstance(parts, _BYTES):
             parts = [parts]
         now = _monotonic()
         try:
             self.engine.send(parts, now)
         except WouldBlock:
+            self._check_open()
             until = None if timeout is None else now + timeout
             self._step(now)
             while True:
                 try:
                     self.engine.send(parts, _monotonic())
                     break
-                except WouldBlock:
+                except WouldBlock as exc:
                     if until is not None and _monotonic() >= until:
+                        if not self.connected:
+                            raise NoPeer(f"{exc}; no peer is connected to take them") from None
                         raise
                 self._wait(until)
         if flush:
             self._flush(_monotonic())
 
     def flush(self) -> None:
-        """Write what the engine has queued (see ``send(flush=False)``)."""
+        """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""
+        self._check_open()
         self._flush(_monotonic())
 
     def recv(self, timeout: float | None = 0.0) -> list[Any]:
@@ -171,11 +198,12 @@ class Socket:
 
         Raises:
             WouldBlock: no message (within ``timeout``). NotSupported: on a Radio.
+            SocketClosed: the socket is closed.
         """
         try:
             return self.engine.recv()
         except WouldBlock:
-            pass
+            self._check_open()
         now = _monotonic()
         self._step(now)
         until = None if timeout is None else now + timeout
@@ -189,16 +217,22 @@ class Socket:
 
     def tick(self) -> None:
         """Step once without blocking: read what arrived, run due timers (heartbeats,
-        keepalive, reconnect, resends, expiry), flush. Call it in every loop iteration."""
+        keepalive, reconnect, resends, expiry), flush. Call it in every loop iteration.
+        SocketClosed: the socket is closed."""
+        self._check_open()
         self._step(_monotonic())
 
     def poll(self, timeout: float | None = 0.0) -> None:
-        """Step, waiting up to ``timeout`` seconds (None = until something happens)."""
+        """Step, waiting up to ``timeout`` seconds (None = until something happens).
+        SocketClosed: the socket is closed."""
+        self._check_open()
         self._step(_monotonic())
         self._wait(None if timeout is None else _monotonic() + timeout)
 
     def wait_connected(self, timeout: float | None = 5.0) -> bool:
-        """Step until the socket has a connected peer or ``timeout`` passes; True if it has."""
+        """Step until the socket has a connected peer or ``timeout`` passes; True if it has.
+        SocketClosed: the socket is closed."""
+        self._check_open()
         until = None if timeout is None else _monotonic() + timeout
         self._step(_monotonic())
         while not self.connected:
