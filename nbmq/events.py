@@ -23,6 +23,7 @@ __all__ = [
     "PeerDisconnected",
     "MessageDropped",
     "FrameRejected",
+    "DatagramsDropped",
     # stream protocols (nbmq.bqsp, nbmq.rqueue)
     "PacketReceived",
     "ConnectionClosed",
@@ -125,6 +126,19 @@ class MessageDropped(Event):
     message_id: int
     #: Why it was dropped.
     reason: DropReason
+
+
+@dataclass(frozen=True, slots=True)
+class DatagramsDropped(Event):
+    """Datagrams the OS dropped before the engine saw them, because the socket's receive
+    buffer was full (Linux ``SO_RXQ_OVFL``, reported by the transport; also counted in
+    ``Counters.kernel_drops``). Which messages they belonged to is unknown: a Dealer loses
+    those messages (their other frames expire as TTL_EXPIRED), a SafeDealer resends them."""
+
+    #: Datagrams dropped since the previous such event.
+    count: int
+    #: Datagrams dropped on this socket since it opened.
+    total: int
 
 
 @dataclass(frozen=True, slots=True)

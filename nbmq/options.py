@@ -33,7 +33,8 @@ class OptionSpec(NamedTuple):
     """How one option is typed, bounded and documented.
 
     Attributes:
-        kind: ``"count"`` (int), ``"seconds"`` (float) or ``"bytes"`` (int).
+        kind: ``"count"`` (int), ``"seconds"`` (float), ``"bytes"`` (int) or ``"flag"``
+            (bool; 0 and 1 accepted).
         default: the default value.
         low: smallest allowed value (inclusive).
         low_open: True when ``low`` itself is not allowed (``> low``).
@@ -131,6 +132,26 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "SO_RCVBUF asked of the OS, bytes (the OS may cap it, e.g. net.core.rmem_max; 0 keeps "
         "the OS default)",
     ),
+    "gso": OptionSpec(
+        "flag", True, 0, False, 1, "transport",
+        "UDP on Linux: send a run of equal-size datagrams to one peer as one UDP_SEGMENT "
+        "message (the kernel splits it); False sends each datagram on its own",
+    ),
+    "gro": OptionSpec(
+        "flag", True, 0, False, 1, "transport",
+        "UDP on Linux: let the kernel hand over a run of datagrams as one buffer (UDP_GRO; "
+        "used when recv_hwm >= 64; read when the socket opens): faster reads, but the kernel "
+        "counts a dropped run as one drop, so kernel_drops is then a lower bound",
+    ),
+    "pace_rate": OptionSpec(
+        "bytes", 0, 0, False, None, "transport",
+        "bytes per second sent to each peer at most, bursts of up to pace_burst bytes "
+        "(kind to a receiver with a small buffer); 0 = no pacing",
+    ),
+    "pace_burst": OptionSpec(
+        "bytes", 64 * 1024, 500, False, None, "transport",
+        "bytes a paced peer may be sent at once after an idle spell (the token bucket's size)",
+    ),
     "linger": OptionSpec(
         "seconds", 1.0, 0.0, False, None, "transport",
         "seconds close() keeps flushing queued messages (and awaiting SafeDealer acks) before "
@@ -146,6 +167,10 @@ def _check(name: str, raw: Any) -> int | float:
     if spec is None:
         raise OptionError(f"unknown socket option {name!r}")
     value: int | float
+    if spec.kind == "flag":
+        if raw not in (True, False) or not isinstance(raw, (bool, int)):
+            raise OptionError(f"{name} must be True or False, got {raw!r}")
+        return bool(raw)
     if spec.kind == "seconds":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise OptionError(f"{name} must be a number of seconds, got {raw!r}")
@@ -183,7 +208,9 @@ class SocketOptions:
 
     Transport options (the engine carries them; a transport reads them):
         max_tick_recv (int, datagrams per step, 1000), sndbuf (bytes, 4 MiB; 0 = OS default),
-        rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever).
+        rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever),
+        gso (bool, True), gro (bool, True), pace_rate (bytes/s per peer, 0 = off), pace_burst
+        (bytes, 64 KiB).
 
     See :data:`OPTION_SPECS` for the bounds and a line on each.
 
@@ -211,6 +238,10 @@ class SocketOptions:
     max_events: int
     sndbuf: int
     rcvbuf: int
+    gso: bool
+    gro: bool
+    pace_rate: int
+    pace_burst: int
     linger: float
 
     def __init__(self, **options: int | float) -> None:

@@ -34,6 +34,9 @@ class Counters:
         events_dropped: events not queued because ``max_events`` were waiting.
         control_dropped: control frames not queued because the output queue was full
             (the driver is not flushing).
+        kernel_drops: datagrams the OS dropped for want of receive buffer before this engine
+            saw them (reported by the transport: Linux ``SO_RXQ_OVFL``; 0 where the OS does not
+            tell). Each report is also a ``DatagramsDropped`` event.
 
     Drops:
         dropped: messages dropped, by :class:`~nbmq.events.DropReason` (a dict; every reason
@@ -69,6 +72,7 @@ class Counters:
         "addr_changes",
         "events_dropped",
         "control_dropped",
+        "kernel_drops",
         "dropped",
     )
 
@@ -105,6 +109,7 @@ class Counters:
     addr_changes: int
     events_dropped: int
     control_dropped: int
+    kernel_drops: int
 
     @property
     def dropped_total(self) -> int:

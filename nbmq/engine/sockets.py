@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import codec
 from ..errors import NotSupported, WouldBlock
-from ..events import DisconnectReason, DropReason, MessageDropped
+from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import SocketOptions
 from ..wire import DataFrame, FrameKind
 from .connection import Connection, Datagram
@@ -249,6 +249,15 @@ class Socket(Connection):
             return self._ready.popleft()  # RecvQueue.pull(), inlined: the hot path
         except IndexError:
             raise WouldBlock("no message ready") from None
+
+    def kernel_dropped(self, count: int) -> None:
+        """Record ``count`` datagrams (int > 0) the OS dropped before they reached this engine
+        (the transport reads the kernel's count, e.g. Linux ``SO_RXQ_OVFL``): adds to
+        ``counters.kernel_drops`` and emits :class:`~nbmq.events.DatagramsDropped`. Loss is
+        never silent, even when it happens below us. Queues an event only."""
+        counters = self._counters
+        counters.kernel_drops += count
+        self._emit(DatagramsDropped(count, counters.kernel_drops))
 
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""

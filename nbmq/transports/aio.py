@@ -113,6 +113,7 @@ class Socket(OptionAttributes):
     def _on_timer(self) -> None:
         fired_at = self._timer_at or 0.0
         self._timer = self._timer_at = None
+        self._link.check_kernel_drops(self.engine)  # the OS's receive-buffer drops, if any
         self.engine.tick(max(self._loop.time(), fired_at))
         self._transmit()
 
@@ -234,6 +235,10 @@ class Socket(OptionAttributes):
 
     @property
     def counters(self) -> Any:
+        """The engine's counters, ``kernel_drops`` asked of the OS now (see the blocking
+        socket's ``counters``)."""
+        if not self.closed:
+            self._link.check_kernel_drops(self.engine)
         return self.engine.counters
 
     @property

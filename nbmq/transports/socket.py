@@ -89,6 +89,8 @@ class Socket(OptionAttributes):
         engines.apply_option(self.engine, name, value)
         if name in ("sndbuf", "rcvbuf"):
             self._link.set_buffers(self.options)
+        elif name == "gso" and hasattr(self._link, "set_gso"):
+            self._link.set_gso(value)
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
@@ -102,9 +104,10 @@ class Socket(OptionAttributes):
                 budget = room
         if budget > 0:
             self._link.receive(engine, now, budget)
-        deadline = self.engine.next_deadline()
+        deadline = engine.next_deadline()
         if deadline is not None and deadline <= now:
-            self.engine.tick(now)
+            self._link.check_kernel_drops(engine)
+            engine.tick(now)
         self._flush(now)
 
     def _flush(self, now: float) -> None:
@@ -259,7 +262,11 @@ class Socket(OptionAttributes):
 
     @property
     def counters(self) -> Any:
-        """The engine's counters; ``send_errors`` of the link is ``transport_send_errors``."""
+        """The engine's counters, ``kernel_drops`` (datagrams the OS dropped for want of
+        receive buffer) asked of the OS now; ``send_errors`` of the link is
+        ``transport_send_errors``."""
+        if not self.closed:
+            self._link.check_kernel_drops(self.engine)
         return self.engine.counters
 
     @property
