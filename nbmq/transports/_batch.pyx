@@ -130,7 +130,7 @@ cdef class BatchIO:
     cdef readonly unsigned long long send_errors
     cdef readonly object last_send_error
     cdef public bint gso
-    cdef readonly bint gro
+    cdef public bint gro
     cdef readonly unsigned long long gso_messages
     cdef readonly unsigned long long gro_messages
     cdef readonly bint rxq_ovfl
@@ -222,18 +222,17 @@ cdef class BatchIO:
         cdef cmsghdr *cm
         cdef msghdr *hdr
         cdef bint gro = self.gro
-        cdef bint ctrl = gro or self.rxq_ovfl
+        # (a GRO buffer may still hold coalesced runs queued before GRO was turned off)
+        cdef bint ctrl = gro or self.rxq_ovfl or self.slot == GRO_SLOT
         if limit < 0 or limit > self.capacity:
             limit = self.capacity
         # A GRO message may hold MAX_SEGS datagrams: read only as many as surely fit.
         vlen = limit // MAX_SEGS if gro else limit
         if vlen > self.batch:
             vlen = self.batch
-        if vlen < 1:
-            if limit < 1:
-                self.addrs = []
-                return 0, self.offsets, self.lengths, self.addrs
-            vlen = 1  # fewer than MAX_SEGS asked with GRO on: one message (may hold more)
+        if vlen < 1:  # not even one worst-case message fits: leave it in the kernel
+            self.addrs = []
+            return 0, self.offsets, self.lengths, self.addrs
         for i in range(vlen):
             hdr = &self._rmsgs[i].msg_hdr
             hdr.msg_namelen = sizeof(sockaddr_storage)

@@ -91,6 +91,9 @@ class Socket(OptionAttributes):
             self._link.set_buffers(self.options)
         elif name == "gso" and hasattr(self._link, "set_gso"):
             self._link.set_gso(value)
+        elif name in ("gro", "recv_hwm") and hasattr(self._link, "set_gro"):
+            # a GRO read may hold 64 datagrams: below that recv_hwm could never be read into
+            self._link.set_gro(self.options.gro and self.options.recv_hwm >= 64)
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:

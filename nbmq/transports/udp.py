@@ -93,6 +93,16 @@ class DatagramLink:
     def set_buffers(self, options: Any) -> None:
         set_buffers(self.sock, options)
 
+    def set_gro(self, on: bool) -> None:
+        """Turn UDP GRO off (``on=False``) for datagrams queued from now on; GRO cannot be
+        turned on after the socket opened (its buffers are sized then)."""
+        if not on and self.io.gro:
+            try:
+                self.sock.setsockopt(socket.IPPROTO_UDP, 104, 0)  # UDP_GRO
+            except OSError:
+                pass
+            self.io.gro = False
+
     def set_gso(self, on: bool) -> None:
         """Turn UDP GSO on or off for later sends (no effect where it is unavailable)."""
         if not isinstance(self.io, BatchIO) and self.family != socket.AF_UNIX:  # the portable one has none
