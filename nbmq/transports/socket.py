@@ -91,6 +91,8 @@ class Socket(OptionAttributes):
             self._link.set_buffers(self.options)
         elif name == "gso" and hasattr(self._link, "set_gso"):
             self._link.set_gso(value)
+        elif name in ("pace_rate", "pace_burst") and hasattr(self._link, "set_pacing"):
+            self._link.set_pacing(self.options.pace_rate, self.options.pace_burst)
         elif name in ("gro", "recv_hwm") and hasattr(self._link, "set_gro"):
             # a GRO read may hold 64 datagrams: below that recv_hwm could never be read into
             self._link.set_gro(self.options.gro and self.options.recv_hwm >= 64)
@@ -141,7 +143,11 @@ class Socket(OptionAttributes):
             timeout = max(0.0, deadline - now) if timeout is None else min(timeout, max(0.0, deadline - now))
         mask = selectors.EVENT_READ
         if self._link.has_pending:
-            if self._link.write_waitable:
+            paced = getattr(self._link, "paced_until", None)
+            if paced is not None:  # held by pacing, not by the OS: a timer, not writability
+                wait = max(0.0, paced - now)
+                timeout = wait if timeout is None else min(timeout, wait)
+            elif self._link.write_waitable:
                 mask |= selectors.EVENT_WRITE
             else:
                 timeout = _RETRY if timeout is None else min(timeout, _RETRY)

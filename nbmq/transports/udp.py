@@ -12,11 +12,13 @@ import errno
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 from ..errors import AddressError
 from .address import Address, format_address
 from .batch import BatchIO, batch_io
+from .pacing import Pacer
 
 __all__ = ["DatagramLink", "open_udp", "set_buffers", "bind_socket"]
 
@@ -57,6 +59,9 @@ class DatagramLink:
         write_waitable: True when the socket reports writability honestly (UDP); False for
             Unix datagram sockets, where the driver retries pending output on a short timer.
         pending: datagrams the OS refused so far, oldest first.
+        has_pending: True while output waits: refused by the OS (wait until writable) or held
+            by pacing (wait until ``paced_until``).
+        pacer: the :class:`~.pacing.Pacer` when ``pace_rate`` is set, else None.
     """
 
     write_waitable = True
@@ -74,8 +79,12 @@ class DatagramLink:
             gso, gro = options.gso, options.gro and options.recv_hwm >= 64
         self.io = batch_io(sock, native=native, gso=gso, gro=gro)
         self.pending: list[tuple[Any, Any]] = []
-        self.has_pending = False  # True while the OS refused output (EAGAIN): wait, retry
+        self.has_pending = False
+        self._os_pending = False  # True while the OS refused output (EAGAIN): wait, retry
         self._start = 0
+        self.pacer: Pacer | None = None
+        if options is not None and options.pace_rate:
+            self.pacer = Pacer(options.pace_rate, options.pace_burst)
         self._drops_seen = 0
         self._meminfo = _SO_MEMINFO is not None
 
@@ -156,10 +165,44 @@ class DatagramLink:
             self._drops_seen = drops
         return total
 
+    def set_pacing(self, rate: int, burst: int) -> None:
+        """Pace at ``rate`` bytes/s per peer in bursts of ``burst`` bytes (0 = stop pacing;
+        what pacing held goes to the OS at the next :meth:`transmit`)."""
+        held = self.pacer.take_all() if self.pacer is not None else []
+        self.pacer = Pacer(rate, burst) if rate else None
+        if held:
+            if self.pacer is not None:
+                self.pacer.push(held, time.monotonic())
+            else:
+                self._os_transmit(held)
+        self.has_pending = self._os_pending or (self.pacer is not None and self.pacer.waiting > 0)
+
+    @property
+    def paced_until(self) -> float | None:
+        """When held output may go (monotonic seconds) if only pacing holds it back; None when
+        nothing is paced or the OS refused output (then wait until writable)."""
+        if self.pacer is None or self._os_pending or not self.pacer.waiting:
+            return None
+        return self.pacer.next_release()
+
     def transmit(self, datagrams: list[tuple[Any, Any]]) -> bool:
-        """Send what is pending, then ``datagrams`` (``(data, addr)`` pairs). Returns True when
-        nothing is left pending (False: wait until writable and call again with ``[]``)."""
-        if self.has_pending:
+        """Send what is pending, then ``datagrams`` (``(data, addr)`` pairs), through the pacer
+        when pacing. Returns True when nothing is left pending (False: call again with ``[]``
+        when writable, or at ``paced_until``)."""
+        pacer = self.pacer
+        if pacer is None:
+            done = self._os_transmit(datagrams)
+        else:
+            now = time.monotonic()
+            if datagrams:
+                pacer.push(datagrams, now)
+            done = (not self._os_pending or self._os_transmit([])) and self._os_transmit(pacer.release(now))
+            done = done and not pacer.waiting
+        self.has_pending = not done
+        return done
+
+    def _os_transmit(self, datagrams: list[tuple[Any, Any]]) -> bool:
+        if self._os_pending:
             self.pending.extend(datagrams)
             out, start = self.pending, self._start
         else:
@@ -168,14 +211,14 @@ class DatagramLink:
                 return True
         done = self.io.send(out, start)
         if done >= len(out):
-            self.pending, self._start, self.has_pending = [], 0, False
+            self.pending, self._start, self._os_pending = [], 0, False
             return True
         if out is not self.pending:
             out = list(out)
         if done > 4096:
             del out[:done]
             done = 0
-        self.pending, self._start, self.has_pending = out, done, True
+        self.pending, self._start, self._os_pending = out, done, True
         return False
 
     def close(self) -> None:
