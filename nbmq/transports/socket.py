@@ -27,6 +27,9 @@ __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 _monotonic = time.monotonic
 _BYTES = (bytes, bytearray, memoryview)
 _RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
+#: ``send()`` flushes on its own once about this many datagrams wait: one sendmmsg's worth.
+AUTO_FLUSH = 64
+_CHUNK = 466  # bytes of payload per datagram
 
 
 class Socket(OptionAttributes):
@@ -62,6 +65,7 @@ class Socket(OptionAttributes):
             link.close()
             raise
         self._events: deque[Event] = deque()
+        self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
         self._sel = selectors.DefaultSelector()
         self._mask = selectors.EVENT_READ
         self._sel.register(self._link.fileno(), self._mask)
@@ -116,6 +120,7 @@ class Socket(OptionAttributes):
         self._flush(now)
 
     def _flush(self, now: float) -> None:
+        self._unflushed = 0
         link, engine = self._link, self.engine
         if not link.has_pending or link.transmit([]):
             limit = self.options.max_tick_send
@@ -158,16 +163,20 @@ class Socket(OptionAttributes):
         self._step(_monotonic())
 
     # --- user API ------------------------------------------------------------------------------
-    def send(self, parts: Any, timeout: float | None = 0.0, flush: bool = True) -> None:
-        """Queue a multipart message and flush what the engine lets go now.
+    def send(self, parts: Any, timeout: float | None = 0.0, flush: bool | None = None) -> None:
+        """Queue a multipart message; its datagrams go out in batches (auto-batching).
+
+        By default (``flush=None``) the frames wait until about 64 datagrams are queued, or
+        the next ``recv()``, ``tick()``, ``poll()``, ``flush()``, ``wait_connected()`` or
+        ``close()``, whichever comes first: one ``sendmmsg`` then carries up to 64 datagrams
+        (GSO-coalesced on Linux). A loop that sends and never steps must call ``flush()``.
 
         Args:
             parts: a list of bytes-like parts (a single bytes-like is one part).
             timeout: seconds to wait while at ``send_hwm``: 0 (default) raises at once,
                 None waits for ever.
-            flush: False leaves the frames queued until the next ``flush()``, ``tick()``,
-                ``recv()`` or flushing ``send()``, so a burst goes out in batches of 64
-                datagrams per syscall.
+            flush: True writes at once (one syscall for this message); False never flushes
+                here, not even at 64 datagrams; None (default) auto-batches as above.
 
         Raises:
             WouldBlock: ``send_hwm`` reached (after ``timeout``); NoPeer (a WouldBlock) when,
@@ -194,8 +203,17 @@ class Socket(OptionAttributes):
                             raise NoPeer(f"{exc}; no peer is connected to take them") from None
                         raise
                 self._wait(until)
-        if flush:
-            self._flush(_monotonic())
+        if flush is None:
+            if len(parts) == 1:
+                unflushed = self._unflushed + 1 + len(parts[0]) // _CHUNK
+            else:
+                unflushed = self._unflushed + len(parts) + sum(map(len, parts)) // _CHUNK
+            if unflushed < AUTO_FLUSH:
+                self._unflushed = unflushed
+                return
+        elif not flush:
+            return
+        self._flush(_monotonic())
 
     def flush(self) -> None:
         """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""
@@ -212,6 +230,8 @@ class Socket(OptionAttributes):
             WouldBlock: no message (within ``timeout``). NotSupported: on a Radio.
             SocketClosed: the socket is closed.
         """
+        if self._unflushed:
+            self._flush(_monotonic())
         try:
             return self.engine.recv()
         except WouldBlock:
@@ -289,7 +309,8 @@ class Socket(OptionAttributes):
 
     def fileno(self) -> int:
         """A file descriptor that is readable when datagrams arrived (selectors, event loops).
-        Call ``tick()`` when it is readable and at least by ``engine.next_deadline()``."""
+        Call ``tick()`` when it is readable and at least by ``engine.next_deadline()``; after
+        ``send()`` call ``flush()`` (or ``tick()``) before waiting on it (auto-batching)."""
         return self._link.fileno()
 
     def close(self, linger: float | None = None) -> None:
@@ -301,6 +322,8 @@ class Socket(OptionAttributes):
             return
         linger = self.options.linger if linger is None else float(linger)
         try:
+            if self._unflushed:  # what send() batched goes to the OS even with linger=0
+                self._flush(_monotonic())
             if linger > 0:
                 until = None if math.isinf(linger) else _monotonic() + linger
                 self._step(_monotonic())

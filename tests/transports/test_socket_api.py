@@ -147,3 +147,38 @@ def test_radio_send_without_peer_drops_instead_of_no_peer():
         radio.send([b"x"])  # pub/sub: dropped and counted, never raised
         radio.tick()
         assert radio.counters.dropped_total == 1
+
+
+def test_send_auto_batches_until_64_datagrams_or_a_step():
+    with Dealer.bind("127.0.0.1:0", **FAST) as server, Dealer.connect(server.local_address, **FAST) as client:
+        assert pump(server, client, until=connected(server, client))
+        out = client.counters.data_frames_out
+        for _ in range(10):
+            client.send([b"x" * 100])
+        assert client.counters.data_frames_out == out  # queued, not yet written
+        client.send([b"now"], flush=True)
+        assert client.counters.data_frames_out == out + 11
+        for _ in range(63):
+            client.send([b"y"])
+        assert client.counters.data_frames_out == out + 11
+        client.send([b"y"])  # the 64th datagram flushes the batch
+        assert client.counters.data_frames_out == out + 75
+        client.send([b"z" * (466 * 70 + 1)])  # one message of 71 datagrams goes at once
+        assert client.counters.data_frames_out == out + 75 + 71
+        client.send([b"tail"], flush=False)
+        client.send([b"tail"], flush=False)
+        assert client.counters.data_frames_out == out + 75 + 71
+        with pytest.raises(WouldBlock):
+            client.recv()  # recv, tick, poll and close flush what send() batched
+        assert client.counters.data_frames_out == out + 75 + 71 + 2
+        client.send([b"last"])
+        client.close(linger=0)  # flushes to the OS even with linger=0
+        got = 0
+        for _ in range(200):
+            try:
+                server.recv(timeout=0.01)
+                got += 1
+            except WouldBlock:
+                if got == 11 + 64 + 1 + 2 + 1:
+                    break
+        assert got == 79
