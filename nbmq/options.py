@@ -106,6 +106,12 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "window used is at least safe_resend_ivl * (safe_resend_limit + 1), so a late resend "
         "can never be delivered twice",
     ),
+    "safe_congestion": OptionSpec(
+        "flag", False, 0, False, 1, "engine",
+        "SafeDealer: an ack-clocked congestion window per peer (bytes in flight; grown on acks, "
+        "halved on resend timeouts) and the resend timer from measured RTT (RFC 6298, floored "
+        "by safe_resend_ivl); read when the engine is built",
+    ),
     "max_message_size": OptionSpec(
         "bytes", 16 * 1024 * 1024, 0, False, _U32, "engine",
         "largest message accepted from the network, bytes (the wire allows 2**32-1)",
@@ -202,7 +208,8 @@ class SocketOptions:
         safe_resend_limit (int, resends, 10), max_tick_send (int, frames per
         ``datagrams_to_send`` call, 1000), uncompleted_message_ttl (s, 10.0), queue_maint_ivl
         (s, 1.0), peer_keepalive (s, 10.0), peer_heartbeat_ivl (s, 1.0), reconnect_wait (s,
-        5.0), safe_resend_ivl (s, 0.2), safe_hash_dedup_ttl (s, 1.0), max_message_size
+        5.0), safe_resend_ivl (s, 0.2), safe_hash_dedup_ttl (s, 1.0), safe_congestion
+        (bool, False: congestion window per peer, SafeDealer), max_message_size
         (bytes, 16 MiB), max_incomplete_bytes (bytes, 64 MiB), max_peers (int, 1024),
         max_events (int, 10000).
 
@@ -232,6 +239,7 @@ class SocketOptions:
     reconnect_wait: float
     safe_resend_ivl: float
     safe_hash_dedup_ttl: float
+    safe_congestion: bool
     max_message_size: int
     max_incomplete_bytes: int
     max_peers: int

@@ -97,6 +97,7 @@ class Socket(Connection):
             resend_ivl=opts.safe_resend_ivl,
             resend_limit=opts.safe_resend_limit,
             on_drop=self._dropped,
+            congestion=self.SAFE and opts.safe_congestion,
         )
         self._recvq = RecvQueue(
             opts.recv_hwm,
@@ -416,7 +417,7 @@ class SafeDealer(Socket):
             self._counters.malformed += 1
             self._reject(addr, "Ack payload is not 8 bytes")
             return
-        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"))
+        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"), now)
 
 
 class Radio(Socket):
