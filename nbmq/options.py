@@ -107,7 +107,7 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "can never be delivered twice",
     ),
     "safe_congestion": OptionSpec(
-        "flag", False, 0, False, 1, "engine",
+        "flag", True, 0, False, 1, "engine",
         "SafeDealer: an ack-clocked congestion window per peer (bytes in flight; grown on acks, "
         "halved on resend timeouts) and the resend timer from measured RTT (RFC 6298, floored "
         "by safe_resend_ivl); read when the engine is built",
@@ -209,7 +209,7 @@ class SocketOptions:
         ``datagrams_to_send`` call, 1000), uncompleted_message_ttl (s, 10.0), queue_maint_ivl
         (s, 1.0), peer_keepalive (s, 10.0), peer_heartbeat_ivl (s, 1.0), reconnect_wait (s,
         5.0), safe_resend_ivl (s, 0.2), safe_hash_dedup_ttl (s, 1.0), safe_congestion
-        (bool, False: congestion window per peer, SafeDealer), max_message_size
+        (bool, True: congestion window per peer, SafeDealer), max_message_size
         (bytes, 16 MiB), max_incomplete_bytes (bytes, 64 MiB), max_peers (int, 1024),
         max_events (int, 10000).
 

@@ -2,8 +2,10 @@
 
 One :class:`Window` per peer bounds the bytes of data frames sent and not yet acked. It grows
 on acks (slow start below ``ssthresh``, then about one datagram per window of acks: AIMD as in
-RFC 5681) and halves on a resend timeout, at most once per round trip (one loss episode, one
-decrease), never below two datagrams. The round-trip time comes from acks of frames sent once
+RFC 5681) and shrinks to ``BETA`` of itself on a resend timeout, at most once per resend
+timeout (the frames lost in one episode time out together: one decrease), never below
+``MIN_WINDOW``. Timeouts are the only loss signal the reference's wire gives (no duplicate
+acks), so the decrease is CUBIC's gentler 0.7, not 0.5. The round-trip time comes from acks of frames sent once
 (Karn's rule), and the resend timer from it as RFC 6298 computes it
 (``srtt + 4 * rttvar``), floored by ``safe_resend_ivl``. The reference's wire has one Ack per
 data frame and no batched acks, so every ack clocks the window. Time is an argument.
@@ -11,14 +13,16 @@ data frame and no batched acks, so every ack clocks the window. Time is an argum
 
 from __future__ import annotations
 
-__all__ = ["Window", "DATAGRAM", "INITIAL_WINDOW", "MIN_WINDOW", "MAX_WINDOW"]
+__all__ = ["Window", "DATAGRAM", "INITIAL_WINDOW", "MIN_WINDOW", "MAX_WINDOW", "BETA"]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
 DATAGRAM = 500
 #: First window, bytes: one 64 KiB message and some (a loopback or LAN peer starts fast).
 INITIAL_WINDOW = 96 * DATAGRAM
-#: The window never shrinks below two datagrams (one loss must not stall the peer).
-MIN_WINDOW = 2 * DATAGRAM
+#: The window never shrinks below this (random loss must not stall the peer), bytes.
+MIN_WINDOW = 16 * DATAGRAM
+#: The window after a timeout, as a fraction of the window before (CUBIC's beta).
+BETA = 0.7
 #: Nor grows past this, bytes (bounds what one peer's resends can cost).
 MAX_WINDOW = 32 * 1024 * 1024
 
@@ -73,13 +77,14 @@ class Window:
         self.in_flight = max(0, self.in_flight - size)
 
     def timed_out(self, now: float) -> None:
-        """A frame's resend timer fired: halve the window, once per round trip."""
+        """A frame's resend timer fired: shrink the window to ``BETA`` of itself, once per
+        resend timeout (``rto`` seconds)."""
         if now < self._calm_until:
             return
-        self.ssthresh = max(float(MIN_WINDOW), self.cwnd / 2)
+        self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
         self.cwnd = self.ssthresh
         self.decreases += 1
-        self._calm_until = now + (self.srtt if self.srtt is not None else self.rto)
+        self._calm_until = now + self.rto
 
     def sample(self, rtt: float) -> None:
         """RFC 6298 section 2: update srtt / rttvar from one measurement and recompute rto

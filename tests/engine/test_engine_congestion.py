@@ -10,7 +10,7 @@ import pytest
 
 from nbmq import codec
 from nbmq.engine import SafeDealer
-from nbmq.engine.congestion import DATAGRAM, INITIAL_WINDOW, MIN_WINDOW, Window
+from nbmq.engine.congestion import BETA, DATAGRAM, INITIAL_WINDOW, MIN_WINDOW, Window
 from nbmq.engine.peers import Peer, PeerState
 from nbmq.engine.queues import SendQueue
 from nbmq.options import SocketOptions
@@ -32,7 +32,7 @@ def test_rto_follows_rfc6298_and_is_floored():
     assert fast.rto == 0.2  # a loopback RTT never resends faster than safe_resend_ivl
 
 
-def test_window_grows_on_acks_and_halves_once_per_round_trip():
+def test_window_grows_on_acks_and_shrinks_once_per_timeout():
     win = Window(floor=0.2)
     win.sample(0.05)
     start = win.cwnd
@@ -40,8 +40,8 @@ def test_window_grows_on_acks_and_halves_once_per_round_trip():
     win.acked(DATAGRAM, None)  # slow start: one datagram per datagram acked
     assert win.cwnd == start + DATAGRAM and win.in_flight == 0
     win.timed_out(1.0)
-    assert win.cwnd == pytest.approx((start + DATAGRAM) / 2) and win.decreases == 1
-    win.timed_out(1.01)  # same loss episode (within one srtt): no second halving
+    assert win.cwnd == pytest.approx((start + DATAGRAM) * BETA) and win.decreases == 1
+    win.timed_out(1.0 + win.rto - 0.01)  # same loss episode (within one rto): no second cut
     assert win.decreases == 1
     before = win.cwnd
     win.acked(DATAGRAM, None)  # congestion avoidance now: about a datagram per window
@@ -91,7 +91,7 @@ def test_resends_follow_the_measured_rto_and_shrink_the_window():
     resent: list = []
     assert q.resend_due(0.04, resent) == 0
     assert q.resend_due(0.3, resent) == 11  # the unacked ones, due at first send + ivl
-    assert win.cwnd == pytest.approx(cwnd / 2) and win.decreases == 1
+    assert win.cwnd == pytest.approx(cwnd * BETA) and win.decreases == 1
     assert q.next_resend() == pytest.approx(0.3 + win.rto)  # later resends use the RTO
     assert q.resend_due(0.3 + win.rto - 0.01, []) == 0
 
