@@ -51,7 +51,7 @@ def _options(kind: str, size: int) -> dict[str, int]:
     return options
 
 
-def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float, extra: Any = None) -> None:
+def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float, extra: Any = None, idle: float = IDLE) -> None:
     import nbmq.transports as nt
     from nbmq.errors import WouldBlock
 
@@ -61,7 +61,7 @@ def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float, extra: Any 
     recv = sock.recv
     while time.monotonic() < deadline:
         try:
-            recv(timeout=IDLE)
+            recv(timeout=idle)
         except WouldBlock:
             if count:
                 break
@@ -201,7 +201,8 @@ def relay_case(size: int, duration: float, loss: float, congestion: bool) -> tup
     tx_parent, tx_child = mp.Pipe()
     relay_parent, relay_child = mp.Pipe()
     deadline = time.monotonic() + duration + 30.0
-    receiver = mp.Process(target=_nbmq_receiver, args=("SafeDealer", size, rx_child, deadline, opts))
+    # a lost frame stalls its message for a resend timeout or more: wait longer before "done"
+    receiver = mp.Process(target=_nbmq_receiver, args=("SafeDealer", size, rx_child, deadline, opts, 3.0))
     receiver.start()
     address = rx_parent.recv()
     relay = mp.Process(target=_relay, args=(address, loss, relay_child, deadline))

@@ -56,8 +56,9 @@ class Socket(OptionAttributes):
     (``sock.send_hwm = 10``). Every call on a closed socket, and every call waiting when it is
     closed, raises :class:`~nbmq.errors.SocketClosed`."""
 
+    __slots__ = ("options", "engine", "closed", "transport_errors", "_loop", "_link", "_events", "_waiters",
+                 "_timer", "_timer_at", "_soon", "_paused", "_closed_fut", "_transport", "__weakref__")
     _kind = ""
-    _ATTRS = frozenset({"options", "engine", "closed", "transport_errors"})
 
     @classmethod
     async def bind(cls, address: str, **options: Any) -> Any:
@@ -280,22 +281,26 @@ class Socket(OptionAttributes):
 class Dealer(Socket):
     """Fire-and-forget duplex socket (asyncio)."""
 
+    __slots__ = ()
     _kind = "Dealer"
 
 
 class SafeDealer(Socket):
     """Acked, resent, de-duplicated Dealer (asyncio); ``send`` waits while acks are due."""
 
+    __slots__ = ()
     _kind = "SafeDealer"
 
 
 class Radio(Socket):
     """Send-only fan-out to every connected Dish (asyncio)."""
 
+    __slots__ = ()
     _kind = "Radio"
 
 
 class Dish(Socket):
     """Receive-only peer of a Radio (asyncio)."""
 
+    __slots__ = ()
     _kind = "Dish"

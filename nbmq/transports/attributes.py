@@ -1,8 +1,10 @@
 """Socket options as socket attributes (pyzmq's habit): ``sock.send_hwm = 10``.
 
-A mixin shared by the blocking and the asyncio sockets. An option name reads and writes the
-socket's live options (validated: OptionError on a bad value); any other unknown name is
-refused with AttributeError, so a typo cannot create a stray attribute that configures nothing.
+A base class shared by the blocking and the asyncio sockets: one property per option reads
+and writes the socket's live options (validated: OptionError on a bad value). The sockets
+declare ``__slots__``, so assigning any other unknown name raises AttributeError: a typo
+cannot create a stray attribute that configures nothing. Slots cost nothing on the hot path
+(a ``__setattr__`` override would cost every assignment).
 """
 
 from __future__ import annotations
@@ -15,27 +17,22 @@ __all__ = ["OptionAttributes"]
 
 
 class OptionAttributes:
-    """Mixin: options as attributes; assignment to unknown attributes raises AttributeError.
+    """Base: every option of :data:`~nbmq.options.OPTION_SPECS` is a property reading and
+    writing ``self.options`` (which must be a ``LiveOptions``)."""
 
-    A subclass lists its public instance attributes in ``_ATTRS``; names starting with ``_``,
-    and names the class defines (properties, methods, class attributes), pass through.
-    """
+    __slots__ = ()
 
-    _ATTRS: frozenset[str] = frozenset()
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails.
-        if name in OPTION_SPECS and "options" in self.__dict__:
-            return getattr(self.options, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+def _option_property(name: str) -> property:
+    def get(self: Any) -> Any:
+        return getattr(self.options, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in OPTION_SPECS:
-            setattr(self.options, name, value)  # validates, then applies (LiveOptions)
-        elif name[:1] == "_" or name in self._ATTRS or hasattr(type(self), name):
-            object.__setattr__(self, name, value)
-        else:
-            raise AttributeError(
-                f"{type(self).__name__} has no attribute or socket option {name!r} "
-                f"(options: {', '.join(OPTION_SPECS)})"
-            )
+    def set_(self: Any, value: Any) -> None:
+        setattr(self.options, name, value)  # validates, then applies to the running socket
+
+    return property(get, set_, doc=f"Socket option {name!r}: {OPTION_SPECS[name].doc}.")
+
+
+for _name in OPTION_SPECS:
+    setattr(OptionAttributes, _name, _option_property(_name))
+del _name

@@ -44,11 +44,12 @@ class Socket(OptionAttributes):
     Every option is also a socket attribute, as in pyzmq: ``sock.send_hwm = 10`` is
     ``sock.options.send_hwm = 10`` (validated, OptionError on a bad value) and
     ``sock.send_hwm`` reads it. Assigning any other unknown name raises AttributeError
-    (a typo must not create a stray attribute that configures nothing).
+    (a typo must not create a stray attribute that configures nothing; subclasses that need
+    attributes of their own declare ``__slots__`` or get a ``__dict__`` by omitting them).
     """
 
+    __slots__ = ("options", "engine", "closed", "_link", "_events", "_unflushed", "_sel", "_mask", "__weakref__")
     _kind = ""
-    _ATTRS = frozenset({"options", "engine", "closed"})
 
     def _check_open(self) -> None:
         if self.closed:
@@ -355,22 +356,26 @@ class Socket(OptionAttributes):
 class Dealer(Socket):
     """Fire-and-forget duplex socket; messages to several peers are spread among them."""
 
+    __slots__ = ()
     _kind = "Dealer"
 
 
 class SafeDealer(Socket):
     """A Dealer whose frames are acked by the receiver and resent until they are."""
 
+    __slots__ = ()
     _kind = "SafeDealer"
 
 
 class Radio(Socket):
     """Send-only: every message goes to every connected peer (pub/sub)."""
 
+    __slots__ = ()
     _kind = "Radio"
 
 
 class Dish(Socket):
     """Receive-only peer of a Radio."""
 
+    __slots__ = ()
     _kind = "Dish"
