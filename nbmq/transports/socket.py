@@ -29,6 +29,9 @@ _BYTES = (bytes, bytearray, memoryview)
 _RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
 #: ``send()`` flushes on its own once about this many datagrams wait: one sendmmsg's worth.
 AUTO_FLUSH = 64
+#: Datagrams a Dealer whose receive queue is full still reads when a timer is due, so its
+#: peers' heartbeats keep arriving (the messages among them are dropped, and counted).
+LIVENESS_READ = 16
 _CHUNK = 466  # bytes of payload per datagram
 
 
@@ -106,12 +109,15 @@ class Socket(OptionAttributes):
     def _step(self, now: float) -> None:
         engine = self.engine
         budget = self.options.max_tick_recv
-        if engine.CAN_RECV:
+        if engine.CAN_RECV and not engine.SAFE:  # (a full SafeDealer refuses frames: they come again)
             # Never read more than the receive queue can hold, counting the worst case of one
             # message per datagram: the rest waits in the kernel, not in our drop counter.
             room = self.options.recv_hwm - engine.recv_ready()
             if room < budget:
                 budget = room
+                if room <= 0:
+                    deadline = engine.next_deadline()
+                    budget = LIVENESS_READ if deadline is not None and deadline <= now else 0
         if budget > 0:
             self._link.receive(engine, now, budget)
         deadline = engine.next_deadline()

@@ -119,3 +119,23 @@ def test_a_draining_receiver_loses_nothing_to_recv_hwm(gro):
         assert counters.dropped[DropReason.RECV_HWM] == 0
         assert delivered + counters.kernel_drops == sent or (gro and delivered + counters.kernel_drops <= sent)
         assert delivered >= sent // 2
+
+
+def test_a_full_receiver_still_hears_its_peers():
+    # A Dealer whose application stops draining reads no more than it can queue, but a few
+    # datagrams when a timer is due, so heartbeats arrive and its peers do not expire.
+    server = Dealer.bind("127.0.0.1:0", recv_hwm=5, **FAST)
+    client = Dealer.connect(server.local_address, **FAST)
+    with server, client:
+        assert pump(server, client, until=connected(server, client))
+        for i in range(40):
+            client.send([b"m%d" % i])
+        client.flush()
+        end = time.monotonic() + 3 * FAST["peer_keepalive"]
+        while time.monotonic() < end:
+            server.tick()
+            client.tick()
+            time.sleep(0.005)
+        assert server.connected and client.connected
+        assert server.engine.recv_ready() == 5
+        assert server.counters.dropped[DropReason.RECV_HWM] > 0  # counted, never silent
