@@ -83,7 +83,7 @@ class RqueueClientConnection(StreamReceiver):
         try:
             message = self._decoder.next_message()
         except DecodeError as exc:
-            raise self._fail(f"bad message from server: {exc}") from exc
+            raise self._fail(f"bad message from server: {exc}", exc) from exc
         if message is not None:
             if message[0] != _NOTIFICATION:
                 raise self._fail(f"unexpected message type {int(message[0])} from server")

@@ -207,6 +207,7 @@ class BqspClient(asyncio.Protocol):
                     self._dispatch(event)
                 event = conn.next_event()
         except ProtocolError as exc:
+            exc.with_traceback(None)  # its frames hold this protocol: no cycle for the GC to find
             log.warning("BQSP server broke the protocol: %s", exc)
             self._exc = exc
             self._transport.abort()  # type: ignore[union-attr]
