@@ -11,7 +11,8 @@ This module gathers the public names: the client engine lives in :mod:`nbmq.rque
 :mod:`nbmq.events`: client side :class:`Notification` and :class:`ConnectionClosed`; broker side
 :class:`ClientConnected`, :class:`Subscribed`, :class:`Removed`, :class:`Deregistered`,
 :class:`SlowConsumer`, :class:`ClientError`, :class:`ClientGone` (each with the driver's
-``conn``).
+``conn``). Our drop-notice extension (off by default) reserves the topic
+:data:`DROP_NOTICE_TOPIC`; its client-side event is :class:`NotificationsDropped`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from .events import (
     ConnectionClosed,
     Deregistered,
     Notification,
+    NotificationsDropped,
     Removed,
     SlowConsumer,
     Subscribed,
 )
 from .rqueue_broker import SLOW_CONSUMER_POLICIES, RqueueBroker
 from .rqueue_client import RqueueClientConnection
-from .rqueue_topic import Topic
+from .rqueue_topic import DROP_NOTICE_TOPIC, Topic
 
 __all__ = [
     "Notification",
@@ -45,4 +47,6 @@ __all__ = [
     "RqueueBroker",
     "SLOW_CONSUMER_POLICIES",
     "Topic",
+    "NotificationsDropped",
+    "DROP_NOTICE_TOPIC",
 ]

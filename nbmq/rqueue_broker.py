@@ -37,7 +37,7 @@ from .events import (
     SlowConsumer,
     Subscribed,
 )
-from .rqueue_topic import Topic
+from .rqueue_topic import DROP_NOTICE_TOPIC, Topic, encode_drop_count
 from .rqueue_topic import topic_bytes as _topic_bytes
 from .stream_receiver import Buffer
 from .wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
@@ -53,7 +53,8 @@ SLOW_CONSUMER_POLICIES = ("drop", "disconnect")
 
 
 class _Client:
-    __slots__ = ("conn", "decoder", "topics", "out", "paused", "dead", "dropped", "delivered")
+    __slots__ = ("conn", "decoder", "topics", "out", "paused", "dead", "dropped", "delivered", "gap",
+                 "wants_notices")
 
     def __init__(self, conn: Hashable, max_payload: int) -> None:
         self.conn = conn
@@ -64,6 +65,8 @@ class _Client:
         self.dead = False
         self.dropped = 0
         self.delivered = 0
+        self.gap = 0  # dropped since it was last paused: the next drop notice's count
+        self.wants_notices = False  # subscribed to DROP_NOTICE_TOPIC (with the extension on)
 
 
 class RqueueBroker:
@@ -76,6 +79,13 @@ class RqueueBroker:
             (:meth:`pause_writing`): ``"drop"`` (default) drops its notifications and counts
             them until :meth:`resume_writing`, like a ZeroMQ PUB socket at its high-water mark;
             ``"disconnect"`` closes it, like Redis' ``client-output-buffer-limit pubsub``.
+        drop_notices: enable our drop-notice extension (default off: the broker then behaves as
+            seed 004 describes). A client that subscribes to
+            :data:`~nbmq.rqueue_topic.DROP_NOTICE_TOPIC` (``$nbmq/dropped``) gets, when its
+            buffer drains after drops under "drop", one NOTIFICATION on that topic whose content
+            is the number of notifications it missed (u64 big-endian), placed in its stream
+            where the gap is. Notifications published on that topic are never forwarded
+            (counted as ``unrouted``), so nobody can forge one.
 
     Raises:
         ValueError: an option out of range.
@@ -91,13 +101,15 @@ class RqueueBroker:
     Counters (ints, read-only by contract; see :meth:`stats`).
     """
 
-    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, slow_consumer: str = "drop") -> None:
+    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, slow_consumer: str = "drop",
+                 drop_notices: bool = False) -> None:
         if not 0 <= max_payload <= RQUEUE_MAX_PAYLOAD:
             raise ValueError("max_payload must be 0..65535")
         if slow_consumer not in SLOW_CONSUMER_POLICIES:
             raise ValueError(f"slow_consumer must be one of {SLOW_CONSUMER_POLICIES}")
         self.max_payload = max_payload
         self.slow_consumer = slow_consumer
+        self.drop_notices = drop_notices
         self._clients: dict[Hashable, _Client] = {}
         self._topics: dict[bytes, dict[_Client, None]] = {}  # ordered sets: deterministic fan-out
         self._dirty: dict[_Client, None] = {}
@@ -113,6 +125,8 @@ class RqueueBroker:
         self.bytes_out = 0  # bytes handed out by data_to_send
         self.protocol_errors = 0
         self.slow_consumers = 0  # pause_writing calls
+        self.notices_sent = 0  # drop notices queued (extension)
+        self.timeouts = 0  # clients the driver closed for a timeout (disconnect())
 
     # -- connection lifecycle -----------------------------------------------------------------
 
@@ -138,6 +152,24 @@ class RqueueBroker:
         if not client.dead:
             self._kill(client, "lost")
         self._dirty.pop(client, None)
+
+    def disconnect(self, conn: Hashable, reason: str) -> None:
+        """The driver closes ``conn`` for a reason of its own (e.g. ``"read timeout"``, ``"idle
+        timeout"``): purges it, emits :class:`ClientGone` with ``reason`` and lists it in
+        :meth:`connections_to_close`. Counted in ``timeouts``. Unknown or dead connections are
+        ignored."""
+        client = self._clients.get(conn)
+        if client is None or client.dead:
+            return
+        self.timeouts += 1
+        self._kill(client, reason)
+        self._to_close[conn] = None
+
+    def buffered(self, conn: Hashable) -> int:
+        """Bytes of an unfinished message held for ``conn`` (0 when none, or unknown): the
+        driver's cue for a read timeout on a started message."""
+        client = self._clients.get(conn)
+        return int(client.decoder.buffered) if client is not None and not client.dead else 0
 
     def connections_to_close(self) -> list[Any]:
         """Connections the driver must close (protocol errors, end of stream, slow consumers
@@ -167,10 +199,18 @@ class RqueueBroker:
             self._to_close[conn] = None
 
     def resume_writing(self, conn: Hashable) -> None:
-        """The driver says ``conn``'s outgoing buffer drained below its low-water mark."""
+        """The driver says ``conn``'s outgoing buffer drained below its low-water mark. With the
+        drop-notice extension on, queues the notice of the notifications ``conn`` missed (call
+        :meth:`data_to_send`)."""
         client = self._clients.get(conn)
-        if client is not None:
-            client.paused = False
+        if client is None:
+            return
+        client.paused = False
+        gap, client.gap = client.gap, 0
+        if gap and client.wants_notices and not client.dead:
+            client.out.append(codec.encode_notification(DROP_NOTICE_TOPIC, encode_drop_count(gap)))
+            self._dirty[client] = None
+            self.notices_sent += 1
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -263,6 +303,7 @@ class RqueueBroker:
         for sub in subs:
             if sub.paused:
                 sub.dropped += count
+                sub.gap += count
                 self.dropped += count
                 continue
             sub.out.append(shared)
@@ -274,7 +315,10 @@ class RqueueBroker:
         conn = client.conn
         if kind == _SUBSCRIBE:
             topic_b = bytes(topic)
-            if topic_b not in client.topics:
+            if self.drop_notices and topic_b == DROP_NOTICE_TOPIC:
+                client.topics.add(topic_b)  # an opt-in, not a route: no publisher reaches it
+                client.wants_notices = True
+            elif topic_b not in client.topics:
                 client.topics.add(topic_b)
                 self._topics.setdefault(topic_b, {})[client] = None
             self._events.append(Subscribed(conn, topic_b))
@@ -284,6 +328,8 @@ class RqueueBroker:
             if existed:
                 client.topics.discard(topic_b)
                 self._unsubscribe(client, topic_b)
+                if topic_b == DROP_NOTICE_TOPIC:
+                    client.wants_notices = False
             self._events.append(Removed(conn, topic_b, existed))
         elif kind == _DEREGISTER:
             count = len(client.topics)
@@ -301,6 +347,7 @@ class RqueueBroker:
         for topic in client.topics:
             self._unsubscribe(client, topic)
         client.topics.clear()
+        client.wants_notices = False
 
     def _kill(self, client: _Client, reason: str) -> None:
         client.dead = True
@@ -367,7 +414,7 @@ class RqueueBroker:
     def stats(self) -> dict[str, int]:
         """Counters as a dict: clients (now), topics (now), subscriptions (now), connections,
         notifications_in, unrouted, delivered, dropped, bytes_in, bytes_out, protocol_errors,
-        slow_consumers."""
+        slow_consumers, notices_sent, timeouts."""
         return {
             "clients": len(self._clients),
             "topics": len(self._topics),
@@ -381,4 +428,6 @@ class RqueueBroker:
             "bytes_out": self.bytes_out,
             "protocol_errors": self.protocol_errors,
             "slow_consumers": self.slow_consumers,
+            "notices_sent": self.notices_sent,
+            "timeouts": self.timeouts,
         }
