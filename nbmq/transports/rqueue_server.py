@@ -38,6 +38,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -169,7 +170,7 @@ class RqueueServer:
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.refused = 0
-        self._loop_time = asyncio.get_running_loop().time
+        self._loop_time = time.monotonic  # serve() sets the loop's clock, which timers use
         self._protocols: set[_ClientProtocol] = set()
         self._server: asyncio.AbstractServer | None = None
         self._stats_task: asyncio.Task[None] | None = None
@@ -278,6 +279,7 @@ async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
     server = RqueueServer(RqueueBroker(max_payload, slow_consumer, drop_notices), max_buffer,
                           read_timeout, idle_timeout, max_connections)
     loop = asyncio.get_running_loop()
+    server._loop_time = loop.time
     server._server = await loop.create_server(lambda: _ClientProtocol(server), host, port, **kwargs)
     if stats_interval > 0:
         server._stats_task = loop.create_task(server._stats_loop(stats_interval))
