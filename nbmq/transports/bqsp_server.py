@@ -12,6 +12,10 @@ Server::
 The server runs one handler task per packet, concurrently, and answers on the packet's queue
 with the packet's data_type unless the handler returns ``(data, data_type)``. It stops reading
 from a connection while ``max_concurrency`` handlers run for it or its write buffer is full.
+
+Memory: besides ``max_packet_size`` per packet, ``max_buffered_total`` bounds the bytes held in
+incomplete packets across all connections; the connection that would pass it is closed and
+counted. A connection that breaks the protocol frees what it held at once.
 """
 
 from __future__ import annotations
@@ -239,7 +243,8 @@ async def serve_bqsp(handler: Handler, host: str = "127.0.0.1", port: int = 0, *
             (default 256 MiB) besides ``max_packet_size`` per packet. A connection whose
             incomplete packet would take the total past it is closed and counted
             (``closed_over_budget``); the others are untouched. Bytes are charged as received,
-            not as claimed by a header (issue 12 item 2).
+            not as claimed by a header (issue 12 item 2), and checked after each read, so the
+            total can pass the bound by at most one read (256 KiB) before the close.
         kwargs: passed to ``loop.create_server``.
 
     Raises:
