@@ -103,7 +103,7 @@ class _ClientProtocol(asyncio.Protocol):
         server._flush()
 
     def _timed_out(self, reason: str) -> None:
-        self.read_timer = None
+        self._cancel_timers()
         self.server.broker.disconnect(self, reason)
         self.server._flush()
 
@@ -112,7 +112,6 @@ class _ClientProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         due = self.last_active + idle
         if loop.time() >= due:
-            self.idle_timer = None
             self._timed_out("idle timeout")
         else:  # active since the timer was armed: wait for the rest (one timer per client)
             self.idle_timer = loop.call_at(due, self._idle_check)
