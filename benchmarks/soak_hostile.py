@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 SLACK = 50 * MIB  # the target's allowance over the budget
 ATTACK_RATE = 20_000.0  # hostile datagrams/s (--attack-rate)
+BQSP_BUDGET = 256 * MIB  # the BQSP server's max_buffered_total (--bqsp-budget), its default
 
 
 # -- server subprocesses --------------------------------------------------------------------------
@@ -395,7 +396,7 @@ def stalled_rqueue(seconds: float) -> dict:
 
 
 def hog_bqsp(seconds: float) -> dict:
-    budget = 256 * MIB
+    budget = BQSP_BUDGET
     server = Server([__file__, "--serve", "bqsp", "--max-buffered-total", str(budget)])
 
     async def hog(header: bytes, body: int) -> None:
@@ -478,13 +479,15 @@ def report(name: str, out: dict) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global ATTACK_RATE
+    global ATTACK_RATE, BQSP_BUDGET
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="per scenario (default 8)")
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append",
                         help="run only these scenarios (repeatable)")
     parser.add_argument("--attack-rate", type=float, default=ATTACK_RATE,
                         help="hostile datagrams/s in the UDP scenarios (default 20000)")
+    parser.add_argument("--bqsp-budget", type=int, default=BQSP_BUDGET,
+                        help="the BQSP server's max_buffered_total, bytes (default 256 MiB)")
     parser.add_argument("--serve", choices=("bqsp", "udp"), help=argparse.SUPPRESS)
     parser.add_argument("--max-buffered-total", type=int, default=256 * MIB, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -495,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         serve_udp_main()
         return 0
     ATTACK_RATE = args.attack_rate
+    BQSP_BUDGET = args.bqsp_budget
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8192)), hard))
     all_ok = True
