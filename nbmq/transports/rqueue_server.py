@@ -45,7 +45,7 @@ from typing import Any
 from ..rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
 from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
 
-__all__ = ["RqueueServer", "serve", "run", "main", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER",
+__all__ = ["RqueueServer", "serve", "run", "main", "run_args", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER",
            "DEFAULT_READ_TIMEOUT", "DEFAULT_MAX_CONNECTIONS"]
 
 log = logging.getLogger("nbmq.rqueue")
@@ -369,7 +369,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         the exit status (0 after SIGINT/SIGTERM, 2 on bad options, 1 when binding fails).
     """
-    args = build_parser().parse_args(argv)
+    return run_args(build_parser().parse_args(argv))
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run the server for the options of :func:`build_parser` (``nbmq rqueue-server``).
+
+    Returns:
+        the exit status, as :func:`main`.
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
