@@ -103,7 +103,9 @@ def _cli_modules() -> set[str]:
     modules = {"nbmq.cli", "nbmq.spark.cli"}
     tree = ast.parse(MODULES["nbmq.cli"].read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "COMMANDS":
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(getattr(t, "id", None) == "COMMANDS"
+                                                                  for t in targets):
             modules |= {v.value for v in node.value.values}  # type: ignore[union-attr]
     return modules
 
