@@ -8,7 +8,9 @@ import ast
 import importlib
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -112,7 +114,19 @@ def test_rqueue_server_runs_and_stops_on_sigterm() -> None:
     try:
         line = proc.stdout.readline()  # the server flushes this line once bound
         assert line.startswith("listening on 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
-        assert int(line.rsplit(":", 1)[1]) > 0
+        port = int(line.rsplit(":", 1)[1])
+        assert port > 0
+        # the line comes before the loop installs its signal handlers: a client's "connected"
+        # log line shows the loop is running (and the port really serves)
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            deadline = time.monotonic() + 20
+            log = ""
+            while "client connected" not in log:
+                left = deadline - time.monotonic()
+                assert left > 0 and select.select([proc.stderr], [], [], left)[0], f"no connect log: {log}"
+                chunk = os.read(proc.stderr.fileno(), 65536)  # the fd: no buffering to hide lines
+                assert chunk, f"the server exited: {log}"
+                log += chunk.decode(errors="replace")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     finally:

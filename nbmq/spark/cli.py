@@ -13,10 +13,8 @@ import argparse
 import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-__all__ = ["HELP", "DESCRIPTION", "add_arguments", "run", "add_pipeline_parser", "run_pipeline", "main",
-           "SPARK_EXTRA"]
+__all__ = ["HELP", "DESCRIPTION", "SPARK_EXTRA", "add_arguments", "run", "missing_extra", "main"]
 
 HELP = "captures -> Parquet tables + report on Spark (needs nbmq[spark])"
 
@@ -35,10 +33,6 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``nbmq pipeline`` options to ``parser`` (the :mod:`nbmq.cli` contract)."""
-    _configure(parser)
-
-
-def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("captures", nargs="*", metavar="CAPTURE", help="pcap/pcapng files or directories")
     parser.add_argument("--out", "-o", default="out", metavar="DIR",
                         help="output directory, created if missing (default: out)")
@@ -68,19 +62,6 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-report", dest="report", action="store_false", help="skip report.html")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress and no summary table")
-    parser.set_defaults(func=run_pipeline)
-    return parser
-
-
-def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``pipeline`` subcommand to an ``argparse`` subparsers object (kept for callers
-    that build their own parser; :mod:`nbmq.cli` uses :func:`add_arguments`).
-
-    The parser's default ``func`` is :func:`run_pipeline`, so ``args.func(args)`` runs it and
-    returns the exit code.
-    """
-    parser = subparsers.add_parser("pipeline", help=HELP, description=DESCRIPTION)
-    return _configure(parser)
 
 
 def missing_extra() -> list[str]:
@@ -98,11 +79,6 @@ def run(args: argparse.Namespace) -> int:
         0 on success; 2 when the ``spark`` extra is missing, a capture path matches nothing,
         ``--out`` is not a usable directory or ``--conf`` is malformed (the reason on stderr).
     """
-    return run_pipeline(args)
-
-
-def run_pipeline(args: argparse.Namespace) -> int:
-    """Run the pipeline for parsed arguments; returns the exit code (0 on success), see :func:`run`."""
     missing = missing_extra()
     if missing:
         print(f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' "
@@ -143,9 +119,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m nbmq.spark.cli [CAPTURE ...] --out DIR``."""
-    parser = _configure(argparse.ArgumentParser(prog="nbmq pipeline", description=DESCRIPTION))
-    args = parser.parse_args(argv)
-    return run_pipeline(args)
+    parser = argparse.ArgumentParser(prog="nbmq pipeline", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
