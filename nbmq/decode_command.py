@@ -92,10 +92,11 @@ def _tcp_line(path: str, protocol: str, ports: list[int]) -> str | None:
     errors = 0
     connections = set()
     for row in decode_tcp_streams(path, protocol, ports, payload=False):
+        if row.client is not None:  # None on rows about the capture file itself
+            connections.add((row.client, row.server))
         if row.error is not None:
             errors += 1
             continue
-        connections.add((row.client, row.server))
         if protocol == "rqueue":
             try:
                 kinds[RqueueType(row.kind).name.lower()] += 1
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
                 if not found and _has_other_tcp(path):
                     found = ["TCP traffic on other ports (decode it with --rqueue-port / --bqsp-port)"]
                 lines += found
-            except (NbmqError, OSError) as exc:  # CaptureError (not a capture), unreadable file
+            except (NbmqError, OSError, ValueError) as exc:  # CaptureError (not a capture), unreadable
                 problem = str(exc) or type(exc).__name__
         if problem is not None:
             failed += 1
