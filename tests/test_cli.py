@@ -231,3 +231,18 @@ def test_decode_directory_and_ports(tmp_path: Path) -> None:
     assert "bqsp (TCP port 7701): " in bqsp_line
     rqueue_line = next(line for line in ported.stdout.splitlines() if "rqueue.pcap" in line)
     assert "rqueue (" not in rqueue_line  # nothing on port 1
+
+
+def test_decode_damaged_capture_is_counted_not_raised(tmp_path: Path) -> None:
+    """A capture cut mid-record: its line says what was lost; no traceback, exit 0."""
+    rqueue = next(p for p in stream_captures() if p.name == "rqueue.pcap")
+    data = rqueue.read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    result = _nbmq("decode", str(cut))
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith(str(cut)))
+    assert "rqueue (TCP port 6567): " in line
+    messages = int(line.split("rqueue (TCP port 6567): ")[1].split(" messages")[0])
+    assert 0 < messages < _manifest_rqueue_messages()
+    assert "damaged records" in line or " 0 error rows" not in line
