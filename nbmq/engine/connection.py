@@ -308,7 +308,7 @@ class Connection:
         jar = self._cookies
         if jar is None:
             jar = self._cookies = CookieJar(self._opts.peer_keepalive, now)
-        sid = jar.issue(addr_text(addr), now)
+        sid = jar.issue(addr, now)
         if sid == 0 or sid in self._peers:  # 2**-64 odds: the peer's next Connect retries
             self._counters.connects_refused += 1
             return
@@ -321,7 +321,7 @@ class Connection:
         jar = self._cookies
         if jar is None or not jar.outstanding(now):
             return None
-        if not jar.verify(sid, addr_text(addr), now):
+        if not jar.verify(sid, addr, now):
             self._counters.cookies_rejected += 1
             return None
         old = self._by_addr.get(addr)
