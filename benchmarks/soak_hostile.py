@@ -138,7 +138,9 @@ def serve_udp_main() -> None:
     counters = server.counters
     fields = {k: getattr(counters, k) for k in ("datagrams_in", "messages_in", "malformed",
                                                  "unknown_session", "unexpected", "connects_refused",
-                                                 "peers_evicted", "half_open_expired")}
+                                                 "peers_evicted", "half_open_expired",
+                                                 "cookies_sent", "cookies_accepted",
+                                                 "cookies_rejected", "events_dropped")}
     fields.update({f"dropped_{reason.name.lower()}": n for reason, n in counters.dropped.items()})
     print(json.dumps({"good": good, "counters": fields}), flush=True)
     server.close(linger=0)
