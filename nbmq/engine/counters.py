@@ -33,7 +33,8 @@ class Counters:
             verified.
         half_open_expired: half-open peers that never answered within ``peer_keepalive``.
         addr_changes: known sessions seen from a new address (NAT rebinding).
-        events_dropped: events not queued because ``max_events`` were waiting.
+        events_dropped: events not queued because ``max_events`` were waiting, in the engine or
+            in a socket driver's own queue (which drops the oldest).
         control_dropped: control frames not queued because the output queue was full
             (the driver is not flushing).
         kernel_drops: datagrams the OS dropped for want of receive buffer before this engine

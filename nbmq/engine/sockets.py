@@ -260,6 +260,12 @@ class Socket(Connection):
         counters.kernel_drops += count
         self._emit(DatagramsDropped(count, counters.kernel_drops))
 
+    def events_discarded(self, count: int) -> None:
+        """Record ``count`` events (int > 0) a driver dropped from its own event queue, which
+        keeps at most ``max_events`` (the oldest go first): adds to ``counters.events_dropped``,
+        so a driver's trimming is counted like the engine's own. Queues nothing."""
+        self._counters.events_dropped += count
+
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""
         return len(self._recvq)

@@ -139,6 +139,7 @@ class Socket(OptionAttributes):
             events.append(event)
             if len(events) > self.options.max_events:
                 events.popleft()
+                engine.events_discarded(1)
         waiters = self._waiters
         if waiters["send"] and engine.pending_messages < self.options.send_hwm:
             self._wake("send")

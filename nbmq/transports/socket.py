@@ -140,8 +140,11 @@ class Socket(OptionAttributes):
             while event is not None:
                 events.append(event)
                 event = engine.next_event()
-            while len(events) > self.options.max_events:
-                events.popleft()
+            excess = len(events) - self.options.max_events
+            if excess > 0:
+                for _ in range(excess):
+                    events.popleft()
+                engine.events_discarded(excess)
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline

@@ -182,3 +182,27 @@ def test_send_auto_batches_until_64_datagrams_or_a_step():
                 if got == 11 + 64 + 1 + 2 + 1:
                     break
         assert got == 79
+
+
+def test_socket_event_queue_trimming_is_counted():
+    """A socket keeps at most ``max_events``; what it drops is counted, not silent."""
+    import socket as pysocket
+    import time
+
+    with Dealer.bind("127.0.0.1:0", max_events=3) as server:
+        host, port = server.local_address.rsplit(":", 1)
+        raw = pysocket.socket(pysocket.AF_INET, pysocket.SOCK_DGRAM)
+        try:
+            for _ in range(20):  # malformed datagrams: one FrameRejected event each
+                raw.sendto(b"\x07garbage", (host, int(port)))
+        finally:
+            raw.close()
+        deadline = time.monotonic() + 5.0
+        while server.counters.malformed < 20 and time.monotonic() < deadline:
+            server.poll(timeout=0.05)
+        assert server.counters.malformed == 20
+        events = []
+        while (event := server.next_event()) is not None and len(events) < 50:
+            events.append(event)
+        assert len(events) == 3
+        assert server.counters.events_dropped == 17
