@@ -13,18 +13,36 @@ class ErrorLog:
     Errors may be added out of file order (framing first, then packet decoding); ``reasons``
     sorts them by byte position so both read engines report the same list.
 
+    A byte-range reader starts its walk before its range (see ``RecordScanner.walk_range``);
+    ``floor`` makes it ignore the errors an earlier range owns, so the ranges of a file
+    together count each error once.
+
+    Args:
+        floor: byte offset; framing errors owned by a record before it are not recorded.
+
     Attributes:
         count: number of errors recorded (int).
     """
 
-    __slots__ = ("count", "_entries")
+    __slots__ = ("count", "floor", "_entries")
 
-    def __init__(self) -> None:
+    def __init__(self, floor: int = 0) -> None:
         self.count = 0
+        self.floor = floor
         self._entries: list[tuple[int, str]] = []
 
-    def at_offset(self, offset: int, reason: str) -> None:
-        """Record a framing error at byte ``offset`` of the capture (bad or cut record)."""
+    def at_offset(self, offset: int, reason: str, owner: int | None = None) -> None:
+        """Record a framing error at byte ``offset`` of the capture (bad or cut record).
+
+        Args:
+            offset: where the damage was seen (the bad or cut header), shown in the reason.
+            reason: short reason, e.g. ``"implausible record header"``.
+            owner: byte offset of the record the error belongs to (the last good record,
+                whose length led to the bad header); None: ``offset``. The range holding the
+                owner counts the error; owners below ``floor`` are ignored.
+        """
+        if (offset if owner is None else owner) < self.floor:
+            return
         self._add(offset, f"offset {offset}: {reason}")
 
     def at_frame(self, offset: int, frame: int, reason: str) -> None:

@@ -19,11 +19,13 @@ def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int
     """Cut a capture into byte ranges of about ``target_bytes`` each, without reading it.
 
     ``read_datagrams(source, start=s, end=e)`` on every range returns, together, exactly the
-    datagrams of the whole file, each once: a range owns the records whose header starts in
-    it, and a reader starting mid-record finds the next record boundary by resynchronising
-    (see ``nbmq.capture.records``). Only classic pcap is split; a pcapng capture, a file that
-    fits in one range, and a pcap whose first records do not pass the strict header test that
-    resynchronisation relies on (an unusual writer) come back as one range.
+    datagrams of the whole file, each once, and the same error count, damage included: a range
+    owns the whole-file walk's records whose header starts in it and the framing errors they
+    own, and a reader starting mid-record finds its way in by resynchronising before its start
+    (``RecordScanner.walk_range`` in ``nbmq.capture.records``). Only classic pcap is split; a
+    pcapng capture, a file that fits in one range, and a pcap whose first records do not pass
+    the strict header test that resynchronisation relies on (an unusual writer) come back as
+    one range.
 
     Args:
         source: path or bytes of the capture.
@@ -55,6 +57,9 @@ def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int
 def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> list[int]:
     """Frame number of the first record of each range, from one walk over the record headers.
 
+    The walk is the whole-file read's own (``RecordScanner.walk``), so the numbers are exact
+    on damaged files too.
+
     Pass ``first_frame=first_frames(...)[i]`` to ``read_datagrams`` for range i so that no
     reader has to walk the part of the file before its range.
 
@@ -81,9 +86,6 @@ def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> li
             return out
         scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
         offsets = scanner.walk(PCAP_FILE_HEADER_LEN, cap.size, ErrorLog())
-        result = []
-        for start, end in splits:
-            begin = scanner.first_boundary(start, min(end, cap.size))
-            result.append(1 + int(np.searchsorted(offsets, begin if begin is not None else end)))
         del scanner
-        return result
+        # a range owns the whole-file walk's records starting in it (RecordScanner.walk_range)
+        return [1 + int(np.searchsorted(offsets, start)) for start, _end in splits]
