@@ -33,7 +33,8 @@ def read_datagrams(
 
     Args:
         source: path of the capture (str or ``os.PathLike``; memory-mapped), or its bytes
-            (``bytes``, ``bytearray``, ``memoryview``).
+            (``bytes``, ``bytearray``, ``memoryview``); gzip-compressed captures are
+            decompressed into memory (``nbmq.capture.source``).
         start: byte offset; only records (pcapng: packet blocks) whose header starts at or
             after it are read. Used with ``end`` to read one of ``plan_splits``' ranges.
         end: byte offset (exclusive) for record header starts; None = end of the capture.
@@ -53,8 +54,8 @@ def read_datagrams(
         (int64), ``truncated`` flags and the ``packets``/``skipped``/``errors`` counters.
 
     Raises:
-        CaptureError: ``source`` is not a pcap or pcapng capture (unknown magic, or too short
-            for its file header).
+        CaptureError: ``source`` is not a pcap or pcapng capture (unknown magic, too short
+            for its file header, or a gzip stream with nothing readable in it).
         ValueError: ``engine`` is unknown, ``start`` is negative or ``end < start``.
         OSError: the file cannot be opened.
     """

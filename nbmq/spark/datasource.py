@@ -11,13 +11,16 @@
 
 Options (all strings, as Spark passes them):
 
-- ``paths`` / ``path``: files, directories (their ``*.pcap``, ``*.pcapng``, ``*.cap`` files,
-  sorted, not recursive) or glob patterns, comma-separated. Files must be readable at the same
-  path by the driver (which plans the splits) and by every executor (a shared file system).
+- ``paths`` / ``path``: files, directories (their ``*.pcap``, ``*.pcapng``, ``*.cap`` files and
+  the same gzip-compressed, ``*.pcap.gz`` ..., recursively, sorted) or glob patterns,
+  comma-separated; local paths, ``file://`` URIs or Hadoop file system URIs (``hdfs://``,
+  ``s3a://``, ...; opened through ``pyarrow.fs``, see :mod:`nbmq.spark.inputs`). Files must be
+  readable at the same path by the driver (which plans the splits) and by every executor.
 - ``payload`` (``true``): ``false`` leaves the ``payload`` column out.
 - ``split_bytes`` (64 MiB): a classic pcap file larger than this is read as byte ranges of about
   this size (``nbmq.capture.plan_splits``), one Spark partition each, so one big file spreads
-  over the cores; every other file is one partition. ``0`` never splits.
+  over the cores; every other file (pcapng, ``.gz``, non-local URIs) is one partition. ``0``
+  never splits.
 - ``udp_ports``: comma-separated UDP ports; only datagrams from or to one of them are read.
 - ``batch_rows`` (65536): rows per Arrow record batch handed to Spark.
 
@@ -38,7 +41,6 @@ numpy (no per-row Python code).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import struct
@@ -51,13 +53,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .inputs import CAPTURE_SUFFIXES, capture_source, expand_paths, file_size, splittable
 from .schema import FRAMES_SCHEMA, frames_schema
 
-__all__ = ["NbmqDataSource", "CapturePartition", "expand_paths", "frames_batches"]
+__all__ = ["NbmqDataSource", "CapturePartition", "CAPTURE_SUFFIXES", "expand_paths", "frames_batches"]
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_BATCH_ROWS = 65536
-CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 
 _KIND_NAMES = ["data", "connect", "connected", "disconnected", "heartbeat", "ack"]
 
@@ -73,42 +75,6 @@ def _split_paths(value: str) -> list[str]:
     if value.startswith("["):  # Spark passes load([...]) as a JSON array
         return [str(p) for p in json.loads(value)]
     return [p.strip() for p in value.split(",") if p.strip()]
-
-
-def expand_paths(paths: Sequence[str]) -> list[str]:
-    """Files named by ``paths``: files as given, directories' captures sorted, globs expanded.
-
-    Raises:
-        FileNotFoundError: a path matches nothing.
-    """
-    out: list[str] = []
-    for path in paths:
-        if path.startswith("file://"):
-            path = path[len("file://") :]
-        if os.path.isdir(path):
-            found = sorted(
-                os.path.join(path, name)
-                for name in os.listdir(path)
-                if name.lower().endswith(CAPTURE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
-            )
-            out.extend(found)
-        elif os.path.exists(path):
-            out.append(path)
-        elif glob.has_magic(path):
-            found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
-            if not found:
-                raise FileNotFoundError(f"nbmq data source: no file matches {path!r}")
-            out.extend(found)
-        else:
-            raise FileNotFoundError(f"nbmq data source: no such capture {path!r}")
-    seen: set[str] = set()
-    unique = []
-    for p in out:
-        key = os.path.abspath(p)
-        if key not in seen:
-            seen.add(key)
-            unique.append(key)
-    return unique
 
 
 @dataclass(frozen=True)
@@ -163,8 +129,7 @@ class NbmqReader(DataSourceReader):
     def partitions(self) -> list[CapturePartition]:
         parts: list[CapturePartition] = []
         for path in expand_paths(self.paths):
-            size = os.path.getsize(path)
-            if self.split_bytes > 0 and size > self.split_bytes:
+            if self.split_bytes > 0 and splittable(path) and file_size(path) > self.split_bytes:
                 parts.extend(_plan(path, self.split_bytes))
             else:
                 parts.append(CapturePartition(path))
@@ -207,7 +172,7 @@ def read_partition(
     capture = os.path.basename(partition.path)
     try:
         batch = read_datagrams(
-            partition.path,
+            capture_source(partition.path),
             start=partition.start,
             end=partition.end,
             udp_ports=udp_ports,
