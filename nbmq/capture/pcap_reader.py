@@ -36,6 +36,7 @@ def read_pcap(
     udp_ports: Iterable[int] | None,
     engine: str,
     first_frame: int | None,
+    walk_from: int | None = None,
 ) -> DatagramBatch:
     """Read the UDP datagrams of the records whose header starts in ``[start, end)``.
 
@@ -47,8 +48,11 @@ def read_pcap(
     scanner = RecordScanner(cap.buf, cap.size, header)
     stop = cap.size if end is None else min(end, cap.size)
     log = ErrorLog()
+    if walk_from is not None and not PCAP_FILE_HEADER_LEN <= walk_from <= cap.size:
+        raise ValueError(f"walk_from {walk_from} is outside the records [24, {cap.size}]")
     # without first_frame the walk from byte 24 is needed anyway (to number the frames)
-    offs, before = scanner.walk_range(start, stop, log, exact=first_frame is None)
+    begin = walk_from if first_frame is not None else None
+    offs, before = scanner.walk_range(start, stop, log, exact=first_frame is None, begin=begin)
     if first_frame is None:
         first_frame = 1 + before
     if engine == "dpkt":

@@ -190,7 +190,14 @@ class RecordScanner:
         return PCAP_FILE_HEADER_LEN
 
     def walk_range(
-        self, start: int, stop: int, log: ErrorLog, *, exact: bool = True, native: bool | None = None
+        self,
+        start: int,
+        stop: int,
+        log: ErrorLog,
+        *,
+        exact: bool = True,
+        begin: int | None = None,
+        native: bool | None = None,
     ) -> tuple[np.ndarray, int]:
         """The whole-file walk's records whose header starts in ``[start, stop)``.
 
@@ -207,6 +214,9 @@ class RecordScanner:
             exact: walk from byte 24 (the whole-file walk itself: exact, and it yields the
                 frame numbers; touches every record header before ``start``); False: walk
                 from ``anchor(start)`` (touches only the bytes near the range).
+            begin: walk from this record offset instead (a record of the whole-file walk at or
+                before the range's first record, as ``range_starts`` gives it: exact and
+                local); overrides ``exact``.
             native: as for ``walk``.
 
         Returns:
@@ -215,7 +225,8 @@ class RecordScanner:
             frame number of the range's first record minus one).
         """
         log.floor = max(log.floor, start)
-        begin = PCAP_FILE_HEADER_LEN if exact else self.anchor(start)
+        if begin is None:
+            begin = PCAP_FILE_HEADER_LEN if exact else self.anchor(start)
         offs = self.walk(begin, stop, log, native)
         before = int(np.searchsorted(offs, start))
         return offs[before:], before

@@ -87,12 +87,16 @@ class CapturePartition(InputPartition):
         end: end of the range, exclusive (None: to the end of the file).
         first_frame: frame number of the range's first record (None: whole file, or let the
             reader count the records before ``start``).
+        walk_from: byte offset of a record at or before the range's first one, where its
+            read starts walking (``nbmq.capture.range_starts``; None: the reader
+            resynchronises).
     """
 
     path: str
     start: int = 0
     end: int | None = None
     first_frame: int | None = None
+    walk_from: int | None = None
 
 
 class NbmqDataSource(DataSource):
@@ -141,18 +145,18 @@ class NbmqReader(DataSourceReader):
 
 
 def _plan(path: str, split_bytes: int) -> list[CapturePartition]:
-    from ..capture import first_frames, plan_splits
+    from ..capture import plan_splits, range_starts
 
     try:
         ranges = plan_splits(path, split_bytes)
         if len(ranges) <= 1:
             return [CapturePartition(path)]
-        firsts = first_frames(path, ranges)
+        firsts = range_starts(path, ranges)  # the whole-file walk: exact ranges, damage included
     except Exception:  # not a capture, or damaged: one partition, whose read reports why
         return [CapturePartition(path)]
     return [
-        CapturePartition(path, int(start), int(end), int(first))
-        for (start, end), first in zip(ranges, firsts)
+        CapturePartition(path, int(start), int(end), int(frame), int(record))
+        for (start, end), (record, frame) in zip(ranges, firsts)  # record: where to walk from
     ]
 
 
@@ -177,6 +181,7 @@ def read_partition(
             end=partition.end,
             udp_ports=udp_ports,
             first_frame=partition.first_frame,
+            walk_from=partition.walk_from,
         )
     except (NbmqError, OSError, ValueError, struct.error) as exc:
         yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)

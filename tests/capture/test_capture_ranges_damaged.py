@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbmq.capture import DatagramBatch, first_frames, plan_splits, read_datagrams
+from nbmq.capture import DatagramBatch, first_frames, plan_splits, range_starts, read_datagrams
 from nbmq.capture.errorlog import ErrorLog
 from nbmq.capture.formats import parse_pcap_header
 from nbmq.capture.records import RecordScanner
@@ -21,10 +21,17 @@ from nbmq.capture.records import RecordScanner
 DELETED_AT = 2_098_474  # the byte issue 11 deleted from dealer.pcap
 
 
-def _union(data: bytes, splits, engine: str = "fast", with_bases: bool = False) -> DatagramBatch:
-    bases = first_frames(data, splits) if with_bases else [None] * len(splits)
+def _union(data: bytes, splits, engine: str = "fast", mode: str = "walk") -> DatagramBatch:
+    """Read every range: ``walk`` (no hints: walk from byte 24), ``frames`` (first_frames:
+    resynchronise before the start) or ``starts`` (range_starts: walk from the planned record)."""
+    n = len(splits)
+    frames = first_frames(data, splits) if mode == "frames" else [None] * n
+    starts = range_starts(data, splits) if mode == "starts" else [(None, None)] * n
     return DatagramBatch.concat(
-        [read_datagrams(data, start=s, end=e, engine=engine, first_frame=b) for (s, e), b in zip(splits, bases)]
+        [
+            read_datagrams(data, start=s, end=e, engine=engine, first_frame=f if r is None else rf, walk_from=r)
+            for (s, e), f, (r, rf) in zip(splits, frames, starts)
+        ]
     )
 
 
@@ -56,9 +63,9 @@ def test_deleted_byte_issue_11(captures_dir):
     assert len(whole) == len(read_datagrams(data))
     splits = plan_splits(damaged, 256 * 1024)
     assert len(splits) > 8
-    for with_bases in (False, True):
-        _assert_same(_union(damaged, splits, with_bases=with_bases), whole)
-    _assert_same(_union(damaged, splits, engine="dpkt", with_bases=True), read_datagrams(damaged, engine="dpkt"))
+    for mode in ("walk", "frames", "starts"):
+        _assert_same(_union(damaged, splits, mode=mode), whole)
+    _assert_same(_union(damaged, splits, engine="dpkt", mode="starts"), read_datagrams(damaged, engine="dpkt"))
 
 
 _DAMAGE = st.tuples(
@@ -92,6 +99,20 @@ def test_ranges_add_up_under_random_damage(head_of_dealer, ops, target, engine):
     damaged = _damage(head_of_dealer, ops)
     whole = read_datagrams(damaged, engine=engine)
     splits = plan_splits(damaged, target)
-    _assert_same(_union(damaged, splits, engine=engine, with_bases=True), whole)
-    if engine == "fast":  # the walk-from-24 path (no first_frame) must agree as well
-        _assert_same(_union(damaged, splits), whole)
+    _assert_same(_union(damaged, splits, engine=engine, mode="frames"), whole)
+    if engine == "fast":  # the other two ways in must agree as well
+        _assert_same(_union(damaged, splits, mode="walk"), whole)
+        _assert_same(_union(damaged, splits, mode="starts"), whole)
+
+
+def test_range_starts_are_the_whole_walks_records(head_of_dealer):
+    data = head_of_dealer
+    scanner = RecordScanner(data, len(data), parse_pcap_header(data, len(data)))
+    offsets = scanner.walk(24, len(data), ErrorLog()).tolist()
+    del scanner
+    a = offsets[1] + 1  # mid-record
+    splits = [(0, a), (a, offsets[5]), (offsets[5], offsets[5] + 1), (offsets[5] + 1, len(data)), (len(data), len(data))]
+    want = [(24, 1), (offsets[1], 3), (offsets[4], 6), (offsets[5], 7), (offsets[-1], len(offsets) + 1)]
+    assert range_starts(data, splits) == want
+    with pytest.raises(ValueError, match="walk_from"):
+        read_datagrams(data, start=a, first_frame=3, walk_from=len(data) + 1)
