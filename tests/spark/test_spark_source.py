@@ -85,3 +85,16 @@ def test_nested_gzip_and_file_uris(spark, tmp_path):
     assert names == {"dealer.pcap.gz", "safe_dealer.pcap", "dealer.pcapng.gz"}
     with pytest.raises(Exception, match="scheme 'foo' is not supported"):
         spark.read.format("nbmq").load("foo://bucket/captures/").count()
+
+
+def test_damaged_pcap_splits_match_the_whole_read(spark, tmp_path):
+    """Issue 11: a deleted byte made 256 KiB splits lose 3 datagrams and the error, silently."""
+    data = (CAPTURES / "dealer.pcap").read_bytes()
+    path = tmp_path / "damaged.pcap"
+    path.write_bytes(data[:2_098_474] + data[2_098_475:])
+    whole = spark.read.format("nbmq").option("split_bytes", "0").load(str(path))
+    split = spark.read.format("nbmq").option("split_bytes", str(256 * 1024)).load(str(path))
+    assert split.rdd.getNumPartitions() > 8
+    assert _same(whole, split)
+    assert split.filter("error like 'capture:%'").count() == 1
+    assert split.filter("error is null or error not like 'capture:%'").count() == 6538
