@@ -157,8 +157,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
             out.extend(os.path.abspath(p) for p in _expand_local(local_path(path)))
         else:
             out.extend(_expand_remote(path))
-    seen: set[str] = set()
-    return [p for p in out if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+    return list(dict.fromkeys(out))  # first occurrence of each, in order
 
 
 def file_size(path: str) -> int:
