@@ -19,16 +19,19 @@ class ErrorLog:
 
     Args:
         floor: byte offset; framing errors owned by a record before it are not recorded.
+        ceiling: byte offset; framing errors owned at or after it are not recorded (None:
+            no bound). A pcapng range reader walks the whole file and keeps its own part.
 
     Attributes:
         count: number of errors recorded (int).
     """
 
-    __slots__ = ("count", "floor", "_entries")
+    __slots__ = ("count", "floor", "ceiling", "_entries")
 
-    def __init__(self, floor: int = 0) -> None:
+    def __init__(self, floor: int = 0, ceiling: int | None = None) -> None:
         self.count = 0
         self.floor = floor
+        self.ceiling = ceiling
         self._entries: list[tuple[int, str]] = []
 
     def at_offset(self, offset: int, reason: str, owner: int | None = None) -> None:
@@ -39,9 +42,10 @@ class ErrorLog:
             reason: short reason, e.g. ``"implausible record header"``.
             owner: byte offset of the record the error belongs to (the last good record,
                 whose length led to the bad header); None: ``offset``. The range holding the
-                owner counts the error; owners below ``floor`` are ignored.
+                owner counts the error; owners outside ``[floor, ceiling)`` are ignored.
         """
-        if (offset if owner is None else owner) < self.floor:
+        at = offset if owner is None else owner
+        if at < self.floor or (self.ceiling is not None and at >= self.ceiling):
             return
         self._add(offset, f"offset {offset}: {reason}")
 

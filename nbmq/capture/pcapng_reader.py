@@ -353,8 +353,8 @@ def read_pcapng(
     See ``read_datagrams`` for the arguments; ``engine`` is ``"fast"`` or ``"dpkt"``. When
     ``first_frame`` is given, frame numbers are shifted so the first packet read gets it.
     """
-    log = ErrorLog()
     stop = cap.size if end is None else min(end, cap.size)
+    log = ErrorLog(floor=start, ceiling=stop)  # a range counts the damage of its own blocks
     use_dpkt = engine == "dpkt"
     pk = walk_pcapng(cap, start, stop, log, dpkt_blocks=use_dpkt)
     n = len(pk.offsets)

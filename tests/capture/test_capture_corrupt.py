@@ -267,3 +267,22 @@ def test_pcapng_damaged_lengths_skip_only_their_block(small_pcapng):
         batch = read_datagrams(bytes(broken), engine=engine)
         assert batch.errors == 2 and len(batch) == len(whole) - 2
         assert set(batch.frame_number.tolist()) == set(whole.frame_number.tolist()) - {11, 71}
+
+
+def test_pcapng_ranges_count_each_error_once(small_pcapng):
+    from nbmq.capture import DatagramBatch
+
+    offsets = _epb_offsets(small_pcapng)
+    broken = bytearray(small_pcapng)
+    broken[offsets[30] + 7] ^= 0x02  # a flipped length bit: read, one error
+    blen = struct.unpack_from("<I", broken, offsets[80] + 4)[0]
+    struct.pack_into("<I", broken, offsets[80] + 4, blen + 4096)  # both copies bad: skipped
+    struct.pack_into("<I", broken, offsets[80] + blen - 4, 8)
+    data = bytes(broken)
+    whole = read_datagrams(data)
+    assert whole.errors == 2 and len(whole) == 119
+    for step in (97, len(data) // 3 + 1):
+        cuts = list(range(0, len(data), step)) + [len(data)]
+        parts = [read_datagrams(data, start=a, end=b) for a, b in zip(cuts, cuts[1:])]
+        union = DatagramBatch.concat(parts)
+        assert union.same_rows(whole) and union.errors == whole.errors
