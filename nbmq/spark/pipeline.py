@@ -26,7 +26,6 @@ this module never imports it (no import circle).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -65,8 +64,9 @@ def _split_for(files: Sequence[str], cores: int) -> int:
     pay off when cores are uneven or busy.
     """
     from .datasource import DEFAULT_SPLIT_BYTES
+    from .inputs import file_size, splittable
 
-    largest = max((os.path.getsize(f) for f in files), default=0)
+    largest = max((file_size(f) for f in files if splittable(f)), default=0)
     return max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores)))
 
 
@@ -342,12 +342,13 @@ def _stream_tables(
 ) -> dict[str, dict[str, int]]:
     """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts."""
     from ..capture.tcp import has_tcp_traffic
+    from .inputs import capture_source
 
     counts: dict[str, dict[str, int]] = {}
     for protocol, ports in (("bqsp", bqsp_ports), ("rqueue", rqueue_ports)):
         if not ports:
             continue
-        with_traffic = [f for f in files if has_tcp_traffic(f, ports)]  # driver-side, cheap
+        with_traffic = [f for f in files if has_tcp_traffic(capture_source(f), ports)]  # driver-side, cheap
         if not with_traffic:
             continue
         steps.step(f"decoding {protocol} over TCP -> {protocol}/")

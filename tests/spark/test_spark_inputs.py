@@ -67,3 +67,19 @@ def test_missing_local_path_names_it(tmp_path):
         inputs.expand_paths([str(tmp_path / "nope.pcap")])
     with pytest.raises(FileNotFoundError, match="no file matches"):
         inputs.expand_paths([str(tmp_path / "*.pcap")])
+
+
+def test_pipeline_driver_steps_take_uris(nested, monkeypatch):
+    """`nbmq pipeline hdfs://...`: the driver's split planning and TCP probe go through
+    ``inputs`` (a URI has no local size and no local file to probe)."""
+    from nbmq.capture.tcp import has_tcp_traffic
+    from nbmq.examples.streams import stream_captures
+    from nbmq.spark import pipeline
+
+    monkeypatch.setattr(inputs, "is_local", lambda path: False)
+    uri = f"file://{nested}"
+    files = inputs.expand_paths([uri])
+    assert pipeline._split_for(files, cores=2) == 64 << 20  # nothing splittable: the default
+    rqueue = next(p for p in stream_captures() if str(p).endswith("rqueue.pcap"))
+    shutil.copy(rqueue, nested / "a" / "rqueue.pcap")
+    assert has_tcp_traffic(inputs.capture_source(f"{uri}/a/rqueue.pcap"), [6567])
