@@ -10,8 +10,8 @@ from setuptools import setup
 EXTENSIONS = [
     ("nbmq._codec", ["nbmq/_codec.pyx"], False),
     ("nbmq.transports._batch", ["nbmq/transports/_batch.pyx"], True),
-    ("nbmq.capture._records", ["nbmq/capture/_records.pyx"], False),
-    ("nbmq.capture._decode", ["nbmq/capture/_decode.pyx"], False),
+    ("nbmq.capture.files._records", ["nbmq/capture/files/_records.pyx"], False),
+    ("nbmq.capture.datagrams._decode", ["nbmq/capture/datagrams/_decode.pyx"], False),
 ]
 
 

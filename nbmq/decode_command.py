@@ -4,7 +4,7 @@ For each capture: the UDP datagrams, batch-decoded by the codec into counts per 
 (and how many are malformed); then, when the capture holds TCP traffic on an rqueue port
 (default 6567, seed 004) or a ``--bqsp-port`` (BQSP names no port, seed 002), its rqueue
 messages / BQSP packets by type, error rows and connections (the ``nbmq_rqueue`` /
-``nbmq_bqsp`` tables' rules, :mod:`nbmq.capture.tcp_flows`). A path that cannot be read (missing,
+``nbmq_bqsp`` tables' rules, :mod:`nbmq.capture.tcp.streams`). A path that cannot be read (missing,
 not a capture, unreadable) is reported on stderr and the next one is read; a directory stands
 for its ``*.pcap`` / ``*.pcapng`` files. Reading captures needs dpkt (``nbmq[capture]``).
 
@@ -82,8 +82,8 @@ def _tcp_line(path: str, protocol: str, ports: list[int]) -> str | None:
     """Counts of one stream protocol in a capture, or None when it has no traffic on ``ports``."""
     from collections import Counter
 
-    from .capture.tcp import has_tcp_traffic
-    from .capture.tcp_flows import decode_tcp_streams
+    from .capture.tcp.segments import has_tcp_traffic
+    from .capture.tcp.streams import decode_tcp_streams
     from .wire import RqueueType
 
     if not has_tcp_traffic(path, ports):
@@ -112,7 +112,7 @@ def _tcp_line(path: str, protocol: str, ports: list[int]) -> str | None:
 
 
 def _has_other_tcp(path: str) -> bool:
-    from .capture.tcp import has_tcp_traffic
+    from .capture.tcp.segments import has_tcp_traffic
 
     return has_tcp_traffic(path, None)
 

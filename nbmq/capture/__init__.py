@@ -17,15 +17,15 @@ Example::
 from __future__ import annotations
 
 from ..errors import CaptureError
-from .batch import DatagramBatch, ns_to_seconds
-from .encap import DatagramRow
-from .linktypes import SUPPORTED_LINKTYPES, LinkType
-from .pcap_writer import write_pcap, write_pcap_packets
-from .pcapng_writer import write_pcapng
-from .reader import ENGINES, CaptureInfo, probe_capture, read_datagrams
-from .records import CONFIRM_HEADERS
-from .source import CaptureSource
-from .splits import first_frames, plan_splits, range_starts
+from .datagrams.batch import DatagramBatch, ns_to_seconds
+from .datagrams.encap import DatagramRow
+from .datagrams.linktypes import SUPPORTED_LINKTYPES, LinkType
+from .datagrams.write import write_pcap, write_pcap_packets
+from .datagrams.write_pcapng import write_pcapng
+from .datagrams.read import ENGINES, CaptureInfo, probe_capture, read_datagrams
+from .files.records import CONFIRM_HEADERS
+from .files.source import CaptureSource
+from .files.splits import first_frames, plan_splits, range_starts
 
 __all__ = [
     "CaptureError",

@@ -253,11 +253,11 @@ def _constant_string(value: str, n: int) -> pa.Array:
 def _gather(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A binary array of ``buffer[starts[i] : starts[i] + lengths[i]]`` in one vectorised step.
 
-    The bytes are copied with ``nbmq.capture.batch.gather_ranges`` (one memcpy per row when
+    The bytes are copied with ``nbmq.capture.datagrams.batch.gather_ranges`` (one memcpy per row when
     the capture extension is built, one numpy mask gather otherwise); the offsets are a cumsum.
     No per-row Python code.
     """
-    from ..capture.batch import gather_ranges
+    from ..capture.datagrams.batch import gather_ranges
 
     n = len(starts)
     lengths = np.asarray(lengths, dtype=np.int64)

@@ -469,7 +469,7 @@ def _bulk_reassemble(
     dlen = lens + size
     doff = np.zeros(m, dtype=np.int64)
     np.cumsum(dlen[:-1], out=doff[1:])
-    from ..capture.batch import gather_ranges
+    from ..capture.datagrams.batch import gather_ranges
 
     # header i then chunk i, for every row: one memcpy per range out of [headers | batch payload]
     # (only the batch's own span of the payload buffer: a sliced batch shares a larger one)

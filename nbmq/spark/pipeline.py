@@ -15,7 +15,7 @@ BQSP and rqueue over TCP: when a capture holds TCP segments on the configured po
 (``rqueue_ports``, default 6567; ``bqsp_ports``, none by default since BQSP names no port), the
 ``nbmq_bqsp`` / ``nbmq_rqueue`` sources also write ``bqsp/`` and ``rqueue/`` and the summary
 gains a ``streams`` entry and a printed line each. Which files hold such traffic is decided on
-the driver by :func:`nbmq.capture.tcp.has_tcp_traffic` (a record walk and a vectorised header
+the driver by :func:`nbmq.capture.tcp.segments.has_tcp_traffic` (a record walk and a vectorised header
 filter, dpkt only on candidate packets), and only those files are read: captures without it cost
 a few milliseconds and produce nothing new.
 
@@ -341,7 +341,7 @@ def _stream_tables(
     rqueue_ports: Sequence[int] | None,
 ) -> dict[str, dict[str, int]]:
     """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts."""
-    from ..capture.tcp import has_tcp_traffic
+    from ..capture.tcp.segments import has_tcp_traffic
     from .inputs import capture_source
 
     counts: dict[str, dict[str, int]] = {}

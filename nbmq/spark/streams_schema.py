@@ -4,7 +4,7 @@ One row per decoded packet / message, plus error rows (``error`` set, the decode
 for decode failures and capture-level problems of a connection (gaps, unparsed or truncated
 bytes, overlapping retransmissions with different bytes) and for damage in the capture file
 (then only ``capture`` and ``error`` are set). The ``error`` prefixes are those of
-:class:`nbmq.capture.tcp_flows.StreamRow`. No unsigned 64-bit identifiers appear here, so
+:class:`nbmq.capture.tcp.streams.StreamRow`. No unsigned 64-bit identifiers appear here, so
 :data:`nbmq.spark.schema.U64` is not needed.
 """
 

@@ -16,7 +16,7 @@ Options (strings, as Spark passes them):
   seed 004). BQSP names no port (seed 002), so ``nbmq_bqsp`` requires the option.
 - ``payload`` (``true``): ``false`` leaves ``payload`` (BQSP) / ``content`` (rqueue) out.
 - ``max_buffered`` (16 MiB): out-of-order bytes held per connection direction; past it the
-  missing bytes are a gap (see :mod:`nbmq.capture.tcp_flows`).
+  missing bytes are a gap (see :mod:`nbmq.capture.tcp.streams`).
 - ``batch_rows`` (8192): rows per Arrow record batch.
 
 One partition per file: TCP reassembly needs a whole connection, which a byte range of a file
@@ -153,7 +153,7 @@ def stream_batches(
         Record batches, columns built one at a time from the rows' fields. A file that is not
         a capture, or cannot be opened, gives one row with ``error = "capture: ..."``.
     """
-    from ..capture.tcp_flows import decode_tcp_streams
+    from ..capture.tcp.streams import decode_tcp_streams
     from ..errors import NbmqError
 
     capture = os.path.basename(path)
@@ -168,7 +168,7 @@ def stream_batches(
                 yield _batch(capture, protocol, rows, arrow_schema)
                 rows = []
     except (NbmqError, OSError, ValueError, struct.error) as exc:
-        from ..capture.tcp_flows import StreamRow
+        from ..capture.tcp.streams import StreamRow
 
         rows.append(StreamRow(*([None] * 10), f"capture: {exc}"))
     if rows:

@@ -1,4 +1,4 @@
-"""The compiled capture decoder (nbmq.capture._decode) against its numpy twin, row for row."""
+"""The compiled capture decoder (nbmq.capture.datagrams._decode) against its numpy twin, row for row."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbmq.capture import LinkType
-from nbmq.capture.addresses import address_table
-from nbmq.capture.decode_fast import COMPILED, decode_packets
-from nbmq.capture.formats import parse_pcap_header
-from nbmq.capture.errorlog import ErrorLog
-from nbmq.capture.records import RecordScanner
+from nbmq.capture.datagrams.addresses import address_table
+from nbmq.capture.datagrams.decode_fast import COMPILED, decode_packets
+from nbmq.capture.files.formats import parse_pcap_header
+from nbmq.capture.files.errorlog import ErrorLog
+from nbmq.capture.files.records import RecordScanner
 
 
 REQUIRED = os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0")
 pytestmark = [
     pytest.mark.c_extension,
-    pytest.mark.skipif(not COMPILED and not REQUIRED, reason="nbmq.capture._decode not built (or NBMQ_NO_EXTENSIONS)"),
+    pytest.mark.skipif(not COMPILED and not REQUIRED, reason="nbmq.capture.datagrams._decode not built (or NBMQ_NO_EXTENSIONS)"),
 ]
 
 

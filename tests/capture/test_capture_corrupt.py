@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbmq.capture import CaptureError, read_datagrams, write_pcap, write_pcapng
-from nbmq.capture.errorlog import ErrorLog
-from nbmq.capture.formats import parse_pcap_header
-from nbmq.capture.records import RecordScanner
+from nbmq.capture.files.errorlog import ErrorLog
+from nbmq.capture.files.formats import parse_pcap_header
+from nbmq.capture.files.records import RecordScanner
 from nbmq.errors import NbmqError
 
 T0 = 1_795_312_315.0

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbmq.capture import DatagramBatch, first_frames, plan_splits, range_starts, read_datagrams
-from nbmq.capture.errorlog import ErrorLog
-from nbmq.capture.formats import parse_pcap_header
-from nbmq.capture.records import RecordScanner
+from nbmq.capture.files.errorlog import ErrorLog
+from nbmq.capture.files.formats import parse_pcap_header
+from nbmq.capture.files.records import RecordScanner
 
 DELETED_AT = 2_098_474  # the byte issue 11 deleted from dealer.pcap
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from nbmq.capture import DatagramBatch, first_frames, plan_splits, read_datagrams, write_pcap
-from nbmq.capture.errorlog import ErrorLog
-from nbmq.capture.formats import parse_pcap_header
-from nbmq.capture.records import RecordScanner
+from nbmq.capture.files.errorlog import ErrorLog
+from nbmq.capture.files.formats import parse_pcap_header
+from nbmq.capture.files.records import RecordScanner
 
 
 def _union(path, splits, engine="fast", with_bases=False) -> DatagramBatch:

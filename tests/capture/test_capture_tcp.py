@@ -1,4 +1,4 @@
-"""TCP segments out of captures, reassembly, and BQSP / rqueue decoding (nbmq.capture.tcp*)."""
+"""TCP segments out of captures, reassembly, and BQSP / rqueue decoding (nbmq.capture.tcp.segments*)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import dpkt
 import pytest
 
 from nbmq.capture import write_pcap_packets
-from nbmq.capture.tcp import ACK, FIN, RST, SYN, has_tcp_traffic, iter_tcp_segments
-from nbmq.capture.tcp_flows import HalfStream, TcpStreams, decode_tcp_streams
+from nbmq.capture.tcp.segments import ACK, FIN, RST, SYN, has_tcp_traffic, iter_tcp_segments
+from nbmq.capture.tcp.streams import HalfStream, TcpStreams, decode_tcp_streams
 from nbmq.examples import bundled_captures
 from nbmq.examples.streams import STREAMS_DIR, streams_manifest_path
 

@@ -8,14 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbmq.capture import DatagramBatch, read_datagrams, write_pcap
-from nbmq.capture import records
-from nbmq.capture.errorlog import ErrorLog
-from nbmq.capture.formats import parse_pcap_header
-from nbmq.capture.records import RecordScanner
+from nbmq.capture.files import records
+from nbmq.capture.files.errorlog import ErrorLog
+from nbmq.capture.files.formats import parse_pcap_header
+from nbmq.capture.files.records import RecordScanner
 
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 
-native = pytest.mark.skipif(not records.NATIVE_WALK, reason="nbmq.capture._records not built or disabled")
+native = pytest.mark.skipif(not records.NATIVE_WALK, reason="nbmq.capture.files._records not built or disabled")
 
 T0 = 1_795_312_315.0
 
@@ -139,11 +139,11 @@ def test_concat_compacts(synthetic):
 
 
 def _tables_agree(data: bytes) -> None:
-    from nbmq.capture import pcap_reader
-    from nbmq.capture.decode_fast import decode_fast
-    from nbmq.capture.rows import OK
-    from nbmq.capture.source import OpenedCapture
-    from nbmq.capture.views import ByteViews
+    from nbmq.capture.datagrams import read_pcap as pcap_reader
+    from nbmq.capture.datagrams.decode_fast import decode_fast
+    from nbmq.capture.datagrams.rows import OK
+    from nbmq.capture.files.source import OpenedCapture
+    from nbmq.capture.datagrams.views import ByteViews
 
     header = parse_pcap_header(data, len(data))
     scanner = RecordScanner(data, len(data), header)
@@ -163,8 +163,8 @@ def _tables_agree(data: bytes) -> None:
         np.testing.assert_array_equal(getattr(got, name)[ok], getattr(ref, name)[ok], err_msg=name)
 
 
-@pytest.mark.skipif(getattr(__import__("nbmq.capture.pcap_reader").capture.pcap_reader, "_packet_heads", None) is None,
-                    reason="nbmq.capture._records not built or disabled")
+@pytest.mark.skipif(getattr(__import__("nbmq.capture.datagrams.read_pcap").capture.datagrams.read_pcap, "_packet_heads", None) is None,
+                    reason="nbmq.capture.files._records not built or disabled")
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flips=st.lists(st.tuples(st.integers(24, 10**9), st.integers(0, 255)), min_size=0, max_size=30))
 def test_head_decode_equals_buffer_decode(synthetic, captures_dir, flips):

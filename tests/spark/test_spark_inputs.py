@@ -72,7 +72,7 @@ def test_missing_local_path_names_it(tmp_path):
 def test_pipeline_driver_steps_take_uris(nested, monkeypatch):
     """`nbmq pipeline hdfs://...`: the driver's split planning and TCP probe go through
     ``inputs`` (a URI has no local size and no local file to probe)."""
-    from nbmq.capture.tcp import has_tcp_traffic
+    from nbmq.capture.tcp.segments import has_tcp_traffic
     from nbmq.examples.streams import stream_captures
     from nbmq.spark import pipeline
 

@@ -1,7 +1,7 @@
-"""TCP reassembly and BQSP / rqueue decoding of captured connections (after :mod:`.tcp`).
+"""TCP reassembly and BQSP / rqueue decoding of captured connections (after :mod:`.segments`).
 
 Each direction of each connection becomes an in-order byte stream by sequence number
-(:class:`~nbmq.capture.tcp_reassembly.HalfStream`), fed to the codec's stream decoder (``BqspDecoder`` for BQSP, seed 002;
+(:class:`~nbmq.capture.tcp.reassembly.HalfStream`), fed to the codec's stream decoder (``BqspDecoder`` for BQSP, seed 002;
 ``RqueueDecoder`` for rqueue, seed 004). Rules (our own choices, documented in the README):
 
 * Connections are keyed by their two endpoints; the client is the SYN sender (the SYN+ACK
@@ -26,12 +26,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..errors import DecodeError
-from ..wire import BQSP_DEFAULT_MAX_PACKET, RQUEUE_MAX_PAYLOAD
-from .errorlog import ErrorLog
-from .source import CaptureSource
-from .tcp import ACK, RST, SYN, TcpSegment, iter_tcp_segments
-from .tcp_reassembly import DEFAULT_MAX_BUFFERED, RETRANSMIT_WINDOW, SEGMENT_OVERHEAD, HalfStream
+from ...errors import DecodeError
+from ...wire import BQSP_DEFAULT_MAX_PACKET, RQUEUE_MAX_PAYLOAD
+from ..files.errorlog import ErrorLog
+from ..files.source import CaptureSource
+from .segments import ACK, RST, SYN, TcpSegment, iter_tcp_segments
+from .reassembly import DEFAULT_MAX_BUFFERED, RETRANSMIT_WINDOW, SEGMENT_OVERHEAD, HalfStream
 
 __all__ = [
     "StreamRow", "HalfStream", "TcpStreams", "decode_tcp_streams", "PROTOCOLS",
@@ -150,7 +150,7 @@ class TcpStreams:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
         if codec is None:
-            from .. import codec as default_codec
+            from ... import codec as default_codec
 
             codec = default_codec
         self.protocol, self.codec, self.max_record = protocol, codec, max_record

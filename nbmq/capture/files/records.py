@@ -248,7 +248,7 @@ class RecordScanner:
             pos: byte offset of a record header.
             stop: records must start below this byte offset.
             log: receives framing errors.
-            native: follow the chain with the compiled walker (``nbmq.capture._records``;
+            native: follow the chain with the compiled walker (``nbmq.capture.files._records``;
                 True requires it) or the Python loop (False); None: the compiled one when
                 built and ``NBMQ_NO_EXTENSIONS`` is not set. Both give identical results.
 
@@ -258,7 +258,7 @@ class RecordScanner:
         if native is None:
             native = _walk_chain is not None
         elif native and _walk_chain is None:
-            raise RuntimeError("nbmq.capture._records is not built")
+            raise RuntimeError("nbmq.capture.files._records is not built")
         chain = self._chain_native if native else self._chain_python
         hl, size = self.hl, self.size
         chunks: list[np.ndarray] = []

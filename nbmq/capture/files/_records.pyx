@@ -1,5 +1,5 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
-"""Compiled hot loop of the classic pcap record walk (see ``nbmq.capture.records``).
+"""Compiled hot loop of the classic pcap record walk (see ``nbmq.capture.files.records``).
 
 ``walk_chain`` follows the chain of record headers in one pass over the buffer, collecting the
 offsets of the headers that pass the *reading* test (``incl_len <= max_incl`` and seconds not

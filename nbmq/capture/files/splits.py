@@ -8,7 +8,7 @@ import numpy as np
 
 from .errorlog import ErrorLog
 from .formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
-from .pcapng_reader import walk_pcapng
+from .pcapng import walk_pcapng
 from .records import RecordScanner
 from .source import CaptureSource, OpenedCapture
 
@@ -22,7 +22,7 @@ def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int
     datagrams of the whole file, each once, and the same error count, damage included: a range
     owns the whole-file walk's records whose header starts in it and the framing errors they
     own, and a reader starting mid-record finds its way in by resynchronising before its start
-    (``RecordScanner.walk_range`` in ``nbmq.capture.records``). Only classic pcap is split; a
+    (``RecordScanner.walk_range`` in ``nbmq.capture.files.records``). Only classic pcap is split; a
     pcapng capture, a file that fits in one range, and a pcap whose first records do not pass
     the strict header test that resynchronisation relies on (an unusual writer) come back as
     one range.

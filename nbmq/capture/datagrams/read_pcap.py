@@ -12,11 +12,11 @@ from .assemble import assemble
 from .batch import DatagramBatch
 from .decode_dpkt import decode_packet
 from .decode_fast import decode_fallbacks, decode_packets
-from .errorlog import ErrorLog
-from .formats import PCAP_FILE_HEADER_LEN, parse_pcap_header
-from .records import TRUNCATED_RECORD, RecordScanner
+from ..files.errorlog import ErrorLog
+from ..files.formats import PCAP_FILE_HEADER_LEN, parse_pcap_header
+from ..files.records import TRUNCATED_RECORD, RecordScanner
 from .rows import Decoded, RowTable
-from .source import OpenedCapture
+from ..files.source import OpenedCapture
 
 __all__ = ["read_pcap", "count_records_before"]
 

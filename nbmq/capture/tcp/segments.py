@@ -11,7 +11,7 @@ segment is bounded by the IP length (Ethernet padding dropped) and the captured 
 bytes captured than announced marks the segment ``truncated`` (its captured prefix is kept);
 checksums are not verified (loopback captures carry offloaded ones). A TCP packet whose TCP
 header cannot be read is logged (``frame N: bad TCP header``); link / IP damage is left to the
-``nbmq`` frames table, which reports it already. Reassembly is in :mod:`nbmq.capture.tcp_flows`.
+``nbmq`` frames table, which reports it already. Reassembly is in :mod:`nbmq.capture.tcp.streams`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import NamedTuple
 import dpkt
 import numpy as np
 
-from .decode_fast import _link_layer  # the UDP fast path's link-layer classifier, reused as is
-from .errorlog import ErrorLog
-from .formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
-from .linktypes import AF_INET, AF_INET6_VALUES, ETHERTYPE_IPV4, ETHERTYPE_IPV6, RAW_LINKTYPES, LinkType
-from .pcapng_reader import walk_pcapng
-from .records import RecordScanner
-from .source import CaptureSource, OpenedCapture
-from .views import ByteViews
+from ..datagrams.decode_fast import _link_layer  # the UDP fast path's link-layer classifier, reused as is
+from ..files.errorlog import ErrorLog
+from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
+from ..datagrams.linktypes import AF_INET, AF_INET6_VALUES, ETHERTYPE_IPV4, ETHERTYPE_IPV6, RAW_LINKTYPES, LinkType
+from ..files.pcapng import walk_pcapng
+from ..files.records import RecordScanner
+from ..files.source import CaptureSource, OpenedCapture
+from ..datagrams.views import ByteViews
 
 __all__ = ["TcpSegment", "iter_tcp_segments", "has_tcp_traffic", "decode_tcp", "endpoint", "FIN", "SYN", "RST", "ACK"]
 

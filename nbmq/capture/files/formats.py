@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import CaptureError
+from ...errors import CaptureError
 
 __all__ = [
     "PcapHeader",

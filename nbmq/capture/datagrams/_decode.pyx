@@ -1,5 +1,5 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of ``nbmq.capture.decode_fast`` and of the address de-duplication.
+"""Compiled twin of ``nbmq.capture.datagrams.decode_fast`` and of the address de-duplication.
 
 ``decode_udp`` classifies and decodes packets exactly as ``decode_fast`` does (same OK / SKIP /
 FALLBACK rows, same fields), one packet at a time in C instead of one numpy pass per header
@@ -22,12 +22,12 @@ cnp.import_array()
 cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
 
-cdef enum:  # status values, as nbmq.capture.rows
+cdef enum:  # status values, as nbmq.capture.datagrams.rows
     OK = 0
     SKIP = 1
     FALLBACK = 3
 
-cdef enum:  # link types, as nbmq.capture.linktypes.LinkType
+cdef enum:  # link types, as nbmq.capture.datagrams.linktypes.LinkType
     LT_NULL = 0
     LT_ETHERNET = 1
     LT_RAW_OPENBSD = 12
@@ -78,7 +78,7 @@ def decode_udp(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[
         starts, caplens: int64 (n,), first link-layer byte and captured length of each packet.
         linktype: LINKTYPE_* value; must be in ``SUPPORTED``.
         vlan, mpls, af6, ip6_ext: int64 arrays, the ethertypes / address families / IPv6 next
-            headers ``decode_fast`` treats specially (``nbmq.capture.linktypes``).
+            headers ``decode_fast`` treats specially (``nbmq.capture.datagrams.linktypes``).
         status ... truncated: the RowTable's arrays (n rows; ``truncated`` viewed as uint8),
             written in place; rows that are neither OK nor SKIP are set to FALLBACK.
 

@@ -14,7 +14,7 @@ from typing import Union
 
 import numpy as np
 
-from ..errors import CaptureError
+from ...errors import CaptureError
 
 __all__ = ["CaptureSource", "OpenedCapture", "GZIP_MAGIC"]
 

@@ -26,7 +26,7 @@ def address_table(
     Args:
         family: uint8 (n,), 4 or 6 per row.
         src, dst: uint8 (n, 16), the packed addresses (IPv4 in the first 4 bytes).
-        compiled: use the compiled hash table (``nbmq.capture._decode``; True requires it),
+        compiled: use the compiled hash table (``nbmq.capture.datagrams._decode``; True requires it),
             numpy's sort-based ``np.unique`` (False), or the first when built (None). Codes may
             differ between the two; the text each row gets does not.
 
@@ -38,7 +38,7 @@ def address_table(
     if compiled is None:
         compiled = _factorize is not None
     elif compiled and _factorize is None:
-        raise RuntimeError("nbmq.capture._decode is not built")
+        raise RuntimeError("nbmq.capture.datagrams._decode is not built")
     if compiled:
         src_code, dst_code, ufam, uaddr = _factorize(
             np.ascontiguousarray(family, np.uint8), np.ascontiguousarray(src, np.uint8),

@@ -9,9 +9,9 @@ import dpkt
 import numpy as np
 
 from .batch import DatagramBatch
-from .emit import row_slices, write_interleaved
+from ..files.emit import row_slices, write_interleaved
 from .encap import DatagramRow, columns_from_rows, frame_headers, link_header_len
-from .formats import STANDARD_MAX_SNAPLEN
+from ..files.formats import STANDARD_MAX_SNAPLEN
 
 __all__ = ["write_pcapng"]
 

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 import dpkt
 import numpy as np
 
-from ..errors import CaptureError
-from .assemble import assemble
-from .batch import DatagramBatch
-from .decode_dpkt import decode_packet
-from .decode_fast import decode_fallbacks, decode_packets
+from ...errors import CaptureError
+from ..datagrams.assemble import assemble
+from ..datagrams.batch import DatagramBatch
+from ..datagrams.decode_dpkt import decode_packet
+from ..datagrams.decode_fast import decode_fallbacks, decode_packets
 from .errorlog import ErrorLog
 from .formats import PCAPNG_SHB_TYPE
-from .rows import RowTable
+from ..datagrams.rows import RowTable
 from .source import OpenedCapture
 
 __all__ = ["read_pcapng", "walk_pcapng", "first_interface", "PcapngPackets", "Interface"]

@@ -1,4 +1,4 @@
-"""One direction of a TCP connection reassembled into an in-order byte stream (see :mod:`.tcp_flows`).
+"""One direction of a TCP connection reassembled into an in-order byte stream (see :mod:`.streams`).
 
 Sequence numbers are unwrapped (mod 2**32) around the highest byte seen; identical overlaps are
 duplicates, different ones are ``overlap`` problems (the first copy is kept, as the receiving
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from .tcp import FIN, RST, SYN
+from .segments import FIN, RST, SYN
 
 __all__ = ["HalfStream", "DEFAULT_MAX_BUFFERED", "SEGMENT_OVERHEAD", "RETRANSMIT_WINDOW"]
 

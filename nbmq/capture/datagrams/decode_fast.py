@@ -38,7 +38,7 @@ if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
 else:
     _decode = None
 
-#: True when ``decode_packets`` uses the compiled decoder (``nbmq.capture._decode``) by default.
+#: True when ``decode_packets`` uses the compiled decoder (``nbmq.capture.datagrams._decode``) by default.
 COMPILED = _decode is not None
 
 _VLAN = np.array(sorted(ETHERTYPES_VLAN), np.int64)
@@ -131,7 +131,7 @@ def decode_packets(
         starts: int64 (n,), first link-layer byte of each packet; ``starts + caplens <= size``.
         caplens: int64 (n,), captured lengths (bytes).
         linktype: LINKTYPE_* value of the n packets.
-        compiled: True requires ``nbmq.capture._decode``, False uses numpy, None (default)
+        compiled: True requires ``nbmq.capture.datagrams._decode``, False uses numpy, None (default)
             the compiled decoder when built and ``NBMQ_NO_EXTENSIONS`` is not set. Both give
             identical tables (tests hold them to it).
 
@@ -141,7 +141,7 @@ def decode_packets(
     if compiled is None:
         compiled = _decode is not None
     elif compiled and _decode is None:
-        raise RuntimeError("nbmq.capture._decode is not built")
+        raise RuntimeError("nbmq.capture.datagrams._decode is not built")
     if not compiled or linktype not in _decode.SUPPORTED:  # unsupported: decode_fast's ERROR rows
         return decode_fast(ByteViews(buf, size), starts, caplens, linktype)
     n = int(starts.shape[0])

@@ -14,7 +14,7 @@ _NS = 1_000_000_000
 
 if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
     try:
-        from ._records import gather as _native_gather
+        from ..files._records import gather as _native_gather
     except ImportError:
         _native_gather = None
 else:
@@ -41,7 +41,7 @@ def ns_to_seconds(timestamp_ns: np.ndarray) -> np.ndarray:
 def gather_ranges(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Copy ``buffer[starts[i] : starts[i] + lengths[i]]`` for every i, back to back, in one step.
 
-    With the compiled ``nbmq.capture._records`` this is one memcpy per range. Otherwise, ranges
+    With the compiled ``nbmq.capture.files._records`` this is one memcpy per range. Otherwise, ranges
     in buffer order that do not overlap (how a capture lays datagrams out) are gathered
     with one boolean mask over the region they span (built as alternating skip / keep runs with
     ``np.repeat``); anything else falls back to concatenating slices.

@@ -9,7 +9,7 @@ import numpy as np
 
 from .addresses import address_table
 from .batch import DatagramBatch, gather_ranges, ns_to_seconds
-from .errorlog import ErrorLog
+from ..files.errorlog import ErrorLog
 from .rows import ERROR, OK, SKIP, RowTable
 
 __all__ = ["assemble"]

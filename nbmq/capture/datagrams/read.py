@@ -6,10 +6,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .batch import DatagramBatch
-from .formats import detect_format, parse_pcap_header
-from .pcap_reader import read_pcap
-from .pcapng_reader import first_interface, read_pcapng
-from .source import CaptureSource, OpenedCapture
+from ..files.formats import detect_format, parse_pcap_header
+from .read_pcap import read_pcap
+from ..files.pcapng import first_interface, read_pcapng
+from ..files.source import CaptureSource, OpenedCapture
 
 __all__ = ["read_datagrams", "probe_capture", "CaptureInfo", "ENGINES"]
 
@@ -35,7 +35,7 @@ def read_datagrams(
     Args:
         source: path of the capture (str or ``os.PathLike``; memory-mapped), or its bytes
             (``bytes``, ``bytearray``, ``memoryview``); gzip-compressed captures are
-            decompressed into memory (``nbmq.capture.source``).
+            decompressed into memory (``nbmq.capture.files.source``).
         start: byte offset; only records (pcapng: packet blocks) whose header starts at or
             after it are read. Used with ``end`` to read one of ``plan_splits``' ranges.
         end: byte offset (exclusive) for record header starts; None = end of the capture.

@@ -1,0 +1,1 @@
+"""Capture room: datagrams (see nbmq.capture)."""

@@ -1,0 +1,1 @@
+"""Capture room: files (see nbmq.capture)."""

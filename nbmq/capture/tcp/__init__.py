@@ -1,0 +1,1 @@
+"""Capture room: tcp (see nbmq.capture)."""
