@@ -1,4 +1,21 @@
-"""Reading and writing pcap / pcapng captures of UDP traffic, column-wise.
+"""Reading and writing pcap / pcapng captures of UDP traffic, column-wise; TCP streams out of them.
+
+Three rooms, one entry each, in the order the data passes through them:
+
+* ``files/`` -- opening a capture and walking its records: ``OpenedCapture`` (path, bytes or
+  gzip), ``detect_format``, ``RecordScanner`` (classic pcap, with byte ranges from
+  ``plan_splits``) and ``walk_pcapng``. Knows containers, not packets.
+* ``datagrams/`` -- ``read_datagrams``: link / IP / UDP decoding of the walked records into a
+  ``DatagramBatch``, and the writers (``write_pcap``, ``write_pcapng``) for the way back.
+* ``tcp/`` -- ``decode_tcp_streams``: TCP segments of the walked records, reassembled per
+  direction and decoded as BQSP / rqueue.
+
+The way of one UDP datagram: ``datagrams.read.read_datagrams`` -> ``files.source.OpenedCapture``
+-> ``files.formats.detect_format`` -> ``files.records.RecordScanner.walk_range`` (pcapng:
+``files.pcapng.walk_pcapng``) -> ``datagrams.decode_fast.decode_packets`` (compiled
+``datagrams._decode`` or numpy; the rows it leaves aside: ``datagrams.decode_dpkt``) ->
+``datagrams.assemble.assemble`` -> ``datagrams.batch.DatagramBatch``. Rooms import only rooms
+before them (files <- datagrams <- tcp).
 
 Reading returns a ``DatagramBatch``: one row per UDP datagram, payloads in one contiguous
 uint8 buffer with offsets and lengths (what the codec's ``parse_frames`` consumes). Classic
@@ -17,15 +34,21 @@ Example::
 from __future__ import annotations
 
 from ..errors import CaptureError
-from .datagrams.batch import DatagramBatch, ns_to_seconds
+from .datagrams import (
+    ENGINES,
+    CaptureInfo,
+    DatagramBatch,
+    probe_capture,
+    read_datagrams,
+    write_pcap,
+    write_pcap_packets,
+    write_pcapng,
+)
+from .datagrams.batch import ns_to_seconds
 from .datagrams.encap import DatagramRow
 from .datagrams.linktypes import SUPPORTED_LINKTYPES, LinkType
-from .datagrams.write import write_pcap, write_pcap_packets
-from .datagrams.write_pcapng import write_pcapng
-from .datagrams.read import ENGINES, CaptureInfo, probe_capture, read_datagrams
+from .files import CaptureSource, first_frames, plan_splits, range_starts
 from .files.records import CONFIRM_HEADERS
-from .files.source import CaptureSource
-from .files.splits import first_frames, plan_splits, range_starts
 
 __all__ = [
     "CaptureError",

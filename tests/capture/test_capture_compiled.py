@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbmq.capture import LinkType
-from nbmq.capture.datagrams.addresses import address_table
+from nbmq.capture.datagrams.assemble import address_table
 from nbmq.capture.datagrams.decode_fast import COMPILED, decode_packets
 from nbmq.capture.files.formats import parse_pcap_header
 from nbmq.capture.files.errorlog import ErrorLog

@@ -139,7 +139,7 @@ def test_concat_compacts(synthetic):
 
 
 def _tables_agree(data: bytes) -> None:
-    from nbmq.capture.datagrams import read_pcap as pcap_reader
+    from nbmq.capture.datagrams import read as pcap_reader
     from nbmq.capture.datagrams.decode_fast import decode_fast
     from nbmq.capture.datagrams.rows import OK
     from nbmq.capture.files.source import OpenedCapture
@@ -163,7 +163,7 @@ def _tables_agree(data: bytes) -> None:
         np.testing.assert_array_equal(getattr(got, name)[ok], getattr(ref, name)[ok], err_msg=name)
 
 
-@pytest.mark.skipif(getattr(__import__("nbmq.capture.datagrams.read_pcap").capture.datagrams.read_pcap, "_packet_heads", None) is None,
+@pytest.mark.skipif(getattr(__import__("nbmq.capture.datagrams.read").capture.datagrams.read, "_packet_heads", None) is None,
                     reason="nbmq.capture.files._records not built or disabled")
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flips=st.lists(st.tuples(st.integers(24, 10**9), st.integers(0, 255)), min_size=0, max_size=30))

@@ -1,4 +1,4 @@
-"""Reading pcapng: a block walker plus either decoder.
+"""Walking pcapng: the block walker both UDP engines and the TCP reader frame packets with.
 
 ``dpkt.pcapng.Reader`` is not used directly: it keeps only the first interface (ignoring the
 interface id of each packet, so multi-interface or mixed-link-type files decode wrongly),
@@ -22,23 +22,17 @@ walk always starts at the beginning, since interfaces are defined there.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import dpkt
 import numpy as np
 
 from ...errors import CaptureError
-from ..datagrams.assemble import assemble
-from ..datagrams.batch import DatagramBatch
-from ..datagrams.decode_dpkt import decode_packet
-from ..datagrams.decode_fast import decode_fallbacks, decode_packets
 from .errorlog import ErrorLog
 from .formats import PCAPNG_SHB_TYPE
-from ..datagrams.rows import RowTable
 from .source import OpenedCapture
 
-__all__ = ["read_pcapng", "walk_pcapng", "first_interface", "PcapngPackets", "Interface"]
+__all__ = ["walk_pcapng", "first_interface", "PcapngPackets", "Interface"]
 
 _BOM = 0x1A2B3C4D
 _IDB, _PB, _SPB, _EPB = 1, 2, 3, 6
@@ -337,58 +331,3 @@ def _dpkt_packet(block: bytes, btype: int, order: str) -> tuple[bytes, int]:
         cls = dpkt.pcapng.PacketBlockLE if le else dpkt.pcapng.PacketBlock
     blk = cls(block)
     return bytes(blk.pkt_data), (blk.ts_high << 32) | blk.ts_low
-
-
-def read_pcapng(
-    cap: OpenedCapture,
-    *,
-    start: int,
-    end: int | None,
-    udp_ports: Iterable[int] | None,
-    engine: str,
-    first_frame: int | None,
-) -> DatagramBatch:
-    """Read the UDP datagrams of the packet blocks starting in ``[start, end)``.
-
-    See ``read_datagrams`` for the arguments; ``engine`` is ``"fast"`` or ``"dpkt"``. When
-    ``first_frame`` is given, frame numbers are shifted so the first packet read gets it.
-    """
-    stop = cap.size if end is None else min(end, cap.size)
-    log = ErrorLog(floor=start, ceiling=stop)  # a range counts the damage of its own blocks
-    use_dpkt = engine == "dpkt"
-    pk = walk_pcapng(cap, start, stop, log, dpkt_blocks=use_dpkt)
-    n = len(pk.offsets)
-    frames = np.array(pk.frames, np.int64)
-    if first_frame is not None and n:
-        frames += first_frame - frames[0]
-    linktypes = np.array(pk.linktypes, np.int64)
-    if use_dpkt:
-        table = RowTable.from_decoded([decode_packet(lt, fb) for lt, fb in zip(pk.linktypes, pk.frames_bytes)])
-        fallback = 0
-    else:
-        table = RowTable.allocate(n)
-        starts = np.array(pk.data_starts, np.int64)
-        caplens = np.array(pk.caplens, np.int64)
-        for lt in np.unique(linktypes).tolist():  # one pass per link type
-            rows = np.flatnonzero(linktypes == lt)
-            part = decode_packets(cap.buf, cap.size, starts[rows], caplens[rows], int(lt))
-            _scatter(table, part, rows)
-        fallback = decode_fallbacks(table, cap.buf, starts, caplens, linktypes)
-    return assemble(
-        table,
-        buf=cap.buf,
-        ts_ns=np.array(pk.ts_ns, np.int64),
-        frame_numbers=frames,
-        record_offsets=np.array(pk.offsets, np.int64),
-        udp_ports=udp_ports,
-        log=log,
-        engine=engine,
-        fallback_rows=fallback,
-    )
-
-
-def _scatter(table: RowTable, part: RowTable, rows: np.ndarray) -> None:
-    for name in ("status", "family", "src", "dst", "sport", "dport", "pstart", "pend", "truncated"):
-        getattr(table, name)[rows] = getattr(part, name)
-    for i, reason in part.reasons.items():
-        table.reasons[int(rows[i])] = reason

@@ -25,13 +25,13 @@ import dpkt
 import numpy as np
 
 from ..datagrams.decode_fast import _link_layer  # the UDP fast path's link-layer classifier, reused as is
+from ..datagrams.linktypes import AF_INET, AF_INET6_VALUES, ETHERTYPE_IPV4, ETHERTYPE_IPV6, RAW_LINKTYPES, LinkType
+from ..datagrams.views import ByteViews
 from ..files.errorlog import ErrorLog
 from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
-from ..datagrams.linktypes import AF_INET, AF_INET6_VALUES, ETHERTYPE_IPV4, ETHERTYPE_IPV6, RAW_LINKTYPES, LinkType
 from ..files.pcapng import walk_pcapng
 from ..files.records import RecordScanner
 from ..files.source import CaptureSource, OpenedCapture
-from ..datagrams.views import ByteViews
 
 __all__ = ["TcpSegment", "iter_tcp_segments", "has_tcp_traffic", "decode_tcp", "endpoint", "FIN", "SYN", "RST", "ACK"]
 

@@ -30,8 +30,8 @@ from ...errors import DecodeError
 from ...wire import BQSP_DEFAULT_MAX_PACKET, RQUEUE_MAX_PAYLOAD
 from ..files.errorlog import ErrorLog
 from ..files.source import CaptureSource
-from .segments import ACK, RST, SYN, TcpSegment, iter_tcp_segments
 from .reassembly import DEFAULT_MAX_BUFFERED, RETRANSMIT_WINDOW, SEGMENT_OVERHEAD, HalfStream
+from .segments import ACK, RST, SYN, TcpSegment, iter_tcp_segments
 
 __all__ = [
     "StreamRow", "HalfStream", "TcpStreams", "decode_tcp_streams", "PROTOCOLS",
