@@ -6,7 +6,8 @@ For each capture: the UDP datagrams, batch-decoded by the codec into counts per 
 messages / BQSP packets by type, error rows and connections (the ``nbmq_rqueue`` /
 ``nbmq_bqsp`` tables' rules, :mod:`nbmq.capture.tcp.streams`). A path that cannot be read (missing,
 not a capture, unreadable) is reported on stderr and the next one is read; a directory stands
-for its ``*.pcap`` / ``*.pcapng`` files. Reading captures needs dpkt (``nbmq[capture]``).
+for its ``*.pcap`` / ``*.pcapng`` files. Classic pcap of plain UDP reads without dpkt; pcapng,
+TCP streams and packets the fast path leaves aside need it (``nbmq[capture]``).
 
 Standard library only at the top level; the codec and ``nbmq.capture`` load in :func:`run`.
 """
@@ -25,7 +26,7 @@ HELP = "frame counts per capture, nbmq over UDP and BQSP / rqueue over TCP (quic
 DESCRIPTION = (
     "Count the nbmq frames (UDP) and the rqueue messages / BQSP packets (TCP) in each capture. "
     "With no CAPTURE, the bundled ones. Unreadable paths are reported and skipped (exit status 1). "
-    "Needs dpkt: pip install 'nbmq[capture]'."
+    "pcapng and TCP streams need dpkt: pip install 'nbmq[capture]'."
 )
 
 #: Files a directory argument stands for.
@@ -124,15 +125,12 @@ def run(args: argparse.Namespace) -> int:
         args: ``captures`` (list of str), ``rqueue_ports`` and ``bqsp_ports`` (lists of int or None).
 
     Returns:
-        0 when every capture was read; 1 when some path was reported as unreadable; 2 when dpkt
-        (the ``capture`` extra) is missing.
+        0 when every capture was read; 1 when some path was reported as unreadable; 2 when some
+        capture needed dpkt (the ``capture`` extra) and it is missing (that capture is reported
+        on stderr, the others are read).
     """
-    try:
-        import dpkt  # noqa: F401  (nbmq.capture needs it; say so rather than fail in an import)
-    except ModuleNotFoundError:
-        print("nbmq decode needs dpkt to read captures: pip install 'nbmq[capture]'", file=sys.stderr)
-        return 2
     from . import codec
+    from .capture import DpktMissing
     from .errors import NbmqError
     from .examples import bundled_captures
     from .examples.streams import stream_captures, streams_manifest_path
@@ -144,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     streams = [("rqueue", args.rqueue_ports or [DEFAULT_RQUEUE_PORT]), ("bqsp", bqsp_ports)]
     print(f"codec: {codec.IMPLEMENTATION}")
     failed = 0
+    missing_dpkt = False
     for path, problem in _expand(paths):
         if problem is None:
             try:
@@ -155,9 +154,11 @@ def run(args: argparse.Namespace) -> int:
                 lines += found
             except (NbmqError, OSError, ValueError) as exc:  # CaptureError (not a capture), unreadable
                 problem = str(exc) or type(exc).__name__
+            except DpktMissing as exc:  # pcapng, TCP or a fallback packet without the capture extra
+                problem, missing_dpkt = str(exc), True
         if problem is not None:
             failed += 1
             print(f"{path}: error: {problem}", file=sys.stderr)
             continue
         print(f"{path}: " + "; ".join(lines))
-    return 1 if failed else 0
+    return 2 if missing_dpkt else 1 if failed else 0

@@ -20,7 +20,8 @@ before them (files <- datagrams <- tcp).
 Reading returns a ``DatagramBatch``: one row per UDP datagram, payloads in one contiguous
 uint8 buffer with offsets and lengths (what the codec's ``parse_frames`` consumes). Classic
 pcap goes through a vectorised numpy fast path; dpkt is the packet-at-a-time reference and
-decodes whatever the fast path leaves aside. Large classic pcap files split into byte ranges
+decodes whatever the fast path leaves aside (imported only then: reading a classic pcap
+needs no dpkt unless some packet falls back; ``DpktMissing`` says when one does). Large classic pcap files split into byte ranges
 (``plan_splits``) that independent readers (Spark tasks) resynchronise on. Damage inside a
 capture is counted, never raised; a file that is not a capture raises ``CaptureError``.
 
@@ -47,6 +48,7 @@ from .datagrams import (
 from .datagrams.batch import ns_to_seconds
 from .datagrams.encap import DatagramRow
 from .datagrams.linktypes import SUPPORTED_LINKTYPES, LinkType
+from .dpkt_extra import DpktMissing
 from .files import CaptureSource, first_frames, plan_splits, range_starts
 from .files.records import CONFIRM_HEADERS
 
@@ -57,6 +59,7 @@ __all__ = [
     "CONFIRM_HEADERS",
     "DatagramBatch",
     "DatagramRow",
+    "DpktMissing",
     "ENGINES",
     "LinkType",
     "SUPPORTED_LINKTYPES",

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import struct
 
-import dpkt
-
+from ..dpkt_extra import load_dpkt
 from .linktypes import (
     AF_INET,
     AF_INET6_VALUES,
@@ -30,6 +29,8 @@ from .linktypes import (
 from .rows import ERROR, OK, SKIP, Decoded
 
 __all__ = ["decode_packet"]
+
+dpkt = load_dpkt("decoding the packets the fast path leaves aside (or the dpkt engine)")
 
 _SKIPPED = Decoded(SKIP)
 _IP = dpkt.ip.IP

@@ -14,7 +14,6 @@ import os
 
 import numpy as np
 
-from .decode_dpkt import decode_packet
 from .linktypes import (
     AF_INET,
     AF_INET6_VALUES,
@@ -170,8 +169,15 @@ def decode_fallbacks(
 
     Returns:
         How many rows were handed to dpkt.
+
+    Raises:
+        DpktMissing: some row needs dpkt and it is not installed.
     """
     rows = np.flatnonzero(table.status == FALLBACK)
+    if not rows.size:
+        return 0
+    from .decode_dpkt import decode_packet  # dpkt only when a packet needs it
+
     for i in rows.tolist():
         s = int(starts[i])
         lt = int(linktypes if np.isscalar(linktypes) else linktypes[i])  # type: ignore[index]

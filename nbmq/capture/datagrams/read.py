@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-import dpkt
 import numpy as np
 
+from ..dpkt_extra import load_dpkt
 from ..files.errorlog import ErrorLog
 from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
 from ..files.pcapng import first_interface, walk_pcapng
@@ -24,7 +24,6 @@ from ..files.records import TRUNCATED_RECORD, RecordScanner
 from ..files.source import CaptureSource, OpenedCapture
 from .assemble import assemble
 from .batch import DatagramBatch
-from .decode_dpkt import decode_packet
 from .decode_fast import decode_fallbacks, decode_packets
 from .rows import Decoded, RowTable
 
@@ -249,6 +248,9 @@ def _read_dpkt(
     log: ErrorLog,
 ) -> DatagramBatch:
     # framing is the shared walk's (both engines must own the same records); dpkt reads each
+    dpkt = load_dpkt("the dpkt engine")
+    from .decode_dpkt import decode_packet
+
     header = scanner.header
     f = _BufferFile(cap.buf, cap.size, cap.name)
     records = iter(dpkt.pcap.Reader(f))
@@ -306,6 +308,8 @@ def read_pcapng(
     stop = cap.size if end is None else min(end, cap.size)
     log = ErrorLog(floor=start, ceiling=stop)  # a range counts the damage of its own blocks
     use_dpkt = engine == "dpkt"
+    if use_dpkt:
+        from .decode_dpkt import decode_packet  # before the walk: its block parsing needs dpkt too
     pk = walk_pcapng(cap, start, stop, log, dpkt_blocks=use_dpkt)
     n = len(pk.offsets)
     frames = np.array(pk.frames, np.int64)

@@ -12,9 +12,9 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
-import dpkt
 import numpy as np
 
+from ..dpkt_extra import load_dpkt
 from ..files.formats import STANDARD_MAX_SNAPLEN
 from .batch import DatagramBatch
 from .encap import DatagramRow, columns_from_rows, frame_headers, link_header_len, seconds_to_ns
@@ -157,6 +157,7 @@ _EPB = 6
 
 
 def _head_blocks(linktype: int, nanosecond: bool) -> bytes:
+    dpkt = load_dpkt("writing pcapng")
     shb = dpkt.pcapng.SectionHeaderBlockLE()
     opts = [
         dpkt.pcapng.PcapngOptionLE(code=dpkt.pcapng.PCAPNG_OPT_IF_TSRESOL, data=bytes([9 if nanosecond else 6])),

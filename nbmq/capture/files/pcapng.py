@@ -24,10 +24,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-import dpkt
 import numpy as np
 
 from ...errors import CaptureError
+from ..dpkt_extra import load_dpkt
 from .errorlog import ErrorLog
 from .formats import PCAPNG_SHB_TYPE
 from .source import OpenedCapture
@@ -153,6 +153,7 @@ def _shb_order(buf: object, size: int, pos: int) -> str | None:
 def _interface(block: bytes, order: str, log: ErrorLog, pos: int) -> Interface:
     linktype, _res, snaplen = struct.unpack_from(order + "HHI", block, 8)
     iface = Interface(linktype=linktype, snaplen=snaplen)
+    dpkt = load_dpkt("reading pcapng interface blocks")
     cls = dpkt.pcapng.InterfaceDescriptionBlockLE if order == "<" else dpkt.pcapng.InterfaceDescriptionBlock
     try:
         idb = cls(block)
@@ -325,6 +326,7 @@ def _packet(
 
 def _dpkt_packet(block: bytes, btype: int, order: str) -> tuple[bytes, int]:
     le = order == "<"
+    dpkt = load_dpkt("the dpkt engine")
     if btype == _EPB:
         cls = dpkt.pcapng.EnhancedPacketBlockLE if le else dpkt.pcapng.EnhancedPacketBlock
     else:

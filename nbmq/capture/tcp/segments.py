@@ -19,19 +19,22 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import dpkt
 import numpy as np
 
 from ..datagrams.decode_fast import _link_layer  # the UDP fast path's link-layer classifier, reused as is
 from ..datagrams.linktypes import AF_INET, AF_INET6_VALUES, ETHERTYPE_IPV4, ETHERTYPE_IPV6, RAW_LINKTYPES, LinkType
 from ..datagrams.views import ByteViews
+from ..dpkt_extra import load_dpkt
 from ..files.errorlog import ErrorLog
 from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
 from ..files.pcapng import walk_pcapng
 from ..files.records import RecordScanner
 from ..files.source import CaptureSource, OpenedCapture
+
+if TYPE_CHECKING:
+    import dpkt
 
 __all__ = ["TcpSegment", "iter_tcp_segments", "has_tcp_traffic", "decode_tcp", "endpoint", "FIN", "SYN", "RST", "ACK"]
 
@@ -132,6 +135,7 @@ def _null_family(linktype: int, buf: bytes) -> int:
 
 def _network(linktype: int, frame: bytes) -> object:
     """The dpkt IP / IP6 object of a link-layer frame, or None when it carries no IP."""
+    dpkt = load_dpkt("decoding TCP segments")
     if linktype == LinkType.ETHERNET:
         return dpkt.ethernet.Ethernet(frame).data
     if linktype in (LinkType.LINUX_SLL, LinkType.LINUX_SLL2):
@@ -171,6 +175,7 @@ def decode_tcp(linktype: int, frame: bytes) -> tuple[bytes, bytes, dpkt.tcp.TCP,
         TCP header cannot be read, or None for anything else (not IP, not TCP, a non-first
         fragment, or link / IP damage, which the frames table reports). Never raises.
     """
+    dpkt = load_dpkt("decoding TCP segments")
     try:
         ip = _network(linktype, frame)
     except Exception:  # dpkt raises many types on hostile link / IP bytes: not ours to report
