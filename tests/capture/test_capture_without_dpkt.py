@@ -18,9 +18,11 @@ import pytest
 
 from nbmq.capture import read_datagrams
 from nbmq.examples import CAPTURE_DIR
+from nbmq.examples.streams import stream_captures
 
 
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
+RQUEUE_PCAP = next(p for p in stream_captures() if p.name == "rqueue.pcap")
 REPO = Path(__file__).resolve().parents[2]
 
 BLOCKER = """
@@ -82,20 +84,23 @@ def test_what_needs_dpkt_raises_dpkt_missing(twin: str, tmp_path: Path, pkt) -> 
     body = """
 import sys
 from nbmq.capture import DpktMissing, read_datagrams
-for p, engine in ((sys.argv[1], "auto"), (sys.argv[2], "auto"), (sys.argv[3], "dpkt")):
+from nbmq.capture.tcp import has_tcp_traffic
+for p, engine in ((sys.argv[1], "auto"), (sys.argv[2], "auto"), (sys.argv[3], "dpkt"), (sys.argv[4], "tcp")):
     try:
-        read_datagrams(p, engine=engine)
+        has_tcp_traffic(p, [6567]) if engine == "tcp" else read_datagrams(p, engine=engine)
     except DpktMissing as exc:
         assert exc.name == "dpkt" and "nbmq[capture]" in str(exc), exc
         print("missing:", exc)
     else:
         print("read", p)
 """
-    proc = _run(body, twin, str(mpls), str(CAPTURE_DIR / "dealer.pcapng"), str(CAPTURE_DIR / "dealer.pcap"))
+    proc = _run(body, twin, str(mpls), str(CAPTURE_DIR / "dealer.pcapng"), str(CAPTURE_DIR / "dealer.pcap"),
+                str(RQUEUE_PCAP))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 3 and all(line.startswith("missing: ") for line in lines), proc.stdout
+    assert len(lines) == 4 and all(line.startswith("missing: ") for line in lines), proc.stdout
     assert "fast path leaves aside" in lines[0] and "pcapng" in lines[1] and "dpkt engine" in lines[2]
+    assert "TCP segments" in lines[3]  # the probe says so rather than answer "no TCP traffic"
 
 
 def test_decode_command_without_dpkt() -> None:
@@ -107,3 +112,5 @@ def test_decode_command_without_dpkt() -> None:
     assert both.returncode == 2  # the pcapng needs dpkt: said on stderr, the pcap still read
     assert "dealer.pcapng: error: " in both.stderr and "nbmq[capture]" in both.stderr
     assert "dealer.pcap:" in both.stdout
+    tcp = _run(body, "compiled", str(RQUEUE_PCAP))
+    assert tcp.returncode == 2 and "rqueue.pcap: error: " in tcp.stderr and "nbmq[capture]" in tcp.stderr

@@ -26,7 +26,7 @@ import numpy as np
 from ..datagrams.decode_fast import _link_layer  # the UDP fast path's link-layer classifier, reused as is
 from ..datagrams.linktypes import AF_INET, AF_INET6_VALUES, ETHERTYPE_IPV4, ETHERTYPE_IPV6, RAW_LINKTYPES, LinkType
 from ..datagrams.views import ByteViews
-from ..dpkt_extra import load_dpkt
+from ..dpkt_extra import DpktMissing, load_dpkt
 from ..files.errorlog import ErrorLog
 from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
 from ..files.pcapng import walk_pcapng
@@ -259,10 +259,15 @@ def has_tcp_traffic(source: CaptureSource, ports: Iterable[int] | None) -> bool:
     runs only on candidate packets, and the scan stops at the first segment found. Used by
     ``nbmq pipeline`` to skip the BQSP / rqueue jobs. A file that is not a capture (or cannot
     be opened) gives False.
+
+    Raises:
+        DpktMissing: a candidate packet needs dpkt and it is not installed (not a silent False).
     """
     try:
         for _segment in iter_tcp_segments(source, ports):
             return True
+    except DpktMissing:
+        raise
     except Exception:  # not a capture / unreadable: the frames job reports it
         return False
     return False
