@@ -13,6 +13,7 @@ from .errors import (
     CaptureError,
     DecodeError,
     FrameTooLarge,
+    InteropError,
     NbmqError,
     NoPeer,
     NotSupported,
@@ -68,5 +69,6 @@ __all__ = [
     "NoPeer",
     "NotSupported",
     "OptionError",
+    "InteropError",
     "ProtocolError",
 ]

@@ -69,6 +69,9 @@ class DropReason(Enum):
     REJECTED = "rejected"
     #: The message claimed more than ``max_message_size`` or the incomplete-bytes budget.
     TOO_LARGE = "too large"
+    #: An incomplete message evicted to make room in the incomplete-bytes budgets: its peer
+    #: held the most (``max_peer_incomplete_bytes`` / ``max_incomplete_bytes``; issue 12).
+    EVICTED = "evicted"
     #: The peer the message was going to left before it was sent (or acked).
     PEER_GONE = "peer gone"
     #: Radio: no peer was connected when the message was sent (pub/sub semantics).

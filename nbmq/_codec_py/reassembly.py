@@ -250,6 +250,8 @@ class Reassembler:
             if reason is not None:
                 self.dropped_too_large += 1
                 raise FrameTooLarge(20, reason)
+            if owner is not None and owner_key not in self._owners:
+                owner = None  # evicting its last message forgot it
             if owner is None:
                 owner = self._owners[owner_key] = _Owner(owner_key)
             message = _Message(part_count, message_size, now, owner)
@@ -390,8 +392,9 @@ class Reassembler:
         owner = message.owner
         del owner.messages[key]
         owner.used -= message.charge
-        if not owner.messages:
-            del self._owners[owner.key]
+        if not owner.messages and len(self._owners) > len(self._messages) + 64:
+            # idle owners stay for their next message; sweep them once they pile up
+            self._owners = {k: o for k, o in self._owners.items() if o.messages}
         self.incomplete_bytes -= message.charge
 
     def take_evicted(self) -> list[Hashable]:

@@ -231,8 +231,9 @@ cdef class Reassembler:
         cdef _Owner owner = message.owner
         del owner.messages[key]
         owner.used -= message.charge
-        if not owner.messages:
-            del self._owners[owner.key]
+        if not owner.messages and len(self._owners) > len(self._messages) + 64:
+            # idle owners stay for their next message; sweep them once they pile up
+            self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).messages}
         self.incomplete_bytes -= message.charge
         self._forget(message)
         return 0
@@ -334,6 +335,8 @@ cdef class Reassembler:
             reason = self._make_room(owner, claim, None)
             if reason is not None:
                 return self._too_large(reason)
+            if owner is not None and owner.key not in self._owners:
+                owner = None  # evicting its last message forgot it
             if owner is None:
                 owner = _Owner.__new__(_Owner)
                 owner.key = owner_key

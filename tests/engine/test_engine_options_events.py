@@ -49,7 +49,7 @@ def test_reference_defaults_and_types():
 
 def test_every_option_is_documented():
     for name, spec in OPTION_SPECS.items():
-        assert spec.doc and spec.kind in ("count", "seconds", "bytes"), name
+        assert spec.doc and spec.kind in ("count", "seconds", "bytes", "flag"), name
         assert spec.layer in ("engine", "transport")
         assert name in SocketOptions.__doc__
 
@@ -93,6 +93,9 @@ def test_construction_validates():
         ("rcvbuf", 1.0),
         ("linger", -1.0),
         ("linger", math.nan),
+        ("max_peer_incomplete_bytes", -1),
+        ("reference_compat", 1),
+        ("reference_compat", "yes"),
     ],
 )
 def test_assignment_validates_and_names_the_option(name, value):
