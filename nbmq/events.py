@@ -23,6 +23,8 @@ __all__ = [
     "PeerDisconnected",
     "MessageDropped",
     "FrameRejected",
+    "PeerMoved",
+    "PathRejected",
     # stream protocols (nbmq.bqsp, nbmq.rqueue)
     "PacketReceived",
     "ConnectionClosed",
@@ -140,6 +142,33 @@ class FrameRejected(Event):
     reason: RejectReason
     #: A short human-readable detail (the codec's decode reason, or the frame kind); owned str.
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMoved(Event):
+    """A peer's session was validated on a new address (NAT rebinding; issue 12): replies and
+    data go there from now on. See :class:`~nbmq.engine.connection.Connection` for the rule."""
+
+    #: The session's u64 id (int).
+    session_id: int
+    #: The address it was reached at until now.
+    old_addr: Hashable
+    #: The validated new address.
+    new_addr: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class PathRejected(Event):
+    """A candidate new address of a peer was given up without moving the peer there."""
+
+    #: The session's u64 id (int).
+    session_id: int
+    #: The candidate address.
+    addr: Hashable
+    #: Why: ``"old path alive"`` (a frame came from the current address meanwhile),
+    #: ``"too many candidates"`` (the oldest of a full set made room) or ``"expired"`` (not
+    #: validated within ``peer_keepalive``); owned str.
+    reason: str
 
 
 # -- stream protocols: BQSP (nbmq.bqsp) and rqueue (nbmq.rqueue) -------------------------------

@@ -30,7 +30,9 @@ class Counters:
         connects_refused: Connects refused because the table was full of connected peers.
         peers_evicted: half-open peers pushed out of a full table.
         half_open_expired: half-open peers that never answered within ``peer_keepalive``.
-        addr_changes: known sessions seen from a new address (NAT rebinding).
+        addr_changes: peers moved to a new address after validating it (NAT rebinding).
+        path_challenges: Heartbeats sent to a candidate new address of a peer.
+        paths_rejected: candidate addresses given up (old path alive, too many, expired).
         events_dropped: events not queued because ``max_events`` were waiting.
         control_dropped: control frames not queued because the output queue was full
             (the driver is not flushing).
@@ -67,6 +69,8 @@ class Counters:
         "peers_evicted",
         "half_open_expired",
         "addr_changes",
+        "path_challenges",
+        "paths_rejected",
         "events_dropped",
         "control_dropped",
         "dropped",
@@ -103,6 +107,8 @@ class Counters:
     peers_evicted: int
     half_open_expired: int
     addr_changes: int
+    path_challenges: int
+    paths_rejected: int
     events_dropped: int
     control_dropped: int
 
