@@ -89,10 +89,14 @@ cdef int _insert_range(_Part part, Py_ssize_t i, uint32_t start, uint32_t end) e
 cdef class _Owner:
     cdef object key
     cdef int64_t used
-    cdef dict messages          # key -> _Message, oldest first
+    cdef dict messages          # its _Message -> key, oldest first (identity hash: cheap)
 
 
+# An incomplete message and its owner form a cycle (owner.messages -> message -> owner); it is
+# broken when the message leaves (_release) or the Reassembler goes (__dealloc__), so the GC
+# need not track messages.
 @cython.final
+@cython.no_gc
 cdef class _Message:
     cdef int64_t part_count
     cdef int64_t message_size
@@ -138,6 +142,9 @@ cdef class Reassembler:
     # The message of the last default key (session_id, message_id) seen: consecutive frames of
     # one message skip the key tuple and the dict lookup. Cleared whenever it leaves the dict.
     cdef _Message _cmsg
+    # The owner of the last default-keyed message admitted (its session id): skips the lookup.
+    cdef _Owner _cowner
+    cdef uint64_t _cowner_sid
     cdef object _ckey
     cdef uint64_t _csid
     cdef uint64_t _cmid
@@ -150,6 +157,11 @@ cdef class Reassembler:
     cdef Py_ssize_t _eoff
     cdef object _ereason
     cdef bint _elarge
+
+    def __dealloc__(self):
+        if self._owners is not None:
+            for found in self._owners.values():
+                (<_Owner>found).messages = None  # break the owner <-> message cycles
 
     def __cinit__(self):
         self._messages = {}
@@ -229,17 +241,18 @@ cdef class Reassembler:
     cdef int _release(self, object key, _Message message) except -1:
         del self._messages[key]
         cdef _Owner owner = message.owner
-        del owner.messages[key]
+        del owner.messages[message]
         owner.used -= message.charge
         if not owner.messages and len(self._owners) > len(self._messages) + 64:
             # idle owners stay for their next message; sweep them once they pile up
             self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).messages}
+            self._cowner = None
         self.incomplete_bytes -= message.charge
         self._forget(message)
         return 0
 
     cdef int _evict(self, _Owner owner, _Message current) except -1:
-        for key, found in owner.messages.items():
+        for found, key in owner.messages.items():
             if found is not current:
                 break
         self._release(key, <_Message>found)
@@ -328,20 +341,32 @@ cdef class Reassembler:
             if psize == 0 and size == 0 and self._recent.get(key) == msize:
                 self.duplicates += 1  # a late empty part of a message completed without it
                 return 0
-            owner_key = _owner_of(key)
-            found_owner = self._owners.get(owner_key)
-            owner = <_Owner>found_owner if found_owner is not None else None
+            owner_key = None
+            if cacheable and self._cowner is not None and self._cowner_sid == sid:
+                owner = self._cowner
+            else:
+                owner_key = _owner_of(key)
+                found_owner = self._owners.get(owner_key)
+                owner = <_Owner>found_owner if found_owner is not None else None
             claim = OVERHEAD + (msize if msize < RESERVATION else RESERVATION)
-            reason = self._make_room(owner, claim, None)
-            if reason is not None:
-                return self._too_large(reason)
-            if owner is not None and owner.key not in self._owners:
-                owner = None  # evicting its last message forgot it
+            if (self.incomplete_bytes + claim > self._max_inc or claim > self._max_peer
+                    or (owner is not None and owner.used + claim > self._max_peer)):
+                reason = self._make_room(owner, claim, None)  # evictions: the slow path
+                if reason is not None:
+                    return self._too_large(reason)
+                if owner is not None and owner.key not in self._owners:
+                    owner_key = owner.key
+                    owner = None  # evicting its last message forgot it
             if owner is None:
+                if owner_key is None:
+                    owner_key = _owner_of(key)
                 owner = _Owner.__new__(_Owner)
                 owner.key = owner_key
                 owner.messages = {}
                 self._owners[owner_key] = owner
+            if cacheable:
+                self._cowner = owner
+                self._cowner_sid = sid
             message = _Message.__new__(_Message)
             message.part_count = pc
             message.message_size = msize
@@ -351,7 +376,7 @@ cdef class Reassembler:
             message.charge = claim
             message.owner = owner
             self._messages[key] = message
-            owner.messages[key] = message
+            owner.messages[message] = key
             owner.used += claim
             self.incomplete_bytes += claim
         else:
@@ -655,17 +680,18 @@ cdef inline bint _append(Reassembler self, const Hdr* h, const unsigned char* ch
     if end >= self._cpart.size:
         return False
     n = self._cpart.n
-    if n != 0 and self._cpart.r[2 * n - 1] != h.coff:
-        return False
-    if self._cmsg.lazy and not _charge_lazy(self, self._cmsg, h.csize if n else
-                                            h.csize + RANGE_CHARGE):
-        return False
     if n == 0:
+        if self._cmsg.lazy and not _charge_lazy(self, self._cmsg, h.csize + RANGE_CHARGE):
+            return False
         self._cpart.r[0] = h.coff
         self._cpart.r[1] = <uint32_t>end
         self._cpart.n = 1
-    else:
+    elif self._cpart.r[2 * n - 1] == h.coff:
+        if self._cmsg.lazy and not _charge_lazy(self, self._cmsg, h.csize):
+            return False
         self._cpart.r[2 * n - 1] = <uint32_t>end
+    else:
+        return False
     nbmq_copy(self._cpart.ptr + h.coff, chunk, h.csize)
     self._cpart.received += h.csize
     self.frames += 1
