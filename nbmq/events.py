@@ -36,6 +36,7 @@ __all__ = [
     "SlowConsumer",
     "ClientError",
     "ClientGone",
+    "NotificationsDropped",
 ]
 
 
@@ -267,5 +268,16 @@ class ClientGone(Event):
     """rqueue broker: a client is gone; reported once, the last of its events."""
 
     conn: Hashable
-    #: "eof", "lost", "protocol error" or "slow consumer".
+    #: "eof", "lost", "protocol error", "slow consumer", or the driver's reason given to
+    #: ``RqueueBroker.disconnect`` ("read timeout", "idle timeout").
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationsDropped(Event):
+    """rqueue client, our drop-notice extension: the server dropped notifications meant for this
+    client while it was slow (its outgoing buffer was full). Reported where the gap is in the
+    stream, only after ``RqueueClientConnection.subscribe_drop_notices()``."""
+
+    #: How many notifications were dropped (int).
+    count: int

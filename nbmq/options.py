@@ -128,7 +128,8 @@ OPTION_SPECS: dict[str, OptionSpec] = {
     ),
     "max_peers": OptionSpec(
         "count", 1024, 1, False, None, "engine",
-        "size of the peer table; half-open peers are evicted first when it is full",
+        "size of the peer table; once full, Connects get stateless cookies (no entry) and a "
+        "verified cookie evicts the oldest half-open peer",
     ),
     "max_events": OptionSpec(
         "count", 10_000, 1, False, None, "engine",

@@ -27,8 +27,10 @@ class Counters:
         duplicate_frames: frames of messages delivered within the dedup window (SafeDealer)
             plus repeated chunks of incomplete messages.
         refused_frames: SafeDealer frames refused (unacked) while ``recv_hwm`` was reached.
-        connects_refused: Connects refused because the table was full of connected peers.
-        peers_evicted: half-open peers pushed out of a full table.
+        connects_refused: Connects (or verified cookies) refused because the table was full
+            of connected peers.
+        peers_evicted: half-open peers pushed out of a full table by a peer whose cookie
+            verified.
         half_open_expired: half-open peers that never answered within ``peer_keepalive``.
         addr_changes: peers moved to a new address after validating it (NAT rebinding).
         path_challenges: Heartbeats sent to a candidate new address of a peer.
@@ -36,6 +38,11 @@ class Counters:
         events_dropped: events not queued because ``max_events`` were waiting.
         control_dropped: control frames not queued because the output queue was full
             (the driver is not flushing).
+        cookies_sent: Connects answered with a stateless cookie (the table was full, partly
+            of half-open peers; see ``nbmq.engine.cookies``).
+        cookies_accepted: peers created by a frame echoing a valid cookie.
+        cookies_rejected: frames with an unknown session, checked against the cookie while
+            cookies were out, that did not verify (forged or stale); also in unknown_session.
 
     Drops:
         dropped: messages dropped, by :class:`~nbmq.events.DropReason` (a dict; every reason
@@ -73,6 +80,9 @@ class Counters:
         "paths_rejected",
         "events_dropped",
         "control_dropped",
+        "cookies_sent",
+        "cookies_accepted",
+        "cookies_rejected",
         "dropped",
     )
 
@@ -111,6 +121,9 @@ class Counters:
     paths_rejected: int
     events_dropped: int
     control_dropped: int
+    cookies_sent: int
+    cookies_accepted: int
+    cookies_rejected: int
 
     @property
     def dropped_total(self) -> int:
