@@ -86,15 +86,17 @@ cdef int _insert_range(_Part part, Py_ssize_t i, uint32_t start, uint32_t end) e
 
 
 @cython.final
+@cython.no_gc
 cdef class _Owner:
     cdef object key
     cdef int64_t used
-    cdef dict messages          # its _Message -> key, oldest first (identity hash: cheap)
+    cdef Py_ssize_t count       # its incomplete messages
+    # Its messages, oldest first: an intrusive list of borrowed pointers (the Reassembler's
+    # _messages dict holds them), so no dict work per message and no reference cycle.
+    cdef void* head
+    cdef void* tail
 
 
-# An incomplete message and its owner form a cycle (owner.messages -> message -> owner); it is
-# broken when the message leaves (_release) or the Reassembler goes (__dealloc__), so the GC
-# need not track messages.
 @cython.final
 @cython.no_gc
 cdef class _Message:
@@ -109,6 +111,9 @@ cdef class _Message:
     cdef int64_t received       # lazy: bytes received plus RANGE_CHARGE per range opened
     cdef int64_t charge
     cdef _Owner owner
+    cdef object key
+    cdef void* prev             # neighbours in owner's list (borrowed)
+    cdef void* next
 
 
 cdef inline object _owner_of(object key):
@@ -157,11 +162,6 @@ cdef class Reassembler:
     cdef Py_ssize_t _eoff
     cdef object _ereason
     cdef bint _elarge
-
-    def __dealloc__(self):
-        if self._owners is not None:
-            for found in self._owners.values():
-                (<_Owner>found).messages = None  # break the owner <-> message cycles
 
     def __cinit__(self):
         self._messages = {}
@@ -241,21 +241,31 @@ cdef class Reassembler:
     cdef int _release(self, object key, _Message message) except -1:
         del self._messages[key]
         cdef _Owner owner = message.owner
-        del owner.messages[message]
+        if message.prev != NULL:
+            (<_Message>message.prev).next = message.next
+        else:
+            owner.head = message.next
+        if message.next != NULL:
+            (<_Message>message.next).prev = message.prev
+        else:
+            owner.tail = message.prev
+        message.prev = message.next = NULL
+        owner.count -= 1
         owner.used -= message.charge
-        if not owner.messages and len(self._owners) > len(self._messages) + 64:
+        if owner.count == 0 and len(self._owners) > len(self._messages) + 64:
             # idle owners stay for their next message; sweep them once they pile up
-            self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).messages}
+            self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).count}
             self._cowner = None
         self.incomplete_bytes -= message.charge
         self._forget(message)
         return 0
 
     cdef int _evict(self, _Owner owner, _Message current) except -1:
-        for found, key in owner.messages.items():
-            if found is not current:
-                break
-        self._release(key, <_Message>found)
+        cdef _Message found = <_Message>owner.head
+        if found is current:
+            found = <_Message>found.next
+        key = found.key
+        self._release(key, found)
         self.evicted += 1
         self._evicted_keys.append(key)
         return 0
@@ -281,7 +291,7 @@ cdef class Reassembler:
                     victim = other
             if victim is not None and victim.used > mine:
                 self._evict(victim, current)
-            elif owner is not None and len(owner.messages) > (current is not None):
+            elif owner is not None and owner.count > (current is not None):
                 self._evict(owner, current)
             else:
                 return "incomplete-bytes budget exhausted"
@@ -362,7 +372,6 @@ cdef class Reassembler:
                     owner_key = _owner_of(key)
                 owner = _Owner.__new__(_Owner)
                 owner.key = owner_key
-                owner.messages = {}
                 self._owners[owner_key] = owner
             if cacheable:
                 self._cowner = owner
@@ -376,7 +385,14 @@ cdef class Reassembler:
             message.charge = claim
             message.owner = owner
             self._messages[key] = message
-            owner.messages[message] = key
+            message.key = key
+            message.prev = owner.tail
+            if owner.tail != NULL:
+                (<_Message>owner.tail).next = <void*>message
+            else:
+                owner.head = <void*>message
+            owner.tail = <void*>message
+            owner.count += 1
             owner.used += claim
             self.incomplete_bytes += claim
         else:
