@@ -268,7 +268,12 @@ class Reassembler:
             message.sizes_seen += part_size
             if message.sizes_seen > message.message_size:
                 raise self._reject(key, 24, "part sizes exceed message_size")
-            part = _Part(part_size, message.lazy)
+            try:
+                part = _Part(part_size, message.lazy)
+            except (OSError, MemoryError, ValueError):  # the OS refused the map (strict overcommit)
+                self.dropped_too_large += 1
+                self.drop(key)
+                raise FrameTooLarge(20, "cannot reserve memory for the message") from None
             message.parts[part_index] = part
             message.parts_seen += 1
         elif part_size != len(part.data):

@@ -412,7 +412,12 @@ cdef class Reassembler:
             message.sizes_seen += psize
             if message.sizes_seen > message.message_size:
                 return self._reject(key, 24, "part sizes exceed message_size")
-            part = _new_part(psize, message.lazy)
+            try:
+                part = _new_part(psize, message.lazy)
+            except (OSError, MemoryError, ValueError):  # the OS refused the map
+                self._too_large("cannot reserve memory for the message")
+                self._drop(key)
+                return -1
             message.parts[pi] = part
             message.parts_seen += 1
         else:

@@ -419,3 +419,22 @@ def test_hostile_mix_only_decode_errors(codec):
     assert traced_peak(run) < (1 << 20) + 512 * 1024
     assert r.incomplete_bytes <= 1 << 20
     assert r.frames + r.duplicates + r.rejected + r.dropped_too_large + r.malformed >= 1500
+
+
+def test_a_refused_memory_map_drops_the_message(codec, monkeypatch):
+    # Under strict overcommit the OS may refuse a lazy part's map: counted, never a crash.
+    import importlib
+
+    target = "nbmq._codec_py.reassembly" if codec.__name__ == "nbmq._codec_py" else "nbmq._codec"
+    mod = importlib.import_module(target)
+
+    def refuse(size):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mod, "_lazy_buffer", refuse)
+    r = codec.Reassembler()
+    big = 4 << 20
+    with pytest.raises(FrameTooLarge) as info:
+        r.add_datagram(codec.encode_data_frame(1, 2, 1, 0, big, big, 0, b"x"))
+    assert info.value.reason == "cannot reserve memory for the message"
+    assert r.dropped_too_large == 1 and len(r) == 0 and r.incomplete_bytes == 0
