@@ -1,0 +1,150 @@
+"""Fuzz targets for the codec: each runs one input through both twins and compares.
+
+Sources of the rules checked: STYLE.md section 7 (both twins accept exactly the same bytes,
+same errors) and the docstrings of ``nbmq._codec_py`` (``parse_frames`` rows carry the error
+code whose reason ``parse_frame`` raises; stream decoders stay failed after a DecodeError).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nbmq.errors import DecodeError
+from nbmq.wire import FRAME_ERROR_REASONS, DataFrame
+
+from .framing import split_operations, split_pieces
+from .twins import TwinMismatch, check_same, load_twins, norm, outcome
+
+__all__ = ["parse_frame", "parse_frames", "reassembler", "bqsp_decoder", "rqueue_decoder"]
+
+PY, C = load_twins()
+TWINS = (PY, C)
+
+
+def parse_frame(data: bytes) -> None:
+    """One datagram: ``parse_frame`` on bytes, bytearray and memoryview, and ``ack_hash``."""
+    results = []
+    for m in TWINS:
+        results.append([outcome(m.parse_frame, data), outcome(m.parse_frame, bytearray(data)),
+                        outcome(m.parse_frame, memoryview(data)), outcome(m.ack_hash, data)])
+    check_same("parse_frame", *results)
+    a, b, c, _ = results[0]
+    if not a == b == c:
+        raise TwinMismatch(f"parse_frame: the result depends on the buffer type: {a!r} {b!r} {c!r}")
+
+
+def parse_frames(data: bytes) -> None:
+    """Datagrams laid out as ``framing.split_pieces``; one buffer, exact rows, then an odd row.
+
+    Also checks, on the Python twin, that each row's error code names the reason ``parse_frame``
+    raises for that datagram (the FRAME_DTYPE contract).
+    """
+    grams = split_pieces(data[1:])
+    buffer = np.frombuffer(b"".join(grams), np.uint8)
+    lengths = np.array([len(g) for g in grams], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if grams else np.empty(0, np.int64)
+    rows = [outcome(m.parse_frames, buffer, offsets, lengths) for m in TWINS]
+    check_same("parse_frames", *rows)
+    if rows[0][0] == "ok":
+        table = PY.parse_frames(buffer, offsets, lengths)
+        for i, g in enumerate(grams):
+            single = outcome(PY.parse_frame, g)
+            code = int(table["error"][i])
+            if (single[0] == "ok") != (code == 0) or (code and single[3] != FRAME_ERROR_REASONS[code]):
+                raise TwinMismatch(f"parse_frames row {i} has error {code}, parse_frame gives {single!r}")
+    if data[:1] and data[0] & 1 and len(data) >= 9:  # one more row from the last 8 bytes, anywhere
+        start = int.from_bytes(data[-8:-4], "big", signed=True)
+        length = int.from_bytes(data[-4:], "big", signed=True)
+        odd = (np.append(offsets, start), np.append(lengths, length))
+        check_same("parse_frames (odd row)", *[outcome(m.parse_frames, buffer, *odd) for m in TWINS])
+
+
+_BUDGETS = (0, 3000, 64 * 1024 * 1024)
+_CAPS = (500, 100_000, 2**32 - 1)
+_COUNTERS = ("frames", "duplicates", "rejected", "completed", "expired", "dropped_too_large",
+             "malformed", "incomplete_bytes")
+
+
+def reassembler(data: bytes) -> None:
+    """A Reassembler driven by ``framing.split_operations``; byte 0 picks the size limits.
+
+    ``op & 7``: 0-2 ``add_datagram``, 3-4 ``add(parse_frame(body))``, 5 ``add_datagrams`` (the
+    body twice plus a row out of the buffer), 6 ``expire``, 7 ``drop`` of the body's key;
+    ``(op >> 3) * 0.5`` is the time in seconds. Outcomes and every counter after every
+    operation must match.
+    """
+    if not data:
+        return
+    budget, cap = _BUDGETS[data[0] % 3], _CAPS[(data[0] // 3) % 3]
+    ops = split_operations(data[1:])
+    logs = []
+    for m in TWINS:
+        r = m.Reassembler(max_message_size=cap, max_incomplete_bytes=budget)
+        log: list = []
+        for op, body in ops:
+            now, kind = (op >> 3) * 0.5, op & 7
+            if kind <= 2:
+                log.append(outcome(r.add_datagram, body, now))
+            elif kind <= 4:
+                frame = _data_frame(m, body)
+                if frame is not None:
+                    log.append(outcome(r.add, frame, now))
+            elif kind == 5:
+                n = len(body)
+                log.append(outcome(r.add_datagrams, body + body, np.array([0, n, 3], np.int64),
+                                   np.array([n, n, 2 * n], np.int64), now))
+            elif kind == 6:
+                log.append(outcome(r.expire, now))
+            else:
+                frame = _data_frame(m, body)
+                key = (frame.session_id, frame.message_id) if frame is not None else (0, 0)
+                log.append(outcome(r.drop, key))
+            log.append(tuple(getattr(r, n) for n in _COUNTERS) + (len(r), r.oldest()))
+        logs.append(log)
+    check_same("Reassembler", *logs)
+
+
+def _data_frame(module: object, body: bytes) -> DataFrame | None:
+    try:
+        frame = module.parse_frame(body)  # type: ignore[attr-defined]
+    except DecodeError:  # the parse itself is the parse_frame target's business
+        return None
+    return frame if isinstance(frame, DataFrame) else None
+
+
+_BQSP_LIMITS = (0, 100, 2048, 64 * 1024 * 1024)
+_RQUEUE_LIMITS = (0, 300, 2048, 65535)
+
+
+def _drive(decoder: object, pieces: list[bytes]) -> list:
+    """Everything a stream decoder says, feed by feed, also after its first error."""
+    events: list = []
+    for piece in pieces:
+        try:
+            decoder.feed(piece)  # type: ignore[attr-defined]
+            events.append(("feed", norm(list(decoder)), decoder.buffered))  # type: ignore[call-overload, attr-defined]
+        except DecodeError as e:  # FrameTooLarge too; anything else escapes: a finding
+            events.append(outcome(_raise, e))
+    return events
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def bqsp_decoder(data: bytes) -> None:
+    """A BqspDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_packet_size."""
+    if not data:
+        return
+    limit, pieces = _BQSP_LIMITS[data[0] % 4], split_pieces(data[1:])
+    check_same("BqspDecoder", *[_drive(m.BqspDecoder(limit), pieces) for m in TWINS])
+    head = pieces[0] if pieces else b""
+    check_same("decode_bqsp_header", *[outcome(m.decode_bqsp_header, head, data[0] % 8) for m in TWINS])
+
+
+def rqueue_decoder(data: bytes) -> None:
+    """An RqueueDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_payload."""
+    if not data:
+        return
+    limit, pieces = _RQUEUE_LIMITS[data[0] % 4], split_pieces(data[1:])
+    check_same("RqueueDecoder", *[_drive(m.RqueueDecoder(limit), pieces) for m in TWINS])
