@@ -2,7 +2,8 @@
 
 ``capture_twins`` reads it with the compiled helpers (``nbmq.capture._records`` record walker
 and gather, ``nbmq.capture._decode`` packet decoder and address table) and again with their
-Python / numpy paths, and compares every column, counter and error reason. ``capture_split``
+Python / numpy paths, and compares every column, counter and error reason; the dpkt engine
+(the packet-at-a-time reference, ``read_datagrams(engine="dpkt")``) must agree as well. ``capture_split``
 checks the ``plan_splits`` contract (nbmq/capture/splits.py): reading each byte range gives,
 together, exactly the whole-file read, errors included.
 """
@@ -70,12 +71,21 @@ def _read(data: bytes, **kw: object) -> tuple:
 
 
 def capture_twins(data: bytes) -> None:
-    """Whole-file and second-half reads, compiled helpers against the Python paths."""
+    """Whole-file and second-half reads: the compiled helpers against the Python paths, and the
+    fast engine against the dpkt reference engine (all but ``fallback_rows``, which only the
+    fast engine counts)."""
     half = len(data) // 2
     compiled = [_read(data), _read(data, start=half)]
     with python_paths():
         python = [_read(data), _read(data, start=half)]
     check_same("read_datagrams (compiled vs Python paths)", python, compiled)
+    reference = [_read(data, engine="dpkt"), _read(data, start=half, engine="dpkt")]
+    if [_no_fallback(r) for r in compiled] != [_no_fallback(r) for r in reference]:
+        raise TwinMismatch(f"read_datagrams: fast and dpkt engines disagree\n  fast: {compiled}\n  dpkt: {reference}")
+
+
+def _no_fallback(result: tuple) -> tuple:
+    return result if result[0] != "ok" else ("ok", result[1][:-1])
 
 
 def _targets(data: bytes) -> list[int]:
