@@ -22,7 +22,11 @@ TWINS = (PY, C)
 
 
 def parse_frame(data: bytes) -> None:
-    """One datagram: ``parse_frame`` on bytes, bytearray and memoryview, and ``ack_hash``."""
+    """One datagram: ``parse_frame`` on bytes, bytearray and memoryview, and ``ack_hash``.
+
+    A datagram that parses must re-encode to exactly its bytes with either twin's encoder (the
+    wire format has one encoding per frame: wire.py, seed 000).
+    """
     results = []
     for m in TWINS:
         results.append([outcome(m.parse_frame, data), outcome(m.parse_frame, bytearray(data)),
@@ -31,6 +35,16 @@ def parse_frame(data: bytes) -> None:
     a, b, c, _ = results[0]
     if not a == b == c:
         raise TwinMismatch(f"parse_frame: the result depends on the buffer type: {a!r} {b!r} {c!r}")
+    if a[0] == "ok":
+        frame = PY.parse_frame(data)
+        for m in TWINS:
+            if isinstance(frame, DataFrame):
+                again = m.encode_data_frame(frame.session_id, frame.message_id, frame.part_count, frame.part_index,
+                                            frame.message_size, frame.part_size, frame.chunk_offset, frame.chunk)
+            else:
+                again = m.encode_control_frame(frame.kind, frame.session_id, frame.payload)
+            if bytes(again) != data:
+                raise TwinMismatch(f"{m.__name__}: parse_frame then encode changes the bytes: {data.hex()} -> {bytes(again).hex()}")
 
 
 def parse_frames(data: bytes) -> None:
