@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .corpus import write_seeds
+from .replay import corpus_folders
 from .targets import DEFAULT, TARGETS
 
 __all__ = ["build", "sanitizer_env", "main"]
@@ -88,7 +89,7 @@ def main() -> None:
     print(f"sanitized build: {where.stdout.strip()}")
     steps = [[sys.executable, "-m", "fuzz.replay", "--all", str(args.work), "--targets", *args.targets]]
     if args.seconds > 0:
-        steps += [[sys.executable, "-m", "fuzz.mutate", t, *map(str, _folders(args.work, t)),
+        steps += [[sys.executable, "-m", "fuzz.mutate", t, *map(str, corpus_folders(args.work, t)),
                    f"--seconds={args.seconds}", f"--artifacts={args.work / 'artifacts' / 'asan'}"] for t in args.targets]
     for cmd in steps:
         print("$", " ".join(cmd[1:]), flush=True)
@@ -96,12 +97,6 @@ def main() -> None:
         if code:
             sys.exit(f"failed under ASan/UBSan (exit status {code})")
     print("ASan/UBSan: no reports")
-
-
-def _folders(work: Path, target: str) -> list[Path]:
-    from .replay import corpus_folders
-
-    return corpus_folders(work, target)
 
 
 if __name__ == "__main__":
