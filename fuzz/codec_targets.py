@@ -130,15 +130,28 @@ _BQSP_LIMITS = (0, 100, 2048, 64 * 1024 * 1024)
 _RQUEUE_LIMITS = (0, 300, 2048, 65535)
 
 
+def _drain(decoder: object) -> tuple[list, tuple | None]:
+    """Every whole record the decoder holds, then the error that stopped it (or None)."""
+    got = []
+    while True:
+        try:
+            got.append(norm(next(decoder)))  # type: ignore[call-overload]
+        except StopIteration:
+            return got, None
+        except DecodeError as e:  # FrameTooLarge too; anything else escapes: a finding
+            return got, outcome(_raise, e)
+
+
 def _drive(decoder: object, pieces: list[bytes]) -> list:
     """Everything a stream decoder says, feed by feed, also after its first error."""
     events: list = []
     for piece in pieces:
         try:
             decoder.feed(piece)  # type: ignore[attr-defined]
-            events.append(("feed", norm(list(decoder)), decoder.buffered))  # type: ignore[call-overload, attr-defined]
-        except DecodeError as e:  # FrameTooLarge too; anything else escapes: a finding
-            events.append(outcome(_raise, e))
+        except DecodeError as e:
+            events.append(("feed", outcome(_raise, e)))
+            continue
+        events.append(("records", *_drain(decoder), decoder.buffered))  # type: ignore[attr-defined]
     return events
 
 
@@ -146,19 +159,48 @@ def _raise(error: Exception) -> None:
     raise error
 
 
+def _check_transactional(what: str, pieces: list[bytes], events: list, whole: list) -> None:
+    """Fed in pieces or all at once, a decoder yields the same records and the same first error
+    (STYLE.md section 2: a partial header consumes nothing; a record split across feeds comes
+    out whole)."""
+    records, error = [], None
+    for event in events:
+        if event[0] == "records":
+            records += event[1]
+            error = event[2]
+        if error is not None or event[0] == "feed":
+            error = error or event[1]
+            break
+    (_, once, once_error, once_left), = whole
+    left = events[-1][3] if events and error is None else once_left  # bytes still buffered
+    if (records, error, left) != (once, once_error, once_left):
+        raise TwinMismatch(f"{what}: fed in {len(pieces)} pieces it says {records!r}, {error!r}, {left} "
+                           f"bytes left; fed at once {once!r}, {once_error!r}, {once_left}")
+
+
 def bqsp_decoder(data: bytes) -> None:
-    """A BqspDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_packet_size."""
+    """A BqspDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_packet_size.
+
+    Both twins must agree feed by feed, and piecewise feeding must equal one feed of it all.
+    """
     if not data:
         return
     limit, pieces = _BQSP_LIMITS[data[0] % 4], split_pieces(data[1:])
-    check_same("BqspDecoder", *[_drive(m.BqspDecoder(limit), pieces) for m in TWINS])
+    events = [_drive(m.BqspDecoder(limit), pieces) for m in TWINS]
+    check_same("BqspDecoder", *events)
+    _check_transactional("BqspDecoder", pieces, events[0], _drive(PY.BqspDecoder(limit), [b"".join(pieces)]))
     head = pieces[0] if pieces else b""
     check_same("decode_bqsp_header", *[outcome(m.decode_bqsp_header, head, data[0] % 8) for m in TWINS])
 
 
 def rqueue_decoder(data: bytes) -> None:
-    """An RqueueDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_payload."""
+    """An RqueueDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_payload.
+
+    Both twins must agree feed by feed, and piecewise feeding must equal one feed of it all.
+    """
     if not data:
         return
     limit, pieces = _RQUEUE_LIMITS[data[0] % 4], split_pieces(data[1:])
-    check_same("RqueueDecoder", *[_drive(m.RqueueDecoder(limit), pieces) for m in TWINS])
+    events = [_drive(m.RqueueDecoder(limit), pieces) for m in TWINS]
+    check_same("RqueueDecoder", *events)
+    _check_transactional("RqueueDecoder", pieces, events[0], _drive(PY.RqueueDecoder(limit), [b"".join(pieces)]))
