@@ -2,7 +2,7 @@
 
 Every target feeds one input to both twins -- the Cython codec ``nbmq._codec`` and the
 pure-Python ``nbmq._codec_py``; for captures the compiled record walker / packet decoder and
-their Python paths -- and raises ``TwinMismatch`` when the results, error classes, offsets or
+their Python paths -- and raises ``Finding`` when the results, error classes, offsets or
 reasons differ. Any exception that is not an ``NbmqError`` escapes too: both are findings.
 
 Modules: ``twins`` (loading and comparing the twins), ``framing`` (how a fuzz input is cut

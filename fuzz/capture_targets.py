@@ -20,7 +20,7 @@ from nbmq.capture import addresses, batch, decode_fast, records
 from nbmq.capture.errorlog import MAX_ERROR_REASONS
 from nbmq.errors import CaptureError
 
-from .twins import TwinMismatch, check_same
+from .twins import Finding, check_same
 
 __all__ = ["capture_twins", "capture_split", "python_paths", "picture"]
 
@@ -81,7 +81,7 @@ def capture_twins(data: bytes) -> None:
     check_same("read_datagrams (compiled vs Python paths)", python, compiled)
     reference = [_read(data, engine="dpkt"), _read(data, start=half, engine="dpkt")]
     if [_no_fallback(r) for r in compiled] != [_no_fallback(r) for r in reference]:
-        raise TwinMismatch(f"read_datagrams: fast and dpkt engines disagree\n  fast: {compiled}\n  dpkt: {reference}")
+        raise Finding(f"read_datagrams: fast and dpkt engines disagree\n  fast: {compiled}\n  dpkt: {reference}")
 
 
 def _no_fallback(result: tuple) -> tuple:
@@ -111,7 +111,7 @@ def capture_split(data: bytes) -> None:
             got = (picture(union, counters=False), union.packets, union.skipped, union.errors,
                    union.error_reasons[:MAX_ERROR_REASONS])
             if got != want:
-                raise TwinMismatch(f"split read {splits} (first_frame {bases}) != whole read:\n"
+                raise Finding(f"split read {splits} (first_frame {bases}) != whole read:\n"
                                    f"  whole: {_summary(whole)}\n  split: {_summary(union)}")
 
 

@@ -1,7 +1,9 @@
 """Fuzz targets for the codec: each runs one input through both twins and compares.
 
 Sources of the rules checked: STYLE.md section 7 (both twins accept exactly the same bytes,
-same errors) and the docstrings of ``nbmq._codec_py`` (``parse_frames`` rows carry the error
+same errors); section 2 (stream decoders parse transactionally: any cutting of a stream into
+feeds gives the same records); wire.py (one encoding per frame, so a parsed frame re-encodes
+to its bytes); the docstrings of ``nbmq._codec_py`` (``parse_frames`` rows carry the error
 code whose reason ``parse_frame`` raises; stream decoders stay failed after a DecodeError).
 """
 
@@ -13,7 +15,7 @@ from nbmq.errors import DecodeError
 from nbmq.wire import FRAME_ERROR_REASONS, DataFrame
 
 from .framing import split_operations, split_pieces
-from .twins import TwinMismatch, check_same, load_twins, norm, outcome
+from .twins import Finding, check_same, load_twins, norm, outcome
 
 __all__ = ["parse_frame", "parse_frames", "reassembler", "bqsp_decoder", "rqueue_decoder"]
 
@@ -34,7 +36,7 @@ def parse_frame(data: bytes) -> None:
     check_same("parse_frame", *results)
     a, b, c, _ = results[0]
     if not a == b == c:
-        raise TwinMismatch(f"parse_frame: the result depends on the buffer type: {a!r} {b!r} {c!r}")
+        raise Finding(f"parse_frame: the result depends on the buffer type: {a!r} {b!r} {c!r}")
     if a[0] == "ok":
         frame = PY.parse_frame(data)
         for m in TWINS:
@@ -44,7 +46,7 @@ def parse_frame(data: bytes) -> None:
             else:
                 again = m.encode_control_frame(frame.kind, frame.session_id, frame.payload)
             if bytes(again) != data:
-                raise TwinMismatch(f"{m.__name__}: parse_frame then encode changes the bytes: {data.hex()} -> {bytes(again).hex()}")
+                raise Finding(f"{m.__name__}: parse_frame then encode changes the bytes: {data.hex()} -> {bytes(again).hex()}")
 
 
 def parse_frames(data: bytes) -> None:
@@ -65,7 +67,7 @@ def parse_frames(data: bytes) -> None:
             single = outcome(PY.parse_frame, g)
             code = int(table["error"][i])
             if (single[0] == "ok") != (code == 0) or (code and single[3] != FRAME_ERROR_REASONS[code]):
-                raise TwinMismatch(f"parse_frames row {i} has error {code}, parse_frame gives {single!r}")
+                raise Finding(f"parse_frames row {i} has error {code}, parse_frame gives {single!r}")
     if data[:1] and data[0] & 1 and len(data) >= 9:  # one more row from the last 8 bytes, anywhere
         start = int.from_bytes(data[-8:-4], "big", signed=True)
         length = int.from_bytes(data[-4:], "big", signed=True)
@@ -174,7 +176,7 @@ def _check_transactional(what: str, pieces: list[bytes], events: list, whole: li
     (_, once, once_error, once_left), = whole
     left = events[-1][3] if events and error is None else once_left  # bytes still buffered
     if (records, error, left) != (once, once_error, once_left):
-        raise TwinMismatch(f"{what}: fed in {len(pieces)} pieces it says {records!r}, {error!r}, {left} "
+        raise Finding(f"{what}: fed in {len(pieces)} pieces it says {records!r}, {error!r}, {left} "
                            f"bytes left; fed at once {once!r}, {once_error!r}, {once_left}")
 
 

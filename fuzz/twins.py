@@ -14,11 +14,12 @@ import numpy as np
 
 from nbmq.errors import DecodeError, NbmqError
 
-__all__ = ["TwinMismatch", "load_twins", "norm", "outcome", "check_same"]
+__all__ = ["Finding", "load_twins", "norm", "outcome", "check_same"]
 
 
-class TwinMismatch(AssertionError):
-    """The two implementations disagreed on one input (a finding, like a crash)."""
+class Finding(AssertionError):
+    """A target's property failed on one input: the twins disagreed, or an invariant they
+    should both keep did not hold (reported like a crash)."""
 
 
 def load_twins() -> tuple[Any, Any]:
@@ -66,9 +67,9 @@ def outcome(fn: Callable[..., object], *args: object) -> tuple:
 
 
 def check_same(what: str, python_result: object, cython_result: object) -> None:
-    """Raise ``TwinMismatch`` naming ``what`` unless both results are equal."""
+    """Raise ``Finding`` naming ``what`` unless both results are equal."""
     if python_result != cython_result:
-        raise TwinMismatch(f"{what}: the twins disagree\n  python: {_short(python_result)}\n  cython: {_short(cython_result)}")
+        raise Finding(f"{what}: the twins disagree\n  python: {_short(python_result)}\n  cython: {_short(cython_result)}")
 
 
 def _short(value: object, limit: int = 2000) -> str:

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from fuzz import corpus, framing, mutate, targets
-from fuzz.twins import TwinMismatch, check_same, outcome
+from fuzz.twins import Finding, check_same, outcome
 
 compiled = [
     pytest.mark.c_extension,
@@ -66,7 +66,7 @@ def test_framing_round_trips():
 
 
 def test_disagreement_and_foreign_exceptions_are_findings():
-    with pytest.raises(TwinMismatch):
+    with pytest.raises(Finding):
         check_same("x", ("ok", 1), ("ok", 2))
 
     def broken(_data):
@@ -107,14 +107,14 @@ def test_split_target_compares_counters_not_only_rows(seeds, monkeypatch):
         return union
 
     monkeypatch.setattr(capture_targets.DatagramBatch, "concat", staticmethod(lossy))
-    with pytest.raises(TwinMismatch, match="split read"):
+    with pytest.raises(Finding, match="split read"):
         capture_targets.capture_split(data)
 
 
 def test_mutation_driver_stops_at_a_finding():
     def target(data: bytes) -> None:
         if b"\xff\xff" in data:
-            raise TwinMismatch("found")
+            raise Finding("found")
 
     runs, failed = mutate.fuzz(target, [bytes(8)], 5.0, random.Random(1), 64)
     assert failed is not None and b"\xff\xff" in failed and runs >= 1
