@@ -35,7 +35,7 @@ fuzz: $(STAMP)
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --per-target $(FUZZ_SECONDS) --targets $(FUZZ_TARGETS)
 
 asan: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[fuzz]'   # Cython for the sanitized rebuild
+	$(PY) -m pip install --quiet 'Cython>=3,<4' 'setuptools>=68'   # the rebuild runs outside pip's build isolation
 	$(PY) -m fuzz.asan --targets $(FUZZ_TARGETS)
 
 bench: $(STAMP)
