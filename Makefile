@@ -10,9 +10,9 @@ SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq
 
 .PHONY: run test install bench clean fuzz asan
 
-# Fuzzing (fuzz/, README "Fuzzing"). Add capture_split to FUZZ_TARGETS once the paths branch
-# (issue 11 item 2: whole vs split reads) is merged; until then it fails on damaged pcaps.
-FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins
+# Fuzzing (fuzz/, README "Fuzzing"): every target compares both twins (capture_split: byte
+# ranges against the whole read).
+FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split
 FUZZ_SECONDS ?= 300
 
 $(STAMP): $(SOURCES)

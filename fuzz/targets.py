@@ -25,9 +25,7 @@ TARGETS: dict[str, str] = {
 }
 
 #: targets whose property fails on main today, with the reason (kept out of DEFAULT)
-PENDING: dict[str, str] = {
-    "capture_split": "whole vs split reads of damaged pcaps differ until issue 11 item 2 (branch paths) is merged",
-}
+PENDING: dict[str, str] = {}
 
 DEFAULT: tuple[str, ...] = tuple(t for t in TARGETS if t not in PENDING)
 
