@@ -8,7 +8,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/capture/*/*.pyx)
 
-.PHONY: run test install bench clean
+.PHONY: run test install bench clean fuzz asan
+
+# Fuzzing (fuzz/, README "Fuzzing"): every target compares both twins (capture_split: byte
+# ranges against the whole read).
+FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split
+FUZZ_SECONDS ?= 300
 
 $(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +29,14 @@ run: $(STAMP)
 test: $(STAMP)
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q
 	NBMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not spark"
+	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --seconds 60 --targets $(FUZZ_TARGETS)
+
+fuzz: $(STAMP)
+	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --per-target $(FUZZ_SECONDS) --targets $(FUZZ_TARGETS)
+
+asan: $(STAMP)
+	$(PY) -m pip install --quiet 'Cython>=3,<4' 'setuptools>=68'   # the rebuild runs outside pip's build isolation
+	$(PY) -m fuzz.asan --targets $(FUZZ_TARGETS)
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -q

@@ -13,6 +13,7 @@ from .errors import (
     CaptureError,
     DecodeError,
     FrameTooLarge,
+    InteropError,
     NbmqError,
     NoPeer,
     NotSupported,
@@ -75,5 +76,6 @@ __all__ = [
     "SocketClosed",
     "NotSupported",
     "OptionError",
+    "InteropError",
     "ProtocolError",
 ]

@@ -360,6 +360,7 @@ __all__ = [
     "encode_data_frame_into",
     "parse_frame",
     "MESSAGE_OVERHEAD",
+    "MESSAGE_RESERVATION",
     "Reassembler",
     "RqueueDecoder",
     "encode_deregister",

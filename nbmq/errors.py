@@ -31,6 +31,7 @@ __all__ = [
     "SocketClosed",
     "NotSupported",
     "OptionError",
+    "InteropError",
     "CaptureError",
     "AddressError",
     "ProtocolError",
@@ -114,6 +115,12 @@ class OptionError(NbmqError, ValueError):
 
     The message always names the option.
     """
+
+
+class InteropError(NbmqError, ValueError):
+    """A message the Rust reference would lose, refused by ``send`` under
+    ``reference_compat=True``: an empty part or an empty message (the reference emits no
+    frame for an empty part, so its receiver never completes the message; issue 11)."""
 
 
 class CaptureError(NbmqError, ValueError):

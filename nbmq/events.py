@@ -24,6 +24,8 @@ __all__ = [
     "MessageDropped",
     "FrameRejected",
     "DatagramsDropped",
+    "PeerMoved",
+    "PathRejected",
     # stream protocols (nbmq.bqsp, nbmq.rqueue)
     "PacketReceived",
     "ConnectionClosed",
@@ -71,6 +73,9 @@ class DropReason(Enum):
     REJECTED = "rejected"
     #: The message claimed more than ``max_message_size`` or the incomplete-bytes budget.
     TOO_LARGE = "too large"
+    #: An incomplete message evicted to make room in the incomplete-bytes budgets: its peer
+    #: held the most (``max_peer_incomplete_bytes`` / ``max_incomplete_bytes``; issue 12).
+    EVICTED = "evicted"
     #: The peer the message was going to left before it was sent (or acked).
     PEER_GONE = "peer gone"
     #: Radio: no peer was connected when the message was sent (pub/sub semantics).
@@ -152,6 +157,33 @@ class FrameRejected(Event):
     reason: RejectReason
     #: A short human-readable detail (the codec's decode reason, or the frame kind); owned str.
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMoved(Event):
+    """A peer's session was validated on a new address (NAT rebinding; issue 12): replies and
+    data go there from now on. See :class:`~nbmq.engine.connection.Connection` for the rule."""
+
+    #: The session's u64 id (int).
+    session_id: int
+    #: The address it was reached at until now.
+    old_addr: Hashable
+    #: The validated new address.
+    new_addr: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class PathRejected(Event):
+    """A candidate new address of a peer was given up without moving the peer there."""
+
+    #: The session's u64 id (int).
+    session_id: int
+    #: The candidate address.
+    addr: Hashable
+    #: Why: ``"old path alive"`` (a frame came from the current address meanwhile),
+    #: ``"too many candidates"`` (the oldest of a full set made room) or ``"expired"`` (not
+    #: validated within ``peer_keepalive``); owned str.
+    reason: str
 
 
 # -- stream protocols: BQSP (nbmq.bqsp) and rqueue (nbmq.rqueue) -------------------------------

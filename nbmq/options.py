@@ -34,7 +34,7 @@ class OptionSpec(NamedTuple):
 
     Attributes:
         kind: ``"count"`` (int), ``"seconds"`` (float), ``"bytes"`` (int) or ``"flag"``
-            (bool; 0 and 1 accepted).
+            (a bool).
         default: the default value.
         low: smallest allowed value (inclusive).
         low_open: True when ``low`` itself is not allowed (``> low``).
@@ -118,8 +118,19 @@ OPTION_SPECS: dict[str, OptionSpec] = {
     ),
     "max_incomplete_bytes": OptionSpec(
         "bytes", 64 * 1024 * 1024, 0, False, None, "engine",
-        "budget for all incomplete messages together, bytes (each is charged its claimed size "
-        "plus 256)",
+        "budget for all incomplete messages together, bytes (each is charged 256 plus its "
+        "claimed size up to 1 MiB, past that its received bytes); when full, the biggest "
+        "holder's oldest message is evicted",
+    ),
+    "max_peer_incomplete_bytes": OptionSpec(
+        "bytes", 32 * 1024 * 1024, 0, False, None, "engine",
+        "budget for one peer's incomplete messages, bytes (charged as max_incomplete_bytes); "
+        "when full, that peer's oldest message is evicted (issue 12)",
+    ),
+    "reference_compat": OptionSpec(
+        "flag", False, 0, False, 1, "engine",
+        "refuse to send messages the Rust reference would lose (an empty part or an empty "
+        "message): send() raises InteropError instead",
     ),
     "max_peers": OptionSpec(
         "count", 1024, 1, False, None, "engine",
@@ -175,9 +186,9 @@ def _check(name: str, raw: Any) -> int | float:
         raise OptionError(f"unknown socket option {name!r}")
     value: int | float
     if spec.kind == "flag":
-        if raw not in (True, False) or not isinstance(raw, (bool, int)):
+        if not isinstance(raw, bool):
             raise OptionError(f"{name} must be True or False, got {raw!r}")
-        return bool(raw)
+        return raw
     if spec.kind == "seconds":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise OptionError(f"{name} must be a number of seconds, got {raw!r}")
@@ -213,6 +224,7 @@ class SocketOptions:
         (bool, True: congestion window per peer, SafeDealer), max_message_size
         (bytes, 16 MiB), max_incomplete_bytes (bytes, 64 MiB), max_peers (int, 1024),
         max_events (int, 10000).
+        max_peer_incomplete_bytes (bytes, 32 MiB), reference_compat (bool, False).
 
     Transport options (the engine carries them; a transport reads them):
         max_tick_recv (int, datagrams per step, 1000), sndbuf (bytes, 4 MiB; 0 = OS default),
@@ -243,6 +255,8 @@ class SocketOptions:
     safe_congestion: bool
     max_message_size: int
     max_incomplete_bytes: int
+    max_peer_incomplete_bytes: int
+    reference_compat: bool
     max_peers: int
     max_events: int
     sndbuf: int
@@ -253,7 +267,7 @@ class SocketOptions:
     pace_burst: int
     linger: float
 
-    def __init__(self, **options: int | float) -> None:
+    def __init__(self, **options: int | float | bool) -> None:
         for name, spec in OPTION_SPECS.items():
             object.__setattr__(self, name, spec.default)
         for name, value in options.items():

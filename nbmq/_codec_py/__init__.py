@@ -14,7 +14,7 @@ from .frames import (
     encode_data_frame_into,
     parse_frame,
 )
-from .reassembly import MESSAGE_OVERHEAD, Reassembler
+from .reassembly import MESSAGE_OVERHEAD, MESSAGE_RESERVATION, Reassembler
 from .rqueue import (
     RqueueDecoder,
     encode_deregister,
@@ -40,6 +40,7 @@ __all__ = [
     "encode_data_frame_into",
     "parse_frame",
     "MESSAGE_OVERHEAD",
+    "MESSAGE_RESERVATION",
     "Reassembler",
     "RqueueDecoder",
     "encode_deregister",

@@ -5,14 +5,34 @@ do not copy: overlapping chunks counted twice (a part "completes" with bytes nev
 part_index past part_count, and empty parts that never complete. Here byte accounting is exact:
 each part keeps its received ranges merged and sorted; a chunk wholly inside a received range is
 a duplicate if its bytes match (ignored) and a conflict if not; any partial overlap is a
-conflict. Memory is bounded by ``max_message_size`` and ``max_incomplete_bytes``, checked on the
-first frame of a message, before anything is allocated.
+conflict.
+
+Memory (issue 12, item 1): a message of at most ``MESSAGE_RESERVATION`` (1 MiB) is allocated
+whole on its first frame and charged ``message_size + MESSAGE_OVERHEAD``. A larger one is
+*lazy*: each part is an anonymous memory map whose pages the OS commits only when a chunk is
+written there, so memory follows the bytes received, not the size claimed; it is charged
+``MESSAGE_OVERHEAD + max(MESSAGE_RESERVATION, received + RANGE_CHARGE * ranges)`` (a received
+range touches at most two pages besides its own bytes), checked before each chunk is written.
+Charges count against the socket's budget (``max_incomplete_bytes``) and the owner's
+(``max_peer_incomplete_bytes``; the owner is the first item of a message's key, the session id
+for the default key). When a charge does not fit, the owner's own oldest other messages are
+evicted first (its budget), then the oldest message of whichever owner holds the most (the
+socket's), so one peer cannot lock others out; each eviction is counted (``evicted``) and its
+key is kept for :meth:`Reassembler.take_evicted`.
+
+Interop (issue 11, item 14): the reference emits no frame for an empty part, so a message is
+complete once its received parts are complete and their sizes add up to ``message_size``; the
+absent parts are empty. A late zero-length chunk of such a message (our own senders emit one
+per empty part) is recognised for a while (``RECENT_COMPLETIONS`` keys) and counted as a
+duplicate rather than starting a message that could only expire.
 """
 
 from __future__ import annotations
 
+import mmap
 import operator
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Hashable
 
 import numpy as np
@@ -25,29 +45,70 @@ from .frames import Buffer, parse_frame
 #: Bytes charged to the incomplete budget for each incomplete message besides its claimed
 #: size, so a flood of tiny or empty claims is bounded too.
 MESSAGE_OVERHEAD = 256
+#: Largest message allocated whole on its first frame, bytes; larger ones are lazy (see above).
+MESSAGE_RESERVATION = 1024 * 1024
+#: Extra charge of a lazy message per received range it opens: two 4 KiB pages, bytes.
+RANGE_CHARGE = 8192
+#: Keys of messages completed with absent (empty) parts remembered for their late empty chunks.
+RECENT_COMPLETIONS = 1024
+#: Evicted keys held for take_evicted() at most (the oldest go first; ``evicted`` counts all).
+MAX_EVICTED_KEYS = 4096
+
+_EMPTY = np.empty(0, dtype=np.uint8)
+_PAGE_MAP = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x4000  # MAP_NORESERVE (Linux): lazy pages
+
+
+def _lazy_buffer(size: int) -> np.ndarray:
+    """A uint8 array backed by an anonymous map: pages are committed as they are written."""
+    try:
+        area = mmap.mmap(-1, size, flags=_PAGE_MAP)
+    except (OSError, OverflowError, ValueError):
+        area = mmap.mmap(-1, size)
+    return np.frombuffer(area, dtype=np.uint8)
 
 
 class _Part:
     __slots__ = ("data", "starts", "ends", "received", "done")
 
-    def __init__(self, size: int) -> None:
-        self.data = np.empty(size, dtype=np.uint8)
+    def __init__(self, size: int, lazy: bool) -> None:
+        self.data = _lazy_buffer(size) if lazy and size else np.empty(size, dtype=np.uint8)
         self.starts: list[int] = []  # received byte ranges [start, end), sorted and merged
         self.ends: list[int] = []
         self.received = 0
         self.done = False
 
 
-class _Message:
-    __slots__ = ("part_count", "message_size", "parts", "parts_done", "sizes_seen", "first_seen")
+class _Owner:
+    """Who a message is charged to (a peer): bytes charged and its messages, oldest first."""
 
-    def __init__(self, part_count: int, message_size: int, now: float) -> None:
+    __slots__ = ("key", "used", "messages")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.used = 0
+        self.messages: dict[Hashable, _Message] = {}
+
+
+class _Message:
+    __slots__ = ("part_count", "message_size", "parts", "parts_done", "parts_seen", "sizes_seen",
+                 "first_seen", "lazy", "received", "charge", "owner")
+
+    def __init__(self, part_count: int, message_size: int, now: float, owner: _Owner) -> None:
         self.part_count = part_count
         self.message_size = message_size
         self.parts: list[_Part | None] = [None] * part_count
         self.parts_done = 0
+        self.parts_seen = 0
         self.sizes_seen = 0
         self.first_seen = now
+        self.lazy = message_size > MESSAGE_RESERVATION
+        self.received = 0  # lazy: bytes received plus RANGE_CHARGE per range opened
+        self.charge = MESSAGE_OVERHEAD + (MESSAGE_RESERVATION if self.lazy else message_size)
+        self.owner = owner
+
+
+def _owner_of(key: Hashable) -> Hashable:
+    return key[0] if type(key) is tuple and key else key
 
 
 class Reassembler:
@@ -58,31 +119,49 @@ class Reassembler:
     ``rejected`` frames (each drops its message), ``completed`` messages, ``expired`` messages,
     ``dropped_too_large`` frames refused by the size caps, ``malformed`` datagrams that
     :meth:`add_datagram` / :meth:`add_datagrams` refused because they are not a valid data frame.
+    ``evicted`` messages pushed out to make room for another (see the module docstring).
     ``incomplete_bytes`` is the budget in use, bytes.
 
     Args:
         max_message_size: largest ``message_size`` accepted, bytes (default and cap 2**32-1).
-        max_incomplete_bytes: budget for all incomplete messages together, bytes; each is
-            charged its claimed ``message_size`` plus ``MESSAGE_OVERHEAD`` (256) on its first
-            frame (default 64 MiB).
+        max_incomplete_bytes: budget for all incomplete messages together, bytes; a message of
+            at most ``MESSAGE_RESERVATION`` (1 MiB) is charged ``message_size`` plus
+            ``MESSAGE_OVERHEAD`` (256) on its first frame, a larger one ``MESSAGE_OVERHEAD``
+            plus the larger of 1 MiB and its received bytes (plus ``RANGE_CHARGE`` per
+            received range), growing as chunks arrive (default 64 MiB).
+        max_peer_incomplete_bytes: budget of one owner (the first item of the key: the
+            session id by default), bytes; None (default) means no budget besides the
+            socket's.
 
     Raises:
         ValueError: a limit is negative or ``max_message_size`` is over 2**32-1.
-        TypeError: a limit is not an int.
+        TypeError: a limit is not an int (or None for ``max_peer_incomplete_bytes``).
     """
 
     def __init__(
-        self, max_message_size: int = MAX_MESSAGE_SIZE, max_incomplete_bytes: int = 64 * 1024 * 1024
+        self,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        max_incomplete_bytes: int = 64 * 1024 * 1024,
+        max_peer_incomplete_bytes: int | None = None,
     ) -> None:
         max_message_size = operator.index(max_message_size)
         max_incomplete_bytes = operator.index(max_incomplete_bytes)
+        if max_peer_incomplete_bytes is not None:
+            max_peer_incomplete_bytes = operator.index(max_peer_incomplete_bytes)
+            if max_peer_incomplete_bytes < 0:
+                raise ValueError("max_peer_incomplete_bytes must be >= 0")
         if not 0 <= max_message_size <= MAX_MESSAGE_SIZE:
             raise ValueError("max_message_size must be 0..2**32-1")
         if max_incomplete_bytes < 0:
             raise ValueError("max_incomplete_bytes must be >= 0")
         self.max_message_size = max_message_size
         self.max_incomplete_bytes = max_incomplete_bytes
+        self.max_peer_incomplete_bytes = max_peer_incomplete_bytes
         self.incomplete_bytes = 0
+        self.evicted = 0
+        self._owners: dict[Hashable, _Owner] = {}
+        self._evicted_keys: deque[Hashable] = deque(maxlen=MAX_EVICTED_KEYS)
+        self._recent: dict[Hashable, int] = {}
         self.frames = 0
         self.duplicates = 0
         self.rejected = 0
@@ -114,13 +193,16 @@ class Reassembler:
         Returns:
             The message's parts once complete: a list of ``part_count`` uint8 arrays of shape
             ``(part_size,)`` that own their memory (no second copy; the reassembler keeps no
-            reference). Otherwise None (incomplete, or an exact duplicate chunk, which is
+            reference; a lazy message's parts are backed by their own anonymous maps, held as
+            ``part.base``); parts that never arrived, once the others add up to
+            ``message_size``, are empty arrays. Otherwise None (incomplete, or an exact duplicate chunk, which is
             counted in ``duplicates`` and ignored). Mutates the reassembler's state and
             counters.
 
         Raises:
             FrameTooLarge: the first frame of a message claims more than ``max_message_size``,
-                or more than the incomplete budget has left; nothing is allocated
+                or its charge (or a lazy message's growth) does not fit the budgets even after
+                evicting other messages (then a held message is dropped); nothing is allocated
                 (``dropped_too_large`` counts it).
             DecodeError: a field outside what the wire allows (part_count not 1..255 at 18,
                 part_index >= part_count at 19, message_size / part_size / chunk_offset not a
@@ -158,13 +240,25 @@ class Reassembler:
             if message_size > self.max_message_size:
                 self.dropped_too_large += 1
                 raise FrameTooLarge(20, "message over max_message_size")
-            claim = message_size + MESSAGE_OVERHEAD
-            if self.incomplete_bytes + claim > self.max_incomplete_bytes:
+            if not part_size and not len(chunk) and self._recent.get(key) == message_size:
+                self.duplicates += 1  # a late empty part of a message completed without it
+                return None
+            owner_key = _owner_of(key)
+            owner = self._owners.get(owner_key)
+            charge = MESSAGE_OVERHEAD + min(message_size, MESSAGE_RESERVATION)
+            reason = self._make_room(owner, charge, None)
+            if reason is not None:
                 self.dropped_too_large += 1
-                raise FrameTooLarge(20, "incomplete-bytes budget exhausted")
-            message = _Message(part_count, message_size, now)
+                raise FrameTooLarge(20, reason)
+            if owner is not None and owner_key not in self._owners:
+                owner = None  # evicting its last message forgot it
+            if owner is None:
+                owner = self._owners[owner_key] = _Owner(owner_key)
+            message = _Message(part_count, message_size, now, owner)
             self._messages[key] = message
-            self.incomplete_bytes += claim
+            owner.messages[key] = message
+            owner.used += charge
+            self.incomplete_bytes += charge
         elif part_count != message.part_count:
             raise self._reject(key, 18, "part_count differs from earlier frames")
         elif message_size != message.message_size:
@@ -174,8 +268,14 @@ class Reassembler:
             message.sizes_seen += part_size
             if message.sizes_seen > message.message_size:
                 raise self._reject(key, 24, "part sizes exceed message_size")
-            part = _Part(part_size)
+            try:
+                part = _Part(part_size, message.lazy)
+            except (OSError, MemoryError, ValueError):  # the OS refused the map (strict overcommit)
+                self.dropped_too_large += 1
+                self.drop(key)
+                raise FrameTooLarge(20, "cannot reserve memory for the message") from None
             message.parts[part_index] = part
+            message.parts_seen += 1
         elif part_size != len(part.data):
             raise self._reject(key, 24, "part_size differs from earlier frames")
         size = len(chunk)
@@ -200,14 +300,18 @@ class Reassembler:
                 raise self._reject(key, 30, "chunk overlaps received bytes differently")
             if i < len(starts) and starts[i] < end:
                 raise self._reject(key, 30, "chunk overlaps received bytes differently")
+            before = i > 0 and ends[i - 1] == start
+            after = i < len(starts) and starts[i] == end
+            if message.lazy:
+                self._grow(key, message, size if before or after else size + RANGE_CHARGE)
             part.data[start:end] = chunk
-            if i and ends[i - 1] == start:
-                if i < len(starts) and starts[i] == end:
+            if before:
+                if after:
                     ends[i - 1] = ends[i]
                     del starts[i], ends[i]
                 else:
                     ends[i - 1] = end
-            elif i < len(starts) and starts[i] == end:
+            elif after:
                 starts[i] = start
             else:
                 starts.insert(i, start)
@@ -219,13 +323,96 @@ class Reassembler:
         part.done = True
         message.parts_done += 1
         if message.parts_done < message.part_count:
-            return None
-        if message.sizes_seen != message.message_size:
+            if message.parts_done < message.parts_seen or message.sizes_seen != message.message_size:
+                return None
+            # Every part received is whole and their sizes add up: the absent parts are empty
+            # (the reference sends no frame for them). Remember the key for their late chunks.
+            recent = self._recent
+            if len(recent) >= RECENT_COMPLETIONS:
+                del recent[next(iter(recent))]
+            recent[key] = message_size
+        elif message.sizes_seen != message.message_size:
             raise self._reject(key, 24, "part sizes do not add up to message_size")
-        del self._messages[key]
-        self.incomplete_bytes -= message.message_size + MESSAGE_OVERHEAD
+        self._release(key, message)
         self.completed += 1
-        return [p.data for p in message.parts]  # type: ignore[union-attr]
+        return [np.empty(0, dtype=np.uint8) if p is None else p.data for p in message.parts]
+
+    def _grow(self, key: Hashable, message: _Message, more: int) -> None:
+        """Charge a lazy message for ``more`` received bytes; drop it if they cannot fit."""
+        grown = message.received + more
+        charge = MESSAGE_OVERHEAD + min(message.message_size, max(MESSAGE_RESERVATION, grown))
+        delta = charge - message.charge
+        if delta > 0:
+            reason = self._make_room(message.owner, delta, message)
+            if reason is not None:
+                self.dropped_too_large += 1
+                self.drop(key)
+                raise FrameTooLarge(20, reason)
+            message.charge = charge
+            message.owner.used += delta
+            self.incomplete_bytes += delta
+        message.received = grown
+
+    def _make_room(self, owner: _Owner | None, need: int, current: _Message | None) -> str | None:
+        """Evict messages until ``need`` more bytes fit ``owner``'s and the socket's budgets.
+
+        The owner's own oldest messages go first; for the socket's budget, the oldest message
+        of another owner that would still hold more than ``owner`` does, else the owner's own
+        oldest. ``current`` (the message being charged) is never evicted. Returns None when
+        the bytes fit, else why they cannot.
+        """
+        own = 0 if current is None else current.charge
+        if own + need > self.max_incomplete_bytes:
+            return "incomplete-bytes budget exhausted"
+        cap = self.max_peer_incomplete_bytes
+        if cap is not None:
+            if own + need > cap:
+                return "peer's incomplete-bytes budget exhausted"
+            while owner is not None and owner.used + need > cap:
+                self._evict(owner, current)  # it holds another message: own + need fits
+        while self.incomplete_bytes + need > self.max_incomplete_bytes:
+            mine = need if owner is None else owner.used + need
+            victim = None
+            for other in self._owners.values():
+                if other is not owner and (victim is None or other.used > victim.used):
+                    victim = other
+            if victim is not None and victim.used > mine:
+                self._evict(victim, current)
+            elif owner is not None and len(owner.messages) > (current is not None):
+                self._evict(owner, current)
+            else:
+                return "incomplete-bytes budget exhausted"
+        return None
+
+    def _evict(self, owner: _Owner, current: _Message | None) -> None:
+        for key, message in owner.messages.items():
+            if message is not current:
+                break
+        self._release(key, message)
+        self.evicted += 1
+        self._evicted_keys.append(key)
+
+    def _release(self, key: Hashable, message: _Message) -> None:
+        del self._messages[key]
+        owner = message.owner
+        del owner.messages[key]
+        owner.used -= message.charge
+        if not owner.messages and len(self._owners) > len(self._messages) + 64:
+            # idle owners stay for their next message; sweep them once they pile up
+            self._owners = {k: o for k, o in self._owners.items() if o.messages}
+        self.incomplete_bytes -= message.charge
+
+    def take_evicted(self) -> list[Hashable]:
+        """The keys of the messages evicted since the last call, oldest first (at most
+        ``MAX_EVICTED_KEYS``; ``evicted`` counts every one). Clears them."""
+        keys = list(self._evicted_keys)
+        self._evicted_keys.clear()
+        return keys
+
+    def owner_bytes(self, owner: Hashable) -> int:
+        """Bytes charged to ``owner`` (the first item of its messages' keys), 0 if none."""
+        found = self._owners.get(owner)
+        return 0 if found is None else found.used
 
     def add_datagram(
         self, datagram: Buffer, now: float = 0.0, key: Hashable = None
@@ -316,10 +503,10 @@ class Reassembler:
         Returns:
             True if it was held.
         """
-        message = self._messages.pop(key, None)
+        message = self._messages.get(key)
         if message is None:
             return False
-        self.incomplete_bytes -= message.message_size + MESSAGE_OVERHEAD
+        self._release(key, message)
         return True
 
     def expire(self, before: float) -> list[Hashable]:

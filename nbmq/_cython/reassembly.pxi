@@ -3,8 +3,26 @@
 # (start, end) pairs, sorted, disjoint and merged, as the twin's two lists.
 
 MESSAGE_OVERHEAD = 256
+MESSAGE_RESERVATION = 1024 * 1024
 
 cdef int64_t OVERHEAD = 256
+cdef int64_t RESERVATION = 1024 * 1024
+cdef int64_t RANGE_CHARGE = 8192
+cdef Py_ssize_t RECENT_COMPLETIONS = 1024
+cdef int64_t NO_PEER_CAP = 0x7FFFFFFFFFFFFFFF
+
+import mmap as _mmap
+
+_PAGE_MAP = _mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS | 0x4000  # MAP_NORESERVE (Linux)
+
+
+def _lazy_buffer(size):
+    """A uint8 array on an anonymous map: pages are committed as they are written."""
+    try:
+        area = _mmap.mmap(-1, size, flags=_PAGE_MAP)
+    except (OSError, OverflowError, ValueError):
+        area = _mmap.mmap(-1, size)
+    return np.frombuffer(area, dtype=np.uint8)
 
 cdef enum:
     INLINE_RANGES = 8
@@ -28,11 +46,15 @@ cdef class _Part:
             PyMem_Free(self.r)
 
 
-cdef _Part _new_part(int64_t size):
+cdef _Part _new_part(int64_t size, bint lazy):
     cdef _Part part = _Part.__new__(_Part)
     cdef cnp.npy_intp dims[1]
     dims[0] = <cnp.npy_intp>size
-    cdef cnp.ndarray data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+    cdef cnp.ndarray data
+    if lazy and size:
+        data = _lazy_buffer(size)
+    else:
+        data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
     part.data = data
     part.ptr = <unsigned char*>cnp.PyArray_DATA(data)
     part.size = size
@@ -65,24 +87,56 @@ cdef int _insert_range(_Part part, Py_ssize_t i, uint32_t start, uint32_t end) e
 
 @cython.final
 @cython.no_gc
+cdef class _Owner:
+    cdef object key
+    cdef int64_t used
+    cdef Py_ssize_t count       # its incomplete messages
+    # Its messages, oldest first: an intrusive list of borrowed pointers (the Reassembler's
+    # _messages dict holds them), so no dict work per message and no reference cycle.
+    cdef void* head
+    cdef void* tail
+
+
+@cython.final
+@cython.no_gc
 cdef class _Message:
     cdef int64_t part_count
     cdef int64_t message_size
     cdef int64_t sizes_seen
     cdef int64_t parts_done
+    cdef int64_t parts_seen
     cdef double first_seen
     cdef list parts
+    cdef bint lazy
+    cdef int64_t received       # lazy: bytes received plus RANGE_CHARGE per range opened
+    cdef int64_t charge
+    cdef _Owner owner
+    cdef object key
+    cdef void* prev             # neighbours in owner's list (borrowed)
+    cdef void* next
+
+
+cdef inline object _owner_of(object key):
+    if type(key) is tuple and len(<tuple>key):
+        return (<tuple>key)[0]
+    return key
 
 
 cdef class Reassembler:
     """Turns data frames back into messages, copying each chunk once."""
 
     cdef dict _messages
+    cdef dict _owners
+    cdef object _evicted_keys
+    cdef dict _recent
     cdef object _max_message_size
     cdef object _max_incomplete_bytes
+    cdef object _max_peer_incomplete_bytes
     cdef int64_t _max_msg
     cdef int64_t _max_inc
+    cdef int64_t _max_peer
     cdef public int64_t incomplete_bytes
+    cdef public int64_t evicted
     cdef public int64_t frames
     cdef public int64_t duplicates
     cdef public int64_t rejected
@@ -93,6 +147,9 @@ cdef class Reassembler:
     # The message of the last default key (session_id, message_id) seen: consecutive frames of
     # one message skip the key tuple and the dict lookup. Cleared whenever it leaves the dict.
     cdef _Message _cmsg
+    # The owner of the last default-keyed message admitted (its session id): skips the lookup.
+    cdef _Owner _cowner
+    cdef uint64_t _cowner_sid
     cdef object _ckey
     cdef uint64_t _csid
     cdef uint64_t _cmid
@@ -108,21 +165,31 @@ cdef class Reassembler:
 
     def __cinit__(self):
         self._messages = {}
+        self._owners = {}
+        self._evicted_keys = deque(maxlen=4096)
+        self._recent = {}
+        self._max_peer = NO_PEER_CAP
         self._max_message_size = MAX_MESSAGE_SIZE
         self._max_msg = U32_MAX
         self._max_incomplete_bytes = 64 * 1024 * 1024
         self._max_inc = 64 * 1024 * 1024
 
-    def __init__(self, max_message_size=MAX_MESSAGE_SIZE, max_incomplete_bytes=64 * 1024 * 1024):
-        """Set the caps: largest message, budget for incomplete messages (bytes)."""
+    def __init__(self, max_message_size=MAX_MESSAGE_SIZE, max_incomplete_bytes=64 * 1024 * 1024,
+                 max_peer_incomplete_bytes=None):
+        """Set the caps: largest message, budgets for incomplete messages (bytes)."""
         max_message_size = operator.index(max_message_size)
         max_incomplete_bytes = operator.index(max_incomplete_bytes)
+        if max_peer_incomplete_bytes is not None:
+            max_peer_incomplete_bytes = operator.index(max_peer_incomplete_bytes)
+            if max_peer_incomplete_bytes < 0:
+                raise ValueError("max_peer_incomplete_bytes must be >= 0")
         if not 0 <= max_message_size <= MAX_MESSAGE_SIZE:
             raise ValueError("max_message_size must be 0..2**32-1")
         if max_incomplete_bytes < 0:
             raise ValueError("max_incomplete_bytes must be >= 0")
         self.max_message_size = max_message_size
         self.max_incomplete_bytes = max_incomplete_bytes
+        self.max_peer_incomplete_bytes = max_peer_incomplete_bytes
 
     @property
     def max_message_size(self):
@@ -144,6 +211,16 @@ cdef class Reassembler:
         self._max_inc = _i64(value)
         self._max_incomplete_bytes = value
 
+    @property
+    def max_peer_incomplete_bytes(self):
+        """Budget of one owner (the first item of a key), bytes; None: the socket's only."""
+        return self._max_peer_incomplete_bytes
+
+    @max_peer_incomplete_bytes.setter
+    def max_peer_incomplete_bytes(self, value):
+        self._max_peer = NO_PEER_CAP if value is None else _i64(value)
+        self._max_peer_incomplete_bytes = value
+
     def __len__(self):
         """Number of incomplete messages held."""
         return len(self._messages)
@@ -155,13 +232,70 @@ cdef class Reassembler:
             self._cpart = None
 
     cdef bint _drop(self, object key) except -1:
-        found = self._messages.pop(key, None)
+        found = self._messages.get(key)
         if found is None:
             return False
-        cdef _Message message = <_Message>found
-        self.incomplete_bytes -= message.message_size + OVERHEAD
-        self._forget(message)
+        self._release(key, <_Message>found)
         return True
+
+    cdef int _release(self, object key, _Message message) except -1:
+        del self._messages[key]
+        cdef _Owner owner = message.owner
+        if message.prev != NULL:
+            (<_Message>message.prev).next = message.next
+        else:
+            owner.head = message.next
+        if message.next != NULL:
+            (<_Message>message.next).prev = message.prev
+        else:
+            owner.tail = message.prev
+        message.prev = message.next = NULL
+        owner.count -= 1
+        owner.used -= message.charge
+        if owner.count == 0 and len(self._owners) > len(self._messages) + 64:
+            # idle owners stay for their next message; sweep them once they pile up
+            self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).count}
+            self._cowner = None
+        self.incomplete_bytes -= message.charge
+        self._forget(message)
+        return 0
+
+    cdef int _evict(self, _Owner owner, _Message current) except -1:
+        cdef _Message found = <_Message>owner.head
+        if found is current:
+            found = <_Message>found.next
+        key = found.key
+        self._release(key, found)
+        self.evicted += 1
+        self._evicted_keys.append(key)
+        return 0
+
+    cdef object _make_room(self, _Owner owner, int64_t need, _Message current):
+        """The twin's _make_room: None when need more bytes fit, else the reason."""
+        cdef int64_t own = 0 if current is None else current.charge
+        cdef int64_t mine
+        cdef _Owner victim, other
+        if own + need > self._max_inc:
+            return "incomplete-bytes budget exhausted"
+        if self._max_peer != NO_PEER_CAP:
+            if own + need > self._max_peer:
+                return "peer's incomplete-bytes budget exhausted"
+            while owner is not None and owner.used + need > self._max_peer:
+                self._evict(owner, current)
+        while self.incomplete_bytes + need > self._max_inc:
+            mine = need if owner is None else owner.used + need
+            victim = None
+            for found in self._owners.values():
+                other = <_Owner>found
+                if other is not owner and (victim is None or other.used > victim.used):
+                    victim = other
+            if victim is not None and victim.used > mine:
+                self._evict(victim, current)
+            elif owner is not None and owner.count > (current is not None):
+                self._evict(owner, current)
+            else:
+                return "incomplete-bytes budget exhausted"
+        return None
 
     cdef int _reject(self, object key, Py_ssize_t offset, str reason) except -2:
         self.rejected += 1
@@ -196,6 +330,7 @@ cdef class Reassembler:
         self._done), -1 refused (error in self._e*)."""
         cdef _Message message
         cdef _Part part
+        cdef _Owner owner
         cdef int64_t claim, end
         cdef Py_ssize_t i, lo, hi, mid_i, n
         cdef uint32_t* r
@@ -213,15 +348,52 @@ cdef class Reassembler:
         if found is None:
             if msize > self._max_msg:
                 return self._too_large("message over max_message_size")
-            claim = msize + OVERHEAD
-            if self.incomplete_bytes + claim > self._max_inc:
-                return self._too_large("incomplete-bytes budget exhausted")
+            if psize == 0 and size == 0 and self._recent.get(key) == msize:
+                self.duplicates += 1  # a late empty part of a message completed without it
+                return 0
+            owner_key = None
+            if cacheable and self._cowner is not None and self._cowner_sid == sid:
+                owner = self._cowner
+            else:
+                owner_key = _owner_of(key)
+                found_owner = self._owners.get(owner_key)
+                owner = <_Owner>found_owner if found_owner is not None else None
+            claim = OVERHEAD + (msize if msize < RESERVATION else RESERVATION)
+            if (self.incomplete_bytes + claim > self._max_inc or claim > self._max_peer
+                    or (owner is not None and owner.used + claim > self._max_peer)):
+                reason = self._make_room(owner, claim, None)  # evictions: the slow path
+                if reason is not None:
+                    return self._too_large(reason)
+                if owner is not None and owner.key not in self._owners:
+                    owner_key = owner.key
+                    owner = None  # evicting its last message forgot it
+            if owner is None:
+                if owner_key is None:
+                    owner_key = _owner_of(key)
+                owner = _Owner.__new__(_Owner)
+                owner.key = owner_key
+                self._owners[owner_key] = owner
+            if cacheable:
+                self._cowner = owner
+                self._cowner_sid = sid
             message = _Message.__new__(_Message)
             message.part_count = pc
             message.message_size = msize
             message.first_seen = now
             message.parts = [None] * pc
+            message.lazy = msize > RESERVATION
+            message.charge = claim
+            message.owner = owner
             self._messages[key] = message
+            message.key = key
+            message.prev = owner.tail
+            if owner.tail != NULL:
+                (<_Message>owner.tail).next = <void*>message
+            else:
+                owner.head = <void*>message
+            owner.tail = <void*>message
+            owner.count += 1
+            owner.used += claim
             self.incomplete_bytes += claim
         else:
             message = <_Message>found
@@ -240,8 +412,14 @@ cdef class Reassembler:
             message.sizes_seen += psize
             if message.sizes_seen > message.message_size:
                 return self._reject(key, 24, "part sizes exceed message_size")
-            part = _new_part(psize)
+            try:
+                part = _new_part(psize, message.lazy)
+            except (OSError, MemoryError, ValueError):  # the OS refused the map
+                self._too_large("cannot reserve memory for the message")
+                self._drop(key)
+                return -1
             message.parts[pi] = part
+            message.parts_seen += 1
         else:
             part = <_Part>slot
             if psize != part.size:
@@ -282,9 +460,12 @@ cdef class Reassembler:
                 return self._reject(key, 30, "chunk overlaps received bytes differently")
             if i < n and r[2 * i] < end:
                 return self._reject(key, 30, "chunk overlaps received bytes differently")
-            memmove(part.ptr + coff, chunk, size)
             before = i > 0 and r[2 * i - 1] == coff
             after = i < n and r[2 * i] == end
+            if message.lazy and self._grow(key, message, size if before or after
+                                           else size + RANGE_CHARGE) < 0:
+                return -1
+            memmove(part.ptr + coff, chunk, size)
             if before:
                 if after:
                     r[2 * i - 1] = r[2 * i + 1]
@@ -303,15 +484,39 @@ cdef class Reassembler:
         part.done = True
         message.parts_done += 1
         if message.parts_done < message.part_count:
-            return 0
-        if message.sizes_seen != message.message_size:
+            if message.parts_done < message.parts_seen or message.sizes_seen != message.message_size:
+                return 0
+            # The received parts add up to message_size: the absent ones are empty (reference).
+            if len(self._recent) >= RECENT_COMPLETIONS:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = msize
+        elif message.sizes_seen != message.message_size:
             return self._reject(key, 24, "part sizes do not add up to message_size")
-        del self._messages[key]
-        self._forget(message)
-        self.incomplete_bytes -= message.message_size + OVERHEAD
+        self._release(key, message)
         self.completed += 1
-        self._done = [(<_Part>p).data for p in message.parts]
+        self._done = [np.empty(0, dtype=np.uint8) if p is None else (<_Part>p).data
+                      for p in message.parts]
         return 1
+
+    cdef int _grow(self, object key, _Message message, int64_t more) except -2:
+        """Charge a lazy message for more received bytes; drop it if they cannot fit."""
+        cdef int64_t grown = message.received + more
+        cdef int64_t charge = grown if grown > RESERVATION else RESERVATION
+        if charge > message.message_size:
+            charge = message.message_size
+        charge += OVERHEAD
+        cdef int64_t delta = charge - message.charge
+        if delta > 0:
+            reason = self._make_room(message.owner, delta, message)
+            if reason is not None:
+                self._too_large(reason)
+                self._drop(key)
+                return -1
+            message.charge = charge
+            message.owner.used += delta
+            self.incomplete_bytes += delta
+        message.received = grown
+        return 0
 
     def add(self, frame, now=0.0, key=None):
         """Add one data frame; the message's parts once complete, else None."""
@@ -451,6 +656,17 @@ cdef class Reassembler:
         """Forget an incomplete message and release its budget; True if it was held."""
         return self._drop(key)
 
+    def take_evicted(self):
+        """Keys of the messages evicted since the last call, oldest first; clears them."""
+        keys = list(self._evicted_keys)
+        self._evicted_keys.clear()
+        return keys
+
+    def owner_bytes(self, owner):
+        """Bytes charged to owner (the first item of its messages' keys), 0 if none."""
+        found = self._owners.get(owner)
+        return 0 if found is None else (<_Owner>found).used
+
     def expire(self, before):
         """Drop every incomplete message first seen before `before` (seconds); their keys."""
         old = [k for k, m in self._messages.items() if (<_Message>m).first_seen < before]
@@ -486,10 +702,14 @@ cdef inline bint _append(Reassembler self, const Hdr* h, const unsigned char* ch
         return False
     n = self._cpart.n
     if n == 0:
+        if self._cmsg.lazy and not _charge_lazy(self, self._cmsg, h.csize + RANGE_CHARGE):
+            return False
         self._cpart.r[0] = h.coff
         self._cpart.r[1] = <uint32_t>end
         self._cpart.n = 1
     elif self._cpart.r[2 * n - 1] == h.coff:
+        if self._cmsg.lazy and not _charge_lazy(self, self._cmsg, h.csize):
+            return False
         self._cpart.r[2 * n - 1] = <uint32_t>end
     else:
         return False
@@ -498,3 +718,21 @@ cdef inline bint _append(Reassembler self, const Hdr* h, const unsigned char* ch
     self.frames += 1
     return True
 
+
+
+cdef inline bint _charge_lazy(Reassembler self, _Message m, int64_t more) noexcept:
+    """_grow without eviction, for _append: False (nothing changed) when it does not fit."""
+    cdef int64_t grown = m.received + more
+    cdef int64_t charge = grown if grown > RESERVATION else RESERVATION
+    if charge > m.message_size:
+        charge = m.message_size
+    charge += OVERHEAD
+    cdef int64_t delta = charge - m.charge
+    if delta > 0:
+        if self.incomplete_bytes + delta > self._max_inc or m.owner.used + delta > self._max_peer:
+            return False
+        m.charge = charge
+        m.owner.used += delta
+        self.incomplete_bytes += delta
+    m.received = grown
+    return True

@@ -22,8 +22,18 @@ Beyond the reference:
   full of connected peers refuses Connects (counted).
 - A repeated ``Connect`` from an address that has a peer is answered with that peer's session
   (idempotent: a lost ``Connected`` or a duplicated ``Connect`` does not make a second peer).
-- A known session arriving from a new address (NAT rebinding) keeps its session; replies go to
-  the new address.
+- Path validation (issue 12; QUIC's path validation, RFC 9000 section 8.2, is the model). A
+  known session arriving from a new address (NAT rebinding) keeps its session and its frames
+  are taken, but replies and data keep going to the validated address until the new one is
+  validated: its first frame there makes it a candidate and queues a ``Heartbeat(session)`` to
+  it (the challenge; the old reference peer needs nothing new to answer it, it keeps sending
+  heartbeats or data); the peer moves (``PeerMoved``, ``addr_changes``) when
+  ``PATH_VALIDATION_FRAMES`` (2) more frames of the session arrive from that address. A frame
+  from the current address meanwhile cancels every candidate (the old path is alive, so the
+  new one is a spoof, a replay or a stray); at most ``MAX_PATH_CANDIDATES`` (4) per peer, the
+  oldest giving way; a candidate not validated within ``peer_keepalive`` starts over. Given up
+  candidates count in ``paths_rejected`` with a ``PathRejected`` event. Threat model: README,
+  "Path validation".
 
 All peer-state transitions live in :meth:`Connection._set_state` and :meth:`Connection._remove`.
 """
@@ -43,8 +53,10 @@ from ..events import (
     DisconnectReason,
     Event,
     FrameRejected,
+    PathRejected,
     PeerConnected,
     PeerDisconnected,
+    PeerMoved,
     RejectReason,
 )
 from ..options import SocketOptions
@@ -68,6 +80,10 @@ _ACK = FrameKind.ACK
 _CONNECT_FRAME = codec.encode_control_frame(FrameKind.CONNECT, 0)
 #: Control frames held for the driver at most; past it they are dropped and counted.
 MAX_CONTROL_QUEUE = 65536
+#: Candidate new addresses held per peer (NAT rebinding); a new one evicts the oldest.
+MAX_PATH_CANDIDATES = 4
+#: Frames of the session from a candidate address, after its challenge, that validate it.
+PATH_VALIDATION_FRAMES = 2
 
 
 class Role:
@@ -245,7 +261,9 @@ class Connection:
                 return
             peer._last_seen = now
             if peer._addr != addr:
-                self._rebind(peer, addr)
+                self._path_frame(peer, addr, now)
+            elif peer._paths:
+                self._cancel_paths(peer, "old path alive")
             if peer._state is not _CONNECTED:
                 self._set_state(peer, _CONNECTED, now)
             self._on_data(frame, data, peer, now)
@@ -275,7 +293,9 @@ class Connection:
             return
         peer._last_seen = now
         if peer._addr != addr:
-            self._rebind(peer, addr)
+            self._path_frame(peer, addr, now)
+        elif peer._paths:
+            self._cancel_paths(peer, "old path alive")
         if peer._state is not _CONNECTED:
             self._set_state(peer, _CONNECTED, now)
         if kind == _HEARTBEAT:
@@ -375,6 +395,47 @@ class Connection:
     def _reject(self, addr: Hashable, detail: str) -> None:
         self._counters.unexpected += 1
         self._emit(FrameRejected(addr, RejectReason.UNEXPECTED, detail))
+
+    def _path_frame(self, peer: Peer, addr: Hashable, now: float) -> None:
+        """A frame of ``peer``'s session from another address: challenge it or validate it."""
+        counters = self._counters
+        paths = peer._paths
+        if paths is None:
+            paths = peer._paths = {}
+        entry = paths.get(addr)
+        if entry is not None and entry[1] + self._opts.peer_keepalive <= now:
+            del paths[addr]
+            self._path_rejected(peer, addr, "expired")
+            entry = None
+        if entry is None:
+            if len(paths) >= MAX_PATH_CANDIDATES:
+                oldest = next(iter(paths))
+                del paths[oldest]
+                self._path_rejected(peer, oldest, "too many candidates")
+            paths[addr] = [0, now]
+            self._queue_ctrl(codec.encode_control_frame(_HEARTBEAT, peer._sid), addr)
+            counters.path_challenges += 1
+            counters.heartbeats_out += 1
+            return
+        entry[0] += 1
+        if entry[0] < PATH_VALIDATION_FRAMES:
+            return
+        old = peer._addr
+        del paths[addr]
+        self._cancel_paths(peer, "old path alive")  # the others lost: count them
+        self._rebind(peer, addr)
+        self._emit(PeerMoved(peer._sid, old, addr))
+
+    def _cancel_paths(self, peer: Peer, reason: str) -> None:
+        paths = peer._paths
+        if paths:
+            for addr in list(paths):
+                self._path_rejected(peer, addr, reason)
+            paths.clear()
+
+    def _path_rejected(self, peer: Peer, addr: Hashable, reason: str) -> None:
+        self._counters.paths_rejected += 1
+        self._emit(PathRejected(peer._sid, addr, reason))
 
     def _rebind(self, peer: Peer, addr: Hashable) -> None:
         self._counters.addr_changes += 1

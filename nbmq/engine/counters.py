@@ -32,7 +32,9 @@ class Counters:
         peers_evicted: half-open peers pushed out of a full table by a peer whose cookie
             verified.
         half_open_expired: half-open peers that never answered within ``peer_keepalive``.
-        addr_changes: known sessions seen from a new address (NAT rebinding).
+        addr_changes: peers moved to a new address after validating it (NAT rebinding).
+        path_challenges: Heartbeats sent to a candidate new address of a peer.
+        paths_rejected: candidate addresses given up (old path alive, too many, expired).
         events_dropped: events not queued because ``max_events`` were waiting, in the engine or
             in a socket driver's own queue (which drops the oldest).
         control_dropped: control frames not queued because the output queue was full
@@ -78,6 +80,8 @@ class Counters:
         "peers_evicted",
         "half_open_expired",
         "addr_changes",
+        "path_challenges",
+        "paths_rejected",
         "events_dropped",
         "control_dropped",
         "kernel_drops",
@@ -118,6 +122,8 @@ class Counters:
     peers_evicted: int
     half_open_expired: int
     addr_changes: int
+    path_challenges: int
+    paths_rejected: int
     events_dropped: int
     control_dropped: int
     kernel_drops: int

@@ -39,10 +39,12 @@ class Peer:
         since: when it entered the table, seconds.
         outbound: True for the peer a connecting engine dialled, False for one that connected
             to this (bound) engine.
+        path_candidates: new addresses its session came from, awaiting validation.
     """
 
     __slots__ = (
-        "_sid", "_addr", "_state", "_last_seen", "_last_sent", "_since", "_outbound", "_timer"
+        "_sid", "_addr", "_state", "_last_seen", "_last_sent", "_since", "_outbound", "_timer",
+        "_paths",
     )
 
     def __init__(
@@ -56,6 +58,8 @@ class Peer:
         self._since = now
         self._outbound = outbound
         self._timer = -1.0  # due time of this peer's live entry in the engine's timer heap
+        # candidate new addresses (NAT rebinding) -> [frames since the challenge, first seen]
+        self._paths: dict[Hashable, list[float]] | None = None
 
     @property
     def session_id(self) -> int:
@@ -84,6 +88,11 @@ class Peer:
     @property
     def outbound(self) -> bool:
         return self._outbound
+
+    @property
+    def path_candidates(self) -> list[Hashable]:
+        """New addresses this peer's session was seen from, not yet validated (oldest first)."""
+        return list(self._paths or ())
 
     def __repr__(self) -> str:
         return (

@@ -92,9 +92,15 @@ class RecvQueue:
         max_incomplete_bytes: budget for all incomplete messages, bytes.
         refuse_when_full: refuse frames while ``recv_hwm`` messages wait (SafeDealer), rather
             than dropping messages that complete while full.
+        max_peer_incomplete_bytes: budget for one session's incomplete messages, bytes (None:
+            only the socket's). How messages are charged and who is evicted when a budget is
+            full: the codec's Reassembler (issue 12: one peer cannot lock others out).
+        on_drop: called ``(session_id, message_id, DropReason.EVICTED)`` for every incomplete
+            message evicted to make room; the engine turns it into an event and a counter.
 
     Counters (ints): ``completed`` (queued), ``pulled`` (a property), ``dropped_hwm`` (messages),
     ``refused`` (frames), ``duplicates`` (frames of recently delivered messages), ``expired``,
+    ``evicted`` (incomplete messages pushed out by the budgets),
     ``rejected`` and ``too_large`` (messages or frames, as the reassembler counts them);
     ``reassembler`` exposes the codec's own counters (``duplicates`` there counts repeated
     chunks of incomplete messages).
@@ -121,6 +127,8 @@ class RecvQueue:
         "expired",
         "rejected",
         "too_large",
+        "evicted",
+        "on_drop",
     )
 
     def __init__(
@@ -132,13 +140,18 @@ class RecvQueue:
         max_message_size: int = 16 * 1024 * 1024,
         max_incomplete_bytes: int = 64 * 1024 * 1024,
         refuse_when_full: bool = False,
+        max_peer_incomplete_bytes: int | None = None,
+        on_drop: DropCallback | None = None,
     ) -> None:
         self.recv_hwm = recv_hwm
         self.ttl = uncompleted_message_ttl
         self.maint_ivl = queue_maint_ivl
         self.dedup_ttl = dedup_ttl
         self.refuse_when_full = refuse_when_full
-        self.reassembler = codec.Reassembler(max_message_size, max_incomplete_bytes)
+        self.reassembler = codec.Reassembler(
+            max_message_size, max_incomplete_bytes, max_peer_incomplete_bytes
+        )
+        self.on_drop = on_drop
         self._ready: deque[Parts] = deque()
         self._dedup: dict[tuple[int, int], float] | None = None if dedup_ttl is None else {}
         self._dedup_order: deque[tuple[float, tuple[int, int]]] = deque()
@@ -151,6 +164,7 @@ class RecvQueue:
         self.expired = 0
         self.rejected = 0
         self.too_large = 0
+        self.evicted = 0
 
     def __len__(self) -> int:
         """Completed messages waiting for :meth:`pull`."""
@@ -189,14 +203,20 @@ class RecvQueue:
         if self.refuse_when_full and len(ready) >= self.recv_hwm:
             self.refused += 1
             return PushResult.REFUSED
+        reassembler = self.reassembler
+        evicted = reassembler.evicted
         try:
-            parts = self.reassembler.add(frame, now, key)
+            parts = reassembler.add(frame, now, key)
         except FrameTooLarge:
             self.too_large += 1
+            if reassembler.evicted != evicted:
+                self._report_evicted()
             return PushResult.TOO_LARGE
         except DecodeError:
             self.rejected += 1
             return PushResult.REJECTED
+        if reassembler.evicted != evicted:
+            self._report_evicted()
         if parts is None:
             return PushResult.INCOMPLETE
         if len(ready) >= self.recv_hwm:
@@ -209,6 +229,14 @@ class RecvQueue:
             dedup[key] = until
             self._dedup_order.append((until, key))
         return PushResult.COMPLETE
+
+    def _report_evicted(self) -> None:
+        keys = self.reassembler.take_evicted()
+        self.evicted += len(keys)
+        on_drop = self.on_drop
+        if on_drop is not None:
+            for session_id, message_id in keys:
+                on_drop(session_id, message_id, DropReason.EVICTED)
 
     def pull(self) -> Parts:
         """The oldest completed message.
@@ -264,8 +292,9 @@ class RecvQueue:
         n = len(self._ready) + len(self.reassembler)
         self._cleared += len(self._ready)
         self._ready.clear()
+        old = self.reassembler
         self.reassembler = codec.Reassembler(
-            self.reassembler.max_message_size, self.reassembler.max_incomplete_bytes
+            old.max_message_size, old.max_incomplete_bytes, old.max_peer_incomplete_bytes
         )
         return n
 

@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import codec
-from ..errors import NotSupported, WouldBlock
+from ..errors import InteropError, NotSupported, WouldBlock
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import SocketOptions
 from ..wire import DataFrame, FrameKind
@@ -107,6 +107,8 @@ class Socket(Connection):
             max_message_size=opts.max_message_size,
             max_incomplete_bytes=opts.max_incomplete_bytes,
             refuse_when_full=self.SAFE,
+            max_peer_incomplete_bytes=opts.max_peer_incomplete_bytes,
+            on_drop=self._dropped,
         )
         self._max_tick_send = opts.max_tick_send
         self._ready = self._recvq._ready
@@ -155,6 +157,8 @@ class Socket(Connection):
             recvq.reassembler.max_message_size = int(value)
         elif name == "max_incomplete_bytes":
             recvq.reassembler.max_incomplete_bytes = int(value)
+        elif name == "max_peer_incomplete_bytes":
+            recvq.reassembler.max_peer_incomplete_bytes = int(value)
         elif name in ("peer_keepalive", "peer_heartbeat_ivl"):
             for peer in self._peers.values():  # deadlines may be earlier now
                 self._arm(peer)
@@ -209,6 +213,8 @@ class Socket(Connection):
         Raises:
             WouldBlock: ``send_hwm`` messages are held; nothing was queued.
             NotSupported: on a Dish.
+            InteropError: ``reference_compat`` is set and a part is empty (the Rust reference
+                would lose the message); nothing was queued.
             NbmqError: the engine is closed.
             TypeError / ValueError: ``parts`` is not 1..255 buffers or is over 4 GiB.
 
@@ -218,6 +224,8 @@ class Socket(Connection):
             raise NotSupported(f"{type(self).__name__} cannot send")
         if self._closed:
             self._check_open()
+        if self._opts.reference_compat:
+            _check_reference_compat(parts)
         self._now = now
         sendq = self._sendq
         if sendq.held >= sendq.send_hwm:
@@ -368,6 +376,18 @@ class Socket(Connection):
         counters.duplicate_frames = recvq.duplicates + recvq.reassembler.duplicates
 
 
+def _check_reference_compat(parts: Sequence[Buffer]) -> None:
+    """Refuse what the Rust reference (nbmq 0.2.0) would lose: it emits no frame for an empty
+    part, so its receiver never completes such a message (issue 11, item 15)."""
+    _check_parts(parts)
+    for index, part in enumerate(parts):
+        if not memoryview(part).nbytes:
+            raise InteropError(
+                f"part {index} is empty: the Rust reference drops messages with empty parts "
+                "(reference_compat=True refuses them)"
+            )
+
+
 def _check_parts(parts: Sequence[Buffer]) -> None:
     """The argument checks ``codec.shard_message`` makes, for a send that shards nothing."""
     if isinstance(parts, (bytes, bytearray, memoryview, str)):
@@ -445,9 +465,12 @@ class Radio(Socket):
 
         Raises:
             WouldBlock: ``send_hwm`` messages are held; nothing was queued.
+            InteropError: ``reference_compat`` is set and a part is empty.
             NbmqError: the engine is closed. TypeError / ValueError: bad ``parts``.
         """
         self._check_open()
+        if self._opts.reference_compat:
+            _check_reference_compat(parts)
         self._now = now
         sendq = self._sendq
         if sendq.held >= sendq.send_hwm:

@@ -19,6 +19,9 @@ Counting rules:
   nothing; its byte accounting is computed from the frame headers.
 - ``missing_bytes``: 0 when complete, else ``message_size`` minus the distinct bytes the
   frames cover (overlaps counted once).
+- A message whose received parts' sizes add up to ``message_size`` is complete; the absent
+  parts are empty (the Rust reference sends no frame for an empty part; the codec's rule,
+  issue 11). Both paths below give such messages their empty parts.
 """
 
 from __future__ import annotations
@@ -396,9 +399,10 @@ def _bulk_reassemble(
 
     A one-frame group qualifies when its frame is the whole message (one part, offset 0,
     chunk = part = message size, at most ``max_message_size``; the codec checked the header
-    when the frames table was decoded). A multi-frame group qualifies when it lies wholly inside the batch (not the first one if it continues
+    when the frames table was decoded). Any other group qualifies when it lies wholly inside the batch (not the first one if it continues
     the previous batch's last group, never the last one, which may continue in the next),
-    has several frames, no two frames with the same (part_index, chunk_offset), chunks adding
+    is not such a one-frame message (a single frame of several parts qualifies: the reference
+    sends no frame for an empty part), no two frames with the same (part_index, chunk_offset), chunks adding
     up exactly to its message_size (at most ``max_message_size``), and a (session_id,
     message_id) no other qualifying group of the batch has. Such a group completes at its last
     frame with no duplicate, or a frame is rejected; the frames are rebuilt as datagrams
@@ -435,7 +439,7 @@ def _bulk_reassemble(
             np.flatnonzero(whole).tolist(), offsets[firsts[whole]].tolist(), lengths[firsts[whole]].tolist()
         )
     }
-    cand = (nframes >= 2) & (glen == msize) & (msize <= max_message_size) & ~edge
+    cand = ~whole & (glen == msize) & (msize <= max_message_size) & ~edge
     if not cand.any():
         return singles
     gid = np.repeat(np.arange(n_groups), nframes)

@@ -327,3 +327,45 @@ def test_reassembler_hand_built_frames(fields, chunk, twice):
             log.append(outcome(r.add, frame._replace(chunk_offset=0)))
         results.append((log, state(r)))
     assert results[0] == results[1]
+
+
+@st.composite
+def budget_traffic(draw):
+    """Claims from a few sessions, lazy (over 1 MiB) and whole, under tight socket and peer
+    budgets (issue 12): charges, evictions and refusals must match."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    ops = []
+    for _ in range(draw(st.integers(5, 60))):
+        sid = rng.randrange(4)
+        mid = rng.randrange(6)
+        size = rng.choice([0, 300, 5000, 2 << 20, 16 << 20])
+        count = rng.choice([1, 2, 3])
+        index = rng.randrange(count)
+        part = size // count + (size % count if index == count - 1 else 0)
+        chunk = rng.randbytes(min(part, rng.choice([0, 1, 466])))
+        offset = rng.randrange(max(1, part - len(chunk) + 1)) if rng.random() < 0.5 else 0
+        if rng.random() < 0.1:
+            ops.append(("expire", rng.choice([0.5, 2.0])))
+        ops.append(("add", DataFrame(sid, mid, count, index, size, part, offset, chunk),
+                    rng.choice([0.0, 1.0])))
+    budgets = draw(st.sampled_from([(3 << 20, 2 << 20), (5000, 3000), (64 << 20, None)]))
+    return ops, budgets
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(budget_traffic())
+def test_reassembler_budgets(case):
+    ops, (total, peer) = case
+    logs = []
+    for module in (py, c):
+        r = module.Reassembler(max_incomplete_bytes=total, max_peer_incomplete_bytes=peer)
+        log = []
+        for op in ops:
+            if op[0] == "expire":
+                log.append(outcome(r.expire, op[1]))
+            else:
+                log.append(outcome(r.add, op[1], op[2]))
+            log.append(state(r) + (r.evicted, tuple(r.take_evicted()),
+                                   tuple(r.owner_bytes(s) for s in range(4))))
+        logs.append(log)
+    assert logs[0] == logs[1]

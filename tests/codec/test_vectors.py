@@ -280,8 +280,14 @@ RECV_OURS = {
     # A message completed twice before the application pulls: the reference's completion map
     # keeps one copy; the Reassembler hands out every completion (the queueing layer dedups).
     "recv_whole_message_repeated_before_pull": {7: "again"},
+    # The reference sends no frame for an empty part and so never completes such a message;
+    # ours completes once the received parts add up to message_size (issue 11, item 14).
+    "recv_empty_middle_part_never_completes": {
+        2: {"session_id": 10, "message_id": 0x67F10A697F983FBD, "parts_hex": ["61", "", "63"]},
+    },
 }
-RECV_LEFT = {"recv_chunk_beyond_part_size": 0, "recv_message_size_larger_than_parts": 0}
+RECV_LEFT = {"recv_chunk_beyond_part_size": 0, "recv_message_size_larger_than_parts": 0,
+             "recv_empty_middle_part_never_completes": 0}
 
 
 def test_recv_queue(codec, vectors):

@@ -9,7 +9,15 @@ import pytest
 from engine_helpers import control, drain_events, kind_of, pump
 from nbmq import FrameKind, codec
 from nbmq.engine import Dealer, PeerState
-from nbmq.events import DisconnectReason, FrameRejected, PeerConnected, PeerDisconnected, RejectReason
+from nbmq.events import (
+    DisconnectReason,
+    FrameRejected,
+    PathRejected,
+    PeerConnected,
+    PeerDisconnected,
+    PeerMoved,
+    RejectReason,
+)
 from nbmq.options import SocketOptions
 from nbmq.testing import Link, Network, connected_pair
 
@@ -215,9 +223,13 @@ def test_nat_rebinding_keeps_session():
     sid = next(iter(server.engine.peers))
     net.move(client, C2)
     net.send(client, [b"from the new address"])
-    assert net.run_until(lambda: server.engine.recv_ready(), 1.0)
-    assert server.engine.peers[sid].addr == C2
+    assert net.run_until(lambda: server.engine.recv_ready(), 1.0)  # taken at once...
+    assert server.engine.peers[sid].addr == C  # ... but the path is validated first
+    assert server.engine.peers[sid].path_candidates == [C2]
+    # the client's next frames from C2 (heartbeats) validate it
+    assert net.run_until(lambda: server.engine.peers[sid].addr == C2, 5.0)
     assert server.engine.counters.addr_changes == 1
+    assert server.events_of(PeerMoved) == [PeerMoved(sid, C, C2)]
     net.send(server, [b"reply"])
     assert net.run_until(lambda: client.engine.recv_ready(), 1.0)
     assert client.recv_all() == [[b"reply"]]
@@ -314,3 +326,70 @@ def test_disconnected_answers_with_connect_at_once():
     # a Disconnected naming another session changes nothing
     client.receive_datagram(control(FrameKind.DISCONNECTED, sid ^ 1), S, 1.1)
     assert len(client.connected_peers) == 1
+
+
+# -- path validation (issue 12, item 4) ----------------------------------------------------------
+
+EVIL = ("6.6.6.6", 666)
+
+
+def _bound_peer():
+    """A bound Dealer with one connected peer at C (virtual time, no simulator)."""
+    server = Dealer.bound(S, rng=random.Random(1))
+    client = Dealer.connecting(S, 0.0)
+    pump(client, C, server, S, 0.0)
+    sid = next(iter(server.peers))
+    server.datagrams_to_send(0.0)
+    drain_events(server)
+    return server, sid
+
+
+def test_path_is_challenged_then_validated_by_two_more_frames():
+    server, sid = _bound_peer()
+    hb = control(FrameKind.HEARTBEAT, sid)
+    server.receive_datagram(hb, C2, 1.0)
+    # the challenge: a Heartbeat to the candidate; the peer stays where it was
+    assert [(bytes(d), a) for d, a in server.datagrams_to_send(1.0)] == [(hb, C2)]
+    assert server.peers[sid].addr == C and server.counters.path_challenges == 1
+    server.receive_datagram(hb, C2, 1.1)
+    assert server.peers[sid].addr == C  # one frame after the challenge is not enough
+    server.receive_datagram(codec.shard_message_bytes([b"d"], sid, 9)[0], C2, 1.2)
+    assert server.peers[sid].addr == C2 and server.peers[sid].path_candidates == []
+    assert drain_events(server) == [PeerMoved(sid, C, C2)]
+    assert server.counters.addr_changes == 1 and server.counters.paths_rejected == 0
+    assert [[bytes(p) for p in server.recv()]] == [[b"d"]]  # data from the candidate was taken
+    server.send([b"reply"], 1.3)
+    assert [a for _, a in server.datagrams_to_send(1.3)] == [C2]
+
+
+def test_spoofed_frames_do_not_move_a_live_peer():
+    server, sid = _bound_peer()
+    hb = control(FrameKind.HEARTBEAT, sid)
+    for t in (1.0, 1.01):  # a spoofer that knows the session id: two frames
+        server.receive_datagram(hb, EVIL, t)
+    server.receive_datagram(hb, C, 1.02)  # the real peer is still there: candidates cancelled
+    assert server.peers[sid].addr == C and server.peers[sid].path_candidates == []
+    assert drain_events(server) == [PathRejected(sid, EVIL, "old path alive")]
+    server.receive_datagram(hb, EVIL, 1.03)  # starts over: challenged again, not moved
+    server.receive_datagram(hb, EVIL, 1.04)
+    assert server.peers[sid].addr == C and server.counters.path_challenges == 2
+    server.send([b"private"], 1.1)
+    assert {a for _, a in server.datagrams_to_send(1.1) if codec.parse_frame(_).kind == 0} == {C}
+
+
+def test_path_candidates_are_bounded_and_expire():
+    server, sid = _bound_peer()
+    hb = control(FrameKind.HEARTBEAT, sid)
+    for i in range(10):
+        server.receive_datagram(hb, ("7.7.7.7", i), 1.0)
+    peer = server.peers[sid]
+    assert peer.path_candidates == [("7.7.7.7", i) for i in range(6, 10)]
+    assert server.counters.path_challenges == 10 and server.counters.paths_rejected == 6
+    rejected = [e for e in drain_events(server) if isinstance(e, PathRejected)]
+    assert [e.reason for e in rejected] == ["too many candidates"] * 6
+    # a candidate older than peer_keepalive starts over (a fresh challenge, count from zero)
+    later = 1.0 + server.options.peer_keepalive
+    server.receive_datagram(hb, ("7.7.7.7", 9), later)
+    server.receive_datagram(hb, ("7.7.7.7", 9), later)
+    assert peer.addr == C and server.counters.path_challenges == 11
+    assert drain_events(server)[0] == PathRejected(sid, ("7.7.7.7", 9), "expired")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from engine_helpers import control, pump
 from nbmq import FrameKind, codec
 from nbmq.engine import Dealer, Dish, Radio, SafeDealer
-from nbmq.events import FrameRejected, RejectReason
+from nbmq.events import DropReason, FrameRejected, RejectReason
 from nbmq.options import SocketOptions
 
 S = ("10.0.0.1", 8000)
@@ -161,8 +161,9 @@ def test_oversized_and_budget_claims_allocate_nothing():
     # claims a 4 GiB message: refused at once
     big = codec.encode_data_frame(sid, mid, 1, 0, 0xFFFFFFFF, 0xFFFFFFFF, 0, b"x")
     server.receive_datagram(big, C, 0.0)
-    # many 9 KB claims: the budget stops them after five
+    # many 9 KB claims: the budget holds five; each further one evicts the peer's oldest
     for m in range(20):
         server.receive_datagram(codec.encode_data_frame(sid, 100 + m, 1, 0, 9000, 9000, 0, b"y"), C, 0.0)
     assert server.incomplete_messages == 5
     assert server.counters.dropped_total == 16
+    assert server.counters.dropped[DropReason.EVICTED] == 15

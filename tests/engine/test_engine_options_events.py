@@ -93,6 +93,9 @@ def test_construction_validates():
         ("rcvbuf", 1.0),
         ("linger", -1.0),
         ("linger", math.nan),
+        ("max_peer_incomplete_bytes", -1),
+        ("reference_compat", 1),
+        ("reference_compat", "yes"),
     ],
 )
 def test_assignment_validates_and_names_the_option(name, value):

@@ -154,7 +154,7 @@ def test_reference_recv_vectors_never_crash(vectors):
                     pass
         if not case["expected"]["panicked"] and case["name"] not in (
             "recv_overlapping_chunks_complete_with_holes",  # we reject the conflicting overlap
-            "recv_empty_middle_part_never_completes",  # reference never sends; fine either way
+            "recv_empty_middle_part_never_completes",  # we complete it; the reference never does
             "recv_hwm_incoming_full",  # divergence: incomplete messages do not count
             "recv_whole_message_repeated_before_pull",  # no dedup: delivered twice
         ):

@@ -1,0 +1,123 @@
+"""Fuzz targets for the capture readers: one input is a whole capture file (pcap or pcapng).
+
+``capture_twins`` reads it with the compiled helpers (``nbmq.capture._records`` record walker
+and gather, ``nbmq.capture._decode`` packet decoder and address table) and again with their
+Python / numpy paths, and compares every column, counter and error reason; the dpkt engine
+(the packet-at-a-time reference, ``read_datagrams(engine="dpkt")``) must agree as well. ``capture_split``
+checks the ``plan_splits`` contract (nbmq/capture/splits.py): reading each byte range gives,
+together, exactly the whole-file read, errors included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator
+
+
+from nbmq.capture import DatagramBatch, first_frames, plan_splits, read_datagrams
+from nbmq.capture import addresses, batch, decode_fast, records
+from nbmq.capture.errorlog import MAX_ERROR_REASONS
+from nbmq.errors import CaptureError
+
+from .twins import Finding, check_same
+
+__all__ = ["capture_twins", "capture_split", "python_paths", "picture"]
+
+# (module, attribute) of every compiled helper the readers pick at import time
+_COMPILED = ((records, "_walk_chain"), (records, "_walk_fields"), (batch, "_native_gather"),
+             (decode_fast, "_decode"), (addresses, "_factorize"))
+
+
+def _require_compiled() -> None:
+    missing = [f"{m.__name__}.{a}" for m, a in _COMPILED if getattr(m, a) is None]
+    if missing:
+        raise ImportError(f"compiled capture helpers not loaded ({', '.join(missing)}): build the "
+                          "extensions and unset NBMQ_NO_EXTENSIONS")
+
+
+_require_compiled()
+
+
+@contextlib.contextmanager
+def python_paths() -> Iterator[None]:
+    """Within the block the readers use their Python / numpy paths instead of compiled code."""
+    saved = [getattr(m, a) for m, a in _COMPILED]
+    for m, a in _COMPILED:
+        setattr(m, a, None)
+    try:
+        yield
+    finally:
+        for (m, a), value in zip(_COMPILED, saved):
+            setattr(m, a, value)
+
+
+def picture(b: DatagramBatch, *, counters: bool = True) -> tuple:
+    """Everything a batch says, in comparable form (payloads datagram by datagram)."""
+    c = b.compact()
+    rows = (c.timestamp_ns.tolist(), c.timestamp.tolist(), list(c.src_addr), list(c.dst_addr),
+            c.src_port.tolist(), c.dst_port.tolist(), c.lengths.tolist(), c.frame_number.tolist(),
+            c.truncated.tolist(), c.payload.tobytes())
+    if not counters:
+        return rows
+    return rows + (b.packets, b.skipped, b.errors, list(b.error_reasons), b.fallback_rows)
+
+
+def _read(data: bytes, **kw: object) -> tuple:
+    try:
+        return ("ok", picture(read_datagrams(data, **kw)))  # type: ignore[arg-type]
+    except CaptureError as e:
+        return ("raise", "CaptureError", str(e))
+
+
+def capture_twins(data: bytes) -> None:
+    """Whole-file and second-half reads: the compiled helpers against the Python paths, and the
+    fast engine against the dpkt reference engine (all but ``fallback_rows``, which only the
+    fast engine counts)."""
+    half = len(data) // 2
+    compiled = [_read(data), _read(data, start=half)]
+    with python_paths():
+        python = [_read(data), _read(data, start=half)]
+    check_same("read_datagrams (compiled vs Python paths)", python, compiled)
+    reference = [_read(data, engine="dpkt"), _read(data, start=half, engine="dpkt")]
+    if [_no_fallback(r) for r in compiled] != [_no_fallback(r) for r in reference]:
+        raise Finding(f"read_datagrams: fast and dpkt engines disagree\n  fast: {compiled}\n  dpkt: {reference}")
+
+
+def _no_fallback(result: tuple) -> tuple:
+    return result if result[0] != "ok" else ("ok", result[1][:-1])
+
+
+def _targets(data: bytes) -> list[int]:
+    """Range sizes for one input: a pseudo-random one from 64 bytes up, and a third of it."""
+    return [64 + zlib.crc32(data) % max(len(data) // 2, 1), max(len(data) // 3, 1)]
+
+
+def capture_split(data: bytes) -> None:
+    """The union of the ``plan_splits`` ranges' reads is the whole-file read (pcapng: halves)."""
+    try:
+        whole = read_datagrams(data)
+    except CaptureError:
+        return
+    if data[:4] == b"\x0a\x0d\x0d\x0a":
+        plans = [[(0, len(data) // 2), (len(data) // 2, len(data))]]
+    else:
+        plans = [plan_splits(data, t) for t in _targets(data)]
+    want = picture(whole, counters=False), whole.packets, whole.skipped, whole.errors, whole.error_reasons
+    for splits in plans:
+        for bases in ([None] * len(splits), first_frames(data, splits)):
+            parts = [read_datagrams(data, start=s, end=e, first_frame=f) for (s, e), f in zip(splits, bases)]
+            union = DatagramBatch.concat(parts)
+            got = (picture(union, counters=False), union.packets, union.skipped, union.errors,
+                   union.error_reasons[:MAX_ERROR_REASONS])
+            if got != want:
+                raise Finding(f"split read {splits} (first_frame {bases}) != whole read:\n"
+                                   f"  whole: {_summary(whole)}\n  split: {_summary(union)}")
+
+
+def _summary(b: DatagramBatch) -> str:
+    frames = b.frame_number.tolist()
+    return (f"{len(b)} rows, packets={b.packets} skipped={b.skipped} errors={b.errors} "
+            f"reasons={b.error_reasons} frames={frames if len(frames) < 40 else frames[:40]}")
+
+

@@ -1,0 +1,208 @@
+"""Fuzz targets for the codec: each runs one input through both twins and compares.
+
+Sources of the rules checked: STYLE.md section 7 (both twins accept exactly the same bytes,
+same errors); section 2 (stream decoders parse transactionally: any cutting of a stream into
+feeds gives the same records); wire.py (one encoding per frame, so a parsed frame re-encodes
+to its bytes); the docstrings of ``nbmq._codec_py`` (``parse_frames`` rows carry the error
+code whose reason ``parse_frame`` raises; stream decoders stay failed after a DecodeError).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nbmq.errors import DecodeError
+from nbmq.wire import FRAME_ERROR_REASONS, DataFrame
+
+from .framing import split_operations, split_pieces
+from .twins import Finding, check_same, load_twins, norm, outcome
+
+__all__ = ["parse_frame", "parse_frames", "reassembler", "bqsp_decoder", "rqueue_decoder"]
+
+PY, C = load_twins()
+TWINS = (PY, C)
+
+
+def parse_frame(data: bytes) -> None:
+    """One datagram: ``parse_frame`` on bytes, bytearray and memoryview, and ``ack_hash``.
+
+    A datagram that parses must re-encode to exactly its bytes with either twin's encoder (the
+    wire format has one encoding per frame: wire.py, seed 000).
+    """
+    results = []
+    for m in TWINS:
+        results.append([outcome(m.parse_frame, data), outcome(m.parse_frame, bytearray(data)),
+                        outcome(m.parse_frame, memoryview(data)), outcome(m.ack_hash, data)])
+    check_same("parse_frame", *results)
+    a, b, c, _ = results[0]
+    if not a == b == c:
+        raise Finding(f"parse_frame: the result depends on the buffer type: {a!r} {b!r} {c!r}")
+    if a[0] == "ok":
+        frame = PY.parse_frame(data)
+        for m in TWINS:
+            if isinstance(frame, DataFrame):
+                again = m.encode_data_frame(frame.session_id, frame.message_id, frame.part_count, frame.part_index,
+                                            frame.message_size, frame.part_size, frame.chunk_offset, frame.chunk)
+            else:
+                again = m.encode_control_frame(frame.kind, frame.session_id, frame.payload)
+            if bytes(again) != data:
+                raise Finding(f"{m.__name__}: parse_frame then encode changes the bytes: {data.hex()} -> {bytes(again).hex()}")
+
+
+def parse_frames(data: bytes) -> None:
+    """Datagrams laid out as ``framing.split_pieces``; one buffer, exact rows, then an odd row.
+
+    Also checks, on the Python twin, that each row's error code names the reason ``parse_frame``
+    raises for that datagram (the FRAME_DTYPE contract).
+    """
+    grams = split_pieces(data[1:])
+    buffer = np.frombuffer(b"".join(grams), np.uint8)
+    lengths = np.array([len(g) for g in grams], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if grams else np.empty(0, np.int64)
+    rows = [outcome(m.parse_frames, buffer, offsets, lengths) for m in TWINS]
+    check_same("parse_frames", *rows)
+    if rows[0][0] == "ok":
+        table = PY.parse_frames(buffer, offsets, lengths)
+        for i, g in enumerate(grams):
+            single = outcome(PY.parse_frame, g)
+            code = int(table["error"][i])
+            if (single[0] == "ok") != (code == 0) or (code and single[3] != FRAME_ERROR_REASONS[code]):
+                raise Finding(f"parse_frames row {i} has error {code}, parse_frame gives {single!r}")
+    if data[:1] and data[0] & 1 and len(data) >= 9:  # one more row from the last 8 bytes, anywhere
+        start = int.from_bytes(data[-8:-4], "big", signed=True)
+        length = int.from_bytes(data[-4:], "big", signed=True)
+        odd = (np.append(offsets, start), np.append(lengths, length))
+        check_same("parse_frames (odd row)", *[outcome(m.parse_frames, buffer, *odd) for m in TWINS])
+
+
+_BUDGETS = (0, 3000, 64 * 1024 * 1024)
+_CAPS = (500, 100_000, 2**32 - 1)
+_COUNTERS = ("frames", "duplicates", "rejected", "completed", "expired", "dropped_too_large",
+             "malformed", "incomplete_bytes")
+
+
+def reassembler(data: bytes) -> None:
+    """A Reassembler driven by ``framing.split_operations``; byte 0 picks the size limits.
+
+    ``op & 7``: 0-2 ``add_datagram``, 3-4 ``add(parse_frame(body))``, 5 ``add_datagrams`` (the
+    body twice plus a row out of the buffer), 6 ``expire``, 7 ``drop`` of the body's key;
+    ``(op >> 3) * 0.5`` is the time in seconds. Outcomes and every counter after every
+    operation must match.
+    """
+    if not data:
+        return
+    budget, cap = _BUDGETS[data[0] % 3], _CAPS[(data[0] // 3) % 3]
+    ops = split_operations(data[1:])
+    logs = []
+    for m in TWINS:
+        r = m.Reassembler(max_message_size=cap, max_incomplete_bytes=budget)
+        log: list = []
+        for op, body in ops:
+            now, kind = (op >> 3) * 0.5, op & 7
+            if kind <= 2:
+                log.append(outcome(r.add_datagram, body, now))
+            elif kind <= 4:
+                frame = _data_frame(m, body)
+                if frame is not None:
+                    log.append(outcome(r.add, frame, now))
+            elif kind == 5:
+                n = len(body)
+                log.append(outcome(r.add_datagrams, body + body, np.array([0, n, 3], np.int64),
+                                   np.array([n, n, 2 * n], np.int64), now))
+            elif kind == 6:
+                log.append(outcome(r.expire, now))
+            else:
+                frame = _data_frame(m, body)
+                key = (frame.session_id, frame.message_id) if frame is not None else (0, 0)
+                log.append(outcome(r.drop, key))
+            log.append(tuple(getattr(r, n) for n in _COUNTERS) + (len(r), r.oldest()))
+        logs.append(log)
+    check_same("Reassembler", *logs)
+
+
+def _data_frame(module: object, body: bytes) -> DataFrame | None:
+    try:
+        frame = module.parse_frame(body)  # type: ignore[attr-defined]
+    except DecodeError:  # the parse itself is the parse_frame target's business
+        return None
+    return frame if isinstance(frame, DataFrame) else None
+
+
+_BQSP_LIMITS = (0, 100, 2048, 64 * 1024 * 1024)
+_RQUEUE_LIMITS = (0, 300, 2048, 65535)
+
+
+def _drain(decoder: object) -> tuple[list, tuple | None]:
+    """Every whole record the decoder holds, then the error that stopped it (or None)."""
+    got = []
+    while True:
+        try:
+            got.append(norm(next(decoder)))  # type: ignore[call-overload]
+        except StopIteration:
+            return got, None
+        except DecodeError as e:  # FrameTooLarge too; anything else escapes: a finding
+            return got, outcome(_raise, e)
+
+
+def _drive(decoder: object, pieces: list[bytes]) -> list:
+    """Everything a stream decoder says, feed by feed, also after its first error."""
+    events: list = []
+    for piece in pieces:
+        try:
+            decoder.feed(piece)  # type: ignore[attr-defined]
+        except DecodeError as e:
+            events.append(("feed", outcome(_raise, e)))
+            continue
+        events.append(("records", *_drain(decoder), decoder.buffered))  # type: ignore[attr-defined]
+    return events
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def _check_transactional(what: str, pieces: list[bytes], events: list, whole: list) -> None:
+    """Fed in pieces or all at once, a decoder yields the same records and the same first error
+    (STYLE.md section 2: a partial header consumes nothing; a record split across feeds comes
+    out whole)."""
+    records, error = [], None
+    for event in events:
+        if event[0] == "records":
+            records += event[1]
+            error = event[2]
+        if error is not None or event[0] == "feed":
+            error = error or event[1]
+            break
+    (_, once, once_error, once_left), = whole
+    left = events[-1][3] if events and error is None else once_left  # bytes still buffered
+    if (records, error, left) != (once, once_error, once_left):
+        raise Finding(f"{what}: fed in {len(pieces)} pieces it says {records!r}, {error!r}, {left} "
+                           f"bytes left; fed at once {once!r}, {once_error!r}, {once_left}")
+
+
+def bqsp_decoder(data: bytes) -> None:
+    """A BqspDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_packet_size.
+
+    Both twins must agree feed by feed, and piecewise feeding must equal one feed of it all.
+    """
+    if not data:
+        return
+    limit, pieces = _BQSP_LIMITS[data[0] % 4], split_pieces(data[1:])
+    events = [_drive(m.BqspDecoder(limit), pieces) for m in TWINS]
+    check_same("BqspDecoder", *events)
+    _check_transactional("BqspDecoder", pieces, events[0], _drive(PY.BqspDecoder(limit), [b"".join(pieces)]))
+    head = pieces[0] if pieces else b""
+    check_same("decode_bqsp_header", *[outcome(m.decode_bqsp_header, head, data[0] % 8) for m in TWINS])
+
+
+def rqueue_decoder(data: bytes) -> None:
+    """An RqueueDecoder fed ``framing.split_pieces(data[1:])``; byte 0 picks max_payload.
+
+    Both twins must agree feed by feed, and piecewise feeding must equal one feed of it all.
+    """
+    if not data:
+        return
+    limit, pieces = _RQUEUE_LIMITS[data[0] % 4], split_pieces(data[1:])
+    events = [_drive(m.RqueueDecoder(limit), pieces) for m in TWINS]
+    check_same("RqueueDecoder", *events)
+    _check_transactional("RqueueDecoder", pieces, events[0], _drive(PY.RqueueDecoder(limit), [b"".join(pieces)]))
