@@ -82,7 +82,7 @@ def main() -> None:
     lib = build()
     write_seeds(args.work / "seeds")
     env = sanitizer_env(lib)
-    check = "import nbmq._codec as c, nbmq.capture._records as r, nbmq.capture._decode as d; print(c.__file__, r.__file__, d.__file__)"
+    check = "import nbmq._codec as c, nbmq.capture.files._records as r, nbmq.capture.datagrams._decode as d; print(c.__file__, r.__file__, d.__file__)"
     where = subprocess.run([sys.executable, "-c", check], env=env, cwd=lib, capture_output=True, text=True, check=True)
     if str(lib) not in where.stdout:
         sys.exit(f"the sanitized extensions did not load: {where.stdout}")

@@ -1,10 +1,10 @@
 """Fuzz targets for the capture readers: one input is a whole capture file (pcap or pcapng).
 
-``capture_twins`` reads it with the compiled helpers (``nbmq.capture._records`` record walker
-and gather, ``nbmq.capture._decode`` packet decoder and address table) and again with their
+``capture_twins`` reads it with the compiled helpers (``nbmq.capture.files._records`` record walker
+and gather, ``nbmq.capture.datagrams._decode`` packet decoder and address table) and again with their
 Python / numpy paths, and compares every column, counter and error reason; the dpkt engine
 (the packet-at-a-time reference, ``read_datagrams(engine="dpkt")``) must agree as well. ``capture_split``
-checks the ``plan_splits`` contract (nbmq/capture/splits.py): reading each byte range gives,
+checks the ``plan_splits`` contract (nbmq/capture/files/splits.py): reading each byte range gives,
 together, exactly the whole-file read, errors included.
 """
 
@@ -16,8 +16,9 @@ from collections.abc import Iterator
 
 
 from nbmq.capture import DatagramBatch, first_frames, plan_splits, read_datagrams
-from nbmq.capture import addresses, batch, decode_fast, records
-from nbmq.capture.errorlog import MAX_ERROR_REASONS
+from nbmq.capture.datagrams import assemble, batch, decode_fast
+from nbmq.capture.files import records
+from nbmq.capture.files.errorlog import MAX_ERROR_REASONS
 from nbmq.errors import CaptureError
 
 from .twins import Finding, check_same
@@ -26,7 +27,7 @@ __all__ = ["capture_twins", "capture_split", "python_paths", "picture"]
 
 # (module, attribute) of every compiled helper the readers pick at import time
 _COMPILED = ((records, "_walk_chain"), (records, "_walk_fields"), (batch, "_native_gather"),
-             (decode_fast, "_decode"), (addresses, "_factorize"))
+             (decode_fast, "_decode"), (assemble, "_factorize"))
 
 
 def _require_compiled() -> None:

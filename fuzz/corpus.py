@@ -26,7 +26,7 @@ from pathlib import Path
 
 from nbmq import _codec_py as py
 from nbmq.capture import read_datagrams, write_pcap, write_pcapng
-from nbmq.capture.tcp import iter_tcp_segments
+from nbmq.capture.tcp.segments import iter_tcp_segments
 from nbmq.examples import bundled_captures
 from nbmq.examples.streams import stream_captures
 from nbmq.wire import DataFrame

@@ -98,7 +98,7 @@ def test_both_paths_complete_reference_messages(monkeypatch):
 
 @pytest.mark.spark
 def test_pipeline_completes_reference_messages(spark, tmp_path):
-    from nbmq.capture.pcap_writer import write_pcap
+    from nbmq.capture.datagrams.write import write_pcap
     from nbmq.spark.messages import build_messages
 
     sent = messages_sent(12)
