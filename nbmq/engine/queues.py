@@ -86,7 +86,8 @@ class RecvQueue:
         recv_hwm: most completed messages held for :meth:`pull` (>= 1).
         uncompleted_message_ttl: seconds an incomplete message is kept after its first frame.
         queue_maint_ivl: seconds between expiry runs (:meth:`maintain`).
-        dedup_ttl: seconds a delivered message's ``(session_id, message_id)`` is remembered;
+        dedup_ttl: seconds a delivered message's ``(session_id, message_id)`` is remembered
+            (a repeat in the window's second half renews it: resends never outlive it);
             None turns de-duplication off (Dealer, Dish: the reference's ``pull``).
         max_message_size: largest message accepted, bytes.
         max_incomplete_bytes: budget for all incomplete messages, bytes.
@@ -118,6 +119,7 @@ class RecvQueue:
         "_ready",
         "_dedup",
         "_dedup_order",
+        "_dedup_half",
         "_next_maint",
         "completed",
         "_cleared",
@@ -147,6 +149,7 @@ class RecvQueue:
         self.ttl = uncompleted_message_ttl
         self.maint_ivl = queue_maint_ivl
         self.dedup_ttl = dedup_ttl
+        self._dedup_half = 0.0 if dedup_ttl is None else dedup_ttl / 2
         self.refuse_when_full = refuse_when_full
         self.reassembler = codec.Reassembler(
             max_message_size, max_incomplete_bytes, max_peer_incomplete_bytes
@@ -198,6 +201,10 @@ class RecvQueue:
             until = dedup.get(key)
             if until is not None and until > now:
                 self.duplicates += 1
+                if until - now < self._dedup_half:  # a repeat renews the window: a resend
+                    until = now + self.dedup_ttl  # later than the ttl after delivery would
+                    dedup[key] = until  # otherwise be delivered twice
+                    self._dedup_order.append((until, key))
                 return PushResult.DUPLICATE
         ready = self._ready
         if self.refuse_when_full and len(ready) >= self.recv_hwm:

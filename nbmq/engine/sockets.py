@@ -415,7 +415,8 @@ class SafeDealer(Socket):
 
     Receiver: acks every data frame it takes, duplicates included; drops frames of messages
     delivered within ``max(safe_hash_dedup_ttl, safe_resend_ivl * (safe_resend_limit + 1))``
-    seconds (a window that really expires); while ``recv_hwm`` messages wait it refuses new
+    seconds (a window that really expires, renewed by a repeat in its second half, since
+    congestion control may space resends wider than ``safe_resend_ivl``); while ``recv_hwm`` messages wait it refuses new
     frames without acking them, so the sender resends later (backpressure, no loss).
 
     Nonces count from 0 (reference).

@@ -111,6 +111,22 @@ def test_recv_dedup_window_really_expires():
     assert q.next_deadline() is None
 
 
+def test_recv_dedup_window_renewed_by_late_repeats():
+    """Resends keep coming (a congestion-control resend timer can exceed safe_resend_ivl): a
+    repeat in the window's second half renews it, so the message is never delivered twice;
+    once the repeats stop, the window expires as before."""
+    q = RecvQueue(dedup_ttl=1.0, queue_maint_ivl=0.5)
+    frames, mid = frames_of([b"y" * 10])
+    assert q.push(frames[0], 0.0) is PushResult.COMPLETE
+    q.pull()
+    for t in (0.7, 1.4, 2.1, 2.8):  # each repeat lands after the previous window's middle
+        assert q.push(frames[0], t) is PushResult.DUPLICATE
+    assert q.duplicates == 4
+    q.maintain(3.0)
+    assert q.remembered == 1
+    assert q.push(frames[0], 3.9) is PushResult.COMPLETE  # 1.1 s after the last repeat: new
+
+
 def test_recv_without_dedup_delivers_whole_repeats_again():
     """Reference pull(): no de-duplication (vector recv_whole_message_repeated_pull)."""
     q = RecvQueue()
