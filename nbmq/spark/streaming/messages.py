@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 _TWO64 = 1 << 64
+_DATA_FIELDS = ["part_count", "part_index", "message_size", "part_size", "chunk_offset"]
 _MAX_U32 = 0xFFFFFFFF
 
 #: columns of a frame as the stateful step keeps it (ids as signed int64 two's complement)
@@ -258,7 +259,7 @@ def rows_frame(rows: Iterable[tuple]) -> pd.DataFrame:
 
 
 def frames_for_messages(frames: DataFrame) -> DataFrame:
-    """The valid data frames of a (streaming) frames table, in the stateful step's columns."""
+    """The decoded frames of a (streaming) frames table, in the stateful step's columns."""
     from pyspark.sql import functions as F
 
     from ..messages import addr_port
@@ -267,13 +268,16 @@ def frames_for_messages(frames: DataFrame) -> DataFrame:
         c = F.col(name)
         return F.when(c >= _dec(1 << 63), c - _dec(_TWO64)).otherwise(c).cast("long").alias(name)
 
-    return frames.where(F.col("error").isNull() & (F.col("kind") == 0)).select(
+    # Control frames come too (zeros in the data columns, dropped by the step): they move the
+    # watermark, so a peer's incomplete messages expire while only heartbeats flow.
+    return frames.where(F.col("error").isNull()).select(
         "capture",
         signed("session_id"),
         addr_port("src_addr", "src_port").alias("src"),
-        signed("message_id"),
+        "kind",
+        F.coalesce(signed("message_id"), F.lit(0)).alias("message_id"),
         addr_port("dst_addr", "dst_port").alias("dst"),
-        "part_count", "part_index", "message_size", "part_size", "chunk_offset",
+        *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in _DATA_FIELDS],
         "payload", "ts_ns", "frame_number", "timestamp",
     )
 
@@ -310,10 +314,13 @@ def build_stream_messages(frames: DataFrame, options: StreamMessageOptions | Non
 
     def step(key: tuple, batches: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         peer = PeerMessages.from_bytes(state.get[0]) if state.exists else PeerMessages()
-        new = [b for b in batches if len(b)]
+        new = [b[b["kind"] == 0] for b in batches]
+        new = [b for b in new if len(b)]
         frames_pd = pd.concat(new, ignore_index=True) if new else None
         watermark_ns = max(0, int(state.getCurrentWatermarkMs())) * 1_000_000
         capture, sid, src = key
+        if frames_pd is None and not state.exists:
+            return
         rows = peer.advance((str(capture), _unsigned(int(sid)), str(src)), frames_pd, watermark_ns, opts)
         if peer.empty():
             state.remove()
