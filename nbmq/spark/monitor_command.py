@@ -113,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     register(spark)
     view = MonitorTable()
     console = Console()
+    if not console.is_terminal:  # a pipe or a log: no terminal width to fit, print whole cells
+        console = Console(width=200)
     lock = threading.Lock()
     done = threading.Event()
     out = args.out
@@ -153,9 +155,12 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        if live is not None:
-            live.update(view.render())
-            live.stop()
+        with lock:
+            if live is not None:
+                live.update(view.render())
+                live.stop()
+            elif view.batches != shown:
+                console.print(view.render())
         if query.exception() is not None:
             print(f"nbmq monitor: the query failed: {query.exception()}", file=sys.stderr)
             code = 1

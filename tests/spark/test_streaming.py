@@ -157,8 +157,9 @@ def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
          "--checkpoint", str(tmp_path / "ck"), "--watermark", "1 second"]
     )
     assert monitor_command.run(args) == 0
-    printed = capsys.readouterr().out
-    assert "safe_dealer.pcap" in printed and "nbmq monitor" in printed
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "safe_dealer.pcap" in printed and "nbmq monitor" in printed, captured.err
     rows = spark.read.parquet(str(out)).where("capture = 'safe_dealer.pcap'")
     totals = rows.groupBy().sum().collect()[0].asDict()
     frames = spark.read.format("nbmq").load(str(folder / "safe_dealer.pcap"))
