@@ -4,6 +4,8 @@ reassembly goes through the codec's Reassembler)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
@@ -88,3 +90,42 @@ def test_peer_state_across_batches_ttl_budget_and_late_frames(codec):
     rows = peer.advance(key, huge.iloc[:2], 0, opts)
     assert len(rows) == 1 and not rows[0][9] and rows[0][13] == 2 and peer.dropped_budget == 1
     assert peer.advance(key, None, 10**12, opts) == [] and peer.empty()
+
+
+def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
+    """The reader's planning without a JVM: growth, rotation, a file gone before its read."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, StreamRange, read_stream_range
+
+    data = (CAPTURES / "dealer.pcap").read_bytes()
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    (ring / "a.pcap").write_bytes(data[:100_003])
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(ring), "split_bytes": "40000"}, schema)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    a_end, a_records = end["files"]["a.pcap"]
+    assert a_end <= 100_003 and a_records > 0
+    parts = reader.partitions(start, end)
+    assert len(parts) >= 2 and all(isinstance(p, StreamRange) for p in parts)
+    got = sum(b.num_rows for p in parts for b in read_stream_range(p, schema))
+    assert got == a_records  # every record of the range once, none half
+    (ring / "a.pcap").write_bytes(data)
+    (ring / "b.pcap").write_bytes(data)
+    capped = reader.latestOffset(end, ReadMaxBytes(10))  # a byte budget: a.pcap's rest only
+    assert capped["files"]["b.pcap"] == [0, 0] and capped["files"]["a.pcap"][0] == len(data)
+    later = reader.latestOffset(capped, ReadAllAvailable())
+    os.remove(ring / "a.pcap")  # rotated away after being read: leaves the offsets
+    assert "a.pcap" not in reader.latestOffset(later, ReadAllAvailable())["files"]
+    # rotated away before being read: one error row says how many bytes were lost
+    lost = reader.partitions(capped, later)
+    assert lost and {os.path.basename(p.path) for p in lost} == {"b.pcap"}
+    os.remove(lost[0].path)
+    for part in lost:
+        (batch,) = list(read_stream_range(part, schema))
+        assert batch.num_rows == 1 and batch.column("error")[0].as_py() == (
+            f"capture: rotated away before it was read ({part.end - part.start} bytes lost)"
+        )
