@@ -6,13 +6,13 @@ pcap): their frames are already together. :func:`build_messages_local` gives the
 (same rows; order differs) in three steps:
 
 1. Which keys ``(capture, session_id, src, message_id)`` appear in more than one frames
-   partition: a shuffle of the distinct keys per partition (no payload), collected on the
-   driver (only keys that straddle a range boundary, usually few).
+   partition: each partition sends the distinct 64-bit hashes of its keys to the driver (no
+   shuffle, no payload), which keeps the hashes seen in two or more partitions (usually few).
 2. Every other key is reassembled inside its partition (``mapInArrow``, no shuffle): the
    partition's data frames are sorted by key and capture time with Arrow and handed to the
    batch step :func:`nbmq.spark.messages.reassemble_batches`, so a row is computed exactly as
    today.
-3. The straddling keys' frames (a broadcast semi-join) go through
+3. The straddling keys' frames (a filter on the key hash) go through
    :func:`~nbmq.spark.messages.build_messages` (shuffle and sort), and the two are unioned.
 
 The frames source is read twice (keys, then frames); a Python data source's read costs far
@@ -49,25 +49,37 @@ def _data(frames: DataFrame) -> DataFrame:
     )
 
 
-def straddling_keys(frames: DataFrame) -> DataFrame:
-    """Message keys whose data frames lie in more than one partition of ``frames`` (runs a job).
+def straddling_keys(frames: DataFrame) -> list[int]:
+    """64-bit hashes (Spark ``xxhash64`` of the ``KEY`` columns) of the message keys whose data
+    frames lie in more than one partition of ``frames``; runs a job, no shuffle.
 
-    Returns:
-        A small local DataFrame of the ``KEY`` columns (materialised on the driver).
+    Each partition sends the distinct hashes of its keys (8 bytes each) to the driver, which
+    keeps those seen in two or more partitions. A hash collision only sends an extra key down
+    the shuffled path, which computes the same row, so the table stays exact.
     """
+    import numpy as np
     from pyspark.sql import functions as F
 
-    data = frames.where((F.col("error").isNull()) & (F.col("kind") == 0)).select(
-        "capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "message_id",
-        F.spark_partition_id().alias("_p"),
+    hashes = frames.where((F.col("error").isNull()) & (F.col("kind") == 0)).select(
+        F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id").alias("h")
     )
-    keys = data.distinct().groupBy(*KEY).count().where("count > 1").select(*KEY)
-    spark = frames.sparkSession
-    return spark.createDataFrame(keys.collect(), keys.schema)
+
+    def unique(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts = [b.column(0).to_numpy(zero_copy_only=False) for b in batches if b.num_rows]
+        if parts:
+            yield pa.RecordBatch.from_arrays([pa.array(np.unique(np.concatenate(parts)))], names=["h"])
+
+    table = hashes.mapInArrow(unique, "h long").toArrow()
+    values, counts = np.unique(table.column("h").to_numpy(), return_counts=True)
+    return values[counts > 1].tolist()
 
 
 def build_messages_local(
-    frames: DataFrame, *, parts: bool = False, max_message_size: int = _MAX_U32
+    frames: DataFrame,
+    *,
+    parts: bool = False,
+    max_message_size: int = _MAX_U32,
+    keys_from: DataFrame | None = None,
 ) -> DataFrame:
     """The messages table of ``frames``, reassembling inside partitions where it can.
 
@@ -76,6 +88,9 @@ def build_messages_local(
             the same on every read (the source's plan is: files and byte ranges).
         parts: add the ``parts`` column.
         max_message_size: larger claimed messages are rejected, bytes.
+        keys_from: the same read as ``frames`` with a narrow schema (``capture, session_id,
+            src_addr, src_port, message_id, kind, error``) for step 1: a Python data source gets
+            no column pruning, so this saves building the payloads once. Default ``frames``.
 
     Returns:
         A DataFrame of :func:`nbmq.spark.schema.messages_schema` with the rows of
@@ -86,14 +101,10 @@ def build_messages_local(
 
     schema = messages_schema(parts)
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    multi = straddling_keys(frames)
-    n_multi = multi.count()
+    multi = straddling_keys(frames if keys_from is None else keys_from)
     data = _data(frames)
-    if n_multi:
-        marked = data.join(F.broadcast(multi.withColumn("_multi", F.lit(True))), KEY, "left")
-        local = marked.where(F.col("_multi").isNull()).drop("_multi")
-    else:
-        local = data
+    key_hash = F.xxhash64(*KEY)
+    local = data.where(~key_hash.isin(multi)) if multi else data
     want_parts = parts
     limit = max_message_size
 
@@ -105,14 +116,12 @@ def build_messages_local(
         table = table.sort_by(order)
         yield from reassemble_batches(iter(table.to_batches()), arrow_schema, parts=want_parts, max_message_size=limit)
 
-    # mapInArrow keeps the frames' partitioning (a broadcast join does not shuffle the frames)
+    # a filter and mapInArrow keep the frames' partitioning: no shuffle on this side
     rows = local.select(*data.columns).mapInArrow(run, schema)
-    if not n_multi:
+    if not multi:
         return rows
-    crossing = (
-        frames.withColumn("src", addr_port("src_addr", "src_port"))
-        .join(F.broadcast(multi), KEY, "left_semi")
-        .drop("src")
+    crossing = frames.where(
+        F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id").isin(multi)
     )
     return rows.unionByName(build_messages(crossing, parts=parts, max_message_size=max_message_size))
 

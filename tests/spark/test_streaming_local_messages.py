@@ -23,5 +23,5 @@ def test_local_reassembly_equals_the_shuffled_one(spark, tmp_path):
     paths.append(str(tmp_path / "gen.pcap"))
     # small splits: pcap files are cut into byte ranges, so messages straddle range boundaries
     frames = spark.read.format("nbmq").option("split_bytes", str(256 * 1024)).load(paths)
-    assert straddling_keys(frames).count() > 0
+    assert len(straddling_keys(frames)) > 0
     assert _same(build_messages_local(frames), build_messages(frames))
