@@ -69,10 +69,13 @@ class NbmqStreamingDataSource(NbmqDataSource):
 
 
 def _files(paths: list[str]) -> list[str]:
+    """The local, uncompressed captures named by ``paths`` (a growing file is read by byte
+    offset, which a compressed or remote file does not allow)."""
     try:
-        return expand_paths(paths)
+        found = expand_paths(paths)
     except FileNotFoundError:  # a glob before the first file of the ring exists
         return []
+    return [p for p in found if os.path.isabs(p) and not p.lower().endswith(".gz")]
 
 
 class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -122,8 +125,9 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         known: dict[str, list[int]] = dict((start or {}).get("files", {}))
         budget = _byte_budget(limit)
         out: dict[str, list[int]] = {}
+        folder = self._folder()
         for path in _files(self.paths):
-            name = os.path.basename(path)
+            name = os.path.relpath(path, folder)
             end, records = known.get(name, [0, 0])
             if budget is not None and budget <= 0:
                 out[name] = [end, records]
