@@ -1,0 +1,154 @@
+"""Sustained throughput of the streaming ``nbmq`` source while a writer appends to a capture.
+
+For each rate R (frames/s, rising), a writer thread appends the records of a generated classic
+pcap (``bench_pipeline.generate``: nbmq data frames of 1..1400-byte messages) to a file in a fresh
+folder at R frames/s for ``--seconds`` seconds, in pieces every 0.1 s cut mid-record, while a
+streaming query on ``local[2]`` (``spark.readStream.format("nbmq").option("payload", "false")``
+into the ``noop`` sink, ``processingTime`` trigger ``--trigger``) reads it. A rate is *sustained*
+when the query has read every frame within ``--max-lag`` seconds after the writer stops and no
+micro-batch took longer than ``--max-batch`` seconds (bounded batch delay). The highest sustained
+rate is the figure; the baseline, measured in the same run, is a batch read of the same finished
+capture (``spark.read.format("nbmq")``, frames/s, median of 3), and the ratio is streaming / batch.
+
+Target: >= 500,000 frames/s sustained (issue 14). On a shared 2-core machine the JVM, the Python
+worker and the writer share two cores, so the figure is what those cores give.
+
+Run: ``python benchmarks/bench_streaming.py [--rates 100000,200000,...] [--seconds 6]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TARGET_FPS = 500_000
+
+
+def record_offsets(path: Path):
+    """Byte offsets of every record of a classic pcap, plus the file size at the end."""
+    import numpy as np
+
+    from nbmq.capture.errorlog import ErrorLog
+    from nbmq.capture.formats import parse_pcap_header
+    from nbmq.capture.records import RecordScanner
+    from nbmq.capture.source import OpenedCapture
+
+    with OpenedCapture(str(path)) as cap:
+        scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
+        offs = scanner.walk(24, cap.size, ErrorLog())
+        return np.append(offs, cap.size)
+
+
+def writer(src: bytes, offsets, dst: Path, rate: float, seconds: float, done: threading.Event) -> None:
+    """Append ``src``'s records to ``dst`` at ``rate`` records/s (pieces every 0.1 s, each cut
+    a few bytes into the next record so the reader meets half-written records)."""
+    n = min(len(offsets) - 1, int(rate * seconds))
+    with open(dst, "wb", buffering=0) as f:
+        f.write(src[:24])
+        written = 24
+        t0 = time.monotonic()
+        while written < offsets[n]:
+            time.sleep(0.1)
+            k = min(n, int(rate * (time.monotonic() - t0)))
+            cut = min(int(offsets[k]) + (7 if k < n else 0), int(offsets[n]))
+            if cut > written:
+                f.write(src[written:cut])
+                written = cut
+    done.set()
+
+
+def run_rate(spark, src: bytes, offsets, rate: float, seconds: float, trigger: float, max_lag: float, max_batch: float):
+    folder = Path(tempfile.mkdtemp(prefix="nbmq-bench-stream-"))
+    ring = folder / "ring"
+    ring.mkdir()
+    n = min(len(offsets) - 1, int(rate * seconds))
+    (ring / "live.pcap").write_bytes(src[:24])
+    query = (
+        spark.readStream.format("nbmq").option("payload", "false").load(str(ring))
+        .writeStream.format("noop").option("checkpointLocation", str(folder / "ck"))
+        .trigger(processingTime=f"{trigger} seconds").start()
+    )
+    while not query.recentProgress:  # first (empty) batch: planning and worker start-up
+        time.sleep(0.1)
+    done = threading.Event()
+    th = threading.Thread(target=writer, args=(src, offsets, ring / "live.pcap", rate, seconds, done))
+    t0 = time.monotonic()
+    th.start()
+    th.join()
+    t_end = time.monotonic()
+    read = 0
+    seen: set[int] = set()
+    durations: list[float] = []
+    lag = None
+    while time.monotonic() - t_end < max_lag + 30:
+        for p in query.recentProgress:
+            if p["batchId"] not in seen:
+                seen.add(p["batchId"])
+                read += p["numInputRows"]
+                durations.append(p["durationMs"].get("triggerExecution", 0) / 1000)
+        if read >= n:
+            lag = time.monotonic() - t_end
+            break
+        time.sleep(0.05)
+    query.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+    worst = max(durations) if durations else float("inf")
+    ok = lag is not None and lag <= max_lag and worst <= max_batch
+    return ok, n / (t_end - t0), lag, worst, read
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rates", default="50000,100000,200000,400000,800000")
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--trigger", type=float, default=0.5)
+    ap.add_argument("--max-lag", type=float, default=3.0)
+    ap.add_argument("--max-batch", type=float, default=3.0)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_pipeline import generate
+
+    from nbmq.spark.session import build_session
+    from nbmq.spark.streaming import register
+
+    rates = [int(r) for r in args.rates.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="nbmq-bench-src-"))
+    cap = tmp / "gen.pcap"
+    generate(cap, int(max(rates) * args.seconds) + 10)
+    src = cap.read_bytes()
+    offsets = record_offsets(cap)
+    spark = build_session("local[2]", app_name="bench-streaming", conf={"spark.sql.shuffle.partitions": "2"})
+    register(spark)
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        spark.read.format("nbmq").option("payload", "false").load(str(cap)).write.format("noop").mode("overwrite").save()
+        times.append(time.perf_counter() - t)
+    batch_fps = (len(offsets) - 1) / statistics.median(times)
+    print(f"baseline: batch read of {len(offsets) - 1} frames: {batch_fps:,.0f} frames/s (median of 3)")
+    best = 0.0
+    for rate in rates:
+        ok, offered, lag, worst, read = run_rate(spark, src, offsets, rate, args.seconds, args.trigger, args.max_lag, args.max_batch)
+        lag_text = "never caught up" if lag is None else f"{lag:.2f} s"
+        print(f"rate {rate:>9,} frames/s (offered {offered:,.0f}): read {read:,}, lag after writer {lag_text}, "
+              f"slowest batch {worst:.2f} s -> {'sustained' if ok else 'NOT sustained'}")
+        if not ok:
+            break
+        best = offered
+    spark.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"highest sustained rate: {best:,.0f} frames/s = {best / batch_fps:.2f} x the batch read "
+          f"(target {TARGET_FPS:,} frames/s: {'met' if best >= TARGET_FPS else 'not met'}; "
+          f"{os.cpu_count()} CPUs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

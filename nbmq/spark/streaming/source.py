@@ -1,0 +1,250 @@
+"""``spark.readStream.format("nbmq").load(DIR)``: the frames table of a folder of growing captures.
+
+The folder is what ``dumpcap -b filesize:.. -b files:..`` or ``tcpdump -C .. -W ..`` write: a
+ring of pcap / pcapng files, the newest growing, the oldest deleted. Each micro-batch reads the
+records added since the last one, as rows of :data:`nbmq.spark.schema.FRAMES_SCHEMA` (the batch
+source's rows, frame numbers included).
+
+Offsets (JSON, in the query's checkpoint): ``{"files": {name: [end, records]}}`` per capture
+file of the folder, ``end`` the byte offset just past the last *whole* record
+(:func:`~nbmq.spark.streaming.boundaries.whole_records`) and ``records`` the records before it.
+A record still being written is therefore read by the next batch, whole; a restarted query
+resumes at its checkpoint's offsets, so no frame is read twice or lost.
+
+Rotation: a file that disappears after it was read is dropped from the offsets. A file that
+disappears between planning and reading (the ring turned faster than the query) cannot be
+read: its partition yields one row whose ``error`` says ``capture: rotated away ...`` with the
+bytes lost, so the loss is visible. A pcapng file with a damaged block stops advancing at the
+damage (pcap files resynchronise past it, as the batch readers do).
+
+Options: ``path`` (the folder; a file or glob also works), ``payload``, ``udp_ports``,
+``batch_rows`` as for the batch source; ``split_bytes`` (default 16 MiB: a larger new range of
+one pcap file is cut at record boundaries into several partitions); ``max_bytes_per_trigger``
+(default unlimited: a batch takes whole files' new ranges, in name order, until it has this many
+bytes, at least one range).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from ..datasource import DEFAULT_BATCH_ROWS, NbmqDataSource, _split_paths, expand_paths
+from ..schema import FRAMES_SCHEMA
+
+__all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range"]
+
+DEFAULT_STREAM_SPLIT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StreamRange(InputPartition):
+    """One partition of a micro-batch: the whole records of ``path`` in ``[start, end)``.
+
+    Attributes:
+        path: absolute path of the capture.
+        start: first byte (0: from the file header), a record boundary.
+        end: byte offset just past the last whole record to read.
+        first_frame: frame number of the first record at or after ``start``.
+    """
+
+    path: str
+    start: int
+    end: int
+    first_frame: int
+
+
+class NbmqStreamingDataSource(NbmqDataSource):
+    """The ``nbmq`` data source with a stream reader: batch reads are the parent's, unchanged."""
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        return NbmqStreamReader(dict(self.options), schema)
+
+
+def _files(paths: list[str]) -> list[str]:
+    """The local, uncompressed captures named by ``paths`` (a growing file is read by byte
+    offset, which a compressed or remote file does not allow)."""
+    try:
+        found = expand_paths(paths)
+    except FileNotFoundError:  # a glob before the first file of the ring exists
+        return []
+    return [p for p in found if os.path.isabs(p) and not p.lower().endswith(".gz")]
+
+
+class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets over a folder of growing captures (see the module docstring).
+
+    Args:
+        options: the source's options (``path`` required).
+        schema: the requested frames columns (any subset of ``FRAMES_SCHEMA``).
+
+    Raises:
+        ValueError: no path, or an unknown column.
+    """
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        raw = options.get("paths") or options.get("path")
+        if not raw:
+            raise ValueError("nbmq stream source: give a folder: .load(DIR)")
+        self.paths = _split_paths(raw)
+        unknown = [n for n in schema.fieldNames() if n not in FRAMES_SCHEMA.fieldNames()]
+        if unknown:
+            raise ValueError(f"nbmq stream source: no such frames column(s) {unknown}")
+        self.schema = schema
+        self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
+        self.split_bytes = int(options.get("split_bytes", DEFAULT_STREAM_SPLIT_BYTES))
+        self.max_bytes = int(options.get("max_bytes_per_trigger", 0))
+        ports = options.get("udp_ports", "")
+        self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
+        self._target: dict[str, list[int]] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        """``availableNow``: read up to the whole records on disk now, and no further."""
+        self._target = None
+        self._target = self.latestOffset({"files": {}}, None)["files"]
+
+    def initialOffset(self) -> dict:  # noqa: N802
+        return {"files": {}}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:  # noqa: N802
+        """Walk each file from its known boundary to its last whole record.
+
+        Files gone from the folder leave the offsets; with ``max_bytes_per_trigger`` the later
+        files keep their old boundary until a later batch.
+        """
+        from ...errors import CaptureError
+        from .boundaries import whole_records
+
+        known: dict[str, list[int]] = dict((start or {}).get("files", {}))
+        budget = _byte_budget(limit)
+        out: dict[str, list[int]] = {}
+        folder = self._folder()
+        for path in _files(self.paths):
+            name = os.path.relpath(path, folder)
+            end, records = known.get(name, [0, 0])
+            if budget is not None and budget <= 0:
+                out[name] = [end, records]
+                continue
+            try:
+                b = whole_records(path, end, records)
+            except (OSError, CaptureError):  # rotated away, or not (yet) a capture
+                if name in known:
+                    out[name] = [end, records]
+                continue
+            if self._target is not None:
+                cap = self._target.get(name, [0, 0])
+                b = b if b.end <= cap[0] else type(b)(cap[0], cap[1])
+                if b.end < end:
+                    b = type(b)(end, records)
+            out[name] = [b.end, b.records]
+            if budget is not None:
+                budget -= b.end - end
+        return {"files": out}
+
+    def partitions(self, start: dict, end: dict) -> list[StreamRange]:
+        from .boundaries import record_starts
+
+        before = start.get("files", {})
+        folder = self._folder()
+        parts: list[StreamRange] = []
+        for name, (stop, records) in sorted(end.get("files", {}).items()):
+            first, first_records = before.get(name, [0, 0])
+            if stop <= first:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                pieces = record_starts(path, first, stop, self.split_bytes) if self.split_bytes > 0 else [(first, 0)]
+            except OSError:
+                pieces = [(first, 0)]
+            bounds = [p for p, _ in pieces[1:]] + [stop]
+            for (lo, skip), hi in zip(pieces, bounds):
+                parts.append(StreamRange(path, lo, hi, first_records + skip + 1))
+        return parts
+
+    def _folder(self) -> str:
+        path = self.paths[0]
+        if path.startswith("file://"):
+            path = path[len("file://") :]
+        path = os.path.abspath(path)
+        return path if os.path.isdir(path) else os.path.dirname(path)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, StreamRange)
+        yield from read_stream_range(partition, self.schema, self.batch_rows, self.udp_ports)
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+        return ReadMaxBytes(self.max_bytes) if self.max_bytes > 0 else ReadAllAvailable()
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the files belong to the capture tool."""
+
+
+def _byte_budget(limit: Any) -> int | None:
+    from pyspark.sql.streaming.datasource import ReadMaxBytes
+
+    return int(limit.max_bytes) if isinstance(limit, ReadMaxBytes) else None
+
+
+def read_stream_range(
+    part: StreamRange,
+    schema: StructType,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    udp_ports: list[int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Read the whole records of one :class:`StreamRange` into frames-table record batches.
+
+    The file is memory-mapped and cut at ``part.end``, so bytes appended meanwhile (the next
+    record, maybe half written) are not seen. Runs on the executors.
+
+    Yields:
+        Arrow record batches of ``schema``; one error row if the file has rotated away or is not
+        a capture (reason starting with ``"capture: "``).
+    """
+    import mmap
+    import struct
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ...capture import read_datagrams
+    from ...capture.formats import detect_format
+    from ...errors import NbmqError
+    from ..datasource import _capture_error_batch, frames_batches
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    capture = os.path.basename(part.path)
+    try:
+        fd = os.open(part.path, os.O_RDONLY)
+    except FileNotFoundError:
+        lost = part.end - part.start
+        yield _capture_error_batch(capture, [f"capture: rotated away before it was read ({lost} bytes lost)"], 1, arrow_schema)
+        return
+    try:
+        mm = mmap.mmap(fd, part.end, prot=mmap.PROT_READ)
+    except (OSError, ValueError) as exc:  # shorter than planned: truncated or replaced
+        os.close(fd)
+        yield _capture_error_batch(capture, [f"capture: cannot map {part.end} bytes: {exc}"], 1, arrow_schema)
+        return
+    os.close(fd)
+    view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
+    try:
+        pcap = detect_format(view, part.end) == "pcap"
+        batch = read_datagrams(
+            view, start=part.start, udp_ports=udp_ports, first_frame=part.first_frame if pcap else None
+        )
+    except (NbmqError, OSError, ValueError, struct.error) as exc:
+        yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)
+        return
+    yield from frames_batches(capture, batch, arrow_schema, batch_rows)
+    if batch.errors:
+        yield _capture_error_batch(
+            capture, [f"capture: {r}" for r in batch.error_reasons], batch.errors, arrow_schema
+        )

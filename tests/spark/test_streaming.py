@@ -1,0 +1,173 @@
+"""Structured Streaming over growing captures: the source's offsets survive a restart, the
+stateful messages equal the batch pipeline's on the same bytes while a writer appends them,
+and ``nbmq monitor`` shows the sessions stream (issue 14)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+
+import pytest
+from nbmq.examples import CAPTURE_DIR as CAPTURES
+
+pytestmark = pytest.mark.spark
+
+HOUR = 3600.0
+
+
+def _generated_capture(path, seed=14, messages=120):
+    """A pcap of one Dealer-like peer: messages of 0..2 KB (multi-frame ones straddle the
+    writer's pieces), some frames resent, some lost (incomplete messages)."""
+    from nbmq import codec
+    from nbmq.capture import write_pcap
+
+    rng = random.Random(seed)
+    rows, t = [], 1_700_000_000.0
+    for nonce in range(1, messages + 1):
+        parts = [rng.randbytes(rng.randrange(0, 900)) for _ in range(rng.randrange(1, 4))]
+        mid = codec.message_id(parts, nonce=nonce)
+        frames = [bytes(f) for f in codec.shard_message(parts, session_id=77, message_id=mid).frames()]
+        if nonce % 17 == 0 and len(frames) > 1:
+            frames.pop(0)  # lost: the message stays incomplete
+        if nonce % 11 == 0:
+            frames.insert(1, frames[0])  # resent before completion: a duplicate
+        for f in frames:
+            t += 0.004
+            rows.append((t, "10.0.0.1", 40000, "10.0.0.2", 5555, f))
+    return write_pcap(path, rows), t
+
+
+def _tail(path, t):
+    """One heartbeat an hour later: moves the watermark past every TTL and window."""
+    from nbmq import codec
+    from nbmq.capture import write_pcap
+
+    write_pcap(path, [(t + HOUR, "10.0.0.9", 1, "10.0.0.8", 2, codec.encode_control_frame(4, 1))])
+
+
+def _append_in_pieces(src: bytes, dst, pieces: int, pause: float, cuts_from: int = 24):
+    """Append ``src`` to ``dst`` in ``pieces`` uneven pieces (cut anywhere, mid-record too)."""
+    rng = random.Random(3)
+    cuts = sorted(rng.sample(range(cuts_from + 1, len(src)), pieces - 1)) + [len(src)]
+    done = os.path.getsize(dst) if os.path.exists(dst) else 0
+    for cut in cuts:
+        if cut <= done:
+            continue
+        with open(dst, "ab") as f:
+            f.write(src[done:cut])
+        done = cut
+        time.sleep(pause)
+
+
+def _same(a, b) -> bool:
+    return a.count() == b.count() and a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
+
+
+def _wait(predicate, timeout=180.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def test_source_restart_reads_every_frame_once(spark, tmp_path):
+    from nbmq.spark.streaming import register
+
+    register(spark)
+    folder = tmp_path / "ring"
+    folder.mkdir()
+    data = (CAPTURES / "dealer.pcap").read_bytes()
+    live = folder / "a.pcap"
+    live.write_bytes(data[: len(data) // 3 + 5])  # ends mid-record
+
+    def start(**trigger):
+        frames = spark.readStream.format("nbmq").option("payload", "false").load(str(folder))
+        return (
+            frames.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck")).trigger(**trigger).start()
+        )
+
+    q = start(processingTime="0.5 seconds")
+    assert _wait(lambda: bool(q.recentProgress) and q.recentProgress[-1]["numInputRows"] > 0)
+    _append_in_pieces(data, live, 3, 0.3)
+    q.stop()  # killed mid-stream: some of the appended bytes are read, some not
+    (folder / "b.pcap").write_bytes((CAPTURES / "safe_dealer.pcap").read_bytes())
+    q = start(availableNow=True)
+    assert q.awaitTermination(120)
+    streamed = spark.read.parquet(str(tmp_path / "out"))
+    batch = spark.read.format("nbmq").option("payload", "false").load(str(folder))
+    assert streamed.where("error is not null").count() == 0
+    assert _same(streamed, batch)
+
+
+def test_streamed_messages_equal_batch_while_writer_appends(spark, tmp_path):
+    from nbmq.spark.messages import build_messages
+    from nbmq.spark.streaming import register
+    from nbmq.spark.streaming.messages import StreamMessageOptions, build_stream_messages
+
+    register(spark)
+    _, last_t = _generated_capture(tmp_path / "gen.pcap")
+    data = (tmp_path / "gen.pcap").read_bytes()
+    folder = tmp_path / "ring"
+    folder.mkdir()
+    live = folder / "live.pcap"
+    live.write_bytes(data[:24])
+    opts = StreamMessageOptions(uncompleted_message_ttl=1.0, watermark="1 second")
+
+    def start(**trigger):
+        messages = build_stream_messages(spark.readStream.format("nbmq").load(str(folder)), opts)
+        return (
+            messages.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck")).trigger(**trigger).start()
+        )
+
+    q = start(processingTime="0.5 seconds")
+    _append_in_pieces(data[: len(data) // 2], live, 4, 0.4)
+    q.stop()  # restart mid-stream: incomplete messages' frames come back from the state
+    q = start(processingTime="0.5 seconds")
+    _append_in_pieces(data, live, 4, 0.4)
+    _tail(folder / "zz_tail.pcap", last_t)
+    q.processAllAvailable()
+    batch = build_messages(spark.read.format("nbmq").load(str(live)))
+    expected = batch.count()
+    assert _wait(lambda: spark.read.parquet(str(tmp_path / "out")).count() >= expected)
+    q.stop()
+    streamed = spark.read.parquet(str(tmp_path / "out"))
+    assert batch.where("not complete").count() > 0 and batch.where("duplicates > 0").count() > 0
+    assert _same(streamed, batch)
+
+
+def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
+    from nbmq.capture import read_datagrams
+    from nbmq.spark import monitor_command
+
+    folder = tmp_path / "ring"
+    folder.mkdir()
+    (folder / "safe_dealer.pcap").write_bytes((CAPTURES / "safe_dealer.pcap").read_bytes())
+    _tail(folder / "zz_tail.pcap", float(read_datagrams(str(folder / "safe_dealer.pcap")).timestamp.max()))
+    parser = argparse.ArgumentParser()
+    monitor_command.add_arguments(parser)
+    out = tmp_path / "sessions"
+    args = parser.parse_args(
+        [str(folder), "--available-now", "--no-live", "--out", str(out), "--timeout", "150",
+         "--checkpoint", str(tmp_path / "ck"), "--watermark", "1 second"]
+    )
+    assert monitor_command.run(args) == 0
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "safe_dealer.pcap" in printed and "nbmq monitor" in printed, captured.err
+    rows = spark.read.parquet(str(out)).where("capture = 'safe_dealer.pcap'")
+    totals = rows.groupBy().sum().collect()[0].asDict()
+    frames = spark.read.format("nbmq").load(str(folder / "safe_dealer.pcap"))
+    kinds = {r["kind_name"]: r["count"] for r in frames.groupBy("kind_name").count().collect()}
+    for kind, n in kinds.items():
+        assert totals[f"sum(frames_{kind})"] == n
+    assert totals["sum(messages_complete)"] == 400 and totals["sum(messages_incomplete)"] == 0
+    assert rows.where("max_heartbeat_gap_s > 0").count() > 0
+    parser2 = argparse.ArgumentParser()
+    monitor_command.add_arguments(parser2)
+    assert monitor_command.run(parser2.parse_args([str(tmp_path / "missing")])) == 2

@@ -1,0 +1,131 @@
+"""Streaming building blocks without a JVM: whole-record offsets of growing captures and the
+per-peer reassembly state (TTL, byte budget, late frames). Run on both codec twins (the
+reassembly goes through the codec's Reassembler)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from nbmq.examples import CAPTURE_DIR as CAPTURES
+
+pytest.importorskip("pandas")
+pytest.importorskip("pyspark")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from nbmq.capture import read_datagrams  # noqa: E402
+from nbmq.spark.streaming.boundaries import record_starts, whole_records  # noqa: E402
+from nbmq.spark.streaming.messages import FRAME_COLUMNS, PeerMessages, StreamMessageOptions  # noqa: E402
+
+
+@pytest.mark.parametrize("name", ["dealer.pcap", "dealer.pcapng"])
+def test_whole_records_of_a_growing_capture(tmp_path, name):
+    data = (CAPTURES / name).read_bytes()
+    full = read_datagrams(str(CAPTURES / name))
+    path = tmp_path / name
+    # grow the file in uneven pieces; every boundary must be a record end, never past the bytes
+    end = records = 0
+    seen = 0
+    for cut in [3, 24, 30, 1000, 1001, 70_001, len(data) // 2, len(data) - 5, len(data)]:
+        path.write_bytes(data[:cut])
+        b = whole_records(str(path), end, records)
+        assert end <= b.end <= cut and b.records >= records
+        if b.end > end:  # the records in [end, b.end) read whole, frame numbers continuing
+            part = read_datagrams(data[: b.end], start=end, first_frame=records + 1 if name.endswith(".pcap") else None)
+            assert part.errors == 0
+            if len(part):
+                assert part.frame_number[0] >= records + 1
+            seen += len(part)
+        end, records = b.end, b.records
+    assert end == len(data) and seen == len(full)
+    assert whole_records(str(path)).records == records  # from scratch: same count
+
+
+def test_record_starts_cut_at_boundaries():
+    path = str(CAPTURES / "dealer.pcap")
+    size = whole_records(path).end
+    pieces = record_starts(path, 0, size, 256 * 1024)
+    assert len(pieces) > 5 and pieces[0] == (0, 0)
+    full = read_datagrams(path)
+    total = 0
+    for (lo, skip), hi in zip(pieces, [p for p, _ in pieces[1:]] + [size]):
+        part = read_datagrams(path, start=lo, end=hi)
+        assert part.errors == 0 and (len(part) == 0 or part.frame_number[0] == skip + 1)
+        total += len(part)
+    assert total == len(full)
+
+
+def _frames(codec, parts, mid, t0_ns, nonce=1):
+    sharded = codec.shard_message(parts, session_id=7, message_id=mid)
+    rows = []
+    for i, f in enumerate(sharded.frames()):
+        d = codec.parse_frame(bytes(f))
+        rows.append((mid, "10.0.0.2:9", d.part_count, d.part_index, d.message_size, d.part_size,
+                     d.chunk_offset, bytes(d.chunk), t0_ns + i * 1000, i + 1))
+    return pd.DataFrame(rows, columns=FRAME_COLUMNS)
+
+
+def test_peer_state_across_batches_ttl_budget_and_late_frames(codec):
+    opts = StreamMessageOptions(uncompleted_message_ttl=1.0, max_incomplete_bytes=3000)
+    key = ("c.pcap", 7, "10.0.0.1:5")
+    big = _frames(codec, [b"x" * 1200], 11, 0)  # 3 frames
+    peer = PeerMessages()
+    assert peer.advance(key, big.iloc[:2], 0, opts) == []
+    peer = PeerMessages.from_bytes(peer.to_bytes())  # state survives the checkpoint format
+    assert len(peer.pending) == 2
+    rows = peer.advance(key, big.iloc[2:], 0, opts)
+    assert len(rows) == 1 and rows[0][9] and rows[0][11] == 3 and rows[0][4] == 11
+    # a resend of an emitted message is counted, not emitted again
+    assert peer.advance(key, big.iloc[:1], 0, opts) == [] and peer.late_frames == 1
+    # an incomplete message waits for the watermark to pass first frame + TTL, then is emitted
+    half = _frames(codec, [b"y" * 1000], 12, 5_000_000_000)
+    assert peer.advance(key, half.iloc[:1], 5_500_000_000, opts) == []
+    assert peer.next_deadline_ns(opts) is not None
+    rows = peer.advance(key, None, 6_000_000_001, opts)
+    assert len(rows) == 1 and not rows[0][9] and rows[0][10] == 1000 - len(half.payload.iloc[0])
+    # budget: a message claiming more than is left is dropped at once, its frames rejected
+    huge = _frames(codec, [b"z" * 2900], 13, 7_000_000_000)
+    rows = peer.advance(key, huge.iloc[:2], 0, opts)
+    assert len(rows) == 1 and not rows[0][9] and rows[0][13] == 2 and peer.dropped_budget == 1
+    assert peer.advance(key, None, 10**12, opts) == [] and peer.empty()
+
+
+def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
+    """The reader's planning without a JVM: growth, rotation, a file gone before its read."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, StreamRange, read_stream_range
+
+    data = (CAPTURES / "dealer.pcap").read_bytes()
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    (ring / "a.pcap").write_bytes(data[:100_003])
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(ring), "split_bytes": "40000"}, schema)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    a_end, a_records = end["files"]["a.pcap"]
+    assert a_end <= 100_003 and a_records > 0
+    parts = reader.partitions(start, end)
+    assert len(parts) >= 2 and all(isinstance(p, StreamRange) for p in parts)
+    got = sum(b.num_rows for p in parts for b in read_stream_range(p, schema))
+    assert got == a_records  # every record of the range once, none half
+    (ring / "a.pcap").write_bytes(data)
+    (ring / "b.pcap").write_bytes(data)
+    capped = reader.latestOffset(end, ReadMaxBytes(10))  # a byte budget: a.pcap's rest only
+    assert capped["files"]["b.pcap"] == [0, 0] and capped["files"]["a.pcap"][0] == len(data)
+    later = reader.latestOffset(capped, ReadAllAvailable())
+    os.remove(ring / "a.pcap")  # rotated away after being read: leaves the offsets
+    assert "a.pcap" not in reader.latestOffset(later, ReadAllAvailable())["files"]
+    # rotated away before being read: one error row says how many bytes were lost
+    lost = reader.partitions(capped, later)
+    assert lost and {os.path.basename(p.path) for p in lost} == {"b.pcap"}
+    os.remove(lost[0].path)
+    for part in lost:
+        (batch,) = list(read_stream_range(part, schema))
+        assert batch.num_rows == 1 and batch.column("error")[0].as_py() == (
+            f"capture: rotated away before it was read ({part.end - part.start} bytes lost)"
+        )
