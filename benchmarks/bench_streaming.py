@@ -35,10 +35,10 @@ def record_offsets(path: Path):
     """Byte offsets of every record of a classic pcap, plus the file size at the end."""
     import numpy as np
 
-    from nbmq.capture.errorlog import ErrorLog
-    from nbmq.capture.formats import parse_pcap_header
-    from nbmq.capture.records import RecordScanner
-    from nbmq.capture.source import OpenedCapture
+    from nbmq.capture.files.errorlog import ErrorLog
+    from nbmq.capture.files.formats import parse_pcap_header
+    from nbmq.capture.files.records import RecordScanner
+    from nbmq.capture.files.source import OpenedCapture
 
     with OpenedCapture(str(path)) as cap:
         scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "pipeline": "nbmq.spark.cli",
     "decode": "nbmq.decode_command",
     "rqueue-server": "nbmq.transports.rqueue_command",
+    "monitor": "nbmq.spark.monitor_command",
 }
 
 _DESCRIPTION = (

@@ -18,15 +18,17 @@ def register(spark: SparkSession) -> None:
     """Register the ``nbmq``, ``nbmq_bqsp`` and ``nbmq_rqueue`` Python data sources (idempotent).
 
     After it, ``spark.read.format("nbmq").load(paths)`` reads captures into the frames table,
-    ``format("nbmq_bqsp")`` / ``format("nbmq_rqueue")`` their TCP connections into the BQSP
-    packets / rqueue messages tables (:mod:`nbmq.spark.streams_source`).
+    ``spark.readStream.format("nbmq").load(DIR)`` follows a folder of growing captures
+    (:mod:`nbmq.spark.streaming`), ``format("nbmq_bqsp")`` / ``format("nbmq_rqueue")`` read
+    TCP connections into the BQSP packets / rqueue messages tables
+    (:mod:`nbmq.spark.streams_source`).
     """
-    from .datasource import NbmqDataSource
+    from .streaming.source import NbmqStreamingDataSource
     from .streams_source import BqspDataSource, RqueueDataSource
 
     if getattr(spark, "_nbmq_registered", False):  # re-registering makes Spark warn
         return
-    spark.dataSource.register(NbmqDataSource)
+    spark.dataSource.register(NbmqStreamingDataSource)  # the batch source plus streamReader
     spark.dataSource.register(BqspDataSource)
     spark.dataSource.register(RqueueDataSource)
     spark._nbmq_registered = True  # type: ignore[attr-defined]

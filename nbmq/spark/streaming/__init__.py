@@ -1,7 +1,7 @@
 """Live traffic on Spark Structured Streaming: growing captures in, frames, messages and sessions out.
 
 - :mod:`.boundaries`: where the whole records of a growing capture end (the source's offsets).
-- :mod:`.source`: ``spark.readStream.format("nbmq").load(DIR)`` (register with :func:`register`).
+- :mod:`.source`: ``spark.readStream.format("nbmq").load(DIR)`` (registered by ``nbmq.spark.register``).
 - :mod:`.messages`: stateful reassembly across micro-batches (``applyInPandasWithState``).
 - :mod:`.sessions`: per session and window health (frames by kind, messages, bytes, resends,
   heartbeat gaps).
@@ -18,16 +18,9 @@ __all__ = ["register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register ``nbmq`` as a batch *and* streaming source (plus ``nbmq_bqsp`` / ``nbmq_rqueue``).
+    """Register the ``nbmq`` sources on ``spark``: the same as :func:`nbmq.spark.register`,
+    which registers ``nbmq`` for ``spark.read`` and ``spark.readStream`` alike (and
+    ``nbmq_bqsp`` / ``nbmq_rqueue``). Idempotent."""
+    from ..registration import register as register_all
 
-    Registers :class:`~nbmq.spark.streaming.source.NbmqStreamingDataSource` under the name
-    ``nbmq``; it is the batch source with ``streamReader`` added, so ``spark.read`` is unchanged.
-    """
-    from .. import register as register_batch
-    from .source import NbmqStreamingDataSource
-
-    register_batch(spark)
-    if getattr(spark, "_nbmq_streaming_registered", False):
-        return
-    spark.dataSource.register(NbmqStreamingDataSource)
-    spark._nbmq_streaming_registered = True  # type: ignore[attr-defined]
+    register_all(spark)

@@ -4,7 +4,7 @@ A capture being written (dumpcap, tcpdump) ends, at any instant, with a record t
 cut in the middle. :func:`whole_records` walks the record headers from a known boundary and
 returns the end of the last record that is entirely on disk, plus how many records it passed,
 so a micro-batch reads whole records only and the record being written is read next batch.
-Classic pcap walks with :class:`nbmq.capture.records.RecordScanner` (the readers' own chain,
+Classic pcap walks with :class:`nbmq.capture.files.records.RecordScanner` (the readers' own chain,
 damage skipped the same way, compiled when built); pcapng walks block lengths.
 """
 
@@ -53,8 +53,8 @@ def whole_records(path: str, start: int = 0, records: int = 0) -> Boundary:
         OSError: the file cannot be opened (it may have rotated away).
         nbmq.errors.CaptureError: the file's first bytes are not a capture's magic.
     """
-    from ...capture.formats import PCAP_FILE_HEADER_LEN, detect_format
-    from ...capture.source import OpenedCapture
+    from ...capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format
+    from ...capture.files.source import OpenedCapture
 
     size = os.path.getsize(path)
     if size < 4 or size <= start:
@@ -68,9 +68,9 @@ def whole_records(path: str, start: int = 0, records: int = 0) -> Boundary:
 
 
 def _pcap(cap: object, start: int, records: int) -> Boundary:
-    from ...capture.errorlog import ErrorLog
-    from ...capture.formats import parse_pcap_header
-    from ...capture.records import RecordScanner
+    from ...capture.files.errorlog import ErrorLog
+    from ...capture.files.formats import parse_pcap_header
+    from ...capture.files.records import RecordScanner
 
     header = parse_pcap_header(cap.buf, cap.size)  # type: ignore[attr-defined]
     scanner = RecordScanner(cap.buf, cap.size, header)  # type: ignore[attr-defined]
@@ -113,10 +113,10 @@ def record_starts(path: str, start: int, end: int, target_bytes: int) -> list[tu
     ``start`` must be a record boundary (or 0) and ``end`` the end of a whole record. pcapng
     ranges are not cut (one piece).
     """
-    from ...capture.errorlog import ErrorLog
-    from ...capture.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
-    from ...capture.records import RecordScanner
-    from ...capture.source import OpenedCapture
+    from ...capture.files.errorlog import ErrorLog
+    from ...capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
+    from ...capture.files.records import RecordScanner
+    from ...capture.files.source import OpenedCapture
 
     if end - start <= target_bytes:
         return [(start, 0)]

@@ -215,7 +215,7 @@ def read_stream_range(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from ...capture import read_datagrams
-    from ...capture.formats import detect_format
+    from ...capture.files.formats import detect_format
     from ...errors import NbmqError
     from ..datasource import _capture_error_batch, frames_batches
 
