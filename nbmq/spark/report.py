@@ -80,7 +80,9 @@ _NICE_WIDTHS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 1
 def _bin_width(span: float, bins: int = 80) -> float:
     """A round time bin (seconds) giving about ``bins`` bins over ``span`` seconds."""
     want = span / bins
-    return next((w for w in _NICE_WIDTHS if w >= want), float(math.ceil(want / 3600) * 3600))
+    # float always: the bins frame is created with a ``width double`` schema, and Spark's
+    # verifier rejects a Python int there (issue 11: every capture longer than 40 s failed).
+    return float(next((w for w in _NICE_WIDTHS if w >= want), math.ceil(want / 3600) * 3600))
 
 
 def _svg(fig: Any) -> str:
