@@ -306,14 +306,10 @@ def run(
         if streams:
             summary["streams"] = streams
         if report:
-            from .report import chart_data, write_report
+            from .report import collect, write_report
 
-            session_rows = [
-                {k: (str(v) if k == "session_id" else v) for k, v in r.asDict().items()}
-                for r in sessions.orderBy("capture", "first_ts").limit(200).collect()
-            ]
             summary["seconds"] = time.perf_counter() - started
-            write_report(out / "report.html", summary, chart_data(messages), session_rows)
+            write_report(out / "report.html", summary, collect(spark, tables))
             summary["report"] = str(out / "report.html")
         steps.advance()
     summary["seconds"] = time.perf_counter() - started
