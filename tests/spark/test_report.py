@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nbmq.examples import CAPTURE_DIR
-from tests.spark.conftest import BUNDLED
+BUNDLED = ["dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"]
 
 pytestmark = pytest.mark.spark
 
