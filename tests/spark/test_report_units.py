@@ -73,3 +73,29 @@ def test_ack_hash_rebuilds_the_frame(codec):
     got = _hashes(*cols, pd.Series([chunk]))
     assert int(got[0]) == codec.ack_hash(frame)
     assert row.chunk_offset == 3
+
+
+def test_quantiles_from_the_fine_histogram():
+    import numpy as np
+
+    from nbmq.spark.report.aggregate import _FINE_PER_DECADE, _quantiles
+
+    values = np.random.default_rng(1).lognormal(-8, 1, 20_000)
+    fine = np.floor(np.log10(values) * _FINE_PER_DECADE).astype(int)
+    frame = pd.DataFrame({"fine": fine, "v": values}).groupby("fine")["v"].agg(["count", "min", "max"]).reset_index()
+    frame = frame.rename(columns={"count": "n", "min": "lo", "max": "hi"}).assign(capture="c", metric="m")
+    latency, hist = _quantiles(frame)
+    row = latency.iloc[0]
+    assert row["n"] == 20_000 and row["max"] == values.max()
+    for q, name in ((50, "p50"), (90, "p90"), (99, "p99")):
+        exact = np.percentile(values, q, method="inverted_cdf")
+        assert abs(row[name] / exact - 1) < 0.024  # within one fine bucket
+    assert hist["n"].sum() == 20_000
+
+
+def test_quantiles_of_two_samples_take_the_lower_for_the_median():
+    from nbmq.spark.report.aggregate import _quantiles
+
+    frame = pd.DataFrame({"capture": "c", "metric": "m", "fine": [-400, -300], "n": [1, 1], "lo": [1e-4, 1e-3], "hi": [1e-4, 1e-3]})
+    row = _quantiles(frame)[0].iloc[0]
+    assert (row["p50"], row["p90"], row["max"]) == (1e-4, 1e-3, 1e-3)

@@ -8,6 +8,7 @@ frame (or first stream record), one axis per capture shared by all its sessions.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ _MAX_GAPS = 200
 _MAX_SESSIONS = 5000
 #: log10 histogram buckets per decade for the latency distributions.
 _PER_DECADE = 5
+#: finer buckets the quantiles are read from (about 2.3% wide), merged into _PER_DECADE for the chart.
+_FINE_PER_DECADE = 100
 
 
 @dataclass
@@ -71,6 +74,22 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
+class _Jobs:
+    """Runs the report's Spark jobs a few at a time (threads on one session): each is small, so
+    their scheduling and driver round trips, not the work, dominate; overlapping them hides that."""
+
+    def __init__(self, workers: int = 4) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nbmq-report")
+
+    def submit(self, df: DataFrame, columns: list[str]) -> Future[pd.DataFrame]:
+        return self.pool.submit(_pd, df, columns)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
 def _pd(df: DataFrame, columns: list[str]) -> pd.DataFrame:
     import pandas as pd
 
@@ -98,19 +117,36 @@ def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
     sessions = spark.read.parquet(tables["sessions"])
     notes: list[str] = []
 
+    jobs = _Jobs()
+    try:
+        return _collect(spark, tables, jobs, frames, messages, sessions, notes)
+    finally:
+        jobs.close()
+
+
+def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: DataFrame, messages: DataFrame,
+             sessions: DataFrame, notes: list[str]) -> ReportData:
+    import pandas as pd
+    from pyspark.sql import functions as F
+
     # One shared time axis per capture: the first and last valid frame.
-    spans = _pd(
+    spans_job = jobs.submit(
         frames.where(F.col("ts_ns").isNotNull())
         .groupBy("capture")
         .agg((F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1")),
         ["capture", "t0", "t1"],
     )
+    sessions_job = jobs.submit(sessions.orderBy("capture", "first_ts").limit(_MAX_SESSIONS), sessions.columns)
+    stream_spans = {
+        protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol])) for protocol in ("bqsp", "rqueue") if protocol in tables
+    }
+    spans = spans_job.result()
     caps = [
         {"capture": r.capture, "protocol": "nbmq", "t0": float(r.t0), "span_s": float(r.t1 - r.t0),
          "width_s": nice_bin_width(float(r.t1 - r.t0), _BINS)}
         for r in spans.itertuples()
     ]
-    session_rows = _pd(sessions.orderBy("capture", "first_ts").limit(_MAX_SESSIONS), sessions.columns)
+    session_rows = sessions_job.result()
     if len(session_rows):
         session_rows["session_id"] = session_rows["session_id"].map(int)
 
@@ -131,17 +167,18 @@ def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
         notes=notes,
     )
     data = empty
+    streams = {
+        protocol: _streams(jobs, spark.read.parquet(tables[protocol]), protocol, data, span.result())
+        for protocol, span in stream_spans.items()
+    }
     if caps:
-        _udp(spark, data, frames, messages, sessions, caps)
-    data.streams = {}
-    for protocol in ("bqsp", "rqueue"):
-        if protocol in tables:
-            data.streams[protocol] = _streams(spark.read.parquet(tables[protocol]), protocol, data)
+        _udp(spark, jobs, data, frames, messages, sessions, caps)
+    data.streams = {protocol: {k: v.result() for k, v in tables_.items()} for protocol, tables_ in streams.items()}
     return data
 
 
-def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: DataFrame, sessions: DataFrame,
-         caps: list[dict[str, Any]]) -> None:
+def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, messages: DataFrame,
+         sessions: DataFrame, caps: list[dict[str, Any]]) -> None:
     """Fill ``data``'s nbmq tables: about ten Spark jobs, two of them full passes over the frames."""
     import pandas as pd
     from pyspark.sql import functions as F
@@ -161,16 +198,13 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
     valid = F.col("error").isNull()
 
     # Traffic and error reasons: one pass over the frames.
-    rows = _pd(
+    rows_job = jobs.submit(
         f.where(F.col("ts_ns").isNotNull() | F.col("error").isNotNull())
         .groupBy("capture", "session_id", src.alias("src"), "kind_name", binned.alias("bin"),
                  F.regexp_replace("error", "[0-9]+", "N").alias("reason"))
         .agg(F.count(F.lit(1)).alias("frames"), F.sum("length").alias("bytes")),
         ["capture", "session_id", "src", "kind_name", "bin", "reason", "frames", "bytes"],
     )
-    bad = rows["reason"].notna()
-    data.errors = rows[bad].groupby(["capture", "reason"], as_index=False)["frames"].sum().rename(columns={"frames": "rows"})
-    traffic = rows[~bad].drop(columns=["reason"])
 
     # Messages: rates and health binned by their first frame, incomplete ones with a reason.
     reason = (
@@ -181,7 +215,7 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
         .otherwise("missing bytes at the capture's end (still in flight)")
     )
     mt = F.col("first_ts").cast("double") - F.col("t0")
-    msg = _pd(
+    msg_job = jobs.submit(
         messages.join(axis, "capture")
         .groupBy("capture", "session_id", "src", F.floor(mt / F.col("width")).cast("int").alias("bin"), reason.alias("reason"))
         .agg(
@@ -195,12 +229,6 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
         ["capture", "session_id", "src", "bin", "reason", "messages", "message_bytes", "duplicates", "rejected",
          "incomplete", "missing_bytes"],
     )
-    inc = msg[msg["reason"].notna()]
-    data.incomplete = (
-        inc.groupby(["capture", "reason"], as_index=False)[["incomplete", "missing_bytes"]].sum()
-        .rename(columns={"incomplete": "messages"})
-    )
-    msg = msg.drop(columns=["reason", "missing_bytes"])
 
     # Latency distributions: every metric in one union, two jobs (quantiles, histogram).
     def ts(c: str) -> Any:
@@ -217,7 +245,7 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
             "capture", F.lit("message assembly (first -> last frame)").alias("metric"), (ts("last_ts") - ts("first_ts")).alias("v")),
     ]
     # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
-    has_acks = bool(len(traffic)) and bool((traffic["kind_name"] == "ack").any())
+    has_acks = bool(len(data.sessions)) and bool((data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0)
     hashed = None
     if has_acks and "payload" in frames.columns:
         from .ackhash import frame_hash
@@ -233,34 +261,28 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
         first_ack = acks.groupBy("capture", "session_id", "h").agg(F.min("acked_s").alias("acked_s"))
         values.append(sent.join(first_ack, ["capture", "session_id", "h"]).select(
             "capture", F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"), (F.col("acked_s") - F.col("sent_s")).alias("v")))
-        data.resends = _pd(
+        resends_job = jobs.submit(
             sent.where(F.col("sends") > 1).groupBy("capture", "bin").agg((F.sum("sends") - F.count(F.lit(1))).alias("resends")),
             ["capture", "bin", "resends"],
         )
     elif has_acks:
+        resends_job = None
         data.notes.append("SafeDealer ack round trips need the frames' payload column (run without --no-payload).")
     union = values[0]
     for v in values[1:]:
         union = union.unionByName(v)
+    # One job: a fine log histogram per (capture, metric) with each bucket's min and max; the
+    # quantiles are read from it on the driver (exact at the ends, within a bucket elsewhere).
     union = union.where(F.col("v").isNotNull() & (F.col("v") >= 0))
-    data.latency = _pd(
-        union.groupBy("capture", "metric").agg(
-            F.count("v").alias("n"), F.percentile_approx("v", [0.5, 0.9, 0.99], 10000).alias("q"), F.max("v").alias("max")
-        ).select("capture", "metric", "n", F.col("q")[0].alias("p50"), F.col("q")[1].alias("p90"),
-                 F.col("q")[2].alias("p99"), "max"),
-        list(data.latency.columns),
+    fine = F.when(F.col("v") <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
+    hist_job = jobs.submit(
+        union.groupBy("capture", "metric", fine.alias("fine")).agg(
+            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi")),
+        ["capture", "metric", "fine", "n", "lo", "hi"],
     )
-    data.histograms = _pd(
-        union.where(F.col("v") > 0)
-        .groupBy("capture", "metric", F.floor(F.log10("v") * _PER_DECADE).cast("int").alias("bucket"))
-        .agg(F.count(F.lit(1)).alias("n")),
-        list(data.histograms.columns),
-    )
-    if hashed is not None:
-        hashed.unpersist()
 
     # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
-    data.control = _pd(
+    control_job = jobs.submit(
         f.where(F.col("kind").isin(1, 2, 3) & valid)
         .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
         .orderBy("capture", "at_s")
@@ -270,13 +292,30 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
     hb = f.where((F.col("kind") == 4) & valid).select("capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s"))
     w = Window.partitionBy("capture", "session_id", "src").orderBy("at_s")
     hb_gaps = hb.select("capture", "session_id", "src", "dst", "at_s", F.lag("at_s").over(w).alias("prev_s"))
-    data.heartbeats = _pd(
+    heartbeats_job = jobs.submit(
         hb_gaps.groupBy("capture", "session_id", "src", "dst").agg(
             F.count(F.lit(1)).alias("n"), F.min("at_s").alias("first_s"), F.max("at_s").alias("last_s"),
             F.sum((F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).cast("int")).alias("long"),
         ),
         list(data.heartbeats.columns) + ["long"],
     )
+    rows = rows_job.result()
+    bad = rows["reason"].notna()
+    data.errors = rows[bad].groupby(["capture", "reason"], as_index=False)["frames"].sum().rename(columns={"frames": "rows"})
+    traffic = rows[~bad].drop(columns=["reason"])
+    msg = msg_job.result()
+    inc = msg[msg["reason"].notna()]
+    data.incomplete = (
+        inc.groupby(["capture", "reason"], as_index=False)[["incomplete", "missing_bytes"]].sum()
+        .rename(columns={"incomplete": "messages"})
+    )
+    msg = msg.drop(columns=["reason", "missing_bytes"])
+    data.latency, data.histograms = _quantiles(hist_job.result())
+    if hashed is not None:
+        data.resends = resends_job.result()
+        hashed.unpersist()
+    data.control = control_job.result()
+    data.heartbeats = heartbeats_job.result()
     gaps = pd.DataFrame(columns=["capture", "session_id", "src", "at_s", "gap_s"])
     if len(data.heartbeats) and data.heartbeats["long"].fillna(0).sum() > 0:
         # A long wait between two heartbeats is a silence only if that side sent nothing else
@@ -307,6 +346,36 @@ def _udp(spark: SparkSession, data: ReportData, frames: DataFrame, messages: Dat
         table = getattr(data, name)
         if len(table):
             table["session_id"] = _attribute_session(table, clients)
+
+
+def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(latency rows, chart histogram) from the fine histogram: p50/p90/p99 by nearest rank,
+    interpolated linearly inside the bucket holding the rank between that bucket's own min and
+    max (exact when the bucket holds one value; at most one bucket, ~2.3%, off otherwise)."""
+    import numpy as np
+    import pandas as pd
+
+    rows, hist = [], []
+    for (capture, metric), g in fine.groupby(["capture", "metric"]):
+        g = g.sort_values("fine")
+        n = g["n"].to_numpy(dtype=float)
+        lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
+        cum = np.cumsum(n)
+        total = cum[-1]
+        row = {"capture": capture, "metric": metric, "n": int(total), "max": float(hi[-1])}
+        for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            rank = max(1.0, float(np.ceil(q * total)))  # nearest rank, 1-based
+            i = int(np.searchsorted(cum, rank))
+            before = cum[i - 1] if i else 0.0
+            frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
+            row[name] = float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
+        rows.append(row)
+        positive = g[g["fine"] > -10**6]
+        coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / _FINE_PER_DECADE).astype(int)
+        for bucket, count in pd.Series(positive["n"].to_numpy(), index=coarse).groupby(level=0).sum().items():
+            hist.append({"capture": capture, "metric": metric, "bucket": int(bucket), "n": int(count)})
+    return (pd.DataFrame(rows, columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
+            pd.DataFrame(hist, columns=["capture", "metric", "bucket", "n"]))
 
 
 def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:
@@ -341,28 +410,36 @@ def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=["src", "dst"])
 
 
-def _streams(table: DataFrame, protocol: str, data: ReportData) -> dict[str, pd.DataFrame]:
-    """BQSP / rqueue: per connection counts, rates by time bin, sizes, topics or queues."""
-    import pandas as pd
+def _stream_spans(jobs: _Jobs, table: DataFrame) -> Future[pd.DataFrame]:
+    """The first and last decoded record of each capture of a stream table (its time axis)."""
+    from pyspark.sql import functions as F
+
+    ok = table.where(F.col("error").isNull() & F.col("timestamp").isNotNull())
+    return jobs.submit(
+        ok.groupBy("capture").agg(
+            F.min(F.col("timestamp").cast("double")).alias("t0"), F.max(F.col("timestamp").cast("double")).alias("t1")),
+        ["capture", "t0", "t1"],
+    )
+
+
+def _streams(jobs: _Jobs, table: DataFrame, protocol: str, data: ReportData, span: pd.DataFrame) -> dict[str, Future[pd.DataFrame]]:
+    """BQSP / rqueue: per connection counts, rates by time bin, sizes, topics or queues (jobs started)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     ok = table.where(F.col("error").isNull() & F.col("timestamp").isNotNull())
     size_col = "length" if protocol == "bqsp" else "content_length"
-    span = ok.groupBy("capture").agg(
-        F.min(F.col("timestamp").cast("double")).alias("t0"), F.max(F.col("timestamp").cast("double")).alias("t1")
-    ).collect()
-    caps = [(r.capture, float(r.t0), nice_bin_width(float(r.t1 - r.t0), _BINS)) for r in span]
-    for r, (_, _, w) in zip(span, caps):
+    caps = [(r.capture, float(r.t0), nice_bin_width(float(r.t1 - r.t0), _BINS)) for r in span.itertuples()]
+    for r, (_, _, w) in zip(span.itertuples(), caps):
         data.captures.loc[len(data.captures)] = [r.capture, protocol, float(r.t0), float(r.t1 - r.t0), w]
-    out: dict[str, pd.DataFrame] = {}
+    out: dict[str, Future[pd.DataFrame]] = {}
     if not caps:
         return out
     axis = F.broadcast(table.sparkSession.createDataFrame(caps, "capture string, t0 double, width double"))
     j = ok.join(axis, "capture")
     at = F.col("timestamp").cast("double") - F.col("t0")
     key = ["capture", "client", "server"]
-    out["connections"] = _pd(
+    out["connections"] = jobs.submit(
         table.groupBy(*key).agg(
             F.count(F.when(F.col("error").isNull() & (F.col("direction") == "c2s"), 1)).alias("c2s"),
             F.count(F.when(F.col("error").isNull() & (F.col("direction") == "s2c"), 1)).alias("s2c"),
@@ -373,24 +450,24 @@ def _streams(table: DataFrame, protocol: str, data: ReportData) -> dict[str, pd.
         ).orderBy(*key),
         key + ["c2s", "s2c", "bytes", "errors", "first", "last"],
     )
-    out["rates"] = _pd(
+    out["rates"] = jobs.submit(
         j.groupBy(*key, "direction", F.floor(at / F.col("width")).cast("int").alias("bin")).agg(
             F.count(F.lit(1)).alias("records"), F.sum(size_col).alias("bytes")
         ),
         key + ["direction", "bin", "records", "bytes"],
     )
-    out["sizes"] = _pd(
+    out["sizes"] = jobs.submit(
         ok.groupBy("capture", "direction", F.when(F.col(size_col) <= 0, -1).otherwise(F.floor(F.log2(size_col))).cast("int").alias("bucket")).count(),
         ["capture", "direction", "bucket", "count"],
     )
-    out["errors"] = _pd(
+    out["errors"] = jobs.submit(
         table.where(F.col("error").isNotNull()).groupBy("capture", F.regexp_replace("error", "[0-9]+", "N").alias("reason")).count(),
         ["capture", "reason", "count"],
     )
     if protocol == "rqueue":
         topic = F.col("topic").cast("string")
         kinds = ok.select("capture", "client", "direction", "message_type_name", topic.alias("topic"))
-        out["topics"] = _pd(
+        out["topics"] = jobs.submit(
             kinds.where(F.col("message_type_name") != "DEREGISTER").groupBy("capture", "topic").agg(
                 F.countDistinct(F.when(F.col("message_type_name") == "SUBSCRIBE", F.col("client"))).alias("subscribers"),
                 F.count(F.when(F.col("message_type_name") == "SUBSCRIBE", 1)).alias("subscribes"),
@@ -400,7 +477,7 @@ def _streams(table: DataFrame, protocol: str, data: ReportData) -> dict[str, pd.
             ).orderBy("capture", "topic"),
             ["capture", "topic", "subscribers", "subscribes", "removes", "published", "delivered"],
         )
-        out["types"] = _pd(
+        out["types"] = jobs.submit(
             ok.groupBy("capture", "direction", "message_type_name").count().orderBy("capture", "direction", "message_type_name"),
             ["capture", "direction", "message_type_name", "count"],
         )
@@ -413,7 +490,7 @@ def _streams(table: DataFrame, protocol: str, data: ReportData) -> dict[str, pd.
         req = numbered.where(F.col("direction") == "c2s").drop("direction")
         rsp = numbered.where(F.col("direction") == "s2c").drop("direction").withColumnRenamed("ts", "rts")
         pairs = req.join(rsp, [*key, "queue_number", "n"], "left")
-        out["queues"] = _pd(
+        out["queues"] = jobs.submit(
             pairs.groupBy("capture", "client", "server", "queue_number").agg(
                 F.count(F.lit(1)).alias("requests"),
                 F.count("rts").alias("responses"),
@@ -426,7 +503,7 @@ def _streams(table: DataFrame, protocol: str, data: ReportData) -> dict[str, pd.
         events = pairs.select("capture", F.col("ts").alias("at"), F.lit(1).alias("d")).unionByName(
             pairs.where(F.col("rts").isNotNull()).select("capture", F.col("rts").alias("at"), F.lit(-1).alias("d"))
         ).join(axis, "capture")
-        out["in_flight"] = _pd(
+        out["in_flight"] = jobs.submit(
             events.select("capture", (F.col("at") - F.col("t0")).alias("at_s"), "d").orderBy("capture", "at_s", F.desc("d")).limit(20000),
             ["capture", "at_s", "d"],
         )
