@@ -309,8 +309,12 @@ def run(
             from .report import collect, write_report
 
             summary["seconds"] = time.perf_counter() - started
-            write_report(out / "report.html", summary, collect(spark, tables))
-            summary["report"] = str(out / "report.html")
+            try:  # a report bug must not cost the tables and summary.json (issue 11)
+                write_report(out / "report.html", summary, collect(spark, tables))
+                summary["report"] = str(out / "report.html")
+            except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
+                summary["report_error"] = f"{type(exc).__name__}: {exc}"
+                print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
         steps.advance()
     summary["seconds"] = time.perf_counter() - started
     try:

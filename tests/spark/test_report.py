@@ -14,7 +14,7 @@ import pytest
 from nbmq.examples import CAPTURE_DIR
 BUNDLED = ["dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"]
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # one pipeline run in the first test
 
 STREAMS = CAPTURE_DIR.parent / "streams"
 
@@ -103,7 +103,7 @@ def test_loads_in_headless_chromium_without_console_errors(report, tmp_path):
     html.write_text(page, encoding="utf-8")
     shot = tmp_path / "shot.png"
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
            f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--enable-logging=stderr", "--v=0",
            f"--screenshot={shot}", "--window-size=1400,2000", html.as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})

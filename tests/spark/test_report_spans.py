@@ -10,7 +10,7 @@ import pytest
 from nbmq import codec
 from nbmq.capture.pcap_writer import write_pcap
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # one pipeline run in the first test
 
 T0 = 1_700_000_000.0
 SPANS = {"span_1s.pcap": 1.0, "span_60s.pcap": 60.0, "span_1h.pcap": 3600.0, "span_1d.pcap": 86400.0}
