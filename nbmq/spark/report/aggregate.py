@@ -198,11 +198,14 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     valid = F.col("error").isNull()
 
     # Traffic and error reasons: one pass over the frames.
+    # Grouped on the raw columns (the endpoint text is built per group afterwards, not per row).
     rows_job = jobs.submit(
         f.where(F.col("ts_ns").isNotNull() | F.col("error").isNotNull())
-        .groupBy("capture", "session_id", src.alias("src"), "kind_name", binned.alias("bin"),
+        .groupBy("capture", "session_id", "src_addr", "src_port", "kind_name", binned.alias("bin"), "error")
+        .agg(F.count(F.lit(1)).alias("frames"), F.sum("length").alias("bytes"))
+        .groupBy("capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "kind_name", "bin",
                  F.regexp_replace("error", "[0-9]+", "N").alias("reason"))
-        .agg(F.count(F.lit(1)).alias("frames"), F.sum("length").alias("bytes")),
+        .agg(F.sum("frames").alias("frames"), F.sum("bytes").alias("bytes")),
         ["capture", "session_id", "src", "kind_name", "bin", "reason", "frames", "bytes"],
     )
 

@@ -93,6 +93,17 @@ def _sessions_table(rows: Any) -> str:
     return _table(out, cols, "no sessions")
 
 
+_MAX_SESSION_ROWS = 40
+
+
+def _busiest(sess: Any) -> Any:
+    """At most 40 sessions, the most frames first, then in time order."""
+    if len(sess) <= _MAX_SESSION_ROWS:
+        return sess
+    frames = sess["frames_c2s"].fillna(0) + sess["frames_s2c"].fillna(0)
+    return sess.loc[frames.sort_values(ascending=False).index[:_MAX_SESSION_ROWS]].sort_values("first_ts")
+
+
 def _incomplete_cell(r: dict[str, Any]) -> str:
     n = (r.get("messages_incomplete_c2s") or 0) + (r.get("messages_incomplete_s2c") or 0)
     return f"<span class=bad>{n:,}</span>" if n else "0"
@@ -184,7 +195,9 @@ def render(summary: dict[str, Any], data: ReportData) -> str:
         busiest = list(t.groupby("session_id")["frames"].sum().sort_values(ascending=False).index) if len(t) else []
         p += [f"<h2 id='cap-{_e(c)}'>{_e(c)}</h2>",
               f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s).</p>",
-              "<h3>Sessions</h3>", _sessions_table(sess),
+              "<h3>Sessions</h3>", _sessions_table(_busiest(sess)),
+              f"<p>The {_MAX_SESSION_ROWS} busiest of {len(sess):,} sessions; all are in <code>sessions/</code>.</p>"
+              if len(sess) > _MAX_SESSION_ROWS else "",
               "<h3>Traffic</h3>", _chart(charts.traffic(cap, t, m, [int(s) for s in busiest if int(s)])),
               "<h3>Control-frame flow</h3>",
               "<p>Connect, Connected and Disconnected as sent, in time order (seconds since the first frame); "
