@@ -2,18 +2,23 @@
 
     python benchmarks/bench_transport.py [--duration 1.5] [--repeat 3] [--sizes 100,1024,16384,65536]
 
-Side by side, in one run:
+Side by side, in one run, the cases interleaved (run 1 of every case, then run 2, ...):
 
-- nbmq Dealer -> Dealer (UDP), ``send()`` flushing every message, and with ``send(flush=False)``
+- nbmq Dealer -> Dealer (UDP): default ``send()`` (auto-batched: a flush per ~64 datagrams),
+  ``send(flush=True)`` (one syscall per message, the old default), and ``send(flush=False)``
   plus a ``flush()`` every ~64 datagrams (one sendmmsg, GSO-coalesced on Linux);
+- the same default ``send()`` on the pure-Python twin (``NBMQ_NO_EXTENSIONS=1``: Python codec,
+  recvfrom/sendto batch I/O) as the baseline;
 - nbmq SafeDealer -> SafeDealer (acked, resent; must lose nothing), flushing every ~64
   datagrams, ``send_hwm`` sized to keep about 2 MiB unacked (it has no congestion control);
 - the Python floor: a plain ``sendto``/``recvfrom`` loop of 500-byte datagrams;
 - pyzmq PUSH/PULL over TCP (if pyzmq is installed).
 
-Each case sends for ``--duration`` seconds; the receiver counts until it has been idle for
-0.5 s. Reported: delivered messages/s and MB/s (10**6 bytes, payload only) measured at the
-receiver from its first to its last message, and delivered/sent. Medians of ``--repeat`` runs.
+Each case sends for ``--duration`` seconds; the receiver drains (``recv()`` until WouldBlock,
+then waits) until it has been idle for 0.5 s. Reported: delivered messages/s and MB/s (10**6
+bytes, payload only) measured at the receiver from its first to its last message,
+delivered/sent, and per run the kernel's receive-buffer drops (``counters.kernel_drops``) and
+our own queue's drops (``counters.dropped_total``). Medians of ``--repeat`` runs.
 Importing this module runs nothing.
 """
 
@@ -33,8 +38,8 @@ BIG = dict(send_hwm=10_000, recv_hwm=100_000, rcvbuf=4 << 20, sndbuf=4 << 20)
 WINDOW = 2 << 20
 
 
-def _report(conn: Any, count: int, first: float, last: float) -> None:
-    conn.send((count, first, last))
+def _report(conn: Any, count: int, first: float, last: float, kernel: int = -1, ours: int = -1) -> None:
+    conn.send((count, first, last, kernel, ours))
     conn.close()
 
 
@@ -46,17 +51,17 @@ def _options(kind: str, size: int) -> dict[str, int]:
     return options
 
 
-def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float) -> None:
+def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float, extra: Any = None, idle: float = IDLE) -> None:
     import nbmq.transports as nt
     from nbmq.errors import WouldBlock
 
-    sock = getattr(nt, kind).bind("127.0.0.1:0", **FAST, **_options(kind, size))
+    sock = getattr(nt, kind).bind("127.0.0.1:0", **FAST, **_options(kind, size), **(extra or {}))
     conn.send(sock.local_address)
     count, first, last = 0, 0.0, 0.0
     recv = sock.recv
     while time.monotonic() < deadline:
         try:
-            recv(timeout=IDLE)
+            recv(timeout=idle)
         except WouldBlock:
             if count:
                 break
@@ -65,45 +70,155 @@ def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float) -> None:
         if not count:
             first = last
         count += 1
-    _report(conn, count, first, last)
+    counters = sock.counters
+    _report(conn, count, first, last, counters.kernel_drops, counters.dropped_total)
     sock.close(linger=0)
 
 
-def _nbmq_sender(kind: str, address: str, size: int, duration: float, batched: bool, conn: Any) -> None:
+def _nbmq_sender(kind: str, address: str, size: int, duration: float, batched: Any, conn: Any,
+                 extra: Any = None) -> None:
     import nbmq.transports as nt
     from nbmq.errors import WouldBlock
 
     from nbmq.wire import MAX_CHUNK_SIZE
 
-    sock = getattr(nt, kind).connect(address, **FAST, **_options(kind, size))
+    sock = getattr(nt, kind).connect(address, **FAST, **_options(kind, size), **(extra or {}))
     if not sock.wait_connected(5.0):
         conn.send(0)
         return
     msg = [b"x" * size]
     sent = 0
-    burst = max(1, 64 // max(1, -(-size // MAX_CHUNK_SIZE))) if batched else 64  # ~64 datagrams
+    burst = max(1, 64 // max(1, -(-size // MAX_CHUNK_SIZE))) if batched is True else 64  # ~64 datagrams
+    flush = False if batched is True else (True if batched == "each" else None)
     end = time.monotonic() + duration
     send = sock.send
     while time.monotonic() < end:
         for _ in range(burst):
             try:
-                send(msg, 0.0, not batched)
+                send(msg, 0.0, flush)
             except WouldBlock:
                 sock.poll(0.001)
                 break
             sent += 1
-        if batched:
+        if batched is True:
             sock.flush()
     sock.close(linger=10.0)  # a SafeDealer waits here for its last acks
-    conn.send(sent)
+    conn.send((sent, sock.engine.counters.resends) if extra else sent)
 
 
-def nbmq_case(kind: str, size: int, duration: float, batched: bool = False) -> tuple[float, int, int]:
-    return _run(
-        lambda c, deadline: mp.Process(target=_nbmq_receiver, args=(kind, size, c, deadline)),
-        lambda addr, c: mp.Process(target=_nbmq_sender, args=(kind, addr, size, duration, batched, c)),
-        duration,
-    )
+def nbmq_case(kind: str, size: int, duration: float, batched: Any = False, pure: bool = False) -> tuple:
+    """``batched``: False = default send() (auto-batched), "each" = send(flush=True),
+    True = send(flush=False) + flush() per ~64 datagrams. ``pure``: both processes on the
+    pure-Python twin (started fresh with NBMQ_NO_EXTENSIONS=1)."""
+    ctx: Any = mp
+    if pure:
+        ctx = mp.get_context("spawn")
+    with _pure_env(pure):
+        return _run(
+            lambda c, deadline: ctx.Process(target=_nbmq_receiver, args=(kind, size, c, deadline)),
+            lambda addr, c: ctx.Process(target=_nbmq_sender, args=(kind, addr, size, duration, batched, c)),
+            duration,
+        )
+
+
+class _pure_env:
+    """Sets NBMQ_NO_EXTENSIONS=1 while spawned children start."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __enter__(self) -> None:
+        if self.on:
+            self.saved = os.environ.get("NBMQ_NO_EXTENSIONS")
+            os.environ["NBMQ_NO_EXTENSIONS"] = "1"
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.on:
+            if self.saved is None:
+                del os.environ["NBMQ_NO_EXTENSIONS"]
+            else:
+                os.environ["NBMQ_NO_EXTENSIONS"] = self.saved
+
+
+# --- SafeDealer through a lossy relay ---------------------------------------------------------
+def _relay(server: str, loss: float, conn: Any, deadline: float) -> None:
+    """Forward datagrams both ways between one client and ``server``, dropping ``loss`` of
+    them (seeded); batched with recvmmsg/sendmmsg so the relay is not the bottleneck."""
+    import random
+    import selectors
+
+    from nbmq.transports.batch import batch_io
+
+    host, port = server.rsplit(":", 1)
+    upstream_addr = (host, int(port))
+    front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for s in (front, back):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+    fio, bio = batch_io(front, gso=False, gro=False), batch_io(back, gso=False, gro=False)
+    conn.send("%s:%d" % front.getsockname())
+    rng = random.Random(1)
+    client = None
+    dropped = 0
+    sel = selectors.DefaultSelector()
+    sel.register(front, selectors.EVENT_READ, (fio, bio, True))
+    sel.register(back, selectors.EVENT_READ, (bio, fio, False))
+    while time.monotonic() < deadline:
+        for key, _ in sel.select(0.2):
+            rx, tx, from_client = key.data
+            for _ in range(16):
+                n, offsets, lengths, addrs = rx.recv()
+                if not n:
+                    break
+                if from_client:
+                    client = addrs[0]
+                dest = upstream_addr if from_client else client
+                out = []
+                for off, length in zip(offsets[:n].tolist(), lengths[:n].tolist()):
+                    if rng.random() < loss:
+                        dropped += 1
+                        continue
+                    out.append((bytes(rx.view[off : off + length]), dest))
+                start = 0
+                for _ in range(1000):  # wait out a full send buffer, briefly
+                    start = tx.send(out, start)
+                    if start >= len(out):
+                        break
+                    time.sleep(0.0001)
+        if conn.poll():
+            break
+    conn.send(dropped)
+
+
+def relay_case(size: int, duration: float, loss: float, congestion: bool) -> tuple:
+    """SafeDealer -> relay (``loss`` each way) -> SafeDealer; returns _run's tuple plus
+    (frames the relay dropped, resends) at the end."""
+    opts = {"safe_congestion": congestion}
+    rx_parent, rx_child = mp.Pipe()
+    tx_parent, tx_child = mp.Pipe()
+    relay_parent, relay_child = mp.Pipe()
+    deadline = time.monotonic() + duration + 30.0
+    # a lost frame stalls its message for a resend timeout or more: wait longer before "done"
+    receiver = mp.Process(target=_nbmq_receiver, args=("SafeDealer", size, rx_child, deadline, opts, 3.0))
+    receiver.start()
+    address = rx_parent.recv()
+    relay = mp.Process(target=_relay, args=(address, loss, relay_child, deadline))
+    relay.start()
+    front = relay_parent.recv()
+    sender = mp.Process(target=_nbmq_sender, args=("SafeDealer", front, size, duration, False, tx_child, opts))
+    sender.start()
+    sent, resends = tx_parent.recv() if tx_parent.poll(duration + 30.0) else (0, 0)
+    delivered, first, last, kernel, ours = rx_parent.recv() if rx_parent.poll(duration + 30.0) else (0, 0.0, 0.0, -1, -1)
+    relay_parent.send("stop")
+    dropped = relay_parent.recv() if relay_parent.poll(5.0) else -1
+    for proc in (sender, receiver, relay):
+        proc.join(5.0)
+        if proc.is_alive():
+            proc.kill()
+    return (max(last - first, 1e-9), delivered, sent, kernel, ours), dropped, resends
 
 
 # --- the Python floor -------------------------------------------------------------------------
@@ -205,8 +320,9 @@ def zmq_case(size: int, duration: float) -> tuple[float, int, int]:
 
 
 # --- harness ----------------------------------------------------------------------------------
-def _run(make_receiver: Any, make_sender: Any, duration: float) -> tuple[float, int, int]:
-    """Returns (seconds from first to last delivered message, delivered, sent)."""
+def _run(make_receiver: Any, make_sender: Any, duration: float) -> tuple:
+    """Returns (seconds from first to last delivered message, delivered, sent, kernel drops,
+    our drops); the drops are -1 where not known."""
     rx_parent, rx_child = mp.Pipe()
     tx_parent, tx_child = mp.Pipe()
     deadline = time.monotonic() + duration + 15.0
@@ -215,27 +331,29 @@ def _run(make_receiver: Any, make_sender: Any, duration: float) -> tuple[float, 
     address = rx_parent.recv()
     sender = make_sender(address, tx_child)
     sender.start()
-    sent = tx_parent.recv() if tx_parent.poll(duration + 15.0) else 0
-    delivered, first, last = rx_parent.recv() if rx_parent.poll(duration + 15.0) else (0, 0.0, 0.0)
+    sent = tx_parent.recv() if tx_parent.poll(duration + 30.0) else 0
+    delivered, first, last, kernel, ours = rx_parent.recv() if rx_parent.poll(duration + 30.0) else (0, 0.0, 0.0, -1, -1)
     for proc in (sender, receiver):
         proc.join(5.0)
         if proc.is_alive():
             proc.kill()
-    return max(last - first, 1e-9), delivered, sent
+    return max(last - first, 1e-9), delivered, sent, kernel, ours
 
 
-def _median_case(fn: Any, size: int, repeat: int) -> dict[str, float]:
-    rows = []
-    for _ in range(repeat):
-        span, delivered, sent = fn()
-        rows.append((delivered / span, delivered * size / span / 1e6, delivered / sent if sent else 0.0, delivered, sent))
-    rate = statistics.median(r[0] for r in rows)
+def _summary(runs: list[tuple], size: int) -> dict[str, Any]:
+    rows = [(d / span, d * size / span / 1e6, d / s if s else 0.0, d, s, k, o) for span, d, s, k, o in runs]
     return {
-        "msgs": rate,
+        "msgs": statistics.median(r[0] for r in rows),
         "mbs": statistics.median(r[1] for r in rows),
         "ratio": statistics.median(r[2] for r in rows),
         "lost": sum(r[4] - r[3] for r in rows),
+        "kernel": "/".join("-" if r[5] < 0 else str(r[5]) for r in rows),
+        "ours": "/".join("-" if r[6] < 0 else str(r[6]) for r in rows),
     }
+
+
+def _median_case(fn: Any, size: int, repeat: int) -> dict[str, Any]:
+    return _summary([fn() for _ in range(repeat)], size)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -243,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=1.5, help="seconds each sender sends")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (the median is shown)")
     parser.add_argument("--sizes", default="100,1024,16384,65536", help="message sizes, bytes")
+    parser.add_argument("--relay-loss", type=float, default=0.05,
+                        help="loss of the SafeDealer relay case, each way (0 skips it)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     d, r = args.duration, args.repeat
@@ -260,27 +380,49 @@ def main(argv: list[str] | None = None) -> None:
         have_zmq = True
     except ImportError:
         have_zmq = False
-    head = f"{'case':30} {'size':>6} {'msgs/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'dgram/s x floor':>15} {'msgs/s x zmq':>12}"
+    head = (f"{'case':34} {'size':>6} {'msgs/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x baseline':>10} "
+            f"{'x zmq':>6}  kernel drops / our drops (per run)")
     print(head)
     print("-" * len(head))
-    print(f"{'python sendto/recvfrom':30} {500:>6} {floor['msgs']:>10,.0f} {floor['mbs']:>8.1f} {floor['ratio']:>10.3f} {1:>15.2f}")
+    print(f"{'python sendto/recvfrom':34} {500:>6} {floor['msgs']:>10,.0f} {floor['mbs']:>8.1f} {floor['ratio']:>10.3f}")
     for size in sizes:
-        frames = max(1, -(-size // MAX_CHUNK_SIZE))  # nbmq datagrams per message
-        zmq_row = _median_case(lambda: zmq_case(size, d), size, r) if have_zmq else None
         cases = [
-            ("nbmq Dealer (flush each)", lambda: nbmq_case("Dealer", size, d)),
-            ("nbmq Dealer (flush ~64 dgrams)", lambda: nbmq_case("Dealer", size, d, batched=True)),
-            ("nbmq SafeDealer", lambda: nbmq_case("SafeDealer", size, d, batched=True)),
+            ("nbmq Dealer send() [pure-Python]", lambda: nbmq_case("Dealer", size, d, pure=True)),
+            ("nbmq Dealer send()", lambda: nbmq_case("Dealer", size, d)),
+            ("nbmq Dealer send(flush=True)", lambda: nbmq_case("Dealer", size, d, batched="each")),
+            ("nbmq Dealer flush() per ~64 dgrams", lambda: nbmq_case("Dealer", size, d, batched=True)),
+            ("nbmq SafeDealer send()", lambda: nbmq_case("SafeDealer", size, d)),
         ]
-        for name, fn in cases:
-            row = _median_case(fn, size, r)
-            vs_zmq = f"{row['msgs'] / zmq_row['msgs']:>12.2f}" if zmq_row else f"{'-':>12}"
-            extra = f"  lost={row['lost']}" if name.endswith("SafeDealer") else ""
-            print(f"{name:30} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
-                  f"{row['msgs'] * frames / floor['msgs']:>15.2f} {vs_zmq}{extra}")
-        if zmq_row:
-            print(f"{'pyzmq PUSH/PULL tcp':30} {size:>6} {zmq_row['msgs']:>10,.0f} {zmq_row['mbs']:>8.1f} "
-                  f"{zmq_row['ratio']:>10.3f} {'':>15} {1:>12.2f}")
+        if have_zmq:
+            cases.append(("pyzmq PUSH/PULL tcp", lambda: zmq_case(size, d)))
+        runs: dict[str, list[tuple]] = {name: [] for name, _ in cases}
+        for _ in range(r):  # interleaved: load changes hit every case alike
+            for name, fn in cases:
+                runs[name].append(fn())
+        rows = {name: _summary(runs[name], size) for name in runs}
+        base = rows["nbmq Dealer send() [pure-Python]"]["msgs"] or 1e-9
+        zmq_rate = rows["pyzmq PUSH/PULL tcp"]["msgs"] if have_zmq else None
+        for name, row in rows.items():
+            vs_zmq = f"{row['msgs'] / zmq_rate:>6.2f}" if zmq_rate else f"{'-':>6}"
+            lost = f" lost={row['lost']}" if "Safe" in name else ""
+            print(f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
+                  f"{row['msgs'] / base:>10.2f} {vs_zmq}  {row['kernel']} / {row['ours']}{lost}")
+    if args.relay_loss > 0:
+        size = 65536
+        print(f"SafeDealer {size} B through a relay dropping {args.relay_loss:.0%} each way "
+              "(x baseline: against the run without congestion control)")
+        runs: dict[bool, list] = {False: [], True: []}
+        for _ in range(r):
+            for cc in (False, True):
+                runs[cc].append(relay_case(size, d, args.relay_loss, cc))
+        base_rate = None
+        for cc in (False, True):
+            row = _summary([x[0] for x in runs[cc]], size)
+            base_rate = base_rate or row["msgs"] or 1e-9
+            detail = " ".join(f"relay_dropped={x[1]},resends={x[2]}" for x in runs[cc])
+            name = f"SafeDealer relay cc={'on' if cc else 'off'}"
+            print(f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
+                  f"{row['msgs'] / base_rate:>10.2f} {'-':>6}  {row['kernel']} / {row['ours']} lost={row['lost']} {detail}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from .errors import (
     NotSupported,
     OptionError,
     ProtocolError,
+    SocketClosed,
     WouldBlock,
 )
 from .options import SocketOptions
@@ -33,6 +34,10 @@ def __getattr__(name: str) -> Any:
     # The socket classes load the transports on first use (PEP 562): Spark workers and the
     # planner process import nbmq for the codec and capture reading only, and the transports
     # cost ~50 ms of start-up per process there.
+    if name == "aio":  # ``import nbmq`` then ``nbmq.aio.Dealer``: loaded on first use, like the sockets
+        import importlib
+
+        return importlib.import_module(".aio", __name__)
     if name in _SOCKETS:
         from . import transports
 
@@ -43,7 +48,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SOCKETS))
+    return sorted(set(globals()) | set(_SOCKETS) | {"aio"})
 
 __version__ = "0.1.0"
 
@@ -59,6 +64,7 @@ __all__ = [
     "SafeDealer",
     "Radio",
     "Dish",
+    "aio",
     "AddressError",
     "CaptureError",
     "NbmqError",
@@ -66,6 +72,7 @@ __all__ = [
     "FrameTooLarge",
     "WouldBlock",
     "NoPeer",
+    "SocketClosed",
     "NotSupported",
     "OptionError",
     "ProtocolError",

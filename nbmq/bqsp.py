@@ -100,7 +100,7 @@ class BqspConnection(StreamReceiver):
         try:
             packet = self._decoder.next_packet()
         except DecodeError as exc:
-            raise self._fail(f"bad packet: {exc}") from exc
+            raise self._fail(f"bad packet: {exc}", exc) from exc
         if packet is not None:
             self.packets_received += 1
             return PacketReceived(packet[0], packet[1], packet[2])

@@ -1,79 +1,77 @@
-"""The ``nbmq`` command.
+"""The ``nbmq`` command: a table of subcommands, one module each.
 
-::
+Each module named in :data:`COMMANDS` exposes
 
-    nbmq pipeline [CAPTURE ...] --out DIR [--master local[*]]   captures -> Parquet tables + report
-    nbmq rqueue-server [--host 127.0.0.1] [--port 6567]          the rqueue pub/sub broker
-    nbmq decode [CAPTURE ...]                                    frame counts per capture (quick look)
+* ``HELP: str`` -- one line for ``nbmq --help``;
+* ``add_arguments(parser: argparse.ArgumentParser) -> None`` -- its options;
+* ``run(args: argparse.Namespace) -> int`` -- runs it, returns the exit status;
 
-Each subcommand imports its layer lazily, so ``nbmq rqueue-server`` never loads Spark. Nothing
-imports this module (ARCHITECTURE.md).
+and imports only the standard library at its top level (its layer, and any optional extra,
+inside ``run``), so ``nbmq --help`` and ``nbmq X --help`` work on a plain ``pip install nbmq``.
+Adding a subcommand is one line in :data:`COMMANDS`. Nothing imports this module
+(ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-def _decode(args: argparse.Namespace) -> int:
-    """Read captures, batch-decode every datagram with the codec, print counts per frame kind."""
-    import numpy as np
+#: Subcommand name -> module path (the contract above). Order is the order of ``nbmq --help``.
+COMMANDS: dict[str, str] = {
+    "pipeline": "nbmq.spark.cli",
+    "decode": "nbmq.decode_command",
+    "rqueue-server": "nbmq.transports.rqueue_command",
+}
 
-    from . import codec
-    from .capture import read_datagrams
-    from .examples import bundled_captures
+_DESCRIPTION = (
+    "nbmq: fire-and-forget messaging (nbmq over UDP, BQSP, rqueue) and a Spark pipeline over "
+    "captures of the traffic. `nbmq COMMAND --help` describes each command."
+)
 
-    paths = args.captures or bundled_captures()
-    print(f"codec: {codec.IMPLEMENTATION}")
-    for path in paths:
-        batch = read_datagrams(path)
-        rows = codec.parse_frames(batch.payload, batch.offsets, batch.lengths)
-        ok = rows["error"] == codec.FrameError.OK
-        kinds = np.bincount(rows["kind"][ok], minlength=len(codec.FrameKind))
-        counts = ", ".join(f"{k.name.lower()} {kinds[k]}" for k in codec.FrameKind if kinds[k])
-        print(f"{path}: {len(rows)} datagrams, {int((~ok).sum())} malformed; {counts}")
-    return 0
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``nbmq`` argument parser, one subparser per entry of :data:`COMMANDS`.
+
+    Returns:
+        The parser; a parsed namespace carries the chosen module's ``run`` as ``args.run``.
+
+    Raises:
+        ImportError: a command module in :data:`COMMANDS` cannot be imported (a packaging bug:
+            their top level is standard library only).
+    """
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="nbmq", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"nbmq {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=getattr(module, "DESCRIPTION", module.HELP),
+        )
+        module.add_arguments(command)
+        command.set_defaults(run=module.run)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``nbmq`` command line; returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="nbmq", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    """Run the ``nbmq`` command line.
 
-    decode = sub.add_parser("decode", help="frame counts per capture (codec quick look)")
-    decode.add_argument("captures", nargs="*", help="pcap/pcapng files (default: the bundled ones)")
-    decode.set_defaults(func=_decode)
+    Args:
+        argv: the arguments after ``nbmq`` (default ``sys.argv[1:]``).
 
-    try:
-        from .spark.cli import add_pipeline_parser
-    except ImportError as exc:  # pyspark missing: say how to get it instead of failing obscurely
-        missing = str(exc)
-
-        def _no_spark(args: argparse.Namespace) -> int:
-            print(f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' ({missing})",
-                  file=sys.stderr)
-            return 2
-
-        pipe = sub.add_parser("pipeline", help="captures -> Parquet tables (needs nbmq[spark])")
-        pipe.add_argument("rest", nargs=argparse.REMAINDER)
-        pipe.set_defaults(func=_no_spark)
-    else:
-        add_pipeline_parser(sub)
-
-    server = sub.add_parser("rqueue-server", help="run the rqueue pub/sub broker", add_help=False)
-    server.add_argument("rest", nargs=argparse.REMAINDER)
-    server.set_defaults(func=lambda args: _rqueue_server(args.rest))
-
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-def _rqueue_server(argv: list[str]) -> int:
-    from .transports.rqueue_server import main as server_main
-
-    return int(server_main(argv) or 0)
+    Returns:
+        The exit status: the subcommand's, or 2 for a usage error (argparse exits with it).
+    """
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
     |-- DecodeError(NbmqError, ValueError)      bytes that do not decode: .offset, .reason
     |   `-- FrameTooLarge(DecodeError)          a (claimed) size past a configured cap
     |-- WouldBlock(NbmqError, BlockingIOError)  high-water mark reached / nothing to receive
-    |   `-- NoPeer(WouldBlock)                  a send that needs a peer and has none
+    |   `-- NoPeer(WouldBlock)                  at send_hwm with no connected peer to drain it
+    |-- SocketClosed(NbmqError)                 send / recv / tick / poll on a closed socket
     |-- NotSupported(NbmqError, TypeError)      recv on Radio, send on Dish
     |-- OptionError(NbmqError, ValueError)      an unknown option or a value out of range
     |-- CaptureError(NbmqError, ValueError)     a file that is not a pcap / pcapng capture
@@ -19,12 +20,15 @@ Both codec twins raise the same class with the same ``offset`` and ``reason`` fo
 
 from __future__ import annotations
 
+import errno as _errno
+
 __all__ = [
     "NbmqError",
     "DecodeError",
     "FrameTooLarge",
     "WouldBlock",
     "NoPeer",
+    "SocketClosed",
     "NotSupported",
     "OptionError",
     "CaptureError",
@@ -75,11 +79,30 @@ class WouldBlock(NbmqError, BlockingIOError):
     """The operation would block: the high-water mark is reached, or nothing is ready.
 
     The role of pyzmq's ``zmq.Again``: retry after ``tick()`` or when the transport is readable.
+    ``errno`` is ``errno.EAGAIN`` (as ``zmq.Again`` and ``BlockingIOError`` from the OS);
+    ``str()`` is the message alone. ``WouldBlock(message)`` or ``WouldBlock(errno, message)``.
     """
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 2 and isinstance(args[0], int):  # (errno, message): also how it unpickles
+            super().__init__(*args)
+        else:
+            super().__init__(_errno.EAGAIN, str(args[0]) if args else "would block")
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class NoPeer(WouldBlock):
-    """A send that needs a connected peer found none."""
+    """``send`` found ``send_hwm`` messages held and no connected peer to take them: the
+    queue cannot drain until a peer connects. Raised by the sockets (``nbmq.Dealer`` and
+    friends, blocking and asyncio) instead of a plain :class:`WouldBlock` in that case, so
+    ``except WouldBlock`` still catches it."""
+
+
+class SocketClosed(NbmqError):
+    """``send``, ``recv``, ``tick``, ``poll``, ``flush`` or ``wait_connected`` on a closed
+    socket (blocking or asyncio), or a call that was waiting when the socket was closed."""
 
 
 class NotSupported(NbmqError, TypeError):

@@ -23,6 +23,7 @@ __all__ = [
     "PeerDisconnected",
     "MessageDropped",
     "FrameRejected",
+    "DatagramsDropped",
     # stream protocols (nbmq.bqsp, nbmq.rqueue)
     "PacketReceived",
     "ConnectionClosed",
@@ -34,6 +35,7 @@ __all__ = [
     "SlowConsumer",
     "ClientError",
     "ClientGone",
+    "NotificationsDropped",
 ]
 
 
@@ -125,6 +127,19 @@ class MessageDropped(Event):
     message_id: int
     #: Why it was dropped.
     reason: DropReason
+
+
+@dataclass(frozen=True, slots=True)
+class DatagramsDropped(Event):
+    """Datagrams the OS dropped before the engine saw them, because the socket's receive
+    buffer was full (Linux ``SO_RXQ_OVFL``, reported by the transport; also counted in
+    ``Counters.kernel_drops``). Which messages they belonged to is unknown: a Dealer loses
+    those messages (their other frames expire as TTL_EXPIRED), a SafeDealer resends them."""
+
+    #: Datagrams dropped since the previous such event.
+    count: int
+    #: Datagrams dropped on this socket since it opened.
+    total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,5 +250,16 @@ class ClientGone(Event):
     """rqueue broker: a client is gone; reported once, the last of its events."""
 
     conn: Hashable
-    #: "eof", "lost", "protocol error" or "slow consumer".
+    #: "eof", "lost", "protocol error", "slow consumer", or the driver's reason given to
+    #: ``RqueueBroker.disconnect`` ("read timeout", "idle timeout").
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationsDropped(Event):
+    """rqueue client, our drop-notice extension: the server dropped notifications meant for this
+    client while it was slow (its outgoing buffer was full). Reported where the gap is in the
+    stream, only after ``RqueueClientConnection.subscribe_drop_notices()``."""
+
+    #: How many notifications were dropped (int).
+    count: int

@@ -33,7 +33,8 @@ class OptionSpec(NamedTuple):
     """How one option is typed, bounded and documented.
 
     Attributes:
-        kind: ``"count"`` (int), ``"seconds"`` (float) or ``"bytes"`` (int).
+        kind: ``"count"`` (int), ``"seconds"`` (float), ``"bytes"`` (int) or ``"flag"``
+            (bool; 0 and 1 accepted).
         default: the default value.
         low: smallest allowed value (inclusive).
         low_open: True when ``low`` itself is not allowed (``> low``).
@@ -105,6 +106,12 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "window used is at least safe_resend_ivl * (safe_resend_limit + 1), so a late resend "
         "can never be delivered twice",
     ),
+    "safe_congestion": OptionSpec(
+        "flag", True, 0, False, 1, "engine",
+        "SafeDealer: an ack-clocked congestion window per peer (bytes in flight; grown on acks, "
+        "halved on resend timeouts) and the resend timer from measured RTT (RFC 6298, floored "
+        "by safe_resend_ivl); read when the engine is built",
+    ),
     "max_message_size": OptionSpec(
         "bytes", 16 * 1024 * 1024, 0, False, _U32, "engine",
         "largest message accepted from the network, bytes (the wire allows 2**32-1)",
@@ -116,7 +123,8 @@ OPTION_SPECS: dict[str, OptionSpec] = {
     ),
     "max_peers": OptionSpec(
         "count", 1024, 1, False, None, "engine",
-        "size of the peer table; half-open peers are evicted first when it is full",
+        "size of the peer table; once full, Connects get stateless cookies (no entry) and a "
+        "verified cookie evicts the oldest half-open peer",
     ),
     "max_events": OptionSpec(
         "count", 10_000, 1, False, None, "engine",
@@ -130,6 +138,26 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "bytes", 4 * 1024 * 1024, 0, False, None, "transport",
         "SO_RCVBUF asked of the OS, bytes (the OS may cap it, e.g. net.core.rmem_max; 0 keeps "
         "the OS default)",
+    ),
+    "gso": OptionSpec(
+        "flag", True, 0, False, 1, "transport",
+        "UDP on Linux: send a run of equal-size datagrams to one peer as one UDP_SEGMENT "
+        "message (the kernel splits it); False sends each datagram on its own",
+    ),
+    "gro": OptionSpec(
+        "flag", True, 0, False, 1, "transport",
+        "UDP on Linux: let the kernel hand over a run of datagrams as one buffer (UDP_GRO; "
+        "used when recv_hwm >= 64; read when the socket opens): faster reads, but the kernel "
+        "counts a dropped run as one drop, so kernel_drops is then a lower bound",
+    ),
+    "pace_rate": OptionSpec(
+        "bytes", 0, 0, False, None, "transport",
+        "bytes per second sent to each peer at most, bursts of up to pace_burst bytes "
+        "(kind to a receiver with a small buffer); 0 = no pacing",
+    ),
+    "pace_burst": OptionSpec(
+        "bytes", 64 * 1024, 500, False, None, "transport",
+        "bytes a paced peer may be sent at once after an idle spell (the token bucket's size)",
     ),
     "linger": OptionSpec(
         "seconds", 1.0, 0.0, False, None, "transport",
@@ -146,6 +174,10 @@ def _check(name: str, raw: Any) -> int | float:
     if spec is None:
         raise OptionError(f"unknown socket option {name!r}")
     value: int | float
+    if spec.kind == "flag":
+        if raw not in (True, False) or not isinstance(raw, (bool, int)):
+            raise OptionError(f"{name} must be True or False, got {raw!r}")
+        return bool(raw)
     if spec.kind == "seconds":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise OptionError(f"{name} must be a number of seconds, got {raw!r}")
@@ -177,13 +209,16 @@ class SocketOptions:
         safe_resend_limit (int, resends, 10), max_tick_send (int, frames per
         ``datagrams_to_send`` call, 1000), uncompleted_message_ttl (s, 10.0), queue_maint_ivl
         (s, 1.0), peer_keepalive (s, 10.0), peer_heartbeat_ivl (s, 1.0), reconnect_wait (s,
-        5.0), safe_resend_ivl (s, 0.2), safe_hash_dedup_ttl (s, 1.0), max_message_size
+        5.0), safe_resend_ivl (s, 0.2), safe_hash_dedup_ttl (s, 1.0), safe_congestion
+        (bool, True: congestion window per peer, SafeDealer), max_message_size
         (bytes, 16 MiB), max_incomplete_bytes (bytes, 64 MiB), max_peers (int, 1024),
         max_events (int, 10000).
 
     Transport options (the engine carries them; a transport reads them):
         max_tick_recv (int, datagrams per step, 1000), sndbuf (bytes, 4 MiB; 0 = OS default),
-        rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever).
+        rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever),
+        gso (bool, True), gro (bool, True), pace_rate (bytes/s per peer, 0 = off), pace_burst
+        (bytes, 64 KiB).
 
     See :data:`OPTION_SPECS` for the bounds and a line on each.
 
@@ -205,12 +240,17 @@ class SocketOptions:
     reconnect_wait: float
     safe_resend_ivl: float
     safe_hash_dedup_ttl: float
+    safe_congestion: bool
     max_message_size: int
     max_incomplete_bytes: int
     max_peers: int
     max_events: int
     sndbuf: int
     rcvbuf: int
+    gso: bool
+    gro: bool
+    pace_rate: int
+    pace_burst: int
     linger: float
 
     def __init__(self, **options: int | float) -> None:

@@ -14,6 +14,17 @@ from .events import ConnectionClosed
 Buffer = bytes | bytearray | memoryview
 
 
+class _Released:
+    """Stands in for the decoder of a failed connection, so its buffered bytes are freed at once
+    (issue 12 item 2: they stayed alive for as long as anything held the connection or its error)."""
+
+    __slots__ = ()
+    buffered = 0
+
+
+_RELEASED = _Released()
+
+
 class StreamReceiver:
     """End-of-stream and error bookkeeping around a codec stream decoder.
 
@@ -63,9 +74,15 @@ class StreamReceiver:
         self.bytes_received += size
         self._decoder.feed(data)
 
-    def _fail(self, reason: str) -> ProtocolError:
-        self._error = ProtocolError(reason)
-        return self._error
+    def _fail(self, reason: str, cause: BaseException | None = None) -> ProtocolError:
+        """Enter the error state: the decoder and every byte it held are dropped (``buffered``
+        is 0 from now on). ``cause`` (the codec's DecodeError, which the caller chains) loses its
+        traceback, whose frames would keep the decoder alive."""
+        self._error = error = ProtocolError(reason)
+        if cause is not None:
+            cause.with_traceback(None)
+        self._decoder = _RELEASED
+        return error
 
     def _end_of_stream(self, record: str) -> ConnectionClosed | None:
         """With no whole record left: ConnectionClosed once after a clean end of stream, else

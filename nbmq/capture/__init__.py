@@ -25,7 +25,7 @@ from .pcapng_writer import write_pcapng
 from .reader import ENGINES, CaptureInfo, probe_capture, read_datagrams
 from .records import CONFIRM_HEADERS
 from .source import CaptureSource
-from .splits import first_frames, plan_splits
+from .splits import first_frames, plan_splits, range_starts
 
 __all__ = [
     "CaptureError",
@@ -41,6 +41,7 @@ __all__ = [
     "ns_to_seconds",
     "plan_splits",
     "probe_capture",
+    "range_starts",
     "read_datagrams",
     "write_pcap",
     "write_pcap_packets",

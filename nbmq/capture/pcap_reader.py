@@ -36,35 +36,39 @@ def read_pcap(
     udp_ports: Iterable[int] | None,
     engine: str,
     first_frame: int | None,
+    walk_from: int | None = None,
 ) -> DatagramBatch:
     """Read the UDP datagrams of the records whose header starts in ``[start, end)``.
 
     See ``read_datagrams`` for the meaning of the arguments; ``engine`` is ``"fast"`` or
-    ``"dpkt"`` here.
+    ``"dpkt"`` here. The range's records and framing errors are those of the whole-file walk
+    (``RecordScanner.walk_range``), so the ranges of a file add up to reading it whole.
     """
     header = parse_pcap_header(cap.buf, cap.size)
     scanner = RecordScanner(cap.buf, cap.size, header)
     stop = cap.size if end is None else min(end, cap.size)
-    begin = scanner.first_boundary(start, stop)
-    if first_frame is None:  # walking the records before the range is the only way to know
-        first_frame = 1 if begin is None else 1 + count_records_before(scanner, begin)
     log = ErrorLog()
+    if walk_from is not None and not PCAP_FILE_HEADER_LEN <= walk_from <= cap.size:
+        raise ValueError(f"walk_from {walk_from} is outside the records [24, {cap.size}]")
+    # without first_frame the walk from byte 24 is needed anyway (to number the frames)
+    begin = walk_from if first_frame is not None else None
+    offs, before = scanner.walk_range(start, stop, log, exact=first_frame is None, begin=begin)
+    if first_frame is None:
+        first_frame = 1 + before
     if engine == "dpkt":
-        return _read_dpkt(cap, scanner, begin, stop, udp_ports, first_frame, log)
-    return _read_fast(cap, scanner, begin, stop, udp_ports, first_frame, log)
+        return _read_dpkt(cap, scanner, offs, udp_ports, first_frame, log)
+    return _read_fast(cap, scanner, offs, udp_ports, first_frame, log)
 
 
 def _read_fast(
     cap: OpenedCapture,
     scanner: RecordScanner,
-    begin: int | None,
-    stop: int,
+    offs: np.ndarray,
     udp_ports: Iterable[int] | None,
     first_frame: int,
     log: ErrorLog,
 ) -> DatagramBatch:
     header = scanner.header
-    offs = scanner.walk(begin, stop, log) if begin is not None else np.empty(0, np.int64)
     sec, frac, incl = scanner.fields(offs)
     ts_ns = sec * 1_000_000_000 + frac * header.ns_per_frac
     starts = offs + header.record_header_len
@@ -112,33 +116,28 @@ class _BufferFile:
 def _read_dpkt(
     cap: OpenedCapture,
     scanner: RecordScanner,
-    begin: int | None,
-    stop: int,
+    offs: np.ndarray,
     udp_ports: Iterable[int] | None,
     first_frame: int,
     log: ErrorLog,
 ) -> DatagramBatch:
+    # framing is the shared walk's (both engines must own the same records); dpkt reads each
     header = scanner.header
     f = _BufferFile(cap.buf, cap.size, cap.name)
     records = iter(dpkt.pcap.Reader(f))
     offsets: list[int] = []
     stamps: list[int] = []
     results: list[Decoded] = []
-    pos = begin
-    while pos is not None:
-        pos = scanner.step(pos, stop, log)  # shared framing rules, damage handling and resync
-        if pos is None:
-            break
+    for pos in offs.tolist():
         f.seek(pos)
         ts, frame = next(records)
         _sec, _frac, incl, _orig = scanner.header_at(pos)
-        if len(frame) != incl:  # cannot happen after step(); kept so dpkt is checked, not trusted
+        if len(frame) != incl:  # cannot happen after the walk; kept so dpkt is checked, not trusted
             log.at_offset(pos, TRUNCATED_RECORD)
             break
         offsets.append(pos)
         stamps.append(_ts_to_ns(ts, header.nanosecond))
         results.append(decode_packet(header.linktype, frame))
-        pos = f.tell()
     n = len(results)
     return assemble(
         RowTable.from_decoded(results),

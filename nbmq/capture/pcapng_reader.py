@@ -7,6 +7,13 @@ sections, and raises from inside its iterator on a truncated block. The walker b
 blocks itself and uses dpkt's block classes to parse Interface Description Blocks (options:
 ``if_tsresol``, ``if_tsoffset``) and, in the dpkt engine, the packet blocks as well.
 
+Damage: a block whose length is implausible, runs past the end of the file or disagrees with
+its trailing copy is an error, and the walk resynchronises on the next plausible block (a
+known type, lengths that agree, followed by another such block or the end of the file). When
+that block starts where one of the two length copies says, the damaged block is still read:
+one flipped bit in a length costs an error, not the rest of the file. Otherwise the block is
+skipped (a packet block keeps its frame number).
+
 Splits: a pcapng file is read as one split (``plan_splits`` returns a single range). Reading
 a byte range still works -- packet blocks starting in ``[start, end)`` are returned -- but the
 walk always starts at the beginning, since interfaces are defined there.
@@ -40,6 +47,8 @@ _PACKET_BLOCKS = frozenset({_PB, _SPB, _EPB})
 # custom)
 _KNOWN_BLOCKS = frozenset({PCAPNG_SHB_TYPE, 1, 2, 3, 4, 5, 6, 9, 10, 0x00000BAD, 0x40000BAD})
 _MAX_BLOCK = 64 << 20
+_LENGTHS_DIFFER = "block lengths differ"
+_SCAN_WORDS = 1 << 14  # words per numpy window of a resynchronisation
 _NS = 1_000_000_000
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -108,17 +117,32 @@ def _block_plausible(buf: object, size: int, pos: int, order: str) -> bool:
 
 
 def _resync(buf: object, size: int, pos: int, order: str) -> int | None:
-    # Blocks are 4-byte aligned; a candidate must be plausible and followed by another
-    # plausible block or the end of the file.
+    """First plausible block after ``pos`` that is followed by another one or the file's end.
+
+    Blocks are 4-byte aligned, so candidates are ``pos + 4k``; a numpy pass over a window
+    keeps only words that name a known block type before the per-candidate checks.
+    """
     p = pos + 4
+    dtype = np.dtype(np.uint32).newbyteorder(order)
+    known = np.array(sorted(_KNOWN_BLOCKS), np.uint32)
     while p + 12 <= size:
-        if _block_plausible(buf, size, p, order):
-            (blen,) = struct.unpack_from(order + "I", buf, p + 4)  # type: ignore[call-overload]
-            q = p + blen
-            if q == size or _block_plausible(buf, size, q, order):
-                return p
-        p += 4
+        n = min(_SCAN_WORDS, (size - p - 8) // 4)
+        words = np.frombuffer(buf, dtype, count=n, offset=p)  # type: ignore[call-overload]
+        for k in np.flatnonzero(np.isin(words, known)).tolist():
+            c = p + 4 * k
+            if _block_plausible(buf, size, c, order):
+                (blen,) = struct.unpack_from(order + "I", buf, c + 4)  # type: ignore[call-overload]
+                q = c + blen
+                if q == size or _block_plausible(buf, size, q, order):
+                    return c
+        p += 4 * n
     return None
+
+
+def _trailing_length(buf: object, pos: int, end: int, order: str) -> bool:
+    """True when the block at ``pos`` ends at ``end`` by its trailing length copy."""
+    blen = end - pos
+    return blen >= 12 and struct.unpack_from(order + "I", buf, end - 4)[0] == blen  # type: ignore[call-overload,no-any-return]
 
 
 def _shb_order(buf: object, size: int, pos: int) -> str | None:
@@ -183,23 +207,24 @@ def walk_pcapng(
         if btype == PCAPNG_SHB_TYPE:
             order = _shb_order(buf, size, pos) or order
             (blen,) = struct.unpack_from(order + "I", buf, pos + 4)  # type: ignore[call-overload]
-        if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
-            log.at_offset(pos, "implausible block header")
+        problem = _length_problem(buf, size, pos, blen, order)
+        if problem is not None:
+            # one damaged length (leading or trailing) must not end the file: the next
+            # plausible block bounds this one; if the trailing copy agrees, keep the block
             nxt = _resync(buf, size, pos, order)
-            if nxt is None:
+            if problem == _LENGTHS_DIFFER and (size if nxt is None else nxt) == pos + blen:
+                log.at_offset(pos, f"{problem}; next block found at the leading length")
+            elif nxt is None:
+                log.at_offset(pos, problem)
                 break
-            pos = nxt
-            continue
-        if pos + blen > size:
-            log.at_offset(pos, "truncated block")
-            break
-        if struct.unpack_from(order + "I", buf, pos + blen - 4)[0] != blen:  # type: ignore[call-overload]
-            log.at_offset(pos, "block lengths differ")
-            nxt = _resync(buf, size, pos, order)
-            if nxt is None:
-                break
-            pos = nxt
-            continue
+            elif _trailing_length(buf, pos, nxt, order):
+                log.at_offset(pos, f"{problem}; trailing length copy used")
+                blen = nxt - pos
+            else:
+                log.at_offset(pos, problem)
+                frame += btype in _PACKET_BLOCKS  # a skipped packet keeps its frame number
+                pos = nxt
+                continue
         if btype == PCAPNG_SHB_TYPE:
             interfaces = []  # interface ids are per section
         elif btype == _IDB and blen >= 20:
@@ -210,6 +235,17 @@ def walk_pcapng(
                 _packet(cap, pos, btype, blen, order, interfaces, frame, out, log, dpkt_blocks)
         pos += blen
     return out
+
+
+def _length_problem(buf: object, size: int, pos: int, blen: int, order: str) -> str | None:
+    """Why the block at ``pos`` with leading length ``blen`` cannot be framed (None: it can)."""
+    if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
+        return "implausible block header"
+    if pos + blen > size:
+        return "truncated block"
+    if struct.unpack_from(order + "I", buf, pos + blen - 4)[0] != blen:  # type: ignore[call-overload]
+        return _LENGTHS_DIFFER
+    return None
 
 
 def first_interface(cap: OpenedCapture) -> Interface | None:
@@ -272,7 +308,10 @@ def _packet(
         iface, ticks, dstart = interfaces[iface_id], (th << 32) | tl, pos + 28
         if dpkt_blocks:
             try:
-                data, ticks = _dpkt_packet(bytes(buf[pos : pos + blen]), btype, order)  # type: ignore[index]
+                block = bytearray(buf[pos : pos + blen])  # type: ignore[index]
+                struct.pack_into(order + "I", block, 4, blen)  # the framed length, if repaired
+                struct.pack_into(order + "I", block, blen - 4, blen)
+                data, ticks = _dpkt_packet(bytes(block), btype, order)
             except Exception:  # dpkt rejects malformed options in several ways
                 log.at_offset(pos, "bad packet block")
                 return
@@ -314,8 +353,8 @@ def read_pcapng(
     See ``read_datagrams`` for the arguments; ``engine`` is ``"fast"`` or ``"dpkt"``. When
     ``first_frame`` is given, frame numbers are shifted so the first packet read gets it.
     """
-    log = ErrorLog()
     stop = cap.size if end is None else min(end, cap.size)
+    log = ErrorLog(floor=start, ceiling=stop)  # a range counts the damage of its own blocks
     use_dpkt = engine == "dpkt"
     pk = walk_pcapng(cap, start, stop, log, dpkt_blocks=use_dpkt)
     n = len(pk.offsets)

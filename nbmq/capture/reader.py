@@ -24,6 +24,7 @@ def read_datagrams(
     udp_ports: Iterable[int] | None = None,
     engine: str = "auto",
     first_frame: int | None = None,
+    walk_from: int | None = None,
 ) -> DatagramBatch:
     """Read every UDP datagram of a pcap or pcapng capture into a columnar batch.
 
@@ -33,7 +34,8 @@ def read_datagrams(
 
     Args:
         source: path of the capture (str or ``os.PathLike``; memory-mapped), or its bytes
-            (``bytes``, ``bytearray``, ``memoryview``).
+            (``bytes``, ``bytearray``, ``memoryview``); gzip-compressed captures are
+            decompressed into memory (``nbmq.capture.source``).
         start: byte offset; only records (pcapng: packet blocks) whose header starts at or
             after it are read. Used with ``end`` to read one of ``plan_splits``' ranges.
         end: byte offset (exclusive) for record header starts; None = end of the capture.
@@ -46,6 +48,12 @@ def read_datagrams(
             computed, which for ``start`` past the first record walks the record headers
             before ``start`` (cheap in CPU, but it touches that part of the file); pass the
             values of ``first_frames`` to avoid that in a split-per-task job.
+        walk_from: with ``first_frame``, the byte offset of a record of the whole-file read
+            at or before ``start``, as ``range_starts`` gives it (classic pcap; ignored for
+            pcapng): the record walk starts there, so the range gets exactly what the
+            whole-file read gives it. Without it a reader given ``first_frame`` finds its way
+            in by resynchronising before ``start`` (which agrees with the whole read except on
+            adversarial bytes, such as a pcap carried inside a packet).
 
     Returns:
         A ``DatagramBatch``: timestamps (float64 s and int64 ns), addresses (str), ports
@@ -53,9 +61,10 @@ def read_datagrams(
         (int64), ``truncated`` flags and the ``packets``/``skipped``/``errors`` counters.
 
     Raises:
-        CaptureError: ``source`` is not a pcap or pcapng capture (unknown magic, or too short
-            for its file header).
-        ValueError: ``engine`` is unknown, ``start`` is negative or ``end < start``.
+        CaptureError: ``source`` is not a pcap or pcapng capture (unknown magic, too short
+            for its file header, or a gzip stream with nothing readable in it).
+        ValueError: ``engine`` is unknown, ``start`` is negative, ``end < start`` or
+            ``walk_from`` lies outside the capture's records.
         OSError: the file cannot be opened.
     """
     if engine not in ENGINES:
@@ -65,8 +74,11 @@ def read_datagrams(
     mode = "fast" if engine == "auto" else engine
     with OpenedCapture(source) as cap:
         fmt = detect_format(cap.buf, cap.size)
-        reader = read_pcap if fmt == "pcap" else read_pcapng
-        return reader(cap, start=start, end=end, udp_ports=udp_ports, engine=mode, first_frame=first_frame)
+        if fmt == "pcapng":  # walked from its start anyway: interfaces are defined there
+            return read_pcapng(cap, start=start, end=end, udp_ports=udp_ports, engine=mode, first_frame=first_frame)
+        return read_pcap(
+            cap, start=start, end=end, udp_ports=udp_ports, engine=mode, first_frame=first_frame, walk_from=walk_from
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,18 +4,26 @@ Walking: from a known record boundary, each header's ``incl_len`` gives the next
 header is accepted while reading when ``incl_len <= max_incl_len`` (the larger of the snaplen
 and 262144, like Wireshark) and its seconds are not before ``min_sec`` (one day before the
 file's first record; this catches zero-filled damage). A header failing that is an error
-("implausible record header") and reading resynchronises after it.
+("implausible record header") owned by the record before it, and reading resynchronises from
+that record's payload on (a record cut short, e.g. by a deleted byte, hides the next real
+header inside its claimed length).
 
-Resynchronising (a split starting at an arbitrary byte, or damage): scan forward for a byte
-position whose 16 bytes pass the *strict* test -- fraction field < 1e6 (1e9 for nanosecond
-files), seconds >= ``min_sec``, ``incl_len <= max_incl_len``, ``1, incl_len <= orig_len <=
-16 MiB`` -- and confirm it by following the chain: ``CONFIRM_HEADERS`` (8) consecutive headers
-must all pass the strict test, or the chain must reach the end of the file. Random bytes pass
-one strict test with probability ~1e-13 (microsecond files), so a false boundary needs bytes
-that mimic a *sequence* of eight records whose lengths point exactly at each other; that is
-only found in adversarial data such as a pcap file carried verbatim inside one packet. Eight
-keeps the confirmation cost at a few cache lines while making chance matches in real traffic
-(structured payloads, counters, timestamps inside payloads) astronomically unlikely.
+Resynchronising (damage, or a byte range's reader finding its way in): scan forward for a
+byte position whose 16 bytes pass the *strict* test -- fraction field < 1e6 (1e9 for
+nanosecond files), seconds >= ``min_sec``, ``incl_len <= max_incl_len``, ``1, incl_len <=
+orig_len <= 16 MiB`` -- and confirm it by following the chain: ``CONFIRM_HEADERS`` (8)
+consecutive headers must all pass the strict test, or the chain must reach the end of the
+file. Random bytes pass one strict test with probability ~1e-13 (microsecond files), so a
+false boundary needs bytes that mimic a *sequence* of eight records whose lengths point
+exactly at each other; that is only found in adversarial data such as a pcap file carried
+verbatim inside one packet. Eight keeps the confirmation cost at a few cache lines while
+making chance matches in real traffic (structured payloads, counters, timestamps inside
+payloads) astronomically unlikely.
+
+Byte ranges (``walk_range``): a range owns the whole-file walk's records whose header starts
+in it and the errors they own. The walk is memoryless, so a range reader walks from any
+confirmed boundary at or before its start (``anchor``, looking back) and drops what lies
+before the range: the ranges of a file add up to the whole read, damage included.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ CONFIRM_HEADERS = 8
 MAX_ORIG_LEN = 16 << 20
 MIN_SEC_SLACK = 86400  # clocks may step back a little during a capture; a day is generous
 _SCAN_WINDOW = 1 << 16
+_LOOKBACK = 1 << 16  # first look-back of a range reader; grows fourfold
 
 TRUNCATED_HEADER = "truncated record header"
 TRUNCATED_RECORD = "truncated record"
@@ -148,49 +157,92 @@ class RecordScanner:
         return None
 
     def first_boundary(self, start: int, limit: int) -> int | None:
-        """Where reading a byte range starting at ``start`` begins (None: no record below limit).
+        """The first confirmed record boundary at or after ``start`` (None: none below limit).
 
         Offsets up to the first record (byte 24) need no search; later ones resynchronise.
+        Near damage this can skip records the whole-file walk reads (they do not confirm):
+        range readers use ``walk_range`` instead.
         """
         if start <= PCAP_FILE_HEADER_LEN:
             return PCAP_FILE_HEADER_LEN if PCAP_FILE_HEADER_LEN < limit else None
         return self.resync(start, limit)
 
-    # -- walking -----------------------------------------------------------------------------
+    def anchor(self, start: int) -> int:
+        """A confirmed record boundary at or before ``start`` to begin a range's walk from.
 
-    def step(self, pos: int, stop: int, log: ErrorLog) -> int | None:
-        """Validate the header expected at ``pos``, skipping damage like ``walk`` does.
-
-        Used by the record-at-a-time (dpkt) engine so both engines frame identically.
+        Looks back from ``start`` (64 KiB, then four times further each time) for the first
+        confirmed boundary (``resync``) not after ``start``; byte 24 when none is found. A
+        boundary found *after* ``start`` is not used: the records just before damage do not
+        confirm (their chain meets the bad header within ``CONFIRM_HEADERS``), yet the
+        whole-file walk reads them, so the range must reach them from further back.
 
         Returns:
-            Offset of the next acceptable, complete record starting in ``[pos, stop)``, or None.
+            Byte offset of a record boundary, <= ``max(start, 24)``.
         """
-        hl, size = self.hl, self.size
-        while pos < stop:
-            if pos + hl > size:
-                if pos < size:
-                    log.at_offset(pos, TRUNCATED_HEADER)
-                return None
-            sec, _frac, incl, _orig = self.header_at(pos)
-            if incl > self.max_incl or sec < self.min_sec:
-                log.at_offset(pos, IMPLAUSIBLE_HEADER)
-                nxt = self.resync(pos + 1, stop)
-                if nxt is None:
-                    return None
-                pos = nxt
-                continue
-            if pos + hl + incl > size:
-                log.at_offset(pos, TRUNCATED_RECORD)
-                return None
-            return pos
-        return None
+        if start <= PCAP_FILE_HEADER_LEN:
+            return PCAP_FILE_HEADER_LEN
+        back = _LOOKBACK
+        while start - back > PCAP_FILE_HEADER_LEN:
+            found = self.resync(start - back, start + 1)
+            if found is not None:
+                return found
+            back *= 4
+        return PCAP_FILE_HEADER_LEN
+
+    def walk_range(
+        self,
+        start: int,
+        stop: int,
+        log: ErrorLog,
+        *,
+        exact: bool = True,
+        begin: int | None = None,
+        native: bool | None = None,
+    ) -> tuple[np.ndarray, int]:
+        """The whole-file walk's records whose header starts in ``[start, stop)``.
+
+        The one rule that makes byte ranges add up to the whole file: a range owns the records
+        of the whole-file walk (``walk`` from byte 24) whose header starts in it, and the
+        framing errors those records own (see ``walk``). The walk is memoryless -- where it
+        goes next depends only on where it is -- so walking from any boundary the whole-file
+        walk passes gives the same records and errors from there on.
+
+        Args:
+            start: first byte of the range.
+            stop: end of the range (exclusive), in bytes.
+            log: receives the range's framing errors; its ``floor`` is raised to ``start``.
+            exact: walk from byte 24 (the whole-file walk itself: exact, and it yields the
+                frame numbers; touches every record header before ``start``); False: walk
+                from ``anchor(start)`` (touches only the bytes near the range).
+            begin: walk from this record offset instead (a record of the whole-file walk at or
+                before the range's first record, as ``range_starts`` gives it: exact and
+                local); overrides ``exact``.
+            native: as for ``walk``.
+
+        Returns:
+            ``(offsets, before)``: int64 (n,) record offsets in ``[start, stop)``; ``before``
+            is the number of records the walk passed before ``start`` (with ``exact``: the
+            frame number of the range's first record minus one).
+        """
+        log.floor = max(log.floor, start)
+        if begin is None:
+            begin = PCAP_FILE_HEADER_LEN if exact else self.anchor(start)
+        offs = self.walk(begin, stop, log, native)
+        before = int(np.searchsorted(offs, start))
+        return offs[before:], before
+
+    # -- walking -----------------------------------------------------------------------------
 
     def walk(self, pos: int, stop: int, log: ErrorLog, native: bool | None = None) -> np.ndarray:
         """Collect the offsets of all records whose header starts in ``[pos, stop)``.
 
-        ``pos`` must be a record boundary. Damage is logged in ``log`` and skipped by
-        resynchronising; a record or header cut by the end of the file ends the walk.
+        ``pos`` must be a record boundary. A header failing the reading test is an error owned
+        by the record before it (whose length pointed there; it is checked even when it lies
+        at or past ``stop``, so the range holding that record counts it). Reading then
+        resynchronises from that record's payload (a record cut short by damage, e.g. a
+        deleted byte, leaves the next real header inside its claimed length). A record cut by
+        the end of the file is an error it owns; a header cut by it, an error of the record
+        before. Either ends the walk.
 
         Args:
             pos: byte offset of a record header.
@@ -211,27 +263,34 @@ class RecordScanner:
         hl, size = self.hl, self.size
         chunks: list[np.ndarray] = []
         while True:
-            last = min(stop, size - hl + 1)
-            offs, p, bad = chain(pos, last)
-            if bad:  # the header at p fails the reading test
-                chunks.append(offs)
-                log.at_offset(p, IMPLAUSIBLE_HEADER)
-                nxt = self.resync(p + 1, stop)
-                if nxt is None:
-                    break
-                pos = nxt
-                continue
-            if offs.size:
-                end = int(offs[-1]) + hl + int(self._incl(self.buf, int(offs[-1]) + 8)[0])  # type: ignore[arg-type]
-                if end > size:
+            offs, p, bad = chain(pos, min(stop, size - hl + 1))
+            prev = int(offs[-1]) if offs.size else None
+            owner = pos if prev is None else prev
+            if not bad:
+                if prev is not None and prev + hl + int(self._incl(self.buf, prev + 8)[0]) > size:  # type: ignore[arg-type]
                     chunks.append(offs[:-1])
-                    log.at_offset(int(offs[-1]), TRUNCATED_RECORD)
+                    log.at_offset(prev, TRUNCATED_RECORD)
                     break
                 chunks.append(offs)
-            if p < stop and p < size:  # fewer bytes than a record header left
-                log.at_offset(p, TRUNCATED_HEADER)
-            break
+                if p + hl > size:  # fewer bytes than a record header left
+                    if p < size and (prev is not None or p < stop):
+                        log.at_offset(p, TRUNCATED_HEADER, owner)
+                    break
+                if prev is None or self._readable(p):  # the chain left the range intact
+                    break
+            else:
+                chunks.append(offs)
+            log.at_offset(p, IMPLAUSIBLE_HEADER, owner)
+            nxt = self.resync(p + 1 if prev is None else prev + hl, stop)
+            if nxt is None:
+                break
+            pos = nxt
         return np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+
+    def _readable(self, pos: int) -> bool:
+        """The reading test for the header at ``pos`` (which must fit in the buffer)."""
+        sec, _frac, incl, _orig = self.header_at(pos)
+        return incl <= self.max_incl and sec >= self.min_sec
 
     def _chain_native(self, pos: int, last: int) -> tuple[np.ndarray, int, bool]:
         if last <= pos:

@@ -1,15 +1,24 @@
-"""Opening a capture: a path is memory-mapped, a bytes-like object is used as it is."""
+"""Opening a capture: a path is memory-mapped, a bytes-like object is used as it is.
+
+A gzip-compressed capture (``.pcap.gz``, ``.pcapng.gz``: recognised by the gzip magic bytes,
+never by the name) is decompressed into memory first.
+"""
 
 from __future__ import annotations
 
 import mmap
 import os
+import zlib
 from types import TracebackType
 from typing import Union
 
 import numpy as np
 
-__all__ = ["CaptureSource", "OpenedCapture"]
+from ..errors import CaptureError
+
+__all__ = ["CaptureSource", "OpenedCapture", "GZIP_MAGIC"]
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 CaptureSource = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 
@@ -45,6 +54,9 @@ class OpenedCapture:
                 else:
                     self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                     self.buf = self._mmap
+        if bytes(self.buf[:2]) == GZIP_MAGIC:  # no pcap / pcapng magic starts like this
+            self.buf = _gunzip(self.buf, self.name)
+            self.close()
         self.size = len(self.buf)
 
     def array(self) -> np.ndarray:
@@ -70,3 +82,17 @@ class OpenedCapture:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _gunzip(buf: object, name: str) -> bytes:
+    """Decompress a gzip capture; damage at its end keeps what came before (like a cut file)."""
+    out = bytearray()
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out += inflate.decompress(buf)  # type: ignore[arg-type]
+        out += inflate.flush()
+    except zlib.error:  # a cut or damaged stream: the readers count the cut record
+        pass
+    if not out:
+        raise CaptureError(f"not a capture: {name} is a gzip file with nothing readable in it")
+    return bytes(out)

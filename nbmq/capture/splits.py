@@ -12,18 +12,20 @@ from .pcapng_reader import walk_pcapng
 from .records import RecordScanner
 from .source import CaptureSource, OpenedCapture
 
-__all__ = ["plan_splits", "first_frames"]
+__all__ = ["plan_splits", "first_frames", "range_starts"]
 
 
 def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int]]:
     """Cut a capture into byte ranges of about ``target_bytes`` each, without reading it.
 
     ``read_datagrams(source, start=s, end=e)`` on every range returns, together, exactly the
-    datagrams of the whole file, each once: a range owns the records whose header starts in
-    it, and a reader starting mid-record finds the next record boundary by resynchronising
-    (see ``nbmq.capture.records``). Only classic pcap is split; a pcapng capture, a file that
-    fits in one range, and a pcap whose first records do not pass the strict header test that
-    resynchronisation relies on (an unusual writer) come back as one range.
+    datagrams of the whole file, each once, and the same error count, damage included: a range
+    owns the whole-file walk's records whose header starts in it and the framing errors they
+    own, and a reader starting mid-record finds its way in by resynchronising before its start
+    (``RecordScanner.walk_range`` in ``nbmq.capture.records``). Only classic pcap is split; a
+    pcapng capture, a file that fits in one range, and a pcap whose first records do not pass
+    the strict header test that resynchronisation relies on (an unusual writer) come back as
+    one range.
 
     Args:
         source: path or bytes of the capture.
@@ -52,18 +54,22 @@ def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> list[int]:
-    """Frame number of the first record of each range, from one walk over the record headers.
+def range_starts(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Where each range's reading starts, from one walk over the record headers.
 
-    Pass ``first_frame=first_frames(...)[i]`` to ``read_datagrams`` for range i so that no
-    reader has to walk the part of the file before its range.
+    The walk is the whole-file read's own (``RecordScanner.walk``), so passing both values to
+    ``read_datagrams(..., first_frame=f, walk_from=w)`` makes every range read exactly the
+    records (and framing errors) the whole-file read gives them, damage included, while
+    touching only the bytes of its range and of the record before it.
 
     Args:
         source: path or bytes of the capture.
         splits: ranges from ``plan_splits`` (any ``(start, end)`` byte ranges).
 
     Returns:
-        One int per range: the 1-based frame number its first record gets.
+        One ``(walk_from, first_frame)`` per range: the byte offset of the last record before
+        the range (24 when there is none; pcapng: the range start), and the 1-based frame
+        number of the range's first record.
 
     Raises:
         CaptureError: not a pcap or pcapng capture.
@@ -77,13 +83,37 @@ def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> li
             out = []
             for start, _end in splits:
                 j = int(np.searchsorted(offsets, start))
-                out.append(int(frames[j]) if j < frames.size else int(frames[-1]) + 1 if frames.size else 1)
+                out.append((start, int(frames[j]) if j < frames.size else int(frames[-1]) + 1 if frames.size else 1))
             return out
         scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
         offsets = scanner.walk(PCAP_FILE_HEADER_LEN, cap.size, ErrorLog())
-        result = []
-        for start, end in splits:
-            begin = scanner.first_boundary(start, min(end, cap.size))
-            result.append(1 + int(np.searchsorted(offsets, begin if begin is not None else end)))
         del scanner
-        return result
+    # a range owns the whole-file walk's records starting in it and the errors they own
+    # (RecordScanner.walk_range); walking from the record before it also meets a record of
+    # the range that is cut by the end of the file, which the walk's offsets leave out
+    result = []
+    for start, _end in splits:
+        j = int(np.searchsorted(offsets, start))
+        result.append((int(offsets[j - 1]) if j else PCAP_FILE_HEADER_LEN, 1 + j))
+    return result
+
+
+def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> list[int]:
+    """Frame number of the first record of each range (``range_starts``' second values).
+
+    Pass ``first_frame=first_frames(...)[i]`` to ``read_datagrams`` for range i so that no
+    reader has to walk the part of the file before its range (``range_starts`` also gives
+    the offset to start reading at).
+
+    Args:
+        source: path or bytes of the capture.
+        splits: ranges from ``plan_splits`` (any ``(start, end)`` byte ranges).
+
+    Returns:
+        One int per range: the 1-based frame number its first record gets.
+
+    Raises:
+        CaptureError: not a pcap or pcapng capture.
+        OSError: the file cannot be opened.
+    """
+    return [frame for _record, frame in range_starts(source, splits)]

@@ -13,9 +13,13 @@ while it has no peer.
 Beyond the reference:
 
 - ``max_peers`` bounds the table. A peer is *half-open* from our ``Connected`` until its first
-  frame; half-open peers get no data and no heartbeats, and when the table is full the oldest is
-  evicted for a new ``Connect``, so a flood of Connects cannot lock connected peers (or patient
-  real clients) out. With no half-open peer to evict, the Connect is refused (counted).
+  frame; half-open peers get no data and no heartbeats. While the table has room the handshake
+  is the reference's (a random session, a half-open entry). When it is full, partly of half-open
+  peers, a ``Connect`` is answered with a stateless cookie (``cookies.py``: a keyed hash of the
+  address) and leaves no trace; a first frame that echoes a valid cookie creates the peer,
+  CONNECTED at once, evicting the oldest half-open peer. So a flood of Connects costs a hash and
+  a reply each, pushes no one out, and a real client connecting during it still gets in. A table
+  full of connected peers refuses Connects (counted).
 - A repeated ``Connect`` from an address that has a peer is answered with that peer's session
   (idempotent: a lost ``Connected`` or a duplicated ``Connect`` does not make a second peer).
 - A known session arriving from a new address (NAT rebinding) keeps its session; replies go to
@@ -45,6 +49,7 @@ from ..events import (
 )
 from ..options import SocketOptions
 from ..wire import ControlFrame, DataFrame, FrameKind
+from .cookies import CookieJar
 from .counters import Counters
 from .peers import Peer, PeerState, addr_text
 
@@ -104,6 +109,7 @@ class Connection:
         self._peers_view: Mapping[int, Peer] = MappingProxyType(self._peers)
         self._by_addr: dict[Hashable, Peer] = {}
         self._half_open: dict[int, Peer] = {}
+        self._cookies: CookieJar | None = None  # made at the first cookie (a full table)
         self._ring: list[Peer] = []
         self._remotes: dict[Hashable, _Remote] = {}
         self._timers: list[tuple[float, int, Peer]] = []
@@ -234,7 +240,7 @@ class Connection:
             return
         if frame.__class__ is DataFrame:  # (data_frames_in is derived in _sync_counters)
             peer = self._peers.get(frame[0])
-            if peer is None:
+            if peer is None and (peer := self._cookie_peer(frame[0], addr, now)) is None:
                 self._unknown_session(frame[0], addr, "data")
                 return
             peer._last_seen = now
@@ -264,7 +270,7 @@ class Connection:
                 return
             self._remove(peer, DisconnectReason.DISCONNECTED_BY_PEER, now)
             return
-        if peer is None:
+        if peer is None and (peer := self._cookie_peer(sid, addr, now)) is None:
             self._unknown_session(sid, addr, FrameKind(kind).name.capitalize())
             return
         peer._last_seen = now
@@ -283,21 +289,57 @@ class Connection:
             self._reject(addr, "Connect to a socket that is not bound")
             return
         peer = self._by_addr.get(addr)
-        if peer is None:
-            if len(self._peers) >= self._opts.max_peers:
-                if not self._half_open:
-                    self._counters.connects_refused += 1
-                    self._reject(addr, "Connect refused: peer table full")
-                    return
-                oldest = next(iter(self._half_open.values()))
-                self._counters.peers_evicted += 1
-                self._remove(oldest, DisconnectReason.EVICTED, now)
+        if peer is not None:  # a lost Connected or a duplicated Connect: same session
+            peer._last_seen = now
+            peer._last_sent = now
+            self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
+            return
+        if len(self._peers) < self._opts.max_peers:
             peer = Peer(self._new_session_id(addr), addr, _HALF_OPEN, now, False)
             self._add(peer)
-        else:
-            peer._last_seen = now
-        self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
-        peer._last_sent = now
+            self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
+            return
+        if not self._half_open:
+            self._counters.connects_refused += 1
+            self._reject(addr, "Connect refused: peer table full")
+            return
+        # Full, but not of real peers: answer with a cookie and keep nothing (a flood of
+        # Connects then costs one hash and one reply each, and cannot push anyone out).
+        jar = self._cookies
+        if jar is None:
+            jar = self._cookies = CookieJar(self._opts.peer_keepalive, now)
+        sid = jar.issue(addr, now)
+        if sid == 0 or sid in self._peers:  # 2**-64 odds: the peer's next Connect retries
+            self._counters.connects_refused += 1
+            return
+        self._counters.cookies_sent += 1
+        self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, sid), addr)
+
+    def _cookie_peer(self, sid: int, addr: Hashable, now: float) -> Peer | None:
+        """The peer a frame with an unknown session creates when ``sid`` is the cookie we sent
+        to ``addr`` (CONNECTED at once: the echo proved the address), else None."""
+        jar = self._cookies
+        if jar is None or not jar.outstanding(now):
+            return None
+        if not jar.verify(sid, addr, now):
+            self._counters.cookies_rejected += 1
+            return None
+        old = self._by_addr.get(addr)
+        if old is not None:
+            if old._state is not _HALF_OPEN:
+                return None  # the address has a live session: this one is stale
+            self._remove(old, DisconnectReason.EVICTED, now)  # superseded by the verified one
+        elif len(self._peers) >= self._opts.max_peers:
+            if not self._half_open:
+                self._counters.connects_refused += 1
+                return None
+            self._counters.peers_evicted += 1
+            self._remove(next(iter(self._half_open.values())), DisconnectReason.EVICTED, now)
+        peer = Peer(sid, addr, _HALF_OPEN, now, False)
+        self._add(peer)
+        self._counters.cookies_accepted += 1
+        self._set_state(peer, _CONNECTED, now)
+        return peer
 
     def _on_connected(self, sid: int, addr: Hashable, now: float) -> None:
         remote = self._remotes.get(addr)

@@ -27,13 +27,24 @@ class Counters:
         duplicate_frames: frames of messages delivered within the dedup window (SafeDealer)
             plus repeated chunks of incomplete messages.
         refused_frames: SafeDealer frames refused (unacked) while ``recv_hwm`` was reached.
-        connects_refused: Connects refused because the table was full of connected peers.
-        peers_evicted: half-open peers pushed out of a full table.
+        connects_refused: Connects (or verified cookies) refused because the table was full
+            of connected peers.
+        peers_evicted: half-open peers pushed out of a full table by a peer whose cookie
+            verified.
         half_open_expired: half-open peers that never answered within ``peer_keepalive``.
         addr_changes: known sessions seen from a new address (NAT rebinding).
-        events_dropped: events not queued because ``max_events`` were waiting.
+        events_dropped: events not queued because ``max_events`` were waiting, in the engine or
+            in a socket driver's own queue (which drops the oldest).
         control_dropped: control frames not queued because the output queue was full
             (the driver is not flushing).
+        kernel_drops: datagrams the OS dropped for want of receive buffer before this engine
+            saw them (reported by the transport: Linux ``SO_RXQ_OVFL``; 0 where the OS does not
+            tell). Each report is also a ``DatagramsDropped`` event.
+        cookies_sent: Connects answered with a stateless cookie (the table was full, partly
+            of half-open peers; see ``nbmq.engine.cookies``).
+        cookies_accepted: peers created by a frame echoing a valid cookie.
+        cookies_rejected: frames with an unknown session, checked against the cookie while
+            cookies were out, that did not verify (forged or stale); also in unknown_session.
 
     Drops:
         dropped: messages dropped, by :class:`~nbmq.events.DropReason` (a dict; every reason
@@ -69,6 +80,10 @@ class Counters:
         "addr_changes",
         "events_dropped",
         "control_dropped",
+        "kernel_drops",
+        "cookies_sent",
+        "cookies_accepted",
+        "cookies_rejected",
         "dropped",
     )
 
@@ -105,6 +120,10 @@ class Counters:
     addr_changes: int
     events_dropped: int
     control_dropped: int
+    kernel_drops: int
+    cookies_sent: int
+    cookies_accepted: int
+    cookies_rejected: int
 
     @property
     def dropped_total(self) -> int:

@@ -18,8 +18,8 @@ class PeerState(Enum):
     ``HALF_OPEN`` -> ``CONNECTED`` -> ``CLOSED``; ``HALF_OPEN`` -> ``CLOSED``.
     """
 
-    #: Bound side: ``Connected`` was sent, nothing heard back yet. Gets no data; evicted first
-    #: when the peer table is full.
+    #: Bound side: ``Connected`` was sent, nothing heard back yet. Gets no data; evicted when
+    #: the peer table is full and a peer echoes a valid cookie (``cookies.py``).
     HALF_OPEN = "half-open"
     #: Handshake done; data flows.
     CONNECTED = "connected"

@@ -31,6 +31,8 @@ Divergences from the reference (nbmq 0.2.0), on purpose:
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -42,6 +44,7 @@ import numpy as np
 from .. import codec
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
+from .congestion import Window
 from ..wire import DataFrame
 from .peers import Peer, PeerState
 
@@ -320,16 +323,25 @@ class OutMessage:
 
 
 class _Flight:
-    """One SafeDealer frame awaiting its ack."""
+    """One SafeDealer frame awaiting its ack (``sent_at``: first send, seconds; ``win``: its
+    peer's congestion :class:`~.congestion.Window`, or None)."""
 
-    __slots__ = ("hash", "view", "msg", "due", "resends")
+    __slots__ = ("hash", "view", "msg", "due", "resends", "sent_at", "win")
 
-    def __init__(self, h: int, view: Any, msg: OutMessage, due: float) -> None:
+    def __init__(self, h: int, view: Any, msg: OutMessage, due: float, sent_at: float = 0.0,
+                 win: Window | None = None) -> None:
         self.hash = h
         self.view = view
         self.msg = msg
         self.due = due
         self.resends = 0
+        self.sent_at = sent_at
+        self.win = win
+
+    def forget(self) -> None:
+        if self.win is not None:
+            self.win.forget(len(self.view))
+            self.win = None
 
 
 def _frames_of(sharded: Any, session_id: int | None) -> list[memoryview]:
@@ -358,9 +370,15 @@ class SendQueue:
         resend_limit: resends of one frame before its message is dropped.
         on_drop: called ``(session_id, message_id, reason)`` for every message dropped here;
             the engine turns it into a ``MessageDropped`` event and a counter.
+        congestion: safe queues only: a congestion window per peer (see below).
 
     Counters (ints): ``pushed``, ``frames_out`` (first sends), ``bytes_out`` (first sends),
     ``resends``, ``resend_bytes``, ``acked`` (frames), ``acks_unknown``, ``dropped`` (messages).
+
+    Congestion control (safe queues with ``congestion``): each peer has a :class:`~.congestion.Window` (in
+    ``windows``) bounding its bytes in flight; :meth:`take` stops at the first frame whose
+    peer's window is full (the queue's order is kept) until an ack or a timeout opens it. A
+    frame's resend timer is its peer's RFC 6298 ``rto`` (floored by ``resend_ivl``).
     """
 
     __slots__ = (
@@ -373,6 +391,7 @@ class SendQueue:
         "_queue",
         "_inflight",
         "_resend",
+        "_seq",
         "_rr",
         "pushed",
         "frames_out",
@@ -382,6 +401,9 @@ class SendQueue:
         "acked",
         "acks_unknown",
         "dropped",
+        "windows",
+        "congestion",
+        "_blocked",
     )
 
     def __init__(
@@ -391,8 +413,10 @@ class SendQueue:
         resend_ivl: float = 0.2,
         resend_limit: int = 10,
         on_drop: DropCallback | None = None,
+        congestion: bool = False,
     ) -> None:
         self.send_hwm = send_hwm
+        self.congestion = congestion
         self.safe = safe
         self.resend_ivl = resend_ivl
         self.resend_limit = resend_limit
@@ -400,7 +424,9 @@ class SendQueue:
         self.held = 0
         self._queue: deque[OutMessage] = deque()
         self._inflight: dict[int, _Flight] = {}
-        self._resend: deque[tuple[float, _Flight]] = deque()
+        # (due, seq, flight) heap: resend timers differ per peer (each peer's rto)
+        self._resend: list[tuple[float, int, _Flight]] = []
+        self._seq = itertools.count()
         self._rr = 0
         self.pushed = 0
         self.frames_out = 0
@@ -410,6 +436,8 @@ class SendQueue:
         self.acked = 0
         self.acks_unknown = 0
         self.dropped = 0
+        self.windows: dict[Any, Window] = {}
+        self._blocked = False  # take() stopped at a full window: not ready until it opens
 
     def __len__(self) -> int:
         """Messages held (the number ``send_hwm`` bounds)."""
@@ -498,7 +526,7 @@ class SendQueue:
         """True when :meth:`take` would hand out a frame (or drop a message whose peer left):
         frames are queued and either ``have_peer`` or the first message has a fixed peer."""
         queue = self._queue
-        return bool(queue) and (have_peer or queue[0].peer is not None)
+        return bool(queue) and not self._blocked and (have_peer or queue[0].peer is not None)
 
     def take(self, now: float, limit: int, out: list[Datagram], ring: list[Peer]) -> int:
         """Hand out up to ``limit`` new frames, in order, appending ``(frame, addr)`` to ``out``.
@@ -558,24 +586,44 @@ class SendQueue:
             if peer._state is not _CONNECTED:
                 queue.popleft()
                 self._drop(msg, DropReason.PEER_GONE)
+                self.windows.pop(peer, None)
                 continue
             addr = peer._addr
             i = msg.sent
             total = len(frames)
             end = min(total, i + limit - n)
             if safe:
+                room = float(end - i) * 1e9  # no congestion control: no limit
+                win = None
+                if self.congestion:
+                    win = self.windows.get(peer)
+                    if win is None:
+                        win = self.windows[peer] = Window(self.resend_ivl)
+                    room = win.room()
+                    if room <= 0 and win.in_flight > 0:
+                        self._blocked = True  # until an ack or a timeout opens the window
+                        break
                 inflight = self._inflight
-                due = now + self.resend_ivl
-                resend_append = self._resend.append
+                due = now + (self.resend_ivl if win is None else max(win.rto, self.resend_ivl))
+                rq = self._resend
+                seq = self._seq
+                heappush = heapq.heappush
                 ack_hash = codec.ack_hash
-                for j in range(i, end):
+                j = i
+                while j < end and (room > 0 or j == i):
                     view = frames[j]
+                    size = len(view)
                     out.append((view, addr))
-                    nbytes += len(view)
+                    nbytes += size
+                    room -= size
+                    if win is not None:
+                        win.in_flight += size
                     h = ack_hash(view)
-                    flight = _Flight(h, view, msg, due)
+                    flight = _Flight(h, view, msg, due, now, win)
                     inflight[h] = flight
-                    resend_append((due, flight))
+                    heappush(rq, (due, next(seq), flight))
+                    j += 1
+                end = j
                 msg.unacked += end - i
             else:
                 for j in range(i, end):
@@ -598,8 +646,9 @@ class SendQueue:
         self.bytes_out += nbytes
         return n
 
-    def ack(self, session_id: int, h: int) -> bool:
-        """An Ack for the frame whose ``codec.ack_hash`` is ``h`` arrived from ``session_id``.
+    def ack(self, session_id: int, h: int, now: float | None = None) -> bool:
+        """An Ack for the frame whose ``codec.ack_hash`` is ``h`` arrived from ``session_id``
+        at ``now`` (seconds; None: no RTT sample). It opens the peer's window.
 
         Returns:
             True if it acked a frame in flight; False (counted in ``acks_unknown``) for a hash
@@ -616,6 +665,12 @@ class SendQueue:
             self.acks_unknown += 1
             return False
         flight.due = -1.0  # marks its resend-queue entries stale
+        win = flight.win
+        if win is not None:
+            rtt = now - flight.sent_at if now is not None and flight.resends == 0 else None
+            win.acked(len(flight.view), rtt)
+            flight.win = None
+            self._blocked = False
         if msg.dropped:
             return True
         self.acked += 1
@@ -639,27 +694,39 @@ class SendQueue:
         n = 0
         ivl = self.resend_ivl
         limit = self.resend_limit
+        heappop, heappush, seq = heapq.heappop, heapq.heappush, self._seq
         while rq and rq[0][0] <= now:
-            due, flight = rq.popleft()
+            due, _, flight = heappop(rq)
             if flight.due != due:
                 continue  # acked, or re-queued with a later due time
             msg = flight.msg
             if msg.dropped:
                 inflight.pop(flight.hash, None)
+                flight.forget()
+                self._blocked = False
                 continue
             peer = msg.peer
             assert peer is not None
             if peer._state is not _CONNECTED:
                 inflight.pop(flight.hash, None)
+                flight.forget()
+                self._blocked = False
                 self._drop(msg, DropReason.PEER_GONE)
                 continue
             if flight.resends >= limit:
                 inflight.pop(flight.hash, None)
+                flight.forget()
+                self._blocked = False
                 self._drop(msg, DropReason.RESEND_LIMIT)
                 continue
+            win = flight.win
+            rto = ivl
+            if win is not None:
+                win.timed_out(now)  # a loss episode: halve the window (once per round trip)
+                rto = max(win.rto, ivl)
             flight.resends += 1
-            flight.due = due = now + ivl
-            rq.append((due, flight))
+            flight.due = due = now + rto
+            heappush(rq, (due, next(seq), flight))
             view = flight.view
             out.append((view, peer._addr))
             self.resend_bytes += len(view)
@@ -671,8 +738,8 @@ class SendQueue:
     def next_resend(self) -> float | None:
         """When :meth:`resend_due` next has work (seconds), or None."""
         rq = self._resend
-        while rq and rq[0][1].due != rq[0][0]:
-            rq.popleft()
+        while rq and rq[0][2].due != rq[0][0]:
+            heapq.heappop(rq)
         if rq:
             return rq[0][0]
         return None
@@ -687,4 +754,6 @@ class SendQueue:
         self._queue.clear()
         self._inflight.clear()
         self._resend.clear()
+        self.windows.clear()
+        self._blocked = False
         return self.dropped - before

@@ -47,7 +47,7 @@ import numpy as np
 
 from .. import codec
 from ..errors import NotSupported, WouldBlock
-from ..events import DisconnectReason, DropReason, MessageDropped
+from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import SocketOptions
 from ..wire import DataFrame, FrameKind
 from .connection import Connection, Datagram
@@ -97,6 +97,7 @@ class Socket(Connection):
             resend_ivl=opts.safe_resend_ivl,
             resend_limit=opts.safe_resend_limit,
             on_drop=self._dropped,
+            congestion=self.SAFE and opts.safe_congestion,
         )
         self._recvq = RecvQueue(
             opts.recv_hwm,
@@ -249,6 +250,21 @@ class Socket(Connection):
             return self._ready.popleft()  # RecvQueue.pull(), inlined: the hot path
         except IndexError:
             raise WouldBlock("no message ready") from None
+
+    def kernel_dropped(self, count: int) -> None:
+        """Record ``count`` datagrams (int > 0) the OS dropped before they reached this engine
+        (the transport reads the kernel's count, e.g. Linux ``SO_RXQ_OVFL``): adds to
+        ``counters.kernel_drops`` and emits :class:`~nbmq.events.DatagramsDropped`. Loss is
+        never silent, even when it happens below us. Queues an event only."""
+        counters = self._counters
+        counters.kernel_drops += count
+        self._emit(DatagramsDropped(count, counters.kernel_drops))
+
+    def events_discarded(self, count: int) -> None:
+        """Record ``count`` events (int > 0) a driver dropped from its own event queue, which
+        keeps at most ``max_events`` (the oldest go first): adds to ``counters.events_dropped``,
+        so a driver's trimming is counted like the engine's own. Queues nothing."""
+        self._counters.events_dropped += count
 
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""
@@ -407,7 +423,7 @@ class SafeDealer(Socket):
             self._counters.malformed += 1
             self._reject(addr, "Ack payload is not 8 bytes")
             return
-        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"))
+        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"), now)
 
 
 class Radio(Socket):

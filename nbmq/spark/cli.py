@@ -1,31 +1,41 @@
 """``nbmq pipeline``: the argparse front of :func:`nbmq.spark.pipeline.run`.
 
-Wired into the ``nbmq`` command by ``add_pipeline_parser(subparsers)``, whose parser sets
-``func=run_pipeline``; standalone as ``python -m nbmq.spark.cli ...`` or through
-``spark-submit .../nbmq/spark/submit.py ...`` (see :mod:`nbmq.spark.submit`).
+A subcommand module of :mod:`nbmq.cli` (``HELP``, ``add_arguments``, ``run``); standalone as
+``python -m nbmq.spark.cli ...`` or through ``spark-submit .../nbmq/spark/submit.py ...`` (see
+:mod:`nbmq.spark.submit`). Its top level imports the standard library only: Spark, pyarrow and
+the rest of the ``spark`` extra load inside :func:`run`, which names what is missing instead of
+failing with a traceback. Nothing but entry points imports this module (ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-__all__ = ["add_pipeline_parser", "run_pipeline", "main"]
+__all__ = ["HELP", "DESCRIPTION", "SPARK_EXTRA", "add_arguments", "run", "missing_extra", "main"]
 
-_DESCRIPTION = (
+HELP = "captures -> Parquet tables + report on Spark (needs nbmq[spark])"
+
+#: Modules of the ``spark`` extra that the pipeline imports (pyproject.toml's extras).
+SPARK_EXTRA = ("pyspark", "pyarrow", "pandas", "dpkt", "rich", "matplotlib")
+
+DESCRIPTION = (
     "Decode nbmq captures (pcap/pcapng) on Spark into Parquet tables frames/, messages/ and "
     "sessions/ under --out, with report.html and summary.json. With no CAPTURE, the bundled "
     "captures (classic pcap only; --pcapng adds dealer.pcapng, which repeats dealer.pcap). "
     "Malformed datagrams become error rows, never a failed run. Captures with TCP traffic on the "
-    "rqueue port (6567, --rqueue-port) or a --bqsp-port also get rqueue/ and bqsp/ tables."
+    "rqueue port (6567, --rqueue-port) or a --bqsp-port also get rqueue/ and bqsp/ tables. "
+    "Needs the spark extra: pip install 'nbmq[spark]'."
 )
 
 
-def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``nbmq pipeline`` options to ``parser`` (the :mod:`nbmq.cli` contract)."""
     parser.add_argument("captures", nargs="*", metavar="CAPTURE", help="pcap/pcapng files or directories")
-    parser.add_argument("--out", "-o", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--out", "-o", default="out", metavar="DIR",
+                        help="output directory, created if missing (default: out)")
     parser.add_argument(
         "--master",
         default=None,
@@ -52,25 +62,30 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-report", dest="report", action="store_false", help="skip report.html")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress and no summary table")
-    parser.set_defaults(func=run_pipeline)
-    return parser
 
 
-def add_pipeline_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``pipeline`` subcommand to an ``argparse`` subparsers object.
+def missing_extra() -> list[str]:
+    """Modules of the ``spark`` extra that are not installed (empty when all are)."""
+    return [name for name in SPARK_EXTRA if importlib.util.find_spec(name) is None]
 
-    The parser's default ``func`` is :func:`run_pipeline`, so ``args.func(args)`` runs it and
-    returns the exit code.
+
+def run(args: argparse.Namespace) -> int:
+    """Run the pipeline for parsed arguments (the :mod:`nbmq.cli` contract).
+
+    Args:
+        args: the namespace of :func:`add_arguments`' options.
+
+    Returns:
+        0 on success; 2 when the ``spark`` extra is missing, a capture path matches nothing,
+        ``--out`` is not a usable directory or ``--conf`` is malformed (the reason on stderr).
     """
-    parser = subparsers.add_parser(
-        "pipeline", help="captures -> Parquet tables + report on Spark", description=_DESCRIPTION
-    )
-    return _configure(parser)
-
-
-def run_pipeline(args: argparse.Namespace) -> int:
-    """Run the pipeline for parsed arguments; returns the exit code (0 on success)."""
-    from .pipeline import DEFAULT_RQUEUE_PORTS, run
+    missing = missing_extra()
+    if missing:
+        print(f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' "
+              f"(missing: {', '.join(missing)})", file=sys.stderr)
+        return 2
+    from .pipeline import DEFAULT_RQUEUE_PORTS
+    from .pipeline import run as run_job
 
     conf = {}
     for item in args.conf:
@@ -80,7 +95,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             return 2
         conf[key.strip()] = value.strip()
     try:
-        run(
+        run_job(
             args.captures or None,
             args.out,
             master=args.master,
@@ -95,7 +110,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
             bqsp_ports=getattr(args, "bqsp_ports", None),
             rqueue_ports=getattr(args, "rqueue_ports", None) or list(DEFAULT_RQUEUE_PORTS),
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError, FileExistsError) as exc:
+        # a capture path matching nothing, or --out naming a file: say which, no traceback
         print(f"nbmq pipeline: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -103,9 +119,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m nbmq.spark.cli [CAPTURE ...] --out DIR``."""
-    parser = _configure(argparse.ArgumentParser(prog="nbmq pipeline", description=_DESCRIPTION))
-    args = parser.parse_args(argv)
-    return run_pipeline(args)
+    parser = argparse.ArgumentParser(prog="nbmq pipeline", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -11,13 +11,16 @@
 
 Options (all strings, as Spark passes them):
 
-- ``paths`` / ``path``: files, directories (their ``*.pcap``, ``*.pcapng``, ``*.cap`` files,
-  sorted, not recursive) or glob patterns, comma-separated. Files must be readable at the same
-  path by the driver (which plans the splits) and by every executor (a shared file system).
+- ``paths`` / ``path``: files, directories (their ``*.pcap``, ``*.pcapng``, ``*.cap`` files and
+  the same gzip-compressed, ``*.pcap.gz`` ..., recursively, sorted) or glob patterns,
+  comma-separated; local paths, ``file://`` URIs or Hadoop file system URIs (``hdfs://``,
+  ``s3a://``, ...; opened through ``pyarrow.fs``, see :mod:`nbmq.spark.inputs`). Files must be
+  readable at the same path by the driver (which plans the splits) and by every executor.
 - ``payload`` (``true``): ``false`` leaves the ``payload`` column out.
 - ``split_bytes`` (64 MiB): a classic pcap file larger than this is read as byte ranges of about
   this size (``nbmq.capture.plan_splits``), one Spark partition each, so one big file spreads
-  over the cores; every other file is one partition. ``0`` never splits.
+  over the cores; every other file (pcapng, ``.gz``, non-local URIs) is one partition. ``0``
+  never splits.
 - ``udp_ports``: comma-separated UDP ports; only datagrams from or to one of them are read.
 - ``batch_rows`` (65536): rows per Arrow record batch handed to Spark.
 
@@ -38,7 +41,6 @@ numpy (no per-row Python code).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import struct
@@ -51,13 +53,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from .inputs import CAPTURE_SUFFIXES, capture_source, expand_paths, file_size, splittable
 from .schema import FRAMES_SCHEMA, frames_schema
 
-__all__ = ["NbmqDataSource", "CapturePartition", "expand_paths", "frames_batches"]
+__all__ = ["NbmqDataSource", "CapturePartition", "CAPTURE_SUFFIXES", "expand_paths", "frames_batches"]
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_BATCH_ROWS = 65536
-CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap")
 
 _KIND_NAMES = ["data", "connect", "connected", "disconnected", "heartbeat", "ack"]
 
@@ -75,42 +77,6 @@ def _split_paths(value: str) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
-def expand_paths(paths: Sequence[str]) -> list[str]:
-    """Files named by ``paths``: files as given, directories' captures sorted, globs expanded.
-
-    Raises:
-        FileNotFoundError: a path matches nothing.
-    """
-    out: list[str] = []
-    for path in paths:
-        if path.startswith("file://"):
-            path = path[len("file://") :]
-        if os.path.isdir(path):
-            found = sorted(
-                os.path.join(path, name)
-                for name in os.listdir(path)
-                if name.lower().endswith(CAPTURE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
-            )
-            out.extend(found)
-        elif os.path.exists(path):
-            out.append(path)
-        elif glob.has_magic(path):
-            found = sorted(p for p in glob.glob(path) if os.path.isfile(p))
-            if not found:
-                raise FileNotFoundError(f"nbmq data source: no file matches {path!r}")
-            out.extend(found)
-        else:
-            raise FileNotFoundError(f"nbmq data source: no such capture {path!r}")
-    seen: set[str] = set()
-    unique = []
-    for p in out:
-        key = os.path.abspath(p)
-        if key not in seen:
-            seen.add(key)
-            unique.append(key)
-    return unique
-
-
 @dataclass(frozen=True)
 class CapturePartition(InputPartition):
     """One Spark partition: a whole capture file, or one byte range of a classic pcap file.
@@ -121,12 +87,16 @@ class CapturePartition(InputPartition):
         end: end of the range, exclusive (None: to the end of the file).
         first_frame: frame number of the range's first record (None: whole file, or let the
             reader count the records before ``start``).
+        walk_from: byte offset of a record at or before the range's first one, where its
+            read starts walking (``nbmq.capture.range_starts``; None: the reader
+            resynchronises).
     """
 
     path: str
     start: int = 0
     end: int | None = None
     first_frame: int | None = None
+    walk_from: int | None = None
 
 
 class NbmqDataSource(DataSource):
@@ -163,8 +133,7 @@ class NbmqReader(DataSourceReader):
     def partitions(self) -> list[CapturePartition]:
         parts: list[CapturePartition] = []
         for path in expand_paths(self.paths):
-            size = os.path.getsize(path)
-            if self.split_bytes > 0 and size > self.split_bytes:
+            if self.split_bytes > 0 and splittable(path) and file_size(path) > self.split_bytes:
                 parts.extend(_plan(path, self.split_bytes))
             else:
                 parts.append(CapturePartition(path))
@@ -176,18 +145,18 @@ class NbmqReader(DataSourceReader):
 
 
 def _plan(path: str, split_bytes: int) -> list[CapturePartition]:
-    from ..capture import first_frames, plan_splits
+    from ..capture import plan_splits, range_starts
 
     try:
         ranges = plan_splits(path, split_bytes)
         if len(ranges) <= 1:
             return [CapturePartition(path)]
-        firsts = first_frames(path, ranges)
+        firsts = range_starts(path, ranges)  # the whole-file walk: exact ranges, damage included
     except Exception:  # not a capture, or damaged: one partition, whose read reports why
         return [CapturePartition(path)]
     return [
-        CapturePartition(path, int(start), int(end), int(first))
-        for (start, end), first in zip(ranges, firsts)
+        CapturePartition(path, int(start), int(end), int(frame), int(record))
+        for (start, end), (record, frame) in zip(ranges, firsts)  # record: where to walk from
     ]
 
 
@@ -207,11 +176,12 @@ def read_partition(
     capture = os.path.basename(partition.path)
     try:
         batch = read_datagrams(
-            partition.path,
+            capture_source(partition.path),
             start=partition.start,
             end=partition.end,
             udp_ports=udp_ports,
             first_frame=partition.first_frame,
+            walk_from=partition.walk_from,
         )
     except (NbmqError, OSError, ValueError, struct.error) as exc:
         yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)

@@ -19,13 +19,13 @@ the driver by :func:`nbmq.capture.tcp.has_tcp_traffic` (a record walk and a vect
 filter, dpkt only on candidate packets), and only those files are read: captures without it cost
 a few milliseconds and produce nothing new.
 
-Also ``python -m nbmq.spark.pipeline CAPTURE ... --out DIR`` (the ``nbmq pipeline`` options).
+The command line is :mod:`nbmq.spark.cli` (``nbmq pipeline``, ``python -m nbmq.spark.cli``);
+this module never imports it (no import circle).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -64,8 +64,9 @@ def _split_for(files: Sequence[str], cores: int) -> int:
     pay off when cores are uneven or busy.
     """
     from .datasource import DEFAULT_SPLIT_BYTES
+    from .inputs import file_size, splittable
 
-    largest = max((os.path.getsize(f) for f in files), default=0)
+    largest = max((file_size(f) for f in files if splittable(f)), default=0)
     return max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores)))
 
 
@@ -242,6 +243,7 @@ def run(
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
+        NotADirectoryError: ``out_dir`` is a local path naming an existing non-directory.
     """
     from .messages import build_messages
     from .sessions import build_sessions
@@ -254,6 +256,8 @@ def run(
     files = expand_paths(paths)  # the driver plans the reads, so it must see the files too
     tables = {name: str(out / name) for name in ("frames", "messages", "sessions")}
     if not (str(out_dir).startswith(("hdfs://", "s3a://", "s3://", "gs://", "abfs://"))):
+        if out.exists() and not out.is_dir():  # mkdir would say only "File exists"
+            raise NotADirectoryError(f"output directory {str(out_dir)!r} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
 
     with _Steps(spark, progress) as steps:
@@ -338,12 +342,13 @@ def _stream_tables(
 ) -> dict[str, dict[str, int]]:
     """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts."""
     from ..capture.tcp import has_tcp_traffic
+    from .inputs import capture_source
 
     counts: dict[str, dict[str, int]] = {}
     for protocol, ports in (("bqsp", bqsp_ports), ("rqueue", rqueue_ports)):
         if not ports:
             continue
-        with_traffic = [f for f in files if has_tcp_traffic(f, ports)]  # driver-side, cheap
+        with_traffic = [f for f in files if has_tcp_traffic(capture_source(f), ports)]  # driver-side, cheap
         if not with_traffic:
             continue
         steps.step(f"decoding {protocol} over TCP -> {protocol}/")
@@ -392,13 +397,3 @@ def print_table(summary: dict[str, Any], file: Any = None) -> None:
             f"{c['connections']:,} connections in {c['files']} capture(s) -> {summary['tables'][protocol]}"
         )
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nbmq.spark.pipeline`` / spark-submit entry: same options as ``nbmq pipeline``."""
-    from .cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

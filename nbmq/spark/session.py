@@ -157,7 +157,7 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if register:
-        from . import register as _register
+        from .registration import register as _register
 
         _register(spark)
     return spark

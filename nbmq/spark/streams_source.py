@@ -9,7 +9,8 @@
 
 Options (strings, as Spark passes them):
 
-- ``paths`` / ``path``: as for the ``nbmq`` source (files, directories, globs, comma-separated).
+- ``paths`` / ``path``: as for the ``nbmq`` source (files, directories read recursively, globs,
+  ``.gz`` captures, ``file://`` and Hadoop URIs; comma-separated).
 - ``ports``: comma-separated TCP service ports whose connections are decoded; ``any`` decodes
   every TCP connection. ``nbmq_rqueue`` defaults to 6567 (the rqueue server's default port,
   seed 004). BQSP names no port (seed 002), so ``nbmq_bqsp`` requires the option.
@@ -34,7 +35,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .datasource import CapturePartition, _split_paths, _truthy, expand_paths
+from .datasource import CapturePartition, _split_paths, _truthy
+from .inputs import capture_source, expand_paths
 from .streams_schema import BQSP_SCHEMA, RQUEUE_SCHEMA, RQUEUE_TYPE_NAMES, bqsp_schema, rqueue_schema
 
 __all__ = ["BqspDataSource", "RqueueDataSource", "DEFAULT_PORTS", "parse_ports", "stream_batches"]
@@ -139,7 +141,7 @@ def stream_batches(
     """Decode one capture's BQSP / rqueue connections into record batches of ``arrow_schema``.
 
     Args:
-        path: the capture file.
+        path: the capture file (local path, ``file://`` or Hadoop URI; see ``nbmq.spark.inputs``).
         protocol: ``"bqsp"`` or ``"rqueue"``.
         ports: service ports, or None for every TCP connection.
         arrow_schema: the columns to build (any subset of the table's, in any order).
@@ -159,7 +161,7 @@ def stream_batches(
     rows: list[Any] = []
     try:
         for row in decode_tcp_streams(
-            path, protocol, ports, max_buffered=max_buffered, payload=payload, codec=codec
+            capture_source(path), protocol, ports, max_buffered=max_buffered, payload=payload, codec=codec
         ):
             rows.append(row)
             if len(rows) >= batch_rows:

@@ -22,8 +22,12 @@ cdef extern from *:
     #ifndef SOL_UDP
     #define SOL_UDP 17
     #endif
+    #include <sys/socket.h>
+    #ifndef SO_RXQ_OVFL
+    #define SO_RXQ_OVFL 40
+    #endif
     """
-    int UDP_SEGMENT, UDP_GRO, SOL_UDP
+    int UDP_SEGMENT, UDP_GRO, SOL_UDP, SO_RXQ_OVFL, SOL_SOCKET
 
 cdef extern from "<string.h>" nogil:
     size_t strnlen(const char *s, size_t maxlen)
@@ -101,7 +105,7 @@ cdef enum:
     MAX_IOV = 1024      # datagrams per sendmmsg (GSO groups several into one message)
     MAX_SEGS = 64       # datagrams per GSO message (the kernel's UDP_MAX_SEGMENTS floor)
     GSO_LIMIT = 65000   # bytes per GSO message
-    CTRL_WORDS = 4      # 32 bytes of control buffer per message, 8-byte aligned
+    CTRL_WORDS = 8      # 64 bytes of control buffer per message, 8-byte aligned (GRO + RXQ_OVFL)
     GRO_BATCH = 16      # receive messages per recvmmsg with UDP_GRO on
     GRO_SLOT = 65536    # bytes per receive message with UDP_GRO on
     CACHE_LIMIT = 4096
@@ -125,10 +129,13 @@ cdef class BatchIO:
     cdef readonly list addrs
     cdef readonly unsigned long long send_errors
     cdef readonly object last_send_error
-    cdef readonly bint gso
-    cdef readonly bint gro
+    cdef public bint gso
+    cdef public bint gro
     cdef readonly unsigned long long gso_messages
     cdef readonly unsigned long long gro_messages
+    cdef readonly bint rxq_ovfl
+    cdef readonly unsigned long long kernel_drops
+    cdef unsigned int _ovfl_last
     cdef unsigned char[::1] _buf
     cdef long long[::1] _offsets
     cdef int[::1] _lengths
@@ -164,6 +171,13 @@ cdef class BatchIO:
         self._family = sock.family
         self.gso = udp if gso is None else bool(gso)
         self.gro = udp if gro is None else bool(gro)
+        self.kernel_drops = 0
+        self._ovfl_last = 0
+        try:  # the kernel then tells, with each datagram, how many it dropped so far
+            sock.setsockopt(SOL_SOCKET, SO_RXQ_OVFL, 1)
+            self.rxq_ovfl = True
+        except OSError:
+            self.rxq_ovfl = False
         if self.gro:
             try:
                 sock.setsockopt(SOL_UDP, UDP_GRO, 1)
@@ -198,25 +212,37 @@ cdef class BatchIO:
             self._rmsgs[i].msg_hdr.msg_iovlen = 1
             self._rmsgs[i].msg_hdr.msg_name = <void *>&self._rnames[i]
 
-    def recv(self):
-        """Read what is waiting, up to ``batch`` messages; returns ``(n, offsets, lengths,
-        addrs)`` (see batch.py)."""
+    def recv(self, Py_ssize_t limit=-1):
+        """Read what is waiting, at most ``limit`` datagrams (default ``capacity``); returns
+        ``(n, offsets, lengths, addrs)`` (see batch.py)."""
         cdef int n, i, seg
         cdef int fd = self._fd
-        cdef Py_ssize_t m = 0, length, off, part, base
+        cdef Py_ssize_t m = 0, length, off, part, base, vlen
+        cdef unsigned int ovfl
         cdef cmsghdr *cm
         cdef msghdr *hdr
         cdef bint gro = self.gro
-        for i in range(self.batch):
+        # (a GRO buffer may still hold coalesced runs queued before GRO was turned off)
+        cdef bint ctrl = gro or self.rxq_ovfl or self.slot == GRO_SLOT
+        if limit < 0 or limit > self.capacity:
+            limit = self.capacity
+        # A GRO message may hold MAX_SEGS datagrams: read only as many as surely fit.
+        vlen = limit // MAX_SEGS if gro else limit
+        if vlen > self.batch:
+            vlen = self.batch
+        if vlen < 1:  # not even one worst-case message fits: leave it in the kernel
+            self.addrs = []
+            return 0, self.offsets, self.lengths, self.addrs
+        for i in range(vlen):
             hdr = &self._rmsgs[i].msg_hdr
             hdr.msg_namelen = sizeof(sockaddr_storage)
             hdr.msg_flags = 0
-            if gro:
+            if ctrl:
                 hdr.msg_control = <void *>&self._rctrl[i * CTRL_WORDS]
                 hdr.msg_controllen = CTRL_WORDS * 8
         while True:
             with nogil:
-                n = recvmmsg(fd, self._rmsgs, <unsigned int>self.batch, MSG_DONTWAIT, NULL)
+                n = recvmmsg(fd, self._rmsgs, <unsigned int>vlen, MSG_DONTWAIT, NULL)
             if n >= 0:
                 break
             if errno == EAGAIN or errno == EWOULDBLOCK:
@@ -231,11 +257,17 @@ cdef class BatchIO:
             length = self._rmsgs[i].msg_len
             base = i * self.slot
             seg = 0
-            if gro:
+            if ctrl and hdr.msg_controllen > 0:
                 cm = CMSG_FIRSTHDR(hdr)
                 while cm != NULL:
                     if cm.cmsg_level == SOL_UDP and cm.cmsg_type == UDP_GRO:
                         seg = (<int *>CMSG_DATA(cm))[0]
+                    elif cm.cmsg_level == SOL_SOCKET and cm.cmsg_type == SO_RXQ_OVFL:
+                        memcpy(&ovfl, CMSG_DATA(cm), sizeof(ovfl))
+                        # the kernel's running u32 count for this socket: add what is new
+                        if <unsigned int>(ovfl - self._ovfl_last) < 0x80000000u:
+                            self.kernel_drops += <unsigned int>(ovfl - self._ovfl_last)
+                            self._ovfl_last = ovfl
                     cm = CMSG_NXTHDR(hdr, cm)
             if seg > 0 and length > seg:
                 self.gro_messages += 1

@@ -3,11 +3,13 @@
 Accepted forms::
 
     host:port  udp://host:port         IPv4 literal or a host name (resolved once, here)
+    *:port     udp://*:port            bind only: every IPv4 interface (0.0.0.0), ZeroMQ's convention
     [v6]:port  udp://[v6]:port         IPv6 literal in brackets, e.g. "[::1]:0"
     ipc:///abs/path  ipc://rel/path    Unix datagram socket; "ipc://@name" is Linux's abstract namespace
     inproc://name                      in-process, no kernel
 
-Port 0 asks the OS for a free port (read the result from ``sock.local_address``).
+Port 0 asks the OS for a free port (read the result from ``sock.local_address``); it is for
+``bind`` only, as is ``*``: :func:`check_connect` refuses both as a destination.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from ..errors import AddressError
 
-__all__ = ["Address", "parse_address", "format_address"]
+__all__ = ["Address", "parse_address", "format_address", "check_connect"]
 
 SCHEMES = ("udp", "ipc", "inproc")
 _UNIX_PATH_MAX = 107  # sizeof(sun_path) - 1 on Linux
@@ -36,12 +38,14 @@ class Address:
         family: ``socket.AF_INET``, ``AF_INET6`` or ``AF_UNIX``; 0 for inproc.
         sockaddr: what ``socket.bind`` / ``sendto`` take: ``(host, port)``, ``(host, port, 0, 0)``,
             a path (str), or for an abstract Unix name bytes starting with NUL; the name for inproc.
+        wildcard: True when the host was ``*`` (every interface; bind only).
     """
 
     scheme: str
     text: str
     family: int
     sockaddr: Any
+    wildcard: bool = False
 
     def __str__(self) -> str:
         return format_address(self.family, self.sockaddr, self.scheme)
@@ -84,6 +88,8 @@ def _parse_udp(text: str, rest: str) -> Address:
     if ":" in host:
         raise AddressError(f"address {text!r}: write an IPv6 host in brackets, e.g. '[::1]:{port_text}'")
     port = _parse_port(text, port_text)
+    if host == "*":  # ZeroMQ's "every interface", not a name to resolve
+        return Address("udp", text, socket.AF_INET, ("0.0.0.0", port), True)
     try:
         return Address("udp", text, socket.AF_INET, (str(ipaddress.IPv4Address(host)), port))
     except ValueError:
@@ -150,3 +156,17 @@ def format_address(family: int, sockaddr: Any, scheme: str = "udp") -> str:
             return "ipc://@" + os.fsdecode(sockaddr[1:])
         return f"ipc://{sockaddr}"
     return f"{sockaddr[0]}:{sockaddr[1]}"
+
+
+def check_connect(address: Address) -> None:
+    """Refuse an address that names no destination: UDP port 0 or the ``*`` wildcard.
+
+    Raises:
+        AddressError: the message quotes the address and says why.
+    """
+    if address.scheme != "udp":
+        return
+    if address.wildcard:
+        raise AddressError(f"address {address.text!r}: '*' (every interface) is for bind, not connect")
+    if address.sockaddr[1] == 0:
+        raise AddressError(f"address {address.text!r}: cannot connect to port 0 (port 0 is for bind)")

@@ -15,10 +15,11 @@ import math
 from collections import deque
 from typing import Any
 
-from ..errors import NbmqError, WouldBlock
+from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
 from . import engines
+from .attributes import OptionAttributes
 from .inproc import InprocLink, InprocTransport
 from .links import open_link
 
@@ -48,11 +49,15 @@ class _Protocol(asyncio.DatagramProtocol):
         self.owner._lost()
 
 
-class Socket:
+class Socket(OptionAttributes):
     """An asyncio nbmq socket. Build with ``await Dealer.bind(address, **options)`` or
     ``await Dealer.connect(...)``; addresses and options as the blocking sockets
-    (:class:`nbmq.transports.socket.Socket`)."""
+    (:class:`nbmq.transports.socket.Socket`), options also as attributes
+    (``sock.send_hwm = 10``). Every call on a closed socket, and every call waiting when it is
+    closed, raises :class:`~nbmq.errors.SocketClosed`."""
 
+    __slots__ = ("options", "engine", "closed", "transport_errors", "_loop", "_link", "_events", "_waiters",
+                 "_timer", "_timer_at", "_soon", "_paused", "_closed_fut", "_transport", "__weakref__")
     _kind = ""
 
     @classmethod
@@ -109,6 +114,7 @@ class Socket:
     def _on_timer(self) -> None:
         fired_at = self._timer_at or 0.0
         self._timer = self._timer_at = None
+        self._link.check_kernel_drops(self.engine)  # the OS's receive-buffer drops, if any
         self.engine.tick(max(self._loop.time(), fired_at))
         self._transmit()
 
@@ -133,6 +139,7 @@ class Socket:
             events.append(event)
             if len(events) > self.options.max_events:
                 events.popleft()
+                engine.events_discarded(1)
         waiters = self._waiters
         if waiters["send"] and engine.pending_messages < self.options.send_hwm:
             self._wake("send")
@@ -162,47 +169,63 @@ class Socket:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise NbmqError("the socket is closed")
+            raise SocketClosed(f"{type(self).__name__} is closed")
 
     # --- user API --------------------------------------------------------------------------------
     def send_nowait(self, parts: Any) -> None:
-        """Queue a message; raises WouldBlock at ``send_hwm`` (NotSupported on a Dish)."""
+        """Queue a message; raises WouldBlock at ``send_hwm`` (NotSupported on a Dish,
+        SocketClosed when closed)."""
+        self._check_open()
         self.engine.send([parts] if isinstance(parts, _BYTES) else parts, self._loop.time())
         self._transmit_soon()
 
     async def send(self, parts: Any, timeout: float | None = None) -> None:
         """Queue a message, waiting while ``send_hwm`` messages are held (up to ``timeout``
-        seconds; None = for ever). Raises WouldBlock on timeout."""
+        seconds; None = for ever). Raises WouldBlock on timeout (NoPeer when no peer is
+        connected either), SocketClosed when closed."""
         until = None if timeout is None else self._loop.time() + timeout
         while True:
             try:
                 return self.send_nowait(parts)
-            except WouldBlock:
+            except WouldBlock as exc:
                 left = None if until is None else until - self._loop.time()
                 if (left is not None and left <= 0) or not await self._park("send", left):
+                    self._check_open()
+                    if not engines.has_connected_peer(self.engine):
+                        raise NoPeer(f"{exc}; no peer is connected to take them") from None
                     raise
                 self._check_open()
 
     def recv_nowait(self) -> list[Any]:
-        """The next message (list of uint8 numpy arrays); WouldBlock when none is ready."""
+        """The next message (list of uint8 numpy arrays); WouldBlock when none is ready,
+        SocketClosed when closed."""
+        self._check_open()
         return self.engine.recv()
 
     async def recv(self, timeout: float | None = None) -> list[Any]:
         """The next message, waiting up to ``timeout`` seconds (None = for ever). Raises
-        WouldBlock on timeout, NotSupported on a Radio."""
+        WouldBlock on timeout, NotSupported on a Radio, SocketClosed when closed (also when
+        closed while waiting)."""
         until = None if timeout is None else self._loop.time() + timeout
         while True:
             try:
                 return self.engine.recv()
             except WouldBlock:
+                self._check_open()
                 left = None if until is None else until - self._loop.time()
                 if (left is not None and left <= 0) or not await self._park("recv", left):
                     raise
                 self._check_open()
 
     async def wait_connected(self, timeout: float | None = None) -> bool:
-        """Wait until a peer is connected; False if ``timeout`` seconds passed first."""
-        return engines.has_connected_peer(self.engine) or await self._park("conn", timeout)
+        """Wait until a peer is connected; False if ``timeout`` seconds passed first.
+        SocketClosed when closed."""
+        self._check_open()
+        if engines.has_connected_peer(self.engine):
+            return True
+        woken = await self._park("conn", timeout)
+        self._check_open()
+        return woken
 
     def next_event(self) -> Event | None:
         """The oldest event not yet read, or None (at most ``max_events`` are kept)."""
@@ -214,6 +237,10 @@ class Socket:
 
     @property
     def counters(self) -> Any:
+        """The engine's counters, ``kernel_drops`` asked of the OS now (see the blocking
+        socket's ``counters``)."""
+        if not self.closed:
+            self._link.check_kernel_drops(self.engine)
         return self.engine.counters
 
     @property
@@ -255,22 +282,26 @@ class Socket:
 class Dealer(Socket):
     """Fire-and-forget duplex socket (asyncio)."""
 
+    __slots__ = ()
     _kind = "Dealer"
 
 
 class SafeDealer(Socket):
     """Acked, resent, de-duplicated Dealer (asyncio); ``send`` waits while acks are due."""
 
+    __slots__ = ()
     _kind = "SafeDealer"
 
 
 class Radio(Socket):
     """Send-only fan-out to every connected Dish (asyncio)."""
 
+    __slots__ = ()
     _kind = "Radio"
 
 
 class Dish(Socket):
     """Receive-only peer of a Radio (asyncio)."""
 
+    __slots__ = ()
     _kind = "Dish"

@@ -20,6 +20,10 @@ __all__ = ["BatchIO", "batch_io", "IMPLEMENTATION", "NATIVE"]
 
 IMPLEMENTATION = "recvfrom"
 _AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+#: Linux's SO_RXQ_OVFL (the socket module does not name it): each datagram then carries the
+#: socket's running count of datagrams the kernel dropped for want of receive buffer.
+SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40 if sys.platform.startswith("linux") else None)
+_OVFL_SPACE = socket.CMSG_SPACE(4) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 class BatchIO:
@@ -45,6 +49,11 @@ class BatchIO:
         addrs: the source addresses of the last ``recv``, as the ``socket`` module spells them.
         send_errors: datagrams dropped by ``send`` because the OS refused them (not EAGAIN).
         last_send_error: the ``OSError`` of the last such drop, or None.
+        rxq_ovfl: True when the OS reports its receive-buffer drops (Linux ``SO_RXQ_OVFL``).
+        kernel_drops: datagrams the kernel dropped on this socket because its receive buffer
+            was full, as last reported (int, cumulative). The kernel reports the count with
+            the next datagram it delivers, so a drop becomes visible on the next ``recv`` that
+            reads something.
     """
 
     gso = False
@@ -70,9 +79,19 @@ class BatchIO:
         self.send_errors = 0
         self.last_send_error: OSError | None = None
         self._slots = [self.view[i * slot : (i + 1) * slot] for i in range(batch)]
+        self.kernel_drops = 0
+        self._ovfl_last = 0
+        self.rxq_ovfl = False
+        if SO_RXQ_OVFL is not None and _OVFL_SPACE:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+                self.rxq_ovfl = True
+            except OSError:
+                pass
 
-    def recv(self) -> tuple[int, np.ndarray, np.ndarray, list[Any]]:
-        """Read what is waiting, up to ``batch`` receive messages, without blocking.
+    def recv(self, limit: int = -1) -> tuple[int, np.ndarray, np.ndarray, list[Any]]:
+        """Read what is waiting, up to ``batch`` receive messages and at most ``limit``
+        datagrams (negative: ``capacity``), without blocking.
 
         Returns:
             ``(n, offsets, lengths, addrs)``: how many datagrams were read (0 when none was
@@ -83,18 +102,38 @@ class BatchIO:
         Raises:
             OSError: an error other than EAGAIN / EINTR from the OS.
         """
-        recv_into = self.sock.recvfrom_into
         lengths = self.lengths
-        addrs = []
+        addrs: list[Any] = []
         n = 0
-        for buf in self._slots:
-            try:
-                size, addr = recv_into(buf)
-            except (BlockingIOError, InterruptedError):
-                break
-            lengths[n] = size
-            addrs.append(addr)
-            n += 1
+        slots = self._slots if limit < 0 or limit >= self.batch else self._slots[:limit]
+        if self.rxq_ovfl:
+            recvmsg_into = self.sock.recvmsg_into
+            ovfl = -1
+            for buf in slots:
+                try:
+                    size, anc, _, addr = recvmsg_into((buf,), _OVFL_SPACE)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if anc:
+                    ovfl = int.from_bytes(anc[0][2][:4], sys.byteorder)
+                lengths[n] = size
+                addrs.append(addr)
+                n += 1
+            if ovfl >= 0:
+                new = (ovfl - self._ovfl_last) & 0xFFFFFFFF  # the kernel's running u32 count
+                if new < 0x80000000:
+                    self.kernel_drops += new
+                    self._ovfl_last = ovfl
+        else:
+            recv_into = self.sock.recvfrom_into
+            for buf in slots:
+                try:
+                    size, addr = recv_into(buf)
+                except (BlockingIOError, InterruptedError):
+                    break
+                lengths[n] = size
+                addrs.append(addr)
+                n += 1
         self.addrs = addrs
         return n, self.offsets, lengths, addrs
 

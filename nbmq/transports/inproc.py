@@ -102,6 +102,11 @@ class InprocLink:
             self._wake()  # budget reached: make sure the next wait does not sleep on the rest
         return out
 
+    kernel_drops = 0  # no kernel: a full inbox pushes back on the sender instead
+
+    def check_kernel_drops(self, engine: Any) -> None:
+        """No kernel, no kernel drops (see the UDP link)."""
+
     def receive(self, engine: Any, now: float, budget: int) -> int:
         """Feed up to ``budget`` inbox datagrams to ``engine``; returns how many."""
         feed = engine.receive_datagram

@@ -32,8 +32,9 @@ class UnixLink(DatagramLink):
     write_waitable = False
     scheme = "ipc"
 
-    def __init__(self, sock: socket.socket, path: Any, engine_address: Any, native: bool | None) -> None:
-        super().__init__(sock, engine_address, native)
+    def __init__(self, sock: socket.socket, path: Any, engine_address: Any, native: bool | None,
+                 options: Any = None) -> None:
+        super().__init__(sock, engine_address, native, options)
         self.path = path
         self._ino = None
         if isinstance(path, str):
@@ -81,7 +82,7 @@ def open_ipc(address: Address, bind: bool, options: Any, native: bool | None = N
         if isinstance(address.sockaddr, str):
             _clear_stale(address.sockaddr, address.text)
         bind_socket(sock, address.sockaddr, address.text)
-        return UnixLink(sock, address.sockaddr, None, native)
+        return UnixLink(sock, address.sockaddr, None, native, options)
     path = os.path.join(tempfile.gettempdir(), f"nbmq-{os.getpid()}-{uuid.uuid4().hex[:16]}.sock")
     bind_socket(sock, path, address.text)
-    return UnixLink(sock, path, address.sockaddr, native)
+    return UnixLink(sock, path, address.sockaddr, native, options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .address import parse_address
+from .address import check_connect, parse_address
 from .inproc import InprocLink
 from .ipc import open_ipc
 from .udp import open_udp
@@ -24,10 +24,13 @@ def open_link(address: str, bind: bool, options: Any, native: bool | None = None
         native: None picks the recvmmsg batch I/O when built; False forces the portable one.
 
     Raises:
-        AddressError: malformed address, or an inproc name already bound.
+        AddressError: malformed address, an inproc name already bound, or a connect to UDP
+            port 0 or ``*``.
         OSError: the address is in use or cannot be bound (the message names it).
     """
     parsed = parse_address(address)
+    if not bind:
+        check_connect(parsed)
     if parsed.scheme == "udp":
         return open_udp(parsed, bind, options, native)
     if parsed.scheme == "ipc":

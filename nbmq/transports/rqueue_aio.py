@@ -36,9 +36,13 @@ class RqueueClient(asyncio.Protocol):
     Args:
         max_payload: largest payload sent or accepted, bytes (default 2048, the server's cap).
         max_queued: received notifications held before reading pauses (default 10000).
+        drop_notices: opt in to our drop-notice extension (servers run with ``--drop-notices``):
+            the notifications the server dropped for this client add up in
+            :attr:`dropped_by_server`. Default off.
     """
 
-    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000) -> None:
+    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000,
+                 drop_notices: bool = False) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
         self._conn = RqueueClientConnection(max_payload)
@@ -51,13 +55,16 @@ class RqueueClient(asyncio.Protocol):
         self._closed: asyncio.Future[None] | None = None
         self._done = False  # no more notifications will arrive
         self._exc: BaseException | None = None  # why, when it was not a clean close
+        self._drop_notices = drop_notices
 
     @classmethod
     async def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-                      max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000) -> RqueueClient:
+                      max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000,
+                      drop_notices: bool = False) -> RqueueClient:
         """Open a TCP connection to an rqueue server. Raises OSError when it fails."""
         loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(lambda: cls(max_payload, max_queued), host, port)
+        _, client = await loop.create_connection(
+            lambda: cls(max_payload, max_queued, drop_notices), host, port)
         return client
 
     # -- sending ------------------------------------------------------------------------------
@@ -137,6 +144,12 @@ class RqueueClient(asyncio.Protocol):
             raise
 
     @property
+    def dropped_by_server(self) -> int:
+        """Notifications the server reported dropping for this client (drop notices; 0 unless
+        ``drop_notices`` and the server has the extension on)."""
+        return self._conn.dropped_by_server
+
+    @property
     def queued(self) -> int:
         """Notifications received and not yet taken by :meth:`recv`."""
         return len(self._queue)
@@ -161,6 +174,8 @@ class RqueueClient(asyncio.Protocol):
         self._closed = asyncio.get_running_loop().create_future()
         self._can_write = asyncio.Event()
         self._can_write.set()
+        if self._drop_notices:
+            transport.write(self._conn.subscribe_drop_notices())  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn

@@ -14,13 +14,21 @@ SIGTERM stop it cleanly (exit status 0).
 ignored: the broker's subscription table lives in one event loop, which is also what keeps every
 subscriber's notifications in order.
 
+Hostile or broken clients: a client that starts a message and does not finish it within
+``--read-timeout`` seconds (default 30) is closed, so stalled clients cannot pin buffers and
+descriptors; ``--idle-timeout`` (off by default) closes a client with no traffic either way for
+that long; at most ``--max-connections`` (default 10,000) clients are served at once, and one
+more is closed on accept and counted (``refused``).
+
 Slow consumers: each client's outgoing buffer is bounded by ``--max-buffer`` bytes (asyncio's
 write-buffer high-water mark; the low-water mark is a quarter of it). When a client's buffer
 reaches the bound the ``--slow-consumer`` policy applies: ``drop`` (default) drops the
 notifications meant for that client, and counts them, until its buffer drains below the low-water
 mark; ``disconnect`` closes it. Either way a subscriber that never reads holds at most
 ``max_buffer`` plus one read's share (256 KiB) of the server's memory, and publishers and other
-subscribers are never slowed down by it.
+subscribers are never slowed down by it. ``--drop-notices`` enables our extension: a client
+subscribed to ``$nbmq/dropped`` is told how many notifications it missed (see
+:class:`~nbmq.rqueue.RqueueBroker`).
 """
 
 from __future__ import annotations
@@ -30,41 +38,89 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
 from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
 
-__all__ = ["RqueueServer", "serve", "run", "main", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER"]
+__all__ = ["RqueueServer", "serve", "run", "main", "run_args", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER",
+           "DEFAULT_READ_TIMEOUT", "DEFAULT_MAX_CONNECTIONS"]
 
 log = logging.getLogger("nbmq.rqueue")
 DEFAULT_PORT = 6567
 DEFAULT_MAX_BUFFER = 4 * 1024 * 1024
+DEFAULT_READ_TIMEOUT = 30.0  # seconds; a 2 KB message takes milliseconds on any working link
+DEFAULT_MAX_CONNECTIONS = 10_000
 
 
 class _ClientProtocol(asyncio.Protocol):
-    __slots__ = ("server", "transport", "peer")
+    __slots__ = ("server", "transport", "peer", "last_active", "read_timer", "idle_timer")
 
     def __init__(self, server: RqueueServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
+        self.last_active = 0.0  # loop time of the last byte read from or written to it
+        self.read_timer: asyncio.TimerHandle | None = None  # armed while a message is unfinished
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
-        high = self.server.max_buffer
+        server = self.server
+        if server.max_connections and len(server._protocols) >= server.max_connections:
+            server.refused += 1  # before the broker sees it: costs no state, no log line each
+            transport.abort()
+            return
+        high = server.max_buffer
         transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
-        self.server._protocols.add(self)
-        self.server.broker.connection_made(self)
+        server._protocols.add(self)
+        server.broker.connection_made(self)
         log.info("client connected: %s", _fmt(self.peer))
-        self.server._flush()
+        if server.idle_timeout:
+            loop = asyncio.get_running_loop()
+            self.last_active = loop.time()
+            self.idle_timer = loop.call_at(self.last_active + server.idle_timeout, self._idle_check)
+        server._flush()
 
     def data_received(self, data: bytes) -> None:
         server = self.server
-        server.broker.receive_data(self, data)
+        broker = server.broker
+        broker.receive_data(self, data)
+        if server.idle_timeout:
+            self.last_active = server._loop_time()
+        if server.read_timeout:
+            # a message started and not finished must finish within read_timeout of its start
+            if broker.buffered(self):
+                if self.read_timer is None:
+                    self.read_timer = asyncio.get_running_loop().call_later(
+                        server.read_timeout, self._timed_out, "read timeout")
+            elif self.read_timer is not None:
+                self.read_timer.cancel()
+                self.read_timer = None
         server._flush()
+
+    def _timed_out(self, reason: str) -> None:
+        self._cancel_timers()
+        self.server.broker.disconnect(self, reason)
+        self.server._flush()
+
+    def _idle_check(self) -> None:
+        idle = self.server.idle_timeout
+        loop = asyncio.get_running_loop()
+        due = self.last_active + idle
+        if loop.time() >= due:
+            self._timed_out("idle timeout")
+        else:  # active since the timer was armed: wait for the rest (one timer per client)
+            self.idle_timer = loop.call_at(due, self._idle_check)
+
+    def _cancel_timers(self) -> None:
+        for timer in (self.read_timer, self.idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self.read_timer = self.idle_timer = None
 
     def eof_received(self) -> bool:
         self.server.broker.receive_data(self, b"")
@@ -77,9 +133,13 @@ class _ClientProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.server.broker.resume_writing(self)
+        self.server._flush()  # a drop notice may be queued (asyncio lets us write from here)
 
     def connection_lost(self, exc: Exception | None) -> None:
         server = self.server
+        self._cancel_timers()
+        if self not in server._protocols:
+            return  # refused (max_connections): the broker never knew it
         server._protocols.discard(self)
         server.broker.connection_lost(self)
         server._flush()
@@ -95,13 +155,21 @@ class RqueueServer:
     """A running rqueue server (see :func:`serve`).
 
     Attributes:
-        broker: the :class:`~nbmq.rqueue.RqueueBroker` (its ``stats()`` are the counters).
+        broker: the :class:`~nbmq.rqueue.RqueueBroker` (its ``stats()`` are most counters).
         max_buffer: per-client outgoing buffer bound, bytes.
+        read_timeout, idle_timeout, max_connections: as given to :func:`serve` (0: off).
+        refused: connections closed at once because ``max_connections`` were open (int).
     """
 
-    def __init__(self, broker: RqueueBroker, max_buffer: int) -> None:
+    def __init__(self, broker: RqueueBroker, max_buffer: int, read_timeout: float = 0.0,
+                 idle_timeout: float = 0.0, max_connections: int = 0) -> None:
         self.broker = broker
         self.max_buffer = max_buffer
+        self.read_timeout = read_timeout
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.refused = 0
+        self._loop_time = time.monotonic  # serve() sets the loop's clock, which timers use
         self._protocols: set[_ClientProtocol] = set()
         self._server: asyncio.AbstractServer | None = None
         self._stats_task: asyncio.Task[None] | None = None
@@ -119,7 +187,12 @@ class RqueueServer:
     def _flush(self) -> None:
         """Write what the broker queued, close whom it says, log its events (STYLE 3 rule 3)."""
         broker = self.broker
-        for proto, data in broker.data_to_send():
+        out = broker.data_to_send()
+        if out and self.idle_timeout:
+            now = self._loop_time()
+            for proto, _ in out:
+                proto.last_active = now
+        for proto, data in out:
             proto.transport.write(data)
         for proto in broker.connections_to_close():
             if proto.transport is not None:
@@ -136,9 +209,13 @@ class RqueueServer:
                             _fmt(event.conn.peer), self.max_buffer, event.policy)
             event = broker.next_event()
 
+    def stats(self) -> dict[str, int]:
+        """The broker's counters (:meth:`~nbmq.rqueue.RqueueBroker.stats`) and ``refused``."""
+        return {**self.broker.stats(), "refused": self.refused}
+
     def log_stats(self) -> None:
-        """Log the broker's counters at INFO."""
-        log.info("stats %s", " ".join(f"{k}={v}" for k, v in self.broker.stats().items()))
+        """Log the counters at INFO."""
+        log.info("stats %s", " ".join(f"{k}={v}" for k, v in self.stats().items()))
 
     async def _stats_loop(self, interval: float) -> None:
         while True:
@@ -169,7 +246,10 @@ class RqueueServer:
 
 async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
                 max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_buffer: int = DEFAULT_MAX_BUFFER,
-                slow_consumer: str = "drop", stats_interval: float = 0.0, **kwargs: Any) -> RqueueServer:
+                slow_consumer: str = "drop", stats_interval: float = 0.0,
+                read_timeout: float = DEFAULT_READ_TIMEOUT, idle_timeout: float = 0.0,
+                max_connections: int = DEFAULT_MAX_CONNECTIONS, drop_notices: bool = False,
+                **kwargs: Any) -> RqueueServer:
     """Start an rqueue server on the running loop and return it (listening).
 
     Args:
@@ -178,6 +258,14 @@ async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
         max_buffer: per-client outgoing buffer bound, bytes (default 4 MiB).
         slow_consumer: ``"drop"`` or ``"disconnect"`` (see the module docstring).
         stats_interval: seconds between counter log lines; 0 for none.
+        read_timeout: seconds a client may take to finish a message it started (default 30);
+            then it is closed (``ClientGone`` reason "read timeout"). 0 turns it off.
+        idle_timeout: seconds without a byte read from or written to a client before it is
+            closed ("idle timeout"). Default 0, off: rqueue has no keepalive, so a quiet
+            subscriber looks exactly like a dead one.
+        max_connections: clients served at once (default 10,000); one more is closed as soon as
+            it is accepted and counted (``refused``). 0: no bound.
+        drop_notices: enable our drop-notice extension (see :class:`~nbmq.rqueue.RqueueBroker`).
         kwargs: passed to ``loop.create_server``.
 
     Raises:
@@ -185,8 +273,12 @@ async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
     """
     if max_buffer < 1:
         raise ValueError("max_buffer must be at least 1 byte")
-    server = RqueueServer(RqueueBroker(max_payload, slow_consumer), max_buffer)
+    if read_timeout < 0 or idle_timeout < 0 or max_connections < 0:
+        raise ValueError("read_timeout, idle_timeout and max_connections must be at least 0")
+    server = RqueueServer(RqueueBroker(max_payload, slow_consumer, drop_notices), max_buffer,
+                          read_timeout, idle_timeout, max_connections)
     loop = asyncio.get_running_loop()
+    server._loop_time = loop.time
     server._server = await loop.create_server(lambda: _ClientProtocol(server), host, port, **kwargs)
     if stats_interval > 0:
         server._stats_task = loop.create_task(server._stats_loop(stats_interval))
@@ -252,6 +344,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="per-client outgoing buffer bound, bytes (default 4 MiB)")
     parser.add_argument("--slow-consumer", choices=("drop", "disconnect"), default="drop",
                         help="what to do with a client whose buffer is full (default drop)")
+    parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT,
+                        help="seconds a client may take to finish a message it started; 0 disables "
+                             "(default 30)")
+    parser.add_argument("--idle-timeout", type=float, default=0.0,
+                        help="close a client after this many seconds without traffic either way; "
+                             "0 disables (default 0: rqueue has no keepalive)")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="clients served at once; more are closed on accept; 0 disables "
+                             "(default 10000)")
+    parser.add_argument("--drop-notices", action="store_true",
+                        help="nbmq extension: tell clients subscribed to $nbmq/dropped how many "
+                             "notifications they missed while slow (default off)")
     parser.add_argument("--stats-interval", type=float, default=10.0,
                         help="seconds between counter log lines; 0 disables (default 10)")
     parser.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
@@ -265,14 +369,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         the exit status (0 after SIGINT/SIGTERM, 2 on bad options, 1 when binding fails).
     """
-    args = build_parser().parse_args(argv)
+    return run_args(build_parser().parse_args(argv))
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run the server for the options of :func:`build_parser` (``nbmq rqueue-server``).
+
+    Returns:
+        the exit status, as :func:`main`.
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         run(args.host, args.port, threads=args.threads, use_uvloop=not args.no_uvloop,
             max_payload=args.max_payload, max_buffer=args.max_buffer,
-            slow_consumer=args.slow_consumer, stats_interval=args.stats_interval)
+            slow_consumer=args.slow_consumer, stats_interval=args.stats_interval,
+            read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections, drop_notices=args.drop_notices)
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, exc)
         return 1

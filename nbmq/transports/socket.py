@@ -15,10 +15,11 @@ import time
 from collections import deque
 from typing import Any
 
-from ..errors import WouldBlock
+from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
 from . import engines
+from .attributes import OptionAttributes
 from .links import open_link
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
@@ -26,9 +27,15 @@ __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 _monotonic = time.monotonic
 _BYTES = (bytes, bytearray, memoryview)
 _RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
+#: ``send()`` flushes on its own once about this many datagrams wait: one sendmmsg's worth.
+AUTO_FLUSH = 64
+#: Datagrams a Dealer whose receive queue is full still reads when a timer is due, so its
+#: peers' heartbeats keep arriving (the messages among them are dropped, and counted).
+LIVENESS_READ = 16
+_CHUNK = 466  # bytes of payload per datagram
 
 
-class Socket:
+class Socket(OptionAttributes):
     """An nbmq socket over UDP, IPC or inproc. Build with :meth:`bind` or :meth:`connect`.
 
     Attributes:
@@ -36,9 +43,20 @@ class Socket:
         options: the live :class:`~nbmq.options.SocketOptions`; assignments validate and take
             effect at the next call (``sock.options.send_hwm = 10``).
         local_address: the bound address as text (the OS-chosen port after ``bind(":0")``).
+
+    Every option is also a socket attribute, as in pyzmq: ``sock.send_hwm = 10`` is
+    ``sock.options.send_hwm = 10`` (validated, OptionError on a bad value) and
+    ``sock.send_hwm`` reads it. Assigning any other unknown name raises AttributeError
+    (a typo must not create a stray attribute that configures nothing; subclasses that need
+    attributes of their own declare ``__slots__`` or get a ``__dict__`` by omitting them).
     """
 
+    __slots__ = ("options", "engine", "closed", "_link", "_events", "_unflushed", "_sel", "_mask", "__weakref__")
     _kind = ""
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SocketClosed(f"{type(self).__name__} is closed")
 
     def __init__(self, address: str, bind: bool, options: dict[str, Any]) -> None:
         self.options = engines.LiveOptions(SocketOptions(**options), self._option_changed)
@@ -51,6 +69,7 @@ class Socket:
             link.close()
             raise
         self._events: deque[Event] = deque()
+        self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
         self._sel = selectors.DefaultSelector()
         self._mask = selectors.EVENT_READ
         self._sel.register(self._link.fileno(), self._mask)
@@ -78,16 +97,37 @@ class Socket:
         engines.apply_option(self.engine, name, value)
         if name in ("sndbuf", "rcvbuf"):
             self._link.set_buffers(self.options)
+        elif name == "gso" and hasattr(self._link, "set_gso"):
+            self._link.set_gso(value)
+        elif name in ("pace_rate", "pace_burst") and hasattr(self._link, "set_pacing"):
+            self._link.set_pacing(self.options.pace_rate, self.options.pace_burst)
+        elif name in ("gro", "recv_hwm") and hasattr(self._link, "set_gro"):
+            # a GRO read may hold 64 datagrams: below that recv_hwm could never be read into
+            self._link.set_gro(self.options.gro and self.options.recv_hwm >= 64)
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
-        self._link.receive(self.engine, now, self.options.max_tick_recv)
-        deadline = self.engine.next_deadline()
+        engine = self.engine
+        budget = self.options.max_tick_recv
+        if engine.CAN_RECV and not engine.SAFE:  # (a full SafeDealer refuses frames: they come again)
+            # Never read more than the receive queue can hold, counting the worst case of one
+            # message per datagram: the rest waits in the kernel, not in our drop counter.
+            room = self.options.recv_hwm - engine.recv_ready()
+            if room < budget:
+                budget = room
+                if room <= 0:
+                    deadline = engine.next_deadline()
+                    budget = LIVENESS_READ if deadline is not None and deadline <= now else 0
+        if budget > 0:
+            self._link.receive(engine, now, budget)
+        deadline = engine.next_deadline()
         if deadline is not None and deadline <= now:
-            self.engine.tick(now)
+            self._link.check_kernel_drops(engine)
+            engine.tick(now)
         self._flush(now)
 
     def _flush(self, now: float) -> None:
+        self._unflushed = 0
         link, engine = self._link, self.engine
         if not link.has_pending or link.transmit([]):
             limit = self.options.max_tick_send
@@ -100,8 +140,11 @@ class Socket:
             while event is not None:
                 events.append(event)
                 event = engine.next_event()
-            while len(events) > self.options.max_events:
-                events.popleft()
+            excess = len(events) - self.options.max_events
+            if excess > 0:
+                for _ in range(excess):
+                    events.popleft()
+                engine.events_discarded(excess)
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
@@ -115,7 +158,11 @@ class Socket:
             timeout = max(0.0, deadline - now) if timeout is None else min(timeout, max(0.0, deadline - now))
         mask = selectors.EVENT_READ
         if self._link.has_pending:
-            if self._link.write_waitable:
+            paced = getattr(self._link, "paced_until", None)
+            if paced is not None:  # held by pacing, not by the OS: a timer, not writability
+                wait = max(0.0, paced - now)
+                timeout = wait if timeout is None else min(timeout, wait)
+            elif self._link.write_waitable:
                 mask |= selectors.EVENT_WRITE
             else:
                 timeout = _RETRY if timeout is None else min(timeout, _RETRY)
@@ -126,41 +173,61 @@ class Socket:
         self._step(_monotonic())
 
     # --- user API ------------------------------------------------------------------------------
-    def send(self, parts: Any, timeout: float | None = 0.0, flush: bool = True) -> None:
-        """Queue a multipart message and flush what the engine lets go now.
+    def send(self, parts: Any, timeout: float | None = 0.0, flush: bool | None = None) -> None:
+        """Queue a multipart message; its datagrams go out in batches (auto-batching).
+
+        By default (``flush=None``) the frames wait until about 64 datagrams are queued, or
+        the next ``recv()``, ``tick()``, ``poll()``, ``flush()``, ``wait_connected()`` or
+        ``close()``, whichever comes first: one ``sendmmsg`` then carries up to 64 datagrams
+        (GSO-coalesced on Linux). A loop that sends and never steps must call ``flush()``.
 
         Args:
             parts: a list of bytes-like parts (a single bytes-like is one part).
             timeout: seconds to wait while at ``send_hwm``: 0 (default) raises at once,
                 None waits for ever.
-            flush: False leaves the frames queued until the next ``flush()``, ``tick()``,
-                ``recv()`` or flushing ``send()``, so a burst goes out in batches of 64
-                datagrams per syscall.
+            flush: True writes at once (one syscall for this message); False never flushes
+                here, not even at 64 datagrams; None (default) auto-batches as above.
 
         Raises:
-            WouldBlock: ``send_hwm`` reached (after ``timeout``). NotSupported: on a Dish.
+            WouldBlock: ``send_hwm`` reached (after ``timeout``); NoPeer (a WouldBlock) when,
+            besides, no peer is connected. NotSupported: on a Dish. SocketClosed: closed.
         """
+        if self.closed:
+            self._check_open()
         if isinstance(parts, _BYTES):
             parts = [parts]
         now = _monotonic()
         try:
             self.engine.send(parts, now)
         except WouldBlock:
+            self._check_open()
             until = None if timeout is None else now + timeout
             self._step(now)
             while True:
                 try:
                     self.engine.send(parts, _monotonic())
                     break
-                except WouldBlock:
+                except WouldBlock as exc:
                     if until is not None and _monotonic() >= until:
+                        if not self.connected:
+                            raise NoPeer(f"{exc}; no peer is connected to take them") from None
                         raise
                 self._wait(until)
-        if flush:
-            self._flush(_monotonic())
+        if flush is None:
+            if len(parts) == 1:
+                unflushed = self._unflushed + 1 + len(parts[0]) // _CHUNK
+            else:
+                unflushed = self._unflushed + len(parts) + sum(map(len, parts)) // _CHUNK
+            if unflushed < AUTO_FLUSH:
+                self._unflushed = unflushed
+                return
+        elif not flush:
+            return
+        self._flush(_monotonic())
 
     def flush(self) -> None:
-        """Write what the engine has queued (see ``send(flush=False)``)."""
+        """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""
+        self._check_open()
         self._flush(_monotonic())
 
     def recv(self, timeout: float | None = 0.0) -> list[Any]:
@@ -171,11 +238,14 @@ class Socket:
 
         Raises:
             WouldBlock: no message (within ``timeout``). NotSupported: on a Radio.
+            SocketClosed: the socket is closed.
         """
+        if self._unflushed:
+            self._flush(_monotonic())
         try:
             return self.engine.recv()
         except WouldBlock:
-            pass
+            self._check_open()
         now = _monotonic()
         self._step(now)
         until = None if timeout is None else now + timeout
@@ -189,16 +259,22 @@ class Socket:
 
     def tick(self) -> None:
         """Step once without blocking: read what arrived, run due timers (heartbeats,
-        keepalive, reconnect, resends, expiry), flush. Call it in every loop iteration."""
+        keepalive, reconnect, resends, expiry), flush. Call it in every loop iteration.
+        SocketClosed: the socket is closed."""
+        self._check_open()
         self._step(_monotonic())
 
     def poll(self, timeout: float | None = 0.0) -> None:
-        """Step, waiting up to ``timeout`` seconds (None = until something happens)."""
+        """Step, waiting up to ``timeout`` seconds (None = until something happens).
+        SocketClosed: the socket is closed."""
+        self._check_open()
         self._step(_monotonic())
         self._wait(None if timeout is None else _monotonic() + timeout)
 
     def wait_connected(self, timeout: float | None = 5.0) -> bool:
-        """Step until the socket has a connected peer or ``timeout`` passes; True if it has."""
+        """Step until the socket has a connected peer or ``timeout`` passes; True if it has.
+        SocketClosed: the socket is closed."""
+        self._check_open()
         until = None if timeout is None else _monotonic() + timeout
         self._step(_monotonic())
         while not self.connected:
@@ -225,7 +301,11 @@ class Socket:
 
     @property
     def counters(self) -> Any:
-        """The engine's counters; ``send_errors`` of the link is ``transport_send_errors``."""
+        """The engine's counters, ``kernel_drops`` (datagrams the OS dropped for want of
+        receive buffer) asked of the OS now; ``send_errors`` of the link is
+        ``transport_send_errors``."""
+        if not self.closed:
+            self._link.check_kernel_drops(self.engine)
         return self.engine.counters
 
     @property
@@ -239,7 +319,8 @@ class Socket:
 
     def fileno(self) -> int:
         """A file descriptor that is readable when datagrams arrived (selectors, event loops).
-        Call ``tick()`` when it is readable and at least by ``engine.next_deadline()``."""
+        Call ``tick()`` when it is readable and at least by ``engine.next_deadline()``; after
+        ``send()`` call ``flush()`` (or ``tick()``) before waiting on it (auto-batching)."""
         return self._link.fileno()
 
     def close(self, linger: float | None = None) -> None:
@@ -251,6 +332,8 @@ class Socket:
             return
         linger = self.options.linger if linger is None else float(linger)
         try:
+            if self._unflushed:  # what send() batched goes to the OS even with linger=0
+                self._flush(_monotonic())
             if linger > 0:
                 until = None if math.isinf(linger) else _monotonic() + linger
                 self._step(_monotonic())
@@ -282,22 +365,26 @@ class Socket:
 class Dealer(Socket):
     """Fire-and-forget duplex socket; messages to several peers are spread among them."""
 
+    __slots__ = ()
     _kind = "Dealer"
 
 
 class SafeDealer(Socket):
     """A Dealer whose frames are acked by the receiver and resent until they are."""
 
+    __slots__ = ()
     _kind = "SafeDealer"
 
 
 class Radio(Socket):
     """Send-only: every message goes to every connected peer (pub/sub)."""
 
+    __slots__ = ()
     _kind = "Radio"
 
 
 class Dish(Socket):
     """Receive-only peer of a Radio."""
 
+    __slots__ = ()
     _kind = "Dish"

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import errno
 import socket
+import struct
+import sys
+import time
 from typing import Any
 
 from ..errors import AddressError
 from .address import Address, format_address
-from .batch import batch_io
+from .batch import BatchIO, batch_io
+from .pacing import Pacer
 
 __all__ = ["DatagramLink", "open_udp", "set_buffers", "bind_socket"]
+
+#: Linux's SO_MEMINFO: nine u32, the last (SK_MEMINFO_DROPS) the socket's receive drops so far.
+_SO_MEMINFO = 55 if sys.platform.startswith("linux") else None
+_MEMINFO = struct.Struct("9I")
 
 
 def set_buffers(sock: socket.socket, options: Any) -> None:
@@ -51,20 +59,34 @@ class DatagramLink:
         write_waitable: True when the socket reports writability honestly (UDP); False for
             Unix datagram sockets, where the driver retries pending output on a short timer.
         pending: datagrams the OS refused so far, oldest first.
+        has_pending: True while output waits: refused by the OS (wait until writable) or held
+            by pacing (wait until ``paced_until``).
+        pacer: the :class:`~.pacing.Pacer` when ``pace_rate`` is set, else None.
     """
 
     write_waitable = True
     scheme = "udp"
 
-    def __init__(self, sock: socket.socket, engine_address: Any = None, native: bool | None = None) -> None:
+    def __init__(self, sock: socket.socket, engine_address: Any = None, native: bool | None = None,
+                 options: Any = None) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.family = sock.family
         self.engine_address = engine_address
-        self.io = batch_io(sock, native=native)
+        gso = gro = None
+        if options is not None and sock.family != socket.AF_UNIX:
+            # GRO only when a full coalesced read (64 datagrams) fits under recv_hwm.
+            gso, gro = options.gso, options.gro and options.recv_hwm >= 64
+        self.io = batch_io(sock, native=native, gso=gso, gro=gro)
         self.pending: list[tuple[Any, Any]] = []
-        self.has_pending = False  # True while the OS refused output (EAGAIN): wait, retry
+        self.has_pending = False
+        self._os_pending = False  # True while the OS refused output (EAGAIN): wait, retry
         self._start = 0
+        self.pacer: Pacer | None = None
+        if options is not None and options.pace_rate:
+            self.pacer = Pacer(options.pace_rate, options.pace_burst)
+        self._drops_seen = 0
+        self._meminfo = _SO_MEMINFO is not None
 
     @property
     def local_address(self) -> str:
@@ -80,15 +102,56 @@ class DatagramLink:
     def set_buffers(self, options: Any) -> None:
         set_buffers(self.sock, options)
 
+    def set_gro(self, on: bool) -> None:
+        """Turn UDP GRO off (``on=False``) for datagrams queued from now on; GRO cannot be
+        turned on after the socket opened (its buffers are sized then)."""
+        if not on and self.io.gro:
+            try:
+                self.sock.setsockopt(socket.IPPROTO_UDP, 104, 0)  # UDP_GRO
+            except OSError:
+                pass
+            self.io.gro = False
+
+    def set_gso(self, on: bool) -> None:
+        """Turn UDP GSO on or off for later sends (no effect where it is unavailable)."""
+        if not isinstance(self.io, BatchIO) and self.family != socket.AF_UNIX:  # the portable one has none
+            self.io.gso = bool(on)
+
+    @property
+    def kernel_drops(self) -> int:
+        """Datagrams the OS dropped on this socket for want of receive buffer (cumulative),
+        as far as reported to the engine (see :meth:`check_kernel_drops`)."""
+        return self._drops_seen
+
+    def check_kernel_drops(self, engine: Any) -> None:
+        """Ask the kernel now (Linux ``SO_MEMINFO``, one getsockopt) how many datagrams it
+        dropped on this socket, and report what is new to ``engine.kernel_dropped``.
+
+        The batched receive path learns the same count for free from ``SO_RXQ_OVFL`` with
+        each datagram, but only from datagrams queued after the drops: the tail of a burst
+        shows up here, at the next tick or ``counters`` read."""
+        drops = self.io.kernel_drops
+        if self._meminfo:
+            try:
+                raw = self.sock.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO.size)
+                drops = max(drops, _MEMINFO.unpack(raw)[8])
+            except (OSError, struct.error):
+                self._meminfo = False
+        if drops > self._drops_seen:
+            engine.kernel_dropped(drops - self._drops_seen)
+            self._drops_seen = drops
+
     def receive(self, engine: Any, now: float, budget: int) -> int:
-        """Read up to ``budget`` datagrams (in batches) and feed each to
-        ``engine.receive_datagram`` as a view of the batch buffer. Returns how many."""
+        """Read at most ``budget`` datagrams (in batches; never more, even from a GRO read)
+        and feed each to ``engine.receive_datagram`` as a view of the batch buffer. New
+        kernel receive-buffer drops go to ``engine.kernel_dropped``. Returns how many were
+        read."""
         io = self.io
         view, batch = io.view, io.batch
         feed = engine.receive_datagram
         total = 0
         while total < budget:
-            n, offsets, lengths, addrs = io.recv()
+            n, offsets, lengths, addrs = io.recv(budget - total)
             if not n:
                 break
             for offset, length, addr in zip(offsets[:n].tolist(), lengths[:n].tolist(), addrs):
@@ -96,12 +159,50 @@ class DatagramLink:
             total += n
             if n < batch:
                 break
+        drops = io.kernel_drops
+        if drops > self._drops_seen:
+            engine.kernel_dropped(drops - self._drops_seen)
+            self._drops_seen = drops
         return total
 
+    def set_pacing(self, rate: int, burst: int) -> None:
+        """Pace at ``rate`` bytes/s per peer in bursts of ``burst`` bytes (0 = stop pacing;
+        what pacing held goes to the OS at the next :meth:`transmit`)."""
+        held = self.pacer.take_all() if self.pacer is not None else []
+        self.pacer = Pacer(rate, burst) if rate else None
+        if held:
+            if self.pacer is not None:
+                self.pacer.push(held, time.monotonic())
+            else:
+                self._os_transmit(held)
+        self.has_pending = self._os_pending or (self.pacer is not None and self.pacer.waiting > 0)
+
+    @property
+    def paced_until(self) -> float | None:
+        """When held output may go (monotonic seconds) if only pacing holds it back; None when
+        nothing is paced or the OS refused output (then wait until writable)."""
+        if self.pacer is None or self._os_pending or not self.pacer.waiting:
+            return None
+        return self.pacer.next_release()
+
     def transmit(self, datagrams: list[tuple[Any, Any]]) -> bool:
-        """Send what is pending, then ``datagrams`` (``(data, addr)`` pairs). Returns True when
-        nothing is left pending (False: wait until writable and call again with ``[]``)."""
-        if self.has_pending:
+        """Send what is pending, then ``datagrams`` (``(data, addr)`` pairs), through the pacer
+        when pacing. Returns True when nothing is left pending (False: call again with ``[]``
+        when writable, or at ``paced_until``)."""
+        pacer = self.pacer
+        if pacer is None:
+            done = self._os_transmit(datagrams)
+        else:
+            now = time.monotonic()
+            if datagrams:
+                pacer.push(datagrams, now)
+            done = (not self._os_pending or self._os_transmit([])) and self._os_transmit(pacer.release(now))
+            done = done and not pacer.waiting
+        self.has_pending = not done
+        return done
+
+    def _os_transmit(self, datagrams: list[tuple[Any, Any]]) -> bool:
+        if self._os_pending:
             self.pending.extend(datagrams)
             out, start = self.pending, self._start
         else:
@@ -110,14 +211,14 @@ class DatagramLink:
                 return True
         done = self.io.send(out, start)
         if done >= len(out):
-            self.pending, self._start, self.has_pending = [], 0, False
+            self.pending, self._start, self._os_pending = [], 0, False
             return True
         if out is not self.pending:
             out = list(out)
         if done > 4096:
             del out[:done]
             done = 0
-        self.pending, self._start, self.has_pending = out, done, True
+        self.pending, self._start, self._os_pending = out, done, True
         return False
 
     def close(self) -> None:
@@ -131,7 +232,7 @@ def open_udp(address: Address, bind: bool, options: Any, native: bool | None = N
     set_buffers(sock, options)
     if bind:
         bind_socket(sock, address.sockaddr, address.text)
-        return DatagramLink(sock, None, native)
+        return DatagramLink(sock, None, native, options)
     wildcard = ("::", 0) if address.family == socket.AF_INET6 else ("0.0.0.0", 0)
     bind_socket(sock, wildcard, address.text)
-    return DatagramLink(sock, address.sockaddr, native)
+    return DatagramLink(sock, address.sockaddr, native, options)

@@ -214,3 +214,75 @@ def test_pcapng_timestamp_out_of_range(pkt):
         b = read_datagrams(data, engine=engine)
         assert list(b.frame_number) == [2] and b.errors == 1
         assert "timestamp out of range" in b.error_reasons[0]
+
+
+def _epb_offsets(data: bytes) -> list[int]:
+    pos, found = 0, []
+    while pos + 8 <= len(data):
+        btype, blen = struct.unpack_from("<II", data, pos)
+        if btype == 6:
+            found.append(pos)
+        pos += blen
+    return found
+
+
+def test_pcapng_flipped_length_bit_issue_11(captures_dir):
+    """An EPB length of 576 read as 33,555,008 used to end the file ("truncated block")."""
+    data = (captures_dir / "dealer.pcapng").read_bytes()
+    at = [p for p in _epb_offsets(data) if struct.unpack_from("<I", data, p + 4)[0] == 576][2000]
+    broken = bytearray(data)
+    broken[at + 7] ^= 0x02  # bit 25 of the leading block length
+    assert struct.unpack_from("<I", broken, at + 4)[0] == 33_555_008
+    for engine in ("fast", "dpkt"):
+        clean = read_datagrams(data, engine=engine)
+        batch = read_datagrams(bytes(broken), engine=engine)
+        assert batch.same_rows(clean) and len(batch) == 6538  # the trailing copy frames the block
+        assert batch.errors == 1 and batch.error_reasons == [f"offset {at}: truncated block; trailing length copy used"]
+
+
+@pytest.mark.parametrize("where", ["leading", "trailing"])
+def test_pcapng_any_flipped_length_bit_costs_one_error(small_pcapng, where):
+    whole = read_datagrams(small_pcapng)
+    at = _epb_offsets(small_pcapng)[60]
+    blen = struct.unpack_from("<I", small_pcapng, at + 4)[0]
+    field = at + 4 if where == "leading" else at + blen - 4
+    for bit in range(32):
+        broken = bytearray(small_pcapng)
+        broken[field + bit // 8] ^= 1 << (bit % 8)
+        for engine in ("fast", "dpkt"):
+            batch = read_datagrams(bytes(broken), engine=engine)
+            assert batch.errors == 1, (bit, batch.error_reasons)
+            assert batch.same_rows(whole), bit  # nothing lost: one length copy frames the block
+
+
+def test_pcapng_damaged_lengths_skip_only_their_block(small_pcapng):
+    whole = read_datagrams(small_pcapng)
+    offsets = _epb_offsets(small_pcapng)
+    broken = bytearray(small_pcapng)
+    for at in (offsets[10], offsets[70]):  # both copies damaged: the block is skipped, counted
+        blen = struct.unpack_from("<I", broken, at + 4)[0]
+        struct.pack_into("<I", broken, at + 4, blen + 4096)
+        struct.pack_into("<I", broken, at + blen - 4, 8)
+    for engine in ("fast", "dpkt"):
+        batch = read_datagrams(bytes(broken), engine=engine)
+        assert batch.errors == 2 and len(batch) == len(whole) - 2
+        assert set(batch.frame_number.tolist()) == set(whole.frame_number.tolist()) - {11, 71}
+
+
+def test_pcapng_ranges_count_each_error_once(small_pcapng):
+    from nbmq.capture import DatagramBatch
+
+    offsets = _epb_offsets(small_pcapng)
+    broken = bytearray(small_pcapng)
+    broken[offsets[30] + 7] ^= 0x02  # a flipped length bit: read, one error
+    blen = struct.unpack_from("<I", broken, offsets[80] + 4)[0]
+    struct.pack_into("<I", broken, offsets[80] + 4, blen + 4096)  # both copies bad: skipped
+    struct.pack_into("<I", broken, offsets[80] + blen - 4, 8)
+    data = bytes(broken)
+    whole = read_datagrams(data)
+    assert whole.errors == 2 and len(whole) == 119
+    for step in (97, len(data) // 3 + 1):
+        cuts = list(range(0, len(data), step)) + [len(data)]
+        parts = [read_datagrams(data, start=a, end=b) for a, b in zip(cuts, cuts[1:])]
+        union = DatagramBatch.concat(parts)
+        assert union.same_rows(whole) and union.errors == whole.errors

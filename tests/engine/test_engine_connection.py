@@ -225,27 +225,31 @@ def test_nat_rebinding_keeps_session():
     assert not server.events_of(PeerDisconnected)
 
 
-def test_max_peers_evicts_half_open_first_and_protects_connected():
+def test_full_table_answers_cookies_and_protects_connected():
     opts = SocketOptions(max_peers=3)
     server = Dealer.bound(S, opts, random.Random(1))
     # one real client completes its handshake
     client = Dealer.connecting(S, 0.0)
     pump(client, C, server, S, 0.0)
     real = next(iter(client.peers))
-    # a flood of Connects from other addresses: the table stays at 3, the real peer stays
+    # a flood of Connects from other addresses: two take the free slots (half-open), the rest
+    # get cookies and leave nothing behind; the real peer stays
     for i in range(50):
         server.receive_datagram(control(FrameKind.CONNECT, 0), ("6.6.6.6", i), 0.1)
-    server.datagrams_to_send(0.1)
+    replies = server.datagrams_to_send(0.1)
+    assert len(replies) == 50 and all(kind_of(d) == FrameKind.CONNECTED for d, _ in replies)
     assert len(server.peers) == 3
     assert server.peers[real].state is PeerState.CONNECTED
-    assert server.counters.peers_evicted == 48
+    assert server.counters.cookies_sent == 48 and server.counters.peers_evicted == 0
     half_open = [p for p in server.peers.values() if p.state is PeerState.HALF_OPEN]
-    assert sorted(p.addr[1] for p in half_open) == [48, 49]  # the newest survive
-    # a patient second real client still gets in (it evicts the oldest half-open peer)
+    assert sorted(p.addr[1] for p in half_open) == [0, 1]  # the first ones; no one pushed out
+    # a patient second real client gets a cookie; its heartbeat evicts the oldest half-open peer
     client2 = Dealer.connecting(S, 0.2)
     pump(client2, C2, server, S, 0.2)
     assert len(client2.connected_peers) == 1
     assert len(server.connected_peers) == 2
+    assert server.counters.cookies_accepted == 1 and server.counters.peers_evicted == 1
+    assert [p.addr for p in server.peers.values() if p.state is PeerState.HALF_OPEN] == [("6.6.6.6", 1)]
     # a table full of connected peers refuses Connects without answering
     client3 = Dealer.connecting(S, 0.3)
     pump(client3, ("10.0.0.4", 1), server, S, 0.3)

@@ -90,3 +90,16 @@ def test_pipeline_writes_stream_tables(spark, tmp_path, bundled_run):
     code, bundled_out, bundled_text = bundled_run
     assert code == 0 and not (bundled_out / "bqsp").exists() and not (bundled_out / "rqueue").exists()
     assert "streams" not in json.loads((bundled_out / "summary.json").read_text())
+
+
+def test_gzip_file_uri_in_a_nested_directory(spark, tmp_path):
+    """Issue 11: the TCP sources take the same paths as ``nbmq`` (recursive, .gz, file://)."""
+    import gzip
+
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    (tmp_path / "x" / "y" / "rqueue.pcap.gz").write_bytes(gzip.compress((STREAMS_DIR / "rqueue.pcap").read_bytes()))
+    got = spark.read.format("nbmq_rqueue").load(f"file://{tmp_path}")
+    want = spark.read.format("nbmq_rqueue").load(str(STREAMS_DIR / "rqueue.pcap"))
+    assert got.count() == want.count() > 0
+    assert got.drop("capture").exceptAll(want.drop("capture")).count() == 0
+    assert {r.capture for r in got.select("capture").distinct().collect()} == {"rqueue.pcap.gz"}

@@ -188,7 +188,7 @@ def test_engines_import_no_io_modules() -> None:
 
     import nbmq
 
-    for name in ("bqsp.py", "rqueue.py"):
+    for name in ("bqsp.py", "rqueue.py", "rqueue_client.py", "rqueue_broker.py", "rqueue_topic.py"):
         tree = ast.parse((Path(nbmq.__file__).parent / name).read_text())
         imported = set()
         for node in ast.walk(tree):

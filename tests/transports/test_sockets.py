@@ -39,10 +39,10 @@ def test_basic_send_both_ways(kind, tmp_path):
 def test_ping_pong(kind, tmp_path):
     server, client = open_pair(Dealer, Dealer, kind, tmp_path)
     with server, client:
-        for i in range(50):
-            client.send([b"ping", str(i).encode()])
+        for i in range(50):  # one thread, two sockets: each send must go before the other waits
+            client.send([b"ping", str(i).encode()], flush=True)
             assert [bytes(p) for p in server.recv(timeout=2.0)] == [b"ping", str(i).encode()]
-            server.send([b"pong", str(i).encode()])
+            server.send([b"pong", str(i).encode()], flush=True)
             assert [bytes(p) for p in client.recv(timeout=2.0)] == [b"pong", str(i).encode()]
 
 
@@ -127,6 +127,7 @@ def test_fileno_with_selectors(kind, tmp_path):
         sel.register(server.fileno(), selectors.EVENT_READ)
         server.tick()
         client.send([b"wake"])
+        client.flush()  # send() batches until a step or flush
         assert sel.select(2.0)
         server.tick()
         assert [bytes(p) for p in server.recv()] == [b"wake"]
