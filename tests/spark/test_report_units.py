@@ -99,3 +99,10 @@ def test_quantiles_of_two_samples_take_the_lower_for_the_median():
     frame = pd.DataFrame({"capture": "c", "metric": "m", "fine": [-400, -300], "n": [1, 1], "lo": [1e-4, 1e-3], "hi": [1e-4, 1e-3]})
     row = _quantiles(frame)[0].iloc[0]
     assert (row["p50"], row["p90"], row["max"]) == (1e-4, 1e-3, 1e-3)
+
+
+def test_flow_graph_keeps_to_eight_endpoints():
+    rows = [(float(i), f"10.0.0.{i}:1", "s:2", "Connect", "connect") for i in range(20)]
+    svg = charts.flow_graph("c", rows, ["s:2"])
+    assert "10.0.0.6:1" in svg and "10.0.0.7:1" not in svg  # the server and the first 7 clients
+    assert "the first 7 of 20 rows, 8 of 21 endpoints" in svg

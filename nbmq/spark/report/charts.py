@@ -188,6 +188,7 @@ def health(cap: Any, m: Any, resends: Any) -> str:
 
 
 _MAX_FLOW_ROWS = 60
+_MAX_FLOW_ENDPOINTS = 8
 
 
 def flow_rows(control: Any, heartbeats: Any, gaps: Any, clients: dict[tuple[str, int], str]) -> list[tuple[float, str, str, str, str]]:
@@ -217,8 +218,10 @@ def flow_graph(capture: str, rows: list[tuple[float, str, str, str, str]], serve
     if not rows:
         return ""
     plt = _plt()
-    shown = rows[:_MAX_FLOW_ROWS]
-    eps = list(dict.fromkeys([e for e in server_eps] + [e for r in shown for e in (r[1], r[2])]))
+    every = list(dict.fromkeys([*server_eps] + [e for r in rows for e in (r[1], r[2])]))
+    eps = every[:_MAX_FLOW_ENDPOINTS]  # the servers, then clients in order of appearance
+    kept = [r for r in rows if r[1] in eps and r[2] in eps]
+    shown = kept[:_MAX_FLOW_ROWS]
     x = {e: i for i, e in enumerate(eps)}
     height = 0.9 + 0.28 * len(shown)
     fig, ax = plt.subplots(figsize=(min(WIDTH_IN, 3.0 + 2.6 * len(eps)), height))
@@ -236,7 +239,8 @@ def flow_graph(capture: str, rows: list[tuple[float, str, str, str, str]], serve
     ax.set_xlim(-1.6, len(eps) - 0.4)
     ax.axis("off")
     if len(rows) > len(shown):
-        ax.set_title(f"{capture}: first {len(shown)} of {len(rows)} rows", fontsize=9)
+        ax.set_title(f"{capture}: the first {len(shown)} of {len(rows)} rows"
+                     + (f", {len(eps)} of {len(every)} endpoints" if len(every) > len(eps) else ""), fontsize=9)
     fig.tight_layout()
     return svg(fig)
 
