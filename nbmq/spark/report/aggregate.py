@@ -190,7 +190,7 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
         [(c["capture"], c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in caps],
         "capture string, t0 double, width double, t_end double",
     ))
-    f = frames.join(axis, "capture")
+    f = _with_axis(frames, caps, axis)
     t = F.col("ts_ns") / 1e9 - F.col("t0")
     binned = F.floor(t / F.col("width")).cast("int")
     src = addr_port("src_addr", "src_port")
@@ -219,7 +219,7 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     )
     mt = F.col("first_ts").cast("double") - F.col("t0")
     msg_job = jobs.submit(
-        messages.join(axis, "capture")
+        _with_axis(messages, caps, axis)
         .groupBy("capture", "session_id", "src", F.floor(mt / F.col("width")).cast("int").alias("bin"), reason.alias("reason"))
         .agg(
             F.count(F.when(F.col("complete"), 1)).alias("messages"),
@@ -411,6 +411,23 @@ def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
         "c2s" if client.get((c, s)) == src else "s2c" for c, s, src in zip(table["capture"], table["session_id"], table["src"])
     ]
     return table.drop(columns=["src", "dst"])
+
+
+def _with_axis(df: DataFrame, caps: list[dict[str, Any]], axis: DataFrame) -> DataFrame:
+    """``df`` with its capture's ``t0``, ``width`` and ``t_end`` columns: a literal map lookup
+    for up to 256 captures (no join per row), else a broadcast join."""
+    from pyspark.sql import functions as F
+
+    if len(caps) > 256:
+        return df.join(axis, "capture")
+    cols = {}
+    for name, key in (("t0", "t0"), ("width", "width_s"), ("t_end", None)):
+        pairs = []
+        for c in caps:
+            value = c["t0"] + c["span_s"] if key is None else c[key]
+            pairs += [F.lit(c["capture"]), F.lit(float(value))]
+        cols[name] = F.create_map(*pairs)[F.col("capture")]
+    return df.withColumns(cols).where(F.col("t0").isNotNull())
 
 
 def _stream_spans(jobs: _Jobs, table: DataFrame) -> Future[pd.DataFrame]:
