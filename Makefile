@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/capture/*/*.pyx)
 
-.PHONY: run test install bench clean fuzz asan
+.PHONY: run test install bench clean fuzz asan test-tools
 
 # Fuzzing (fuzz/, README "Fuzzing"): every target compares both twins (capture_split: byte
 # ranges against the whole read).
@@ -19,14 +19,28 @@ $(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[spark,test]'
+	-@$(MAKE) --no-print-directory test-tools
 	touch $(STAMP)
+
+# tshark (the Lua dissectors' differential test) and chromium (the report's browser test):
+# installed with apt only when missing and we are root with apt-get; never fails the set-up
+# (without them those tests skip and say why).
+test-tools:
+	@if command -v tshark >/dev/null && command -v chromium >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "note: tshark/chromium missing and apt unavailable: their tests will skip"; exit 0; fi; \
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	(apt-get -o DPkg::Lock::Timeout=600 update -q && apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+		--no-install-recommends tshark chromium fonts-dejavu-core) >/dev/null 2>&1 \
+		|| echo "note: could not install tshark/chromium: their tests will skip"
 
 install: $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/nbmq pipeline --out out
 
-test: $(STAMP)
+test: $(STAMP) test-tools
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q
 	NBMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not spark"
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --seconds 60 --targets $(FUZZ_TARGETS)

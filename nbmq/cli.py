@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "decode": "nbmq.decode_command",
     "rqueue-server": "nbmq.transports.rqueue_command",
     "monitor": "nbmq.spark.monitor_command",
+    "wireshark": "nbmq.wireshark.command",
 }
 
 _DESCRIPTION = (

@@ -172,6 +172,20 @@ def test_pipeline_names_the_missing_extra(monkeypatch: pytest.MonkeyPatch, capsy
     assert "pip install 'nbmq[spark]'" in err and "pyspark, pyarrow" in err
 
 
+def test_pipeline_exit_status_says_when_the_report_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tables written but no report.html: exit 1 (the reason is on stderr and in summary.json)."""
+    from nbmq.spark import cli as pipeline_cli
+    from nbmq.spark import pipeline
+
+    if pipeline_cli.missing_extra():
+        pytest.skip("the spark extra is not installed")
+    outcomes = iter([{"tables": {}}, {"tables": {}, "report_error": "ValueError: boom"}])
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: next(outcomes))
+    argv = ["pipeline", "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 1
+
+
 def test_pipeline_module_does_not_import_its_cli() -> None:
     tree = ast.parse((ROOT / "nbmq" / "spark" / "pipeline.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -76,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
         args: the namespace of :func:`add_arguments`' options.
 
     Returns:
-        0 on success; 2 when the ``spark`` extra is missing, a capture path matches nothing,
-        ``--out`` is not a usable directory or ``--conf`` is malformed (the reason on stderr).
+        0 on success; 1 when the tables were written but the report failed (the reason on
+        stderr and in ``summary.json``); 2 when the ``spark`` extra is missing, a capture path
+        matches nothing, ``--out`` is not a usable directory or ``--conf`` is malformed (the
+        reason on stderr).
     """
     missing = missing_extra()
     if missing:
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         conf[key.strip()] = value.strip()
     try:
-        run_job(
+        summary = run_job(
             args.captures or None,
             args.out,
             master=args.master,
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         # a capture path matching nothing, or --out naming a file: say which, no traceback
         print(f"nbmq pipeline: {exc}", file=sys.stderr)
         return 2
-    return 0
+    return 1 if "report_error" in summary else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

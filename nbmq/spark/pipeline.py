@@ -310,15 +310,15 @@ def run(
         if streams:
             summary["streams"] = streams
         if report:
-            from .report import chart_data, write_report
+            from .report import collect, write_report
 
-            session_rows = [
-                {k: (str(v) if k == "session_id" else v) for k, v in r.asDict().items()}
-                for r in sessions.orderBy("capture", "first_ts").limit(200).collect()
-            ]
             summary["seconds"] = time.perf_counter() - started
-            write_report(out / "report.html", summary, chart_data(messages), session_rows)
-            summary["report"] = str(out / "report.html")
+            try:  # a report bug must not cost the tables and summary.json (issue 11)
+                write_report(out / "report.html", summary, collect(spark, tables))
+                summary["report"] = str(out / "report.html")
+            except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
+                summary["report_error"] = f"{type(exc).__name__}: {exc}"
+                print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
         steps.advance()
     summary["seconds"] = time.perf_counter() - started
     try:

@@ -1,0 +1,19 @@
+"""The pipeline's HTML report: traffic, latency, loss and health, control-frame flow, BQSP and rqueue.
+
+::
+
+    from nbmq.spark.report import collect, write_report
+    write_report("out/report.html", summary, collect(spark, summary["tables"]))
+
+:mod:`.aggregate` asks Spark for small aggregates of the pipeline's tables; :mod:`.charts` draws
+them with matplotlib (inline SVG); :mod:`.page` lays out one self-contained HTML file that fits
+a 1400 px window; :mod:`.units` formats ids (hex u64) and units.
+"""
+
+from __future__ import annotations
+
+from .aggregate import ReportData, collect
+from .page import render, write_report
+from .units import nice_bin_width
+
+__all__ = ["ReportData", "collect", "render", "write_report", "nice_bin_width"]

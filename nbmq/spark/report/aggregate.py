@@ -1,0 +1,530 @@
+"""What the report shows, aggregated by Spark from the pipeline's tables into small pandas frames.
+
+Every function here runs a bounded number of Spark jobs whose results are small (per capture,
+session, direction, kind and time bin; or quantiles and log-scale histograms), so the report's
+cost stays a small fraction of the pipeline's. Times are seconds since the capture's first
+frame (or first stream record), one axis per capture shared by all its sessions.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .units import nice_bin_width
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["ReportData", "collect", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
+
+#: The reference's defaults (nbmq.options: peer_heartbeat_ivl 1 s, uncompleted_message_ttl 10 s).
+HEARTBEAT_INTERVAL_S = 1.0
+MESSAGE_TTL_S = 10.0
+#: A heartbeat gap is reported past this multiple of the interval (one lost heartbeat).
+GAP_FACTOR = 1.5
+_BINS = 120
+_MAX_CONTROL_ROWS = 4000
+_MAX_GAPS = 200
+_MAX_SESSIONS = 5000
+#: log10 histogram buckets per decade for the latency distributions.
+_PER_DECADE = 5
+#: finer buckets the quantiles are read from (about 2.3% wide), merged into _PER_DECADE for the chart.
+_FINE_PER_DECADE = 100
+
+
+@dataclass
+class ReportData:
+    """The report's input: small pandas frames (one row per capture / session / bin ...).
+
+    Attributes:
+        captures: capture, protocol ("nbmq" | "bqsp" | "rqueue"), t0 (epoch s), span_s, width_s.
+        sessions: the sessions table (session_id as int), at most 5,000 rows.
+        traffic: capture, session_id, direction, kind_name, bin, frames, bytes (UDP payload).
+        messages: capture, session_id, direction, bin, messages, message_bytes, duplicates,
+            rejected, incomplete (by the message's first frame).
+        latency: capture, metric, n, p50, p90, p99, max (seconds).
+        histograms: capture, metric, bucket (log10 seconds x 5), n.
+        resends: capture, bin, resends (data frames sent again: same ack hash).
+        gaps: capture, session_id, direction, at_s, gap_s (heartbeat gaps > 1.5 intervals).
+        incomplete: capture, reason, messages, missing_bytes.
+        errors: capture, reason, rows.
+        control: capture, session_id, at_s, src, dst, kind_name (Connect/Connected/Disconnected).
+        heartbeats: capture, session_id, src, dst, n, first_s, last_s.
+        streams: {"bqsp"|"rqueue": frames} from :func:`_streams` (connections, rates, sizes,
+            topics or queues).
+        notes: strings shown under the report's title (what could not be computed and why).
+    """
+
+    captures: pd.DataFrame
+    sessions: pd.DataFrame
+    traffic: pd.DataFrame
+    messages: pd.DataFrame
+    latency: pd.DataFrame
+    histograms: pd.DataFrame
+    resends: pd.DataFrame
+    gaps: pd.DataFrame
+    incomplete: pd.DataFrame
+    errors: pd.DataFrame
+    control: pd.DataFrame
+    heartbeats: pd.DataFrame
+    streams: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class _Jobs:
+    """Runs the report's Spark jobs a few at a time (threads on one session): each is small, so
+    their scheduling and driver round trips, not the work, dominate; overlapping them hides that."""
+
+    def __init__(self, workers: int = 4) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nbmq-report")
+
+    def submit(self, df: DataFrame, columns: list[str]) -> Future[pd.DataFrame]:
+        return self.pool.submit(_pd, df, columns)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def _pd(df: DataFrame, columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = [r.asDict() for r in df.collect()]
+    return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
+
+
+def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
+    """Aggregate the pipeline's Parquet tables for the report.
+
+    Args:
+        spark: the pipeline's session.
+        tables: table name -> Parquet path, as the pipeline's summary ``tables``: ``frames``,
+            ``messages``, ``sessions`` and, when written, ``bqsp`` / ``rqueue``.
+
+    Returns:
+        A :class:`ReportData`. SafeDealer ack round trips need the frames' ``payload`` column
+        (the ack hash covers the whole frame); without it they are left out and a note says so.
+    """
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    frames = spark.read.parquet(tables["frames"])
+    messages = spark.read.parquet(tables["messages"])
+    sessions = spark.read.parquet(tables["sessions"])
+    notes: list[str] = []
+
+    jobs = _Jobs()
+    try:
+        return _collect(spark, tables, jobs, frames, messages, sessions, notes)
+    finally:
+        jobs.close()
+
+
+def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: DataFrame, messages: DataFrame,
+             sessions: DataFrame, notes: list[str]) -> ReportData:
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    # One shared time axis per capture: the first and last valid frame.
+    spans_job = jobs.submit(
+        frames.where(F.col("ts_ns").isNotNull())
+        .groupBy("capture")
+        .agg((F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1")),
+        ["capture", "t0", "t1"],
+    )
+    sessions_job = jobs.submit(sessions.orderBy("capture", "first_ts").limit(_MAX_SESSIONS), sessions.columns)
+    stream_spans = {
+        protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol])) for protocol in ("bqsp", "rqueue") if protocol in tables
+    }
+    spans = spans_job.result()
+    caps = [
+        {"capture": r.capture, "protocol": "nbmq", "t0": float(r.t0), "span_s": float(r.t1 - r.t0),
+         "width_s": nice_bin_width(float(r.t1 - r.t0), _BINS)}
+        for r in spans.itertuples()
+    ]
+    session_rows = sessions_job.result()
+    if len(session_rows):
+        session_rows["session_id"] = session_rows["session_id"].map(int)
+
+    empty = ReportData(
+        captures=pd.DataFrame(caps, columns=["capture", "protocol", "t0", "span_s", "width_s"]),
+        sessions=session_rows,
+        traffic=pd.DataFrame(columns=["capture", "session_id", "direction", "kind_name", "bin", "frames", "bytes"]),
+        messages=pd.DataFrame(columns=["capture", "session_id", "direction", "bin", "messages", "message_bytes",
+                                       "duplicates", "rejected", "incomplete"]),
+        latency=pd.DataFrame(columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
+        histograms=pd.DataFrame(columns=["capture", "metric", "bucket", "n"]),
+        resends=pd.DataFrame(columns=["capture", "bin", "resends"]),
+        gaps=pd.DataFrame(columns=["capture", "session_id", "direction", "at_s", "gap_s"]),
+        incomplete=pd.DataFrame(columns=["capture", "reason", "messages", "missing_bytes"]),
+        errors=pd.DataFrame(columns=["capture", "reason", "rows"]),
+        control=pd.DataFrame(columns=["capture", "session_id", "at_s", "src", "dst", "kind_name"]),
+        heartbeats=pd.DataFrame(columns=["capture", "session_id", "src", "dst", "n", "first_s", "last_s"]),
+        notes=notes,
+    )
+    data = empty
+    streams = {
+        protocol: _streams(jobs, spark.read.parquet(tables[protocol]), protocol, data, span.result())
+        for protocol, span in stream_spans.items()
+    }
+    if caps:
+        _udp(spark, jobs, data, frames, messages, sessions, caps)
+    data.streams = {protocol: {k: v.result() for k, v in tables_.items()} for protocol, tables_ in streams.items()}
+    return data
+
+
+def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, messages: DataFrame,
+         sessions: DataFrame, caps: list[dict[str, Any]]) -> None:
+    """Fill ``data``'s nbmq tables: about ten Spark jobs, two of them full passes over the frames."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    from ..messages import addr_port
+
+    axis = F.broadcast(spark.createDataFrame(
+        [(c["capture"], c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in caps],
+        "capture string, t0 double, width double, t_end double",
+    ))
+    f = _with_axis(frames, caps, axis)
+    t = F.col("ts_ns") / 1e9 - F.col("t0")
+    binned = F.floor(t / F.col("width")).cast("int")
+    src = addr_port("src_addr", "src_port")
+    dst = addr_port("dst_addr", "dst_port")
+    valid = F.col("error").isNull()
+
+    # Traffic and error reasons: one pass over the frames.
+    # Grouped on the raw columns (the endpoint text is built per group afterwards, not per row).
+    rows_job = jobs.submit(
+        f.where(F.col("ts_ns").isNotNull() | F.col("error").isNotNull())
+        .groupBy("capture", "session_id", "src_addr", "src_port", "kind_name", binned.alias("bin"), "error")
+        .agg(F.count(F.lit(1)).alias("frames"), F.sum("length").alias("bytes"))
+        .groupBy("capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "kind_name", "bin",
+                 F.regexp_replace("error", "[0-9]+", "N").alias("reason"))
+        .agg(F.sum("frames").alias("frames"), F.sum("bytes").alias("bytes")),
+        ["capture", "session_id", "src", "kind_name", "bin", "reason", "frames", "bytes"],
+    )
+
+    # Messages: rates and health binned by their first frame, incomplete ones with a reason.
+    reason = (
+        F.when(F.col("complete"), F.lit(None))
+        .when(F.col("rejected") > 0, "rejected frames (conflicting or hostile headers)")
+        .when(F.col("t_end") - F.col("last_ts").cast("double") > MESSAGE_TTL_S,
+              f"expired: no frame for over {MESSAGE_TTL_S:g} s (the default TTL) before the capture ended")
+        .otherwise("missing bytes at the capture's end (still in flight)")
+    )
+    mt = F.col("first_ts").cast("double") - F.col("t0")
+    msg_job = jobs.submit(
+        _with_axis(messages, caps, axis)
+        .groupBy("capture", "session_id", "src", F.floor(mt / F.col("width")).cast("int").alias("bin"), reason.alias("reason"))
+        .agg(
+            F.count(F.when(F.col("complete"), 1)).alias("messages"),
+            F.sum(F.when(F.col("complete"), F.col("message_size")).otherwise(0)).alias("message_bytes"),
+            F.sum("duplicates").alias("duplicates"),
+            F.sum("rejected").alias("rejected"),
+            F.count(F.when(~F.col("complete"), 1)).alias("incomplete"),
+            F.sum(F.when(~F.col("complete"), F.col("missing_bytes")).otherwise(0)).alias("missing_bytes"),
+        ),
+        ["capture", "session_id", "src", "bin", "reason", "messages", "message_bytes", "duplicates", "rejected",
+         "incomplete", "missing_bytes"],
+    )
+
+    # Latency distributions: every metric in one union, two jobs (quantiles, histogram).
+    def ts(c: str) -> Any:
+        return F.col(c).cast("double")
+
+    values = [
+        sessions.select("capture", F.lit("handshake: Connect -> Connected").alias("metric"),
+                        (ts("connected_ts") - ts("connect_ts")).alias("v")),
+        sessions.select("capture", F.lit("handshake: Connected -> first Heartbeat").alias("metric"),
+                        (ts("first_heartbeat_ts") - ts("connected_ts")).alias("v")),
+        sessions.select("capture", F.lit("handshake: Connect -> first Heartbeat").alias("metric"),
+                        (ts("first_heartbeat_ts") - ts("connect_ts")).alias("v")),
+        messages.where(F.col("complete")).select(
+            "capture", F.lit("message assembly (first -> last frame)").alias("metric"), (ts("last_ts") - ts("first_ts")).alias("v")),
+    ]
+    # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
+    has_acks = bool(len(data.sessions)) and bool((data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0)
+    hashed = None
+    if has_acks and "payload" in frames.columns:
+        from .ackhash import frame_hash
+
+        hashed = f.where((F.col("kind") == 0) & valid).select(
+            "capture", "session_id", t.alias("at_s"), binned.alias("bin"), frame_hash().alias("h")
+        ).persist()
+        acks = f.where((F.col("kind") == 5) & valid & (F.length("payload") == 8)).select(
+            "capture", "session_id", t.alias("acked_s"), F.conv(F.hex("payload"), 16, 10).cast("decimal(20,0)").alias("h")
+        )
+        sent = hashed.groupBy("capture", "session_id", "h").agg(
+            F.min("at_s").alias("sent_s"), F.max("bin").alias("bin"), F.count(F.lit(1)).alias("sends"))
+        first_ack = acks.groupBy("capture", "session_id", "h").agg(F.min("acked_s").alias("acked_s"))
+        values.append(sent.join(first_ack, ["capture", "session_id", "h"]).select(
+            "capture", F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"), (F.col("acked_s") - F.col("sent_s")).alias("v")))
+        resends_job = jobs.submit(
+            sent.where(F.col("sends") > 1).groupBy("capture", "bin").agg((F.sum("sends") - F.count(F.lit(1))).alias("resends")),
+            ["capture", "bin", "resends"],
+        )
+    elif has_acks:
+        resends_job = None
+        data.notes.append("SafeDealer ack round trips need the frames' payload column (run without --no-payload).")
+    union = values[0]
+    for v in values[1:]:
+        union = union.unionByName(v)
+    # One job: a fine log histogram per (capture, metric) with each bucket's min and max; the
+    # quantiles are read from it on the driver (exact at the ends, within a bucket elsewhere).
+    union = union.where(F.col("v").isNotNull() & (F.col("v") >= 0))
+    fine = F.when(F.col("v") <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
+    hist_job = jobs.submit(
+        union.groupBy("capture", "metric", fine.alias("fine")).agg(
+            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi")),
+        ["capture", "metric", "fine", "n", "lo", "hi"],
+    )
+
+    # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
+    control_job = jobs.submit(
+        f.where(F.col("kind").isin(1, 2, 3) & valid)
+        .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
+        .orderBy("capture", "at_s")
+        .limit(_MAX_CONTROL_ROWS),
+        list(data.control.columns),
+    )
+    hb = f.where((F.col("kind") == 4) & valid).select("capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s"))
+    w = Window.partitionBy("capture", "session_id", "src").orderBy("at_s")
+    hb_gaps = hb.select("capture", "session_id", "src", "dst", "at_s", F.lag("at_s").over(w).alias("prev_s"))
+    heartbeats_job = jobs.submit(
+        hb_gaps.groupBy("capture", "session_id", "src", "dst").agg(
+            F.count(F.lit(1)).alias("n"), F.min("at_s").alias("first_s"), F.max("at_s").alias("last_s"),
+            F.sum((F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).cast("int")).alias("long"),
+        ),
+        list(data.heartbeats.columns) + ["long"],
+    )
+    rows = rows_job.result()
+    bad = rows["reason"].notna()
+    data.errors = rows[bad].groupby(["capture", "reason"], as_index=False)["frames"].sum().rename(columns={"frames": "rows"})
+    traffic = rows[~bad].drop(columns=["reason"])
+    msg = msg_job.result()
+    inc = msg[msg["reason"].notna()]
+    data.incomplete = (
+        inc.groupby(["capture", "reason"], as_index=False)[["incomplete", "missing_bytes"]].sum()
+        .rename(columns={"incomplete": "messages"})
+    )
+    msg = msg.drop(columns=["reason", "missing_bytes"])
+    data.latency, data.histograms = _quantiles(hist_job.result())
+    if hashed is not None:
+        data.resends = resends_job.result()
+        hashed.unpersist()
+    data.control = control_job.result()
+    data.heartbeats = heartbeats_job.result()
+    gaps = pd.DataFrame(columns=["capture", "session_id", "src", "at_s", "gap_s"])
+    if len(data.heartbeats) and data.heartbeats["long"].fillna(0).sum() > 0:
+        # A long wait between two heartbeats is a silence only if that side sent nothing else
+        # in between (heartbeats go only to peers nothing else was sent to).
+        cand = hb_gaps.where(F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).select(
+            "capture", "session_id", "src", "prev_s", "at_s").limit(5000).collect()
+        cands = spark.createDataFrame(cand, "capture string, session_id decimal(20,0), src string, prev_s double, gap_end double")
+        busy = (
+            f.where(valid & (F.col("kind") != 4)).select("capture", "session_id", src.alias("src"), t.alias("t"))
+            .join(F.broadcast(cands), ["capture", "session_id", "src"])
+            .where((F.col("t") > F.col("prev_s")) & (F.col("t") < F.col("gap_end")))
+            .select("capture", "session_id", "src", "gap_end").distinct().collect()
+        )
+        busy_keys = {(r.capture, int(r.session_id), r.src, r.gap_end) for r in busy}
+        silent = [(r.capture, int(r.session_id), r.src, r.at_s, r.at_s - r.prev_s) for r in cand
+                  if (r.capture, int(r.session_id), r.src, r.at_s) not in busy_keys]
+        silent.sort(key=lambda g: -g[4])
+        gaps = pd.DataFrame(silent[:_MAX_GAPS], columns=list(gaps.columns))
+    data.heartbeats = data.heartbeats.drop(columns=["long"])
+
+    # Directions from the sessions' client endpoints (on the driver: these tables are small).
+    clients = data.sessions[["capture", "session_id", "client"]] if len(data.sessions) else pd.DataFrame(
+        columns=["capture", "session_id", "client"])
+    data.traffic = _with_direction(traffic, clients)
+    data.messages = _with_direction(msg, clients)
+    data.gaps = _with_direction(gaps, clients)
+    for name in ("control", "heartbeats"):
+        table = getattr(data, name)
+        if len(table):
+            table["session_id"] = _attribute_session(table, clients)
+
+
+def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(latency rows, chart histogram) from the fine histogram: p50/p90/p99 by nearest rank,
+    interpolated linearly inside the bucket holding the rank between that bucket's own min and
+    max (exact when the bucket holds one value; at most one bucket, ~2.3%, off otherwise)."""
+    import numpy as np
+    import pandas as pd
+
+    rows, hist = [], []
+    for (capture, metric), g in fine.groupby(["capture", "metric"]):
+        g = g.sort_values("fine")
+        n = g["n"].to_numpy(dtype=float)
+        lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
+        cum = np.cumsum(n)
+        total = cum[-1]
+        row = {"capture": capture, "metric": metric, "n": int(total), "max": float(hi[-1])}
+        for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
+            rank = max(1.0, float(np.ceil(q * total)))  # nearest rank, 1-based
+            i = int(np.searchsorted(cum, rank))
+            before = cum[i - 1] if i else 0.0
+            frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
+            row[name] = float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
+        rows.append(row)
+        positive = g[g["fine"] > -10**6]
+        coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / _FINE_PER_DECADE).astype(int)
+        for bucket, count in pd.Series(positive["n"].to_numpy(), index=coarse).groupby(level=0).sum().items():
+            hist.append({"capture": capture, "metric": metric, "bucket": int(bucket), "n": int(count)})
+    return (pd.DataFrame(rows, columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
+            pd.DataFrame(hist, columns=["capture", "metric", "bucket", "n"]))
+
+
+def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:
+    """session_id, with Connect frames (session 0) given to their client's session."""
+    by_client: dict[tuple[str, str], int] = {}
+    for r in clients.itertuples():
+        if int(r.session_id):
+            by_client.setdefault((r.capture, r.client), int(r.session_id))
+    return table.apply(
+        lambda r: int(r.session_id)
+        if r.session_id is not None and int(r.session_id)
+        else by_client.get((r.capture, r.src), by_client.get((r.capture, r.dst), 0)),
+        axis=1,
+    )
+
+
+def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
+    """Add ``direction`` (c2s: the source is the session's client) and drop ``src``."""
+    if not len(table):
+        out = table.drop(columns=["src"])
+        out.insert(2, "direction", [])
+        return out
+    table = table.copy()
+    table["session_id"] = [int(s) if s is not None else 0 for s in table["session_id"]]
+    if "dst" not in table.columns:
+        table["dst"] = ""
+    table["session_id"] = _attribute_session(table, clients)
+    client = {(r.capture, int(r.session_id)): r.client for r in clients.itertuples()}
+    table["direction"] = [
+        "c2s" if client.get((c, s)) == src else "s2c" for c, s, src in zip(table["capture"], table["session_id"], table["src"])
+    ]
+    return table.drop(columns=["src", "dst"])
+
+
+def _with_axis(df: DataFrame, caps: list[dict[str, Any]], axis: DataFrame) -> DataFrame:
+    """``df`` with its capture's ``t0``, ``width`` and ``t_end`` columns: a literal map lookup
+    for up to 256 captures (no join per row), else a broadcast join."""
+    from pyspark.sql import functions as F
+
+    if len(caps) > 256:
+        return df.join(axis, "capture")
+    cols = {}
+    for name, key in (("t0", "t0"), ("width", "width_s"), ("t_end", None)):
+        pairs = []
+        for c in caps:
+            value = c["t0"] + c["span_s"] if key is None else c[key]
+            pairs += [F.lit(c["capture"]), F.lit(float(value))]
+        cols[name] = F.create_map(*pairs)[F.col("capture")]
+    return df.withColumns(cols).where(F.col("t0").isNotNull())
+
+
+def _stream_spans(jobs: _Jobs, table: DataFrame) -> Future[pd.DataFrame]:
+    """The first and last decoded record of each capture of a stream table (its time axis)."""
+    from pyspark.sql import functions as F
+
+    ok = table.where(F.col("error").isNull() & F.col("timestamp").isNotNull())
+    return jobs.submit(
+        ok.groupBy("capture").agg(
+            F.min(F.col("timestamp").cast("double")).alias("t0"), F.max(F.col("timestamp").cast("double")).alias("t1")),
+        ["capture", "t0", "t1"],
+    )
+
+
+def _streams(jobs: _Jobs, table: DataFrame, protocol: str, data: ReportData, span: pd.DataFrame) -> dict[str, Future[pd.DataFrame]]:
+    """BQSP / rqueue: per connection counts, rates by time bin, sizes, topics or queues (jobs started)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    ok = table.where(F.col("error").isNull() & F.col("timestamp").isNotNull())
+    size_col = "length" if protocol == "bqsp" else "content_length"
+    caps = [(r.capture, float(r.t0), nice_bin_width(float(r.t1 - r.t0), _BINS)) for r in span.itertuples()]
+    for r, (_, _, w) in zip(span.itertuples(), caps):
+        data.captures.loc[len(data.captures)] = [r.capture, protocol, float(r.t0), float(r.t1 - r.t0), w]
+    out: dict[str, Future[pd.DataFrame]] = {}
+    if not caps:
+        return out
+    axis = F.broadcast(table.sparkSession.createDataFrame(caps, "capture string, t0 double, width double"))
+    j = ok.join(axis, "capture")
+    at = F.col("timestamp").cast("double") - F.col("t0")
+    key = ["capture", "client", "server"]
+    out["connections"] = jobs.submit(
+        table.groupBy(*key).agg(
+            F.count(F.when(F.col("error").isNull() & (F.col("direction") == "c2s"), 1)).alias("c2s"),
+            F.count(F.when(F.col("error").isNull() & (F.col("direction") == "s2c"), 1)).alias("s2c"),
+            F.sum(F.when(F.col("error").isNull(), F.col(size_col))).alias("bytes"),
+            F.count("error").alias("errors"),
+            F.min(F.col("timestamp").cast("double")).alias("first"),
+            F.max(F.col("timestamp").cast("double")).alias("last"),
+        ).orderBy(*key),
+        key + ["c2s", "s2c", "bytes", "errors", "first", "last"],
+    )
+    out["rates"] = jobs.submit(
+        j.groupBy(*key, "direction", F.floor(at / F.col("width")).cast("int").alias("bin")).agg(
+            F.count(F.lit(1)).alias("records"), F.sum(size_col).alias("bytes")
+        ),
+        key + ["direction", "bin", "records", "bytes"],
+    )
+    out["sizes"] = jobs.submit(
+        ok.groupBy("capture", "direction", F.when(F.col(size_col) <= 0, -1).otherwise(F.floor(F.log2(size_col))).cast("int").alias("bucket")).count(),
+        ["capture", "direction", "bucket", "count"],
+    )
+    out["errors"] = jobs.submit(
+        table.where(F.col("error").isNotNull()).groupBy("capture", F.regexp_replace("error", "[0-9]+", "N").alias("reason")).count(),
+        ["capture", "reason", "count"],
+    )
+    if protocol == "rqueue":
+        topic = F.col("topic").cast("string")
+        kinds = ok.select("capture", "client", "direction", "message_type_name", topic.alias("topic"))
+        out["topics"] = jobs.submit(
+            kinds.where(F.col("message_type_name") != "DEREGISTER").groupBy("capture", "topic").agg(
+                F.countDistinct(F.when(F.col("message_type_name") == "SUBSCRIBE", F.col("client"))).alias("subscribers"),
+                F.count(F.when(F.col("message_type_name") == "SUBSCRIBE", 1)).alias("subscribes"),
+                F.count(F.when(F.col("message_type_name") == "REMOVE", 1)).alias("removes"),
+                F.count(F.when((F.col("message_type_name") == "NOTIFICATION") & (F.col("direction") == "c2s"), 1)).alias("published"),
+                F.count(F.when((F.col("message_type_name") == "NOTIFICATION") & (F.col("direction") == "s2c"), 1)).alias("delivered"),
+            ).orderBy("capture", "topic"),
+            ["capture", "topic", "subscribers", "subscribes", "removes", "published", "delivered"],
+        )
+        out["types"] = jobs.submit(
+            ok.groupBy("capture", "direction", "message_type_name").count().orderBy("capture", "direction", "message_type_name"),
+            ["capture", "direction", "message_type_name", "count"],
+        )
+    else:
+        # Request (c2s) n on a queue is answered by response (s2c) n on that queue: seed 002
+        # says a response carries its request's queue number, and each side's packets are in order.
+        w = Window.partitionBy(*key, "direction", "queue_number").orderBy("stream_offset")
+        numbered = ok.select(*key, "direction", "queue_number", F.col("timestamp").cast("double").alias("ts"),
+                             F.row_number().over(w).alias("n"))
+        req = numbered.where(F.col("direction") == "c2s").drop("direction")
+        rsp = numbered.where(F.col("direction") == "s2c").drop("direction").withColumnRenamed("ts", "rts")
+        pairs = req.join(rsp, [*key, "queue_number", "n"], "left")
+        out["queues"] = jobs.submit(
+            pairs.groupBy("capture", "client", "server", "queue_number").agg(
+                F.count(F.lit(1)).alias("requests"),
+                F.count("rts").alias("responses"),
+                F.percentile_approx(F.col("rts") - F.col("ts"), [0.5, 0.9, 0.99], 10000).alias("q"),
+                F.max(F.col("rts") - F.col("ts")).alias("max"),
+            ).orderBy("capture", "client", "queue_number"),
+            ["capture", "client", "server", "queue_number", "requests", "responses", "q", "max"],
+        )
+        # Queues in flight over time: +1 at each request, -1 at its response.
+        events = pairs.select("capture", F.col("ts").alias("at"), F.lit(1).alias("d")).unionByName(
+            pairs.where(F.col("rts").isNotNull()).select("capture", F.col("rts").alias("at"), F.lit(-1).alias("d"))
+        ).join(axis, "capture")
+        out["in_flight"] = jobs.submit(
+            events.select("capture", (F.col("at") - F.col("t0")).alias("at_s"), "d").orderBy("capture", "at_s", F.desc("d")).limit(20000),
+            ["capture", "at_s", "d"],
+        )
+    return out

@@ -1,0 +1,300 @@
+"""The report's HTML page: one self-contained file (inline CSS and SVG, no script, no fetch)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import charts
+from .aggregate import GAP_FACTOR, HEARTBEAT_INTERVAL_S, ReportData
+from .units import count, duration, hex_id, rate, size
+
+__all__ = ["render", "write_report"]
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+main{max-width:1380px;margin:0 auto;padding:16px 10px 40px}
+h1{font-size:24px;margin:8px 0 4px}h2{font-size:19px;margin:28px 0 8px;border-bottom:2px solid #d0d7de;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}p.lead{color:#444;margin:0 0 10px}.note{color:#8a5300}
+nav a{margin-right:14px}code,.id{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
+table{border-collapse:collapse;font-size:12.5px;margin:6px 0 12px;background:#fff;max-width:100%}
+th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#eef1f4;font-weight:600;text-align:center;white-space:normal;vertical-align:bottom}td.l{text-align:left}
+tr:nth-child(even) td{background:#f6f8fa}.bad{color:#b42318;font-weight:600}.ok{color:#1a7f37}
+.chart{background:#fff;border:1px solid #d0d7de;border-radius:4px;padding:4px;margin:6px 0 12px;overflow-x:auto}
+.chart svg{max-width:100%;height:auto;display:block}
+.cards{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0}.card{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:6px 14px}
+.card b{display:block;font-size:20px}.card span{color:#555;font-size:12px}
+"""
+
+Column = tuple[str, str, Callable[[Any], str], bool]  # header, key, formatter, left-aligned
+
+
+def _e(v: Any) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def _num(v: Any) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else count(v)
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], empty: str = "none") -> str:
+    if not rows:
+        return f"<p class='ok'>{_e(empty)}</p>"
+    head = "".join(f"<th>{_e(h)}</th>" for h, _, _, _ in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=l' if left else ''}>{fmt(r.get(key))}</td>" for _, key, fmt, left in columns) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _chart(svg: str) -> str:
+    return f"<div class='chart'>{svg}</div>" if svg else ""
+
+
+def _pair(a: Any, b: Any, fmt: Callable[[Any], str] = _num) -> str:
+    return f"{fmt(a)} / {fmt(b)}"
+
+
+def _cards(items: Sequence[tuple[str, str]]) -> str:
+    return "<div class='cards'>" + "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>" for k, v in items) + "</div>"
+
+
+def _sessions_table(rows: Any) -> str:
+    out = []
+    for r in rows.to_dict("records"):
+        dur = r.get("duration_s") or 0.0
+        out.append({
+            "session": f"<span class=id>{hex_id(r['session_id'])}</span>",
+            "client": _e(r["client"]), "server": _e(r["server"]), "duration": duration(dur),
+            "frames": _pair(r["frames_c2s"], r["frames_s2c"]),
+            "data": _pair(r["data_c2s"], r["data_s2c"]),
+            "acks": _pair(r["acks_c2s"], r["acks_s2c"]),
+            "heartbeats": _pair(r["heartbeats_c2s"], r["heartbeats_s2c"]),
+            "control": f"{_num(r['connects'])} / {_num(r['connecteds'])} / {_num((r['disconnected_c2s'] or 0) + (r['disconnected_s2c'] or 0))}",
+            "bytes": _pair(r["bytes_c2s"], r["bytes_s2c"], size),
+            "messages": _pair(r["messages_complete_c2s"], r["messages_complete_s2c"]),
+            "incomplete": _incomplete_cell(r),
+            "throughput": rate(r["throughput_bytes_per_s"]) if r.get("throughput_bytes_per_s") is not None else "",
+        })
+    ident: Callable[[Any], str] = lambda v: v  # noqa: E731 (cells above are already HTML)
+    cols: list[Column] = [
+        ("session", "session", ident, True), ("client", "client", ident, True), ("server", "server", ident, True),
+        ("duration", "duration", ident, False), ("frames c2s / s2c", "frames", ident, False),
+        ("data", "data", ident, False), ("acks", "acks", ident, False), ("heartbeats", "heartbeats", ident, False),
+        ("connect / connected / disconn.", "control", ident, False), ("UDP bytes c2s / s2c", "bytes", ident, False),
+        ("messages c2s / s2c", "messages", ident, False), ("incomplete", "incomplete", ident, False),
+        ("throughput", "throughput", ident, False),
+    ]
+    return _table(out, cols, "no sessions")
+
+
+_MAX_SESSION_ROWS = 40
+
+
+def _busiest(sess: Any) -> Any:
+    """At most 40 sessions, the most frames first, then in time order."""
+    if len(sess) <= _MAX_SESSION_ROWS:
+        return sess
+    frames = sess["frames_c2s"].fillna(0) + sess["frames_s2c"].fillna(0)
+    return sess.loc[frames.sort_values(ascending=False).index[:_MAX_SESSION_ROWS]].sort_values("first_ts")
+
+
+def _incomplete_cell(r: dict[str, Any]) -> str:
+    n = (r.get("messages_incomplete_c2s") or 0) + (r.get("messages_incomplete_s2c") or 0)
+    return f"<span class=bad>{n:,}</span>" if n else "0"
+
+
+def _latency_table(lat: Any) -> str:
+    rows = lat.sort_values(["metric", "capture"]).to_dict("records")
+    cols: list[Column] = [
+        ("metric", "metric", _e, True), ("capture", "capture", _e, True), ("samples", "n", _num, False),
+        ("p50", "p50", duration, False), ("p90", "p90", duration, False), ("p99", "p99", duration, False),
+        ("max", "max", duration, False),
+    ]
+    return _table(rows, cols, "no latency samples (no handshakes, acks or complete messages)")
+
+
+def render(summary: dict[str, Any], data: ReportData) -> str:
+    """The report page (a complete HTML document) for a pipeline summary and its aggregates.
+
+    Args:
+        summary: the pipeline summary (``captures`` rows, ``totals``, ``seconds``, ``master``,
+            optional ``streams``).
+        data: :func:`nbmq.spark.report.aggregate.collect`'s result.
+
+    Returns:
+        The HTML text (UTF-8 when written), one self-contained file.
+    """
+    caps = data.captures
+    nbmq_caps = caps[caps.protocol == "nbmq"].sort_values("capture")
+    totals = summary.get("totals", {})
+    p: list[str] = [
+        "<!doctype html><html lang=en><head><meta charset='utf-8'>",
+        "<meta name=viewport content='width=device-width,initial-scale=1'><title>nbmq traffic report</title>",
+        f"<style>{_CSS}</style></head><body><main>",
+        "<h1>nbmq traffic report</h1>",
+        f"<p class=lead>{len(summary.get('captures', []))} capture(s), pipeline run in {summary.get('seconds', 0):.1f} s "
+        f"on <code>{_e(summary.get('master'))}</code>. Ids are hex u64; c2s is client to server (the side that sent "
+        "Connect); rates use the capture's own time axis, shared by all its sessions.</p>",
+    ]
+    p += [f"<p class=note>{_e(n)}</p>" for n in data.notes]
+    p.append(_cards([
+        ("UDP datagrams", count(totals.get("datagrams", 0))), ("complete messages", count(totals.get("messages_complete", 0))),
+        ("incomplete messages", count(totals.get("messages_incomplete", 0))), ("sessions", count(totals.get("sessions", 0))),
+        ("malformed datagrams", count(totals.get("error_rows", 0))), ("duplicates", count(totals.get("duplicates", 0))),
+    ] + [(f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"])) for k, v in summary.get("streams", {}).items()]))
+    nav = ["<a href='#captures'>Captures</a>", "<a href='#latency'>Latency</a>"]
+    nav += [f"<a href='#cap-{_e(c)}'>{_e(c)}</a>" for c in nbmq_caps["capture"]]
+    nav += [f"<a href='#{k}'>{k}</a>" for k in data.streams]
+    p.append("<nav>" + "".join(nav) + "</nav>")
+
+    # Captures overview: UDP counts from the summary, stream counts from the stream tables.
+    spans = {r.capture: r for r in caps.itertuples()}
+    conns: dict[str, int] = {}
+    records: dict[str, int] = {}
+    for proto, st in data.streams.items():
+        if "connections" in st:
+            for c, n in st["connections"].groupby("capture").size().items():
+                conns[c] = int(n)
+            for c, n in st["connections"].groupby("capture")[["c2s", "s2c"]].sum().sum(axis=1).items():
+                records[c] = int(n)
+    rows = []
+    for r in summary.get("captures", []):
+        s = spans.get(r["capture"])
+        rows.append({**r, "protocol": s.protocol if s is not None else "-", "span": duration(s.span_s) if s is not None else "",
+                     "connections": conns.get(r["capture"], 0),
+                     "records": r.get("datagrams", 0) + records.get(r["capture"], 0)})
+    bad = lambda v: f"<span class=bad>{_num(v)}</span>" if v else "0"  # noqa: E731
+    p += ["<h2 id=captures>Captures</h2>", _table(rows, [
+        ("capture", "capture", _e, True), ("protocol", "protocol", _e, True), ("span", "span", _e, False),
+        ("UDP datagrams / TCP records", "records", _num, False), ("data frames", "data_frames", _num, False),
+        ("control frames", "control_frames", _num, False), ("messages complete", "messages_complete", _num, False),
+        ("incomplete", "messages_incomplete", bad, False), ("duplicates", "duplicates", bad, False),
+        ("rejected", "rejected", bad, False), ("malformed", "error_rows", bad, False),
+        ("unreadable records", "capture_errors", bad, False), ("sessions", "sessions", _num, False),
+        ("TCP connections", "connections", _num, False),
+    ])]
+
+    p += ["<h2 id=latency>Latency</h2>",
+          "<p>Handshake: Connect &rarr; Connected &rarr; first Heartbeat, per session. SafeDealer ack: a data "
+          "frame &rarr; the Ack carrying its FNV-1a 64 hash (first send to first Ack). Assembly: a complete "
+          "message's first frame to its last.</p>",
+          _latency_table(data.latency), _chart(charts.latency(data.histograms, list(nbmq_caps["capture"])))]
+
+    clients = {(r["capture"], int(r["session_id"])): r["client"] for r in data.sessions.to_dict("records")} if len(data.sessions) else {}
+    for cap in nbmq_caps.itertuples():
+        c = cap.capture
+        t = data.traffic[data.traffic.capture == c]
+        m = data.messages[data.messages.capture == c]
+        sess = data.sessions[data.sessions.capture == c] if len(data.sessions) else data.sessions
+        busiest = list(t.groupby("session_id")["frames"].sum().sort_values(ascending=False).index) if len(t) else []
+        p += [f"<h2 id='cap-{_e(c)}'>{_e(c)}</h2>",
+              f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s).</p>",
+              "<h3>Sessions</h3>", _sessions_table(_busiest(sess)),
+              f"<p>The {_MAX_SESSION_ROWS} busiest of {len(sess):,} sessions; all are in <code>sessions/</code>.</p>"
+              if len(sess) > _MAX_SESSION_ROWS else "",
+              "<h3>Traffic</h3>", _chart(charts.traffic(cap, t, m, [int(s) for s in busiest if int(s)])),
+              "<h3>Control-frame flow</h3>",
+              "<p>Connect, Connected and Disconnected as sent, in time order (seconds since the first frame); "
+              "heartbeats folded into one row per direction, plus a row for each gap over "
+              f"{GAP_FACTOR:g} &times; the {HEARTBEAT_INTERVAL_S:g} s interval.</p>"]
+        server_eps = list(dict.fromkeys(sess["server"])) if len(sess) else []
+        flow = charts.flow_rows(data.control[data.control.capture == c], data.heartbeats[data.heartbeats.capture == c],
+                                data.gaps[data.gaps.capture == c], clients)
+        p.append(_chart(charts.flow_graph(c, flow, server_eps)) or "<p>no control frames</p>")
+        p.append("<h3>Loss and health</h3>")
+        resends = data.resends[data.resends.capture == c]
+        p.append(_chart(charts.health(cap, m, resends)) or "<p class=ok>no duplicates, resends, rejected frames or incomplete messages</p>")
+        gaps = data.gaps[data.gaps.capture == c].sort_values("at_s").to_dict("records")
+        p += [f"<p>Heartbeat gaps over {GAP_FACTOR * HEARTBEAT_INTERVAL_S:g} s:</p>", _table(gaps, [
+            ("session", "session_id", lambda v: f"<span class=id>{hex_id(v)}</span>", True), ("direction", "direction", _e, True),
+            ("at (s)", "at_s", lambda v: f"{v:.3f}", False), ("gap", "gap_s", duration, False),
+        ], "no heartbeat gaps"), "<p>Incomplete messages by reason:</p>",
+            _table(data.incomplete[data.incomplete.capture == c].to_dict("records"), [
+                ("reason", "reason", _e, True), ("messages", "messages", _num, False), ("missing", "missing_bytes", size, False),
+            ], "every message is complete"), "<p>Malformed datagrams by reason:</p>",
+            _table(data.errors[data.errors.capture == c].to_dict("records"), [
+                ("reason", "reason", _e, True), ("rows", "rows", _num, False)], "no malformed datagrams")]
+
+    for proto, st in data.streams.items():
+        p.append(_streams_section(proto, st, caps[caps.protocol == proto]))
+    p.append("</main></body></html>")
+    return "\n".join(p)
+
+
+def _streams_section(proto: str, st: dict[str, Any], caps: Any) -> str:
+    what = "packets" if proto == "bqsp" else "messages"
+    title = "BQSP over TCP" if proto == "bqsp" else "rqueue over TCP"
+    p = [f"<h2 id={proto}>{title}</h2>"]
+    conn = st.get("connections")
+    if conn is not None and len(conn):
+        rows = conn.to_dict("records")
+        for r in rows:
+            r["duration"] = duration((r["last"] or 0) - (r["first"] or 0))
+        p += ["<h3>Connections</h3>", _table(rows, [
+            ("capture", "capture", _e, True), ("client", "client", _e, True), ("server", "server", _e, True),
+            (f"{what} c2s", "c2s", _num, False), (f"{what} s2c", "s2c", _num, False),
+            ("payload", "bytes", size, False), ("errors", "errors", _num, False), ("duration", "duration", _e, False),
+        ])]
+    for cap in caps.sort_values("capture").itertuples():
+        rates = st["rates"][st["rates"].capture == cap.capture]
+        p += [f"<h3>{_e(cap.capture)}: {what} per second</h3>", _chart(charts.stream_rates(cap, rates, what))]
+        if proto == "bqsp" and "in_flight" in st:
+            p += ["<h3>Requests in flight</h3>", _chart(charts.in_flight(cap, st["in_flight"][st["in_flight"].capture == cap.capture]))]
+    sizes = st.get("sizes")
+    if sizes is not None and len(sizes):
+        rows = sizes.sort_values(["capture", "direction", "bucket"]).to_dict("records")
+        p += [f"<h3>{what.capitalize()} sizes (payload, log2 buckets)</h3>", _table(rows, [
+            ("capture", "capture", _e, True), ("direction", "direction", _e, True),
+            ("size from", "bucket", lambda b: "0 B" if b < 0 else size(2 ** b), False), (what, "count", _num, False),
+        ])]
+    if proto == "rqueue" and "topics" in st:
+        rows = st["topics"].to_dict("records")
+        for r in rows:
+            r["fanout"] = f"{r['delivered'] / r['published']:.2f}" if r["published"] else ""
+        p += ["<h3>Topics (fan-out = notifications delivered / published)</h3>", _table(rows, [
+            ("capture", "capture", _e, True), ("topic", "topic", _e, True), ("subscribers", "subscribers", _num, False),
+            ("SUBSCRIBE", "subscribes", _num, False), ("REMOVE", "removes", _num, False),
+            ("published (c2s)", "published", _num, False), ("delivered (s2c)", "delivered", _num, False),
+            ("fan-out", "fanout", _e, False),
+        ]), "<h3>Message types</h3>", _table(st["types"].to_dict("records"), [
+            ("capture", "capture", _e, True), ("direction", "direction", _e, True),
+            ("type", "message_type_name", _e, True), ("messages", "count", _num, False)])]
+    if proto == "bqsp" and "queues" in st:
+        rows = st["queues"].to_dict("records")
+        for r in rows:
+            q = r.pop("q", None)
+            r["p50"], r["p90"], r["p99"] = (list(q) + [None] * 3)[:3] if q is not None else (None, None, None)
+            r["open"] = (r["requests"] or 0) - (r["responses"] or 0)
+        p += ["<h3>Queues: request &rarr; response latency</h3>",
+              "<p>Request n on a queue (c2s) is matched with response n on that queue (s2c).</p>", _table(rows, [
+                  ("capture", "capture", _e, True), ("client", "client", _e, True), ("queue", "queue_number", _num, False),
+                  ("requests", "requests", _num, False), ("responses", "responses", _num, False),
+                  ("unanswered", "open", lambda v: f"<span class=bad>{v:,}</span>" if v else "0", False),
+                  ("p50", "p50", duration, False), ("p90", "p90", duration, False), ("p99", "p99", duration, False),
+                  ("max", "max", duration, False)])]
+    errors = st.get("errors")
+    p += [f"<h3>{proto} error rows</h3>", _table(errors.to_dict("records") if errors is not None else [], [
+        ("capture", "capture", _e, True), ("reason", "reason", _e, True), ("rows", "count", _num, False)], "no error rows")]
+    return "\n".join(p)
+
+
+def write_report(path: str | Path, summary: dict[str, Any], data: ReportData) -> Path:
+    """Render the report and write it (UTF-8).
+
+    Args:
+        path: the HTML file to write (replaced).
+        summary: the pipeline summary (see :func:`render`).
+        data: :func:`nbmq.spark.report.aggregate.collect`'s result.
+
+    Returns:
+        ``path`` as a Path. Raises OSError when it cannot be written.
+    """
+    path = Path(path)
+    path.write_text(render(summary, data), encoding="utf-8")
+    return path
