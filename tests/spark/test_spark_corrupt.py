@@ -44,8 +44,12 @@ def _traffic():
         frames = codec.shard_message_bytes(parts, SID, mid)
         data_frames += len(frames)
         rng.shuffle(frames)
+        received, complete = 0, False
         for frame in frames:
             put(CLIENT, SERVER, frame)
+            duplicates += complete  # an empty part's chunk after the message completed
+            received += len(frame) - 34
+            complete = received == sum(sizes)  # absent parts can only be empty (issue 11 item 14)
         if nonce % 5 == 0:  # a resend after completion (SafeDealer style)
             put(CLIENT, SERVER, frames[0])
             data_frames += 1

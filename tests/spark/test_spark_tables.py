@@ -40,7 +40,7 @@ def test_cli_exit_code_and_outputs(bundled_run):
     for table in ("frames", "messages", "sessions"):
         assert list((out / table).glob("*.parquet")), table
     report = (out / "report.html").read_text()
-    assert report.count("<svg") >= 3 and "nbmq pipeline report" in report
+    assert report.count("<svg") >= 3 and "nbmq traffic report" in report
     assert (out / "summary.json").exists()
 
 
