@@ -46,11 +46,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import codec
-from ..errors import InteropError, NotSupported, WouldBlock
+from ..errors import DecodeError, InteropError, NotSupported, WouldBlock
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import SocketOptions
 from ..wire import DataFrame, FrameKind
-from .connection import Connection, Datagram
+from .connection import _CONNECTED, Connection, Datagram
 from .peers import Peer
 from .queues import PushResult, RecvQueue, SendQueue
 
@@ -61,6 +61,7 @@ Buffer = Any  # bytes-like: bytes, bytearray, memoryview, numpy uint8
 _S = TypeVar("_S", bound="Socket")
 
 _COMPLETE = PushResult.COMPLETE
+_DROPPED = PushResult.DROPPED
 _DUPLICATE = PushResult.DUPLICATE
 _DROP_FOR = {
     PushResult.DROPPED: DropReason.RECV_HWM,
@@ -336,6 +337,68 @@ class Socket(Connection):
         if result > _COMPLETE:
             self._data_result(result, frame)
 
+    def _receive_unacked(self, data: Any, addr: Hashable, now: float) -> None:
+        """Feed one datagram the network delivered (Dealer's and Dish's ``receive_datagram``).
+
+        Args:
+            data: the datagram, any bytes-like object; may be a view of a buffer the transport
+                reuses after this call (a data chunk is copied once, into its message).
+            addr: where it came from (hashable; ``(host, port)`` for UDP).
+            now: arrival time, seconds (monotonic).
+
+        The contract of :meth:`Connection.receive_datagram`: never raises for bad input
+        (counted and reported as events); may queue output: flush with
+        :meth:`datagrams_to_send` after calling this, and drain :meth:`next_event`. For a data
+        frame of a connected peer on its known path, ``_on_data`` and ``RecvQueue.push``
+        (without dedup or refusal, which these types do not use) are inlined: the
+        per-message hot path (issue 15). Every other frame and every failed push takes the
+        shared code, so behaviour, counters and events are unchanged."""
+        self._now = now
+        counters = self._counters
+        counters.datagrams_in += 1
+        counters.bytes_in += len(data)
+        if self._closed:
+            return
+        try:
+            frame = _parse_frame(data)
+        except DecodeError as exc:
+            self._malformed(addr, exc)
+            return
+        if frame.__class__ is not DataFrame:
+            counters.control_frames_in += 1
+            self._on_control(frame, addr, now)  # type: ignore[arg-type]
+            return
+        peer = self._peers.get(frame[0])
+        if peer is None or peer._addr != addr or peer._paths or peer._state is not _CONNECTED:
+            peer = self._data_peer(frame[0], peer, addr, now)
+            if peer is None:
+                return
+        else:
+            peer._last_seen = now
+        recvq = self._recvq
+        if recvq._dedup is not None or recvq.refuse_when_full:  # (set by a subclass)
+            self._on_data(frame, data, peer, now)
+            return
+        # RecvQueue.push without dedup or refusal, inlined; errors and evictions go to push
+        reassembler = recvq.reassembler
+        evicted = reassembler.evicted
+        try:
+            parts = reassembler.add(frame, now)
+        except DecodeError as exc:  # FrameTooLarge too
+            self._data_result(recvq.push_failed(exc, evicted), frame)
+            return
+        if reassembler.evicted != evicted:
+            recvq._report_evicted()
+        if parts is None:
+            return
+        ready = recvq._ready
+        if len(ready) >= recvq.recv_hwm:
+            recvq.dropped_hwm += 1
+            self._data_result(_DROPPED, frame)
+            return
+        ready.append(parts)
+        recvq.completed += 1
+
     def _data_result(self, result: PushResult, frame: DataFrame) -> None:
         if result is PushResult.DUPLICATE:
             self._counters.duplicate_frames += 1
@@ -403,6 +466,8 @@ class Dealer(Socket):
 
     See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference).
     """
+
+    receive_datagram = Socket._receive_unacked
 
 
 class SafeDealer(Socket):
@@ -498,3 +563,7 @@ class Dish(Socket):
     """Receive-only peer of Radio; ``send`` raises NotSupported."""
 
     CAN_SEND = False
+    receive_datagram = Socket._receive_unacked
+
+
+_parse_frame = codec.parse_frame
