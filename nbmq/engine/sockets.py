@@ -277,7 +277,7 @@ class Socket(Connection):
 
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""
-        return len(self._recvq)
+        return len(self._ready)  # len(self._recvq), inlined: polled once per message
 
     @property
     def incomplete_messages(self) -> int:
