@@ -266,6 +266,25 @@ class Connection:
         counters.control_frames_in += 1
         self._on_control(frame, addr, now)  # type: ignore[arg-type]
 
+    def receive_datagrams(
+        self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
+    ) -> None:
+        """Feed a batch of datagrams that lie in one buffer (a ``recvmmsg`` read): datagram
+        ``i`` is ``buffer[offsets[i] : offsets[i] + lengths[i]]`` from ``addrs[i]``.
+
+        Args:
+            buffer: a memoryview (or other sliceable bytes-like object) the transport may reuse
+                after this call; offsets, lengths: ints, bytes; addrs: one per datagram (the
+                shortest of the three lists sets the count); now: seconds (monotonic).
+
+        Exactly :meth:`receive_datagram` for each in turn (same errors: none for bad input;
+        may queue output: flush with :meth:`datagrams_to_send`, drain :meth:`next_event`).
+        Socket types override it with a faster loop (issue 15).
+        """
+        feed = self.receive_datagram
+        for offset, length, addr in zip(offsets, lengths, addrs):
+            feed(buffer[offset : offset + length], addr, now)
+
     def _malformed(self, addr: Hashable, exc: DecodeError) -> None:
         self._counters.malformed += 1
         self._emit(FrameRejected(addr, RejectReason.MALFORMED, exc.reason))

@@ -399,6 +399,73 @@ class Socket(Connection):
         ready.append(parts)
         recvq.completed += 1
 
+    def _receive_batch_unacked(
+        self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
+    ) -> None:
+        """Dealer's and Dish's ``receive_datagrams`` (see
+        :meth:`Connection.receive_datagrams`: the same as :meth:`receive_datagram` for each
+        datagram in turn; may queue output: flush with :meth:`datagrams_to_send`).
+
+        The fast case of :meth:`_receive_unacked` (a data frame of a connected peer on its
+        known path) runs in this one loop with the engine's state in locals (counters are
+        summed per batch); every other datagram goes through :meth:`receive_datagram`
+        itself, after the counters are brought up to date."""
+        recvq = self._recvq
+        if self._closed or recvq._dedup is not None or recvq.refuse_when_full:
+            Connection.receive_datagrams(self, buffer, offsets, lengths, addrs, now)
+            return
+        self._now = now
+        counters = self._counters
+        peers = self._peers
+        ready = recvq._ready
+        reassembler = recvq.reassembler
+        parse = _parse_frame
+        slow = self.receive_datagram
+        count = nbytes = completed = 0
+        batch = zip(offsets, lengths, addrs)
+        for offset, length, addr in batch:
+            data = buffer[offset : offset + length]
+            try:
+                frame = parse(data)
+            except DecodeError:
+                frame = None
+            if frame.__class__ is DataFrame:
+                peer = peers.get(frame[0])
+                if (peer is not None and peer._addr == addr and not peer._paths
+                        and peer._state is _CONNECTED):
+                    peer._last_seen = now
+                    count += 1
+                    nbytes += len(data)
+                    evicted = reassembler.evicted
+                    try:
+                        parts = reassembler.add(frame, now)
+                    except DecodeError as exc:  # FrameTooLarge too
+                        self._data_result(recvq.push_failed(exc, evicted), frame)
+                        continue
+                    if reassembler.evicted != evicted:
+                        recvq._report_evicted()
+                    if parts is None:
+                        continue
+                    if len(ready) < recvq.recv_hwm:
+                        ready.append(parts)
+                        completed += 1
+                    else:
+                        recvq.dropped_hwm += 1
+                        self._data_result(_DROPPED, frame)
+                    continue
+            counters.datagrams_in += count
+            counters.bytes_in += nbytes
+            recvq.completed += completed
+            count = nbytes = completed = 0
+            slow(data, addr, now)
+            if self._closed or recvq.reassembler is not reassembler:
+                for offset, length, addr in batch:  # the rest, one by one
+                    slow(buffer[offset : offset + length], addr, now)
+                return
+        counters.datagrams_in += count
+        counters.bytes_in += nbytes
+        recvq.completed += completed
+
     def _data_result(self, result: PushResult, frame: DataFrame) -> None:
         if result is PushResult.DUPLICATE:
             self._counters.duplicate_frames += 1
@@ -468,6 +535,7 @@ class Dealer(Socket):
     """
 
     receive_datagram = Socket._receive_unacked
+    receive_datagrams = Socket._receive_batch_unacked
 
 
 class SafeDealer(Socket):
@@ -564,6 +632,7 @@ class Dish(Socket):
 
     CAN_SEND = False
     receive_datagram = Socket._receive_unacked
+    receive_datagrams = Socket._receive_batch_unacked
 
 
 _parse_frame = codec.parse_frame

@@ -1,4 +1,5 @@
-"""Dealer's and Dish's inlined receive path (issue 15) against the generic
+"""Dealer's and Dish's inlined receive path (issue 15), one datagram at a time
+and in recvmmsg-style batches (``receive_datagrams``), against the generic
 ``Connection.receive_datagram`` + ``RecvQueue.push``: the same datagrams give the same
 messages, events, counters and replies, including every slow case (handshake, new path,
 malformed, unknown session, too large, rejected, recv_hwm drops, budget evictions)."""
@@ -60,21 +61,45 @@ def _script(sid):
     return steps
 
 
-def _run(cls, generic: bool):
-    engine = _engine(cls, generic)
+def _groups(steps):
+    """Runs of consecutive datagrams (one recvmmsg batch each), and the "recv" steps."""
+    out: list = []
+    for step in steps:
+        if step == "recv":
+            out.append(step)
+        elif out and out[-1] != "recv" and len(out[-1]) < 4:
+            out[-1].append(step)
+        else:
+            out.append([step])
+    return out
+
+
+def _run(cls, mode: str):
+    """mode: "generic" (Connection.receive_datagram), "fast" (the socket's own
+    receive_datagram) or "batch" (receive_datagrams, one call per group)."""
+    engine = _engine(cls, generic=mode == "generic")
     log: list = []
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
     (reply, _), = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     now = 1.0
-    for step in _script(sid):
+    for group in _groups(_script(sid)):
         now += 0.001
-        if step == "recv":
+        if group == "recv":
             if engine.recv_ready():
                 log.append(("msg", [bytes(p) for p in engine.recv()]))
             continue
-        data, addr = step
-        engine.receive_datagram(memoryview(bytearray(data)), addr, now)
+        buf = bytearray(b"".join(data for data, _ in group))
+        view = memoryview(buf)
+        lengths = [len(data) for data, _ in group]
+        offsets = [sum(lengths[:i]) for i in range(len(lengths))]
+        addrs = [addr for _, addr in group]
+        if mode == "batch":
+            engine.receive_datagrams(view, offsets, lengths, addrs, now)
+        else:
+            for offset, length, addr in zip(offsets, lengths, addrs):
+                engine.receive_datagram(view[offset : offset + length], addr, now)
+        buf[:] = bytes(len(buf))  # the transport reuses its buffer
         log.append(("out", [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]))
         while (event := engine.next_event()) is not None:
             log.append(("event", repr(event)))
@@ -83,10 +108,12 @@ def _run(cls, generic: bool):
 
 
 @pytest.mark.parametrize("cls", [Dealer, Dish])
-def test_inlined_receive_matches_the_generic_path(cls):
+@pytest.mark.parametrize("mode", ["fast", "batch"])
+def test_inlined_receive_matches_the_generic_path(cls, mode):
     assert cls.receive_datagram is not Connection.receive_datagram
-    fast_log, fast_counters, fast_peers = _run(cls, generic=False)
-    slow_log, slow_counters, slow_peers = _run(cls, generic=True)
+    assert cls.receive_datagrams is not Connection.receive_datagrams
+    fast_log, fast_counters, fast_peers = _run(cls, mode)
+    slow_log, slow_counters, slow_peers = _run(cls, "generic")
     assert fast_log == slow_log
     assert fast_counters == slow_counters
     assert fast_peers == slow_peers
