@@ -251,25 +251,59 @@ class Connection:
         try:
             frame = _parse_frame(data)
         except DecodeError as exc:
-            counters.malformed += 1
-            self._emit(FrameRejected(addr, RejectReason.MALFORMED, exc.reason))
+            self._malformed(addr, exc)
             return
         if frame.__class__ is DataFrame:  # (data_frames_in is derived in _sync_counters)
             peer = self._peers.get(frame[0])
-            if peer is None and (peer := self._cookie_peer(frame[0], addr, now)) is None:
-                self._unknown_session(frame[0], addr, "data")
-                return
-            peer._last_seen = now
-            if peer._addr != addr:
-                self._path_frame(peer, addr, now)
-            elif peer._paths:
-                self._cancel_paths(peer, "old path alive")
-            if peer._state is not _CONNECTED:
-                self._set_state(peer, _CONNECTED, now)
+            if peer is None or peer._addr != addr or peer._paths or peer._state is not _CONNECTED:
+                peer = self._data_peer(frame[0], peer, addr, now)
+                if peer is None:
+                    return
+            else:  # the common case: a connected peer on its known path
+                peer._last_seen = now
             self._on_data(frame, data, peer, now)
             return
         counters.control_frames_in += 1
         self._on_control(frame, addr, now)  # type: ignore[arg-type]
+
+    def receive_datagrams(
+        self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
+    ) -> None:
+        """Feed a batch of datagrams that lie in one buffer (a ``recvmmsg`` read): datagram
+        ``i`` is ``buffer[offsets[i] : offsets[i] + lengths[i]]`` from ``addrs[i]``.
+
+        Args:
+            buffer: a memoryview (or other sliceable bytes-like object) the transport may reuse
+                after this call; offsets, lengths: ints, bytes; addrs: one per datagram (the
+                shortest of the three lists sets the count); now: seconds (monotonic).
+
+        Exactly :meth:`receive_datagram` for each in turn (same errors: none for bad input;
+        may queue output: flush with :meth:`datagrams_to_send`, drain :meth:`next_event`).
+        Socket types override it with a faster loop (issue 15).
+        """
+        feed = self.receive_datagram
+        for offset, length, addr in zip(offsets, lengths, addrs):
+            feed(buffer[offset : offset + length], addr, now)
+
+    def _malformed(self, addr: Hashable, exc: DecodeError) -> None:
+        self._counters.malformed += 1
+        self._emit(FrameRejected(addr, RejectReason.MALFORMED, exc.reason))
+
+    def _data_peer(self, sid: int, peer: Peer | None, addr: Hashable, now: float) -> Peer | None:
+        """The peer a data frame of session ``sid`` from ``addr`` belongs to, its liveness, path
+        and state updated (``peer``: the table's entry, or None); None when the session is
+        unknown (counted and reported)."""
+        if peer is None and (peer := self._cookie_peer(sid, addr, now)) is None:
+            self._unknown_session(sid, addr, "data")
+            return None
+        peer._last_seen = now
+        if peer._addr != addr:
+            self._path_frame(peer, addr, now)
+        elif peer._paths:
+            self._cancel_paths(peer, "old path alive")
+        if peer._state is not _CONNECTED:
+            self._set_state(peer, _CONNECTED, now)
+        return peer
 
     def _on_control(self, frame: ControlFrame, addr: Hashable, now: float) -> None:
         kind = frame.kind

@@ -214,14 +214,8 @@ class RecvQueue:
         evicted = reassembler.evicted
         try:
             parts = reassembler.add(frame, now, key)
-        except FrameTooLarge:
-            self.too_large += 1
-            if reassembler.evicted != evicted:
-                self._report_evicted()
-            return PushResult.TOO_LARGE
-        except DecodeError:
-            self.rejected += 1
-            return PushResult.REJECTED
+        except DecodeError as exc:
+            return self.push_failed(exc, evicted)
         if reassembler.evicted != evicted:
             self._report_evicted()
         if parts is None:
@@ -236,6 +230,19 @@ class RecvQueue:
             dedup[key] = until
             self._dedup_order.append((until, key))
         return PushResult.COMPLETE
+
+    def push_failed(self, exc: DecodeError, evicted: int) -> PushResult:
+        """Count a frame the reassembler refused with ``exc`` (``evicted``: its ``evicted``
+        counter before the call, since making room may have evicted messages first).
+        Returns TOO_LARGE for ``FrameTooLarge``, else REJECTED (an engine that inlines
+        :meth:`push` calls this for the failures)."""
+        if isinstance(exc, FrameTooLarge):
+            self.too_large += 1
+            if self.reassembler.evicted != evicted:
+                self._report_evicted()
+            return PushResult.TOO_LARGE
+        self.rejected += 1
+        return PushResult.REJECTED
 
     def _report_evicted(self) -> None:
         keys = self.reassembler.take_evicted()

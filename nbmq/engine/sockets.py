@@ -46,11 +46,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import codec
-from ..errors import InteropError, NotSupported, WouldBlock
+from ..errors import DecodeError, InteropError, NotSupported, WouldBlock
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import SocketOptions
 from ..wire import DataFrame, FrameKind
-from .connection import Connection, Datagram
+from .connection import _CONNECTED, Connection, Datagram
 from .peers import Peer
 from .queues import PushResult, RecvQueue, SendQueue
 
@@ -61,6 +61,7 @@ Buffer = Any  # bytes-like: bytes, bytearray, memoryview, numpy uint8
 _S = TypeVar("_S", bound="Socket")
 
 _COMPLETE = PushResult.COMPLETE
+_DROPPED = PushResult.DROPPED
 _DUPLICATE = PushResult.DUPLICATE
 _DROP_FOR = {
     PushResult.DROPPED: DropReason.RECV_HWM,
@@ -276,7 +277,7 @@ class Socket(Connection):
 
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""
-        return len(self._recvq)
+        return len(self._ready)  # len(self._recvq), inlined: polled once per message
 
     @property
     def incomplete_messages(self) -> int:
@@ -335,6 +336,135 @@ class Socket(Connection):
         result = self._recvq.push(frame, now)
         if result > _COMPLETE:
             self._data_result(result, frame)
+
+    def _receive_unacked(self, data: Any, addr: Hashable, now: float) -> None:
+        """Feed one datagram the network delivered (Dealer's and Dish's ``receive_datagram``).
+
+        Args:
+            data: the datagram, any bytes-like object; may be a view of a buffer the transport
+                reuses after this call (a data chunk is copied once, into its message).
+            addr: where it came from (hashable; ``(host, port)`` for UDP).
+            now: arrival time, seconds (monotonic).
+
+        The contract of :meth:`Connection.receive_datagram`: never raises for bad input
+        (counted and reported as events); may queue output: flush with
+        :meth:`datagrams_to_send` after calling this, and drain :meth:`next_event`. For a data
+        frame of a connected peer on its known path, ``_on_data`` and ``RecvQueue.push``
+        (without dedup or refusal, which these types do not use) are inlined: the
+        per-message hot path (issue 15). Every other frame and every failed push takes the
+        shared code, so behaviour, counters and events are unchanged."""
+        self._now = now
+        counters = self._counters
+        counters.datagrams_in += 1
+        counters.bytes_in += len(data)
+        if self._closed:
+            return
+        try:
+            frame = _parse_frame(data)
+        except DecodeError as exc:
+            self._malformed(addr, exc)
+            return
+        if frame.__class__ is not DataFrame:
+            counters.control_frames_in += 1
+            self._on_control(frame, addr, now)  # type: ignore[arg-type]
+            return
+        peer = self._peers.get(frame[0])
+        if peer is None or peer._addr != addr or peer._paths or peer._state is not _CONNECTED:
+            peer = self._data_peer(frame[0], peer, addr, now)
+            if peer is None:
+                return
+        else:
+            peer._last_seen = now
+        recvq = self._recvq
+        if recvq._dedup is not None or recvq.refuse_when_full:  # (set by a subclass)
+            self._on_data(frame, data, peer, now)
+            return
+        # RecvQueue.push without dedup or refusal, inlined; errors and evictions go to push
+        reassembler = recvq.reassembler
+        evicted = reassembler.evicted
+        try:
+            parts = reassembler.add(frame, now)
+        except DecodeError as exc:  # FrameTooLarge too
+            self._data_result(recvq.push_failed(exc, evicted), frame)
+            return
+        if reassembler.evicted != evicted:
+            recvq._report_evicted()
+        if parts is None:
+            return
+        ready = recvq._ready
+        if len(ready) >= recvq.recv_hwm:
+            recvq.dropped_hwm += 1
+            self._data_result(_DROPPED, frame)
+            return
+        ready.append(parts)
+        recvq.completed += 1
+
+    def _receive_batch_unacked(
+        self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
+    ) -> None:
+        """Dealer's and Dish's ``receive_datagrams`` (see
+        :meth:`Connection.receive_datagrams`: the same as :meth:`receive_datagram` for each
+        datagram in turn; may queue output: flush with :meth:`datagrams_to_send`).
+
+        The fast case of :meth:`_receive_unacked` (a data frame of a connected peer on its
+        known path) runs in this one loop with the engine's state in locals (counters are
+        summed per batch); every other datagram goes through :meth:`receive_datagram`
+        itself, after the counters are brought up to date."""
+        recvq = self._recvq
+        if self._closed or recvq._dedup is not None or recvq.refuse_when_full:
+            Connection.receive_datagrams(self, buffer, offsets, lengths, addrs, now)
+            return
+        self._now = now
+        counters = self._counters
+        peers = self._peers
+        ready = recvq._ready
+        reassembler = recvq.reassembler
+        parse = _parse_frame
+        slow = self.receive_datagram
+        count = nbytes = completed = 0
+        batch = zip(offsets, lengths, addrs)
+        for offset, length, addr in batch:
+            data = buffer[offset : offset + length]
+            try:
+                frame = parse(data)
+            except DecodeError:
+                frame = None
+            if frame.__class__ is DataFrame:
+                peer = peers.get(frame[0])
+                if (peer is not None and peer._addr == addr and not peer._paths
+                        and peer._state is _CONNECTED):
+                    peer._last_seen = now
+                    count += 1
+                    nbytes += len(data)
+                    evicted = reassembler.evicted
+                    try:
+                        parts = reassembler.add(frame, now)
+                    except DecodeError as exc:  # FrameTooLarge too
+                        self._data_result(recvq.push_failed(exc, evicted), frame)
+                        continue
+                    if reassembler.evicted != evicted:
+                        recvq._report_evicted()
+                    if parts is None:
+                        continue
+                    if len(ready) < recvq.recv_hwm:
+                        ready.append(parts)
+                        completed += 1
+                    else:
+                        recvq.dropped_hwm += 1
+                        self._data_result(_DROPPED, frame)
+                    continue
+            counters.datagrams_in += count
+            counters.bytes_in += nbytes
+            recvq.completed += completed
+            count = nbytes = completed = 0
+            slow(data, addr, now)
+            if self._closed or recvq.reassembler is not reassembler:
+                for offset, length, addr in batch:  # the rest, one by one
+                    slow(buffer[offset : offset + length], addr, now)
+                return
+        counters.datagrams_in += count
+        counters.bytes_in += nbytes
+        recvq.completed += completed
 
     def _data_result(self, result: PushResult, frame: DataFrame) -> None:
         if result is PushResult.DUPLICATE:
@@ -403,6 +533,9 @@ class Dealer(Socket):
 
     See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference).
     """
+
+    receive_datagram = Socket._receive_unacked
+    receive_datagrams = Socket._receive_batch_unacked
 
 
 class SafeDealer(Socket):
@@ -498,3 +631,8 @@ class Dish(Socket):
     """Receive-only peer of Radio; ``send`` raises NotSupported."""
 
     CAN_SEND = False
+    receive_datagram = Socket._receive_unacked
+    receive_datagrams = Socket._receive_batch_unacked
+
+
+_parse_frame = codec.parse_frame

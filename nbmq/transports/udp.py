@@ -143,19 +143,18 @@ class DatagramLink:
 
     def receive(self, engine: Any, now: float, budget: int) -> int:
         """Read at most ``budget`` datagrams (in batches; never more, even from a GRO read)
-        and feed each to ``engine.receive_datagram`` as a view of the batch buffer. New
+        and feed them to ``engine.receive_datagrams`` as views of the batch buffer. New
         kernel receive-buffer drops go to ``engine.kernel_dropped``. Returns how many were
         read."""
         io = self.io
         view, batch = io.view, io.batch
-        feed = engine.receive_datagram
+        feed = engine.receive_datagrams  # one call per batch: the engine's fast loop
         total = 0
         while total < budget:
             n, offsets, lengths, addrs = io.recv(budget - total)
             if not n:
                 break
-            for offset, length, addr in zip(offsets[:n].tolist(), lengths[:n].tolist(), addrs):
-                feed(view[offset : offset + length], addr, now)
+            feed(view, offsets[:n].tolist(), lengths[:n].tolist(), addrs, now)
             total += n
             if n < batch:
                 break
