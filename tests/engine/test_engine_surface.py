@@ -43,6 +43,7 @@ def test_engine_imports_no_io_clock_or_global_random(path):
 
 SURFACE = {
     "receive_datagram": ["data", "addr", "now"],
+    "receive_datagrams": ["buffer", "offsets", "lengths", "addrs", "now"],
     "datagrams_to_send": ["now"],
     "send": ["parts", "now"],
     "recv": [],
@@ -67,7 +68,7 @@ def test_surface_signatures(cls):
     assert list(inspect.signature(cls).parameters) == ["options", "rng"]
 
 
-@pytest.mark.parametrize("name", ["receive_datagram", "send", "tick", "connect", "close"])
+@pytest.mark.parametrize("name", ["receive_datagram", "receive_datagrams", "send", "tick", "connect", "close"])
 def test_methods_that_queue_output_say_so(name):
     doc = inspect.getdoc(getattr(Dealer, name)) or ""
     assert "datagrams_to_send" in doc, name
