@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ReportData", "collect", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
+__all__ = ["ReportData", "collect", "span_columns", "SPAN_COLUMNS", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
 
 #: The reference's defaults (nbmq.options: peer_heartbeat_ivl 1 s, uncompleted_message_ttl 10 s).
 HEARTBEAT_INTERVAL_S = 1.0
@@ -26,6 +26,8 @@ MESSAGE_TTL_S = 10.0
 #: A heartbeat gap is reported past this multiple of the interval (one lost heartbeat).
 GAP_FACTOR = 1.5
 _BINS = 120
+#: What :func:`collect` needs per capture before its other jobs: see :func:`span_columns`.
+SPAN_COLUMNS = ["capture", "t0", "t1", "control", "heartbeats"]
 _MAX_CONTROL_ROWS = 4000
 _MAX_GAPS = 200
 _MAX_SESSIONS = 5000
@@ -97,13 +99,30 @@ def _pd(df: DataFrame, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
 
 
-def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
+def span_columns() -> list[Any]:
+    """Aggregate columns (per capture) for :data:`SPAN_COLUMNS` but ``capture``: the time axis
+    ``t0``/``t1`` (epoch s; null when no frame has a timestamp) and the counts of valid control
+    frames (Connect, Connected, Disconnected) and heartbeats."""
+    from pyspark.sql import functions as F
+
+    valid = F.col("error").isNull()
+    return [
+        (F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1"),
+        F.count(F.when(F.col("kind").isin(1, 2, 3) & valid, 1)).alias("control"),
+        F.count(F.when((F.col("kind") == 4) & valid, 1)).alias("heartbeats"),
+    ]
+
+
+def collect(spark: SparkSession, tables: dict[str, str], spans: list[dict[str, Any]] | None = None) -> ReportData:
     """Aggregate the pipeline's Parquet tables for the report.
 
     Args:
         spark: the pipeline's session.
         tables: table name -> Parquet path, as the pipeline's summary ``tables``: ``frames``,
             ``messages``, ``sessions`` and, when written, ``bqsp`` / ``rqueue``.
+        spans: one dict per capture with :data:`SPAN_COLUMNS` (from :func:`span_columns` over
+            the frames table), when the caller has it already (the pipeline's summary); else one
+            more Spark job computes it.
 
     Returns:
         A :class:`ReportData`. SafeDealer ack round trips need the frames' ``payload`` column
@@ -119,27 +138,23 @@ def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
 
     jobs = _Jobs()
     try:
-        return _collect(spark, tables, jobs, frames, messages, sessions, notes)
+        return _collect(spark, tables, jobs, frames, messages, sessions, notes, spans)
     finally:
         jobs.close()
 
 
 def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: DataFrame, messages: DataFrame,
-             sessions: DataFrame, notes: list[str]) -> ReportData:
+             sessions: DataFrame, notes: list[str], spans: list[dict[str, Any]] | None) -> ReportData:
     import pandas as pd
     from pyspark.sql import functions as F
 
     # One shared time axis per capture: the first and last valid frame. The same small scan counts
-    # the control frames and heartbeats, so the full passes for them are skipped when there are none.
-    valid = F.col("error").isNull()
-    spans_job = jobs.submit(
-        frames.groupBy("capture").agg(
-            (F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1"),
-            F.count(F.when(F.col("kind").isin(1, 2, 3) & valid, 1)).alias("control"),
-            F.count(F.when((F.col("kind") == 4) & valid, 1)).alias("heartbeats"),
-        ),
-        ["capture", "t0", "t1", "control", "heartbeats"],
-    )
+    # the control frames and heartbeats, so the full passes for them are skipped when there are none;
+    # the pipeline hands it over from its summary's pass.
+    if spans is not None:
+        spans_job = _empty(SPAN_COLUMNS, spans)
+    else:
+        spans_job = jobs.submit(frames.groupBy("capture").agg(*span_columns()), SPAN_COLUMNS)
     sessions_job = jobs.submit(sessions.orderBy("capture", "first_ts").limit(_MAX_SESSIONS), sessions.columns)
     stream_spans = {
         protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol])) for protocol in ("bqsp", "rqueue") if protocol in tables
@@ -358,12 +373,12 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
             table["session_id"] = _attribute_session(table, clients)
 
 
-def _empty(columns: Any) -> Future[pd.DataFrame]:
-    """A finished job with no rows (what :func:`_pd` returns for an empty result)."""
+def _empty(columns: Any, rows: list[dict[str, Any]] | None = None) -> Future[pd.DataFrame]:
+    """A finished job with ``rows`` (default none), as :func:`_pd` returns them."""
     import pandas as pd
 
     done: Future[pd.DataFrame] = Future()
-    done.set_result(pd.DataFrame(columns=list(columns)))
+    done.set_result(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns)))
     return done
 
 
