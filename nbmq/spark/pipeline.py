@@ -162,10 +162,16 @@ class _Steps:
             self.progress.stop()
 
 
-def _summary_rows(frames: Any, messages: Any, sessions: Any, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+def _summary_rows(frames: Any, messages: Any, sessions: Any, names: Sequence[str] = (),
+                  spans: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The summary's rows; ``spans`` (if given) receives the report's time axes and kind counts
+    (:data:`nbmq.spark.report.aggregate.SPAN_COLUMNS`) from the same pass over the frames."""
     from pyspark.sql import functions as F
 
+    from .report.aggregate import span_columns
+
     f = frames.groupBy("capture").agg(
+        *span_columns(),
         F.count("frame_number").alias("datagrams"),
         F.count(F.when(F.col("error").isNotNull() & F.col("frame_number").isNotNull(), 1)).alias("error_rows"),
         F.count(F.when(F.col("frame_number").isNull(), 1)).alias("capture_errors"),
@@ -179,8 +185,12 @@ def _summary_rows(frames: Any, messages: Any, sessions: Any, names: Sequence[str
         F.coalesce(F.sum("rejected"), F.lit(0)).alias("rejected"),
     )
     s = sessions.groupBy("capture").agg(F.count(F.lit(1)).alias("sessions"))
-    joined = f.join(m, "capture", "left").join(s, "capture", "left").fillna(0)
+    joined = f.join(m, "capture", "left").join(s, "capture", "left").fillna(0, subset=SUMMARY_COLUMNS[1:])
     rows = [r.asDict() for r in joined.collect()]
+    if spans is not None:
+        from .report.aggregate import SPAN_COLUMNS
+
+        spans += [{c: r[c] for c in SPAN_COLUMNS} for r in rows]
     out = [{c: (r[c] if c == "capture" else int(r[c] or 0)) for c in SUMMARY_COLUMNS} for r in rows]
     seen = {r["capture"] for r in out}
     for name in names:  # a capture without a single row (no UDP datagram in it)
@@ -298,7 +308,8 @@ def run(
         streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports)
 
         steps.step("summary and report")
-        rows = _summary_rows(frames, messages, sessions, [Path(p).name for p in files])
+        spans: list[dict[str, Any]] = []
+        rows = _summary_rows(frames, messages, sessions, [Path(p).name for p in files], spans)
         totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
         summary: dict[str, Any] = {
             "out_dir": str(out_dir),
@@ -314,7 +325,7 @@ def run(
 
             summary["seconds"] = time.perf_counter() - started
             try:  # a report bug must not cost the tables and summary.json (issue 11)
-                write_report(out / "report.html", summary, collect(spark, tables))
+                write_report(out / "report.html", summary, collect(spark, tables, spans=spans))
                 summary["report"] = str(out / "report.html")
             except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
                 summary["report_error"] = f"{type(exc).__name__}: {exc}"

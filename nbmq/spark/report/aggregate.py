@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ReportData", "collect", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
+__all__ = ["ReportData", "collect", "span_columns", "SPAN_COLUMNS", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
 
 #: The reference's defaults (nbmq.options: peer_heartbeat_ivl 1 s, uncompleted_message_ttl 10 s).
 HEARTBEAT_INTERVAL_S = 1.0
@@ -26,6 +26,8 @@ MESSAGE_TTL_S = 10.0
 #: A heartbeat gap is reported past this multiple of the interval (one lost heartbeat).
 GAP_FACTOR = 1.5
 _BINS = 120
+#: What :func:`collect` needs per capture before its other jobs: see :func:`span_columns`.
+SPAN_COLUMNS = ["capture", "t0", "t1", "control", "heartbeats"]
 _MAX_CONTROL_ROWS = 4000
 _MAX_GAPS = 200
 _MAX_SESSIONS = 5000
@@ -97,13 +99,30 @@ def _pd(df: DataFrame, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
 
 
-def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
+def span_columns() -> list[Any]:
+    """Aggregate columns (per capture) for :data:`SPAN_COLUMNS` but ``capture``: the time axis
+    ``t0``/``t1`` (epoch s; null when no frame has a timestamp) and the counts of valid control
+    frames (Connect, Connected, Disconnected) and heartbeats."""
+    from pyspark.sql import functions as F
+
+    valid = F.col("error").isNull()
+    return [
+        (F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1"),
+        F.count(F.when(F.col("kind").isin(1, 2, 3) & valid, 1)).alias("control"),
+        F.count(F.when((F.col("kind") == 4) & valid, 1)).alias("heartbeats"),
+    ]
+
+
+def collect(spark: SparkSession, tables: dict[str, str], spans: list[dict[str, Any]] | None = None) -> ReportData:
     """Aggregate the pipeline's Parquet tables for the report.
 
     Args:
         spark: the pipeline's session.
         tables: table name -> Parquet path, as the pipeline's summary ``tables``: ``frames``,
             ``messages``, ``sessions`` and, when written, ``bqsp`` / ``rqueue``.
+        spans: one dict per capture with :data:`SPAN_COLUMNS` (from :func:`span_columns` over
+            the frames table), when the caller has it already (the pipeline's summary); else one
+            more Spark job computes it.
 
     Returns:
         A :class:`ReportData`. SafeDealer ack round trips need the frames' ``payload`` column
@@ -119,28 +138,30 @@ def collect(spark: SparkSession, tables: dict[str, str]) -> ReportData:
 
     jobs = _Jobs()
     try:
-        return _collect(spark, tables, jobs, frames, messages, sessions, notes)
+        return _collect(spark, tables, jobs, frames, messages, sessions, notes, spans)
     finally:
         jobs.close()
 
 
 def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: DataFrame, messages: DataFrame,
-             sessions: DataFrame, notes: list[str]) -> ReportData:
+             sessions: DataFrame, notes: list[str], spans: list[dict[str, Any]] | None) -> ReportData:
     import pandas as pd
     from pyspark.sql import functions as F
 
-    # One shared time axis per capture: the first and last valid frame.
-    spans_job = jobs.submit(
-        frames.where(F.col("ts_ns").isNotNull())
-        .groupBy("capture")
-        .agg((F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1")),
-        ["capture", "t0", "t1"],
-    )
+    # One shared time axis per capture: the first and last valid frame. The same small scan counts
+    # the control frames and heartbeats, so the full passes for them are skipped when there are none;
+    # the pipeline hands it over from its summary's pass.
+    if spans is not None:
+        spans_job = _empty(SPAN_COLUMNS, spans)
+    else:
+        spans_job = jobs.submit(frames.groupBy("capture").agg(*span_columns()), SPAN_COLUMNS)
     sessions_job = jobs.submit(sessions.orderBy("capture", "first_ts").limit(_MAX_SESSIONS), sessions.columns)
     stream_spans = {
         protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol])) for protocol in ("bqsp", "rqueue") if protocol in tables
     }
     spans = spans_job.result()
+    kinds = {"control": int(spans["control"].sum()), "heartbeats": int(spans["heartbeats"].sum())}
+    spans = spans[spans["t0"].notna()]  # min() skips nulls: a capture with no timestamped frame has none
     caps = [
         {"capture": r.capture, "protocol": "nbmq", "t0": float(r.t0), "span_s": float(r.t1 - r.t0),
          "width_s": nice_bin_width(float(r.t1 - r.t0), _BINS)}
@@ -172,14 +193,15 @@ def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: D
         for protocol, span in stream_spans.items()
     }
     if caps:
-        _udp(spark, jobs, data, frames, messages, sessions, caps)
+        _udp(spark, jobs, data, frames, messages, sessions, caps, kinds)
     data.streams = {protocol: {k: v.result() for k, v in tables_.items()} for protocol, tables_ in streams.items()}
     return data
 
 
 def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, messages: DataFrame,
-         sessions: DataFrame, caps: list[dict[str, Any]]) -> None:
-    """Fill ``data``'s nbmq tables: about ten Spark jobs, two of them full passes over the frames."""
+         sessions: DataFrame, caps: list[dict[str, Any]], kinds: dict[str, int]) -> None:
+    """Fill ``data``'s nbmq tables: about ten Spark jobs, one to three of them full passes over the
+    frames (control frames and heartbeats only when ``kinds`` counted some)."""
     import pandas as pd
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -285,7 +307,7 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     )
 
     # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
-    control_job = jobs.submit(
+    control_job = _empty(data.control.columns) if not kinds["control"] else jobs.submit(
         f.where(F.col("kind").isin(1, 2, 3) & valid)
         .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
         .orderBy("capture", "at_s")
@@ -295,7 +317,7 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     hb = f.where((F.col("kind") == 4) & valid).select("capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s"))
     w = Window.partitionBy("capture", "session_id", "src").orderBy("at_s")
     hb_gaps = hb.select("capture", "session_id", "src", "dst", "at_s", F.lag("at_s").over(w).alias("prev_s"))
-    heartbeats_job = jobs.submit(
+    heartbeats_job = _empty(list(data.heartbeats.columns) + ["long"]) if not kinds["heartbeats"] else jobs.submit(
         hb_gaps.groupBy("capture", "session_id", "src", "dst").agg(
             F.count(F.lit(1)).alias("n"), F.min("at_s").alias("first_s"), F.max("at_s").alias("last_s"),
             F.sum((F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).cast("int")).alias("long"),
@@ -349,6 +371,15 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
         table = getattr(data, name)
         if len(table):
             table["session_id"] = _attribute_session(table, clients)
+
+
+def _empty(columns: Any, rows: list[dict[str, Any]] | None = None) -> Future[pd.DataFrame]:
+    """A finished job with ``rows`` (default none), as :func:`_pd` returns them."""
+    import pandas as pd
+
+    done: Future[pd.DataFrame] = Future()
+    done.set_result(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns)))
+    return done
 
 
 def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
