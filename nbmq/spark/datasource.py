@@ -113,17 +113,34 @@ class NbmqDataSource(DataSource):
         return NbmqReader(dict(self.options), schema)
 
 
+def frames_request(options: dict[str, str], schema: StructType, source: str, wanted: str) -> list[str]:
+    """The paths of a frames source's options, after checking the requested columns.
+
+    Args:
+        options: the source's options (``paths`` or ``path``: comma-separated).
+        schema: the requested columns, any subset of ``FRAMES_SCHEMA``.
+        source: the source's name for messages; wanted: what to give when no path is set.
+
+    Returns:
+        The paths, as given (expanded later).
+
+    Raises:
+        ValueError: no path, or a column the frames table does not have.
+    """
+    raw = options.get("paths") or options.get("path")
+    if not raw:
+        raise ValueError(f"{source}: give {wanted}")
+    unknown = [name for name in schema.fieldNames() if name not in FRAMES_SCHEMA.fieldNames()]
+    if unknown:
+        raise ValueError(f"{source}: no such frames column(s) {unknown}; see nbmq.spark.schema")
+    return _split_paths(raw)
+
+
 class NbmqReader(DataSourceReader):
     """Plans one partition per file (or per byte range) and reads it into Arrow batches."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        raw = options.get("paths") or options.get("path")
-        if not raw:
-            raise ValueError("nbmq data source: give a path: .load(PATH) or .option('paths', ...)")
-        self.paths = _split_paths(raw)
-        unknown = [name for name in schema.fieldNames() if name not in FRAMES_SCHEMA.fieldNames()]
-        if unknown:
-            raise ValueError(f"nbmq data source: no such frames column(s) {unknown}; see nbmq.spark.schema")
+        self.paths = frames_request(options, schema, "nbmq data source", "a path: .load(PATH) or .option('paths', ...)")
         self.schema = schema
         self.split_bytes = int(options.get("split_bytes", DEFAULT_SPLIT_BYTES))
         self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))

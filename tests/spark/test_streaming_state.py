@@ -129,3 +129,19 @@ def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
         assert batch.num_rows == 1 and batch.column("error")[0].as_py() == (
             f"capture: rotated away before it was read ({part.end - part.start} bytes lost)"
         )
+
+
+def test_batch_and_stream_readers_check_their_request_alike():
+    """One check for both frames sources: a missing path and an unknown column are clear errors."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from nbmq.spark.datasource import NbmqReader
+    from nbmq.spark.schema import FRAMES_SCHEMA
+    from nbmq.spark.streaming.source import NbmqStreamReader
+
+    bogus = StructType([StructField("no_such_column", LongType())])
+    for reader, name in ((NbmqReader, "nbmq data source"), (NbmqStreamReader, "nbmq stream source")):
+        with pytest.raises(ValueError, match=f"{name}: give "):
+            reader({}, FRAMES_SCHEMA)
+        with pytest.raises(ValueError, match=r"no such frames column\(s\) \['no_such_column'\]"):
+            reader({"path": "/nowhere"}, bogus)

@@ -36,8 +36,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from ..datasource import DEFAULT_BATCH_ROWS, NbmqDataSource, _split_paths, expand_paths
-from ..schema import FRAMES_SCHEMA
+from ..datasource import DEFAULT_BATCH_ROWS, NbmqDataSource, expand_paths, frames_request
 
 __all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range"]
 
@@ -90,13 +89,7 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        raw = options.get("paths") or options.get("path")
-        if not raw:
-            raise ValueError("nbmq stream source: give a folder: .load(DIR)")
-        self.paths = _split_paths(raw)
-        unknown = [n for n in schema.fieldNames() if n not in FRAMES_SCHEMA.fieldNames()]
-        if unknown:
-            raise ValueError(f"nbmq stream source: no such frames column(s) {unknown}")
+        self.paths = frames_request(options, schema, "nbmq stream source", "a folder: .load(DIR)")
         self.schema = schema
         self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
         self.split_bytes = int(options.get("split_bytes", DEFAULT_STREAM_SPLIT_BYTES))
