@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,19 +187,38 @@ def read_partition(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from ..capture import read_datagrams
-    from ..errors import NbmqError
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     capture = os.path.basename(partition.path)
-    try:
-        batch = read_datagrams(
+    yield from read_frames_batches(
+        capture,
+        lambda: read_datagrams(
             capture_source(partition.path),
             start=partition.start,
             end=partition.end,
             udp_ports=udp_ports,
             first_frame=partition.first_frame,
             walk_from=partition.walk_from,
-        )
+        ),
+        arrow_schema,
+        batch_rows,
+    )
+
+
+def read_frames_batches(
+    capture: str, read: Callable[[], Any], arrow_schema: pa.Schema, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """Run ``read`` (returns a ``DatagramBatch``) and yield its frames rows, then one row for
+    the capture damage it counted; an unreadable capture is one error row, never a failed task.
+
+    Args:
+        capture: the ``capture`` column's value; arrow_schema: the rows' schema;
+        batch_rows: most rows per Arrow batch.
+    """
+    from ..errors import NbmqError
+
+    try:
+        batch = read()
     except (NbmqError, OSError, ValueError, struct.error) as exc:
         yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)
         return

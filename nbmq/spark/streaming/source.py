@@ -203,14 +203,12 @@ def read_stream_range(
         a capture (reason starting with ``"capture: "``).
     """
     import mmap
-    import struct
 
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from ...capture import read_datagrams
     from ...capture.files.formats import detect_format
-    from ...errors import NbmqError
-    from ..datasource import _capture_error_batch, frames_batches
+    from ..datasource import _capture_error_batch, read_frames_batches
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     capture = os.path.basename(part.path)
@@ -228,16 +226,10 @@ def read_stream_range(
         return
     os.close(fd)
     view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
-    try:
+
+    def read() -> Any:
         pcap = detect_format(view, part.end) == "pcap"
-        batch = read_datagrams(
-            view, start=part.start, udp_ports=udp_ports, first_frame=part.first_frame if pcap else None
-        )
-    except (NbmqError, OSError, ValueError, struct.error) as exc:
-        yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)
-        return
-    yield from frames_batches(capture, batch, arrow_schema, batch_rows)
-    if batch.errors:
-        yield _capture_error_batch(
-            capture, [f"capture: {r}" for r in batch.error_reasons], batch.errors, arrow_schema
-        )
+        return read_datagrams(view, start=part.start, udp_ports=udp_ports,
+                              first_frame=part.first_frame if pcap else None)
+
+    yield from read_frames_batches(capture, read, arrow_schema, batch_rows)
