@@ -150,6 +150,18 @@ def _shb_order(buf: object, size: int, pos: int) -> str | None:
     return None
 
 
+def _first_section_order(buf: object, size: int) -> str:
+    """Byte order of the Section Header Block that must open the file.
+
+    Raises:
+        CaptureError: the file does not start with a valid Section Header Block.
+    """
+    order = _shb_order(buf, size, 0)
+    if order is None:
+        raise CaptureError("not a pcapng capture: bad or truncated section header block")
+    return order
+
+
 def _interface(block: bytes, order: str, log: ErrorLog, pos: int) -> Interface:
     linktype, _res, snaplen = struct.unpack_from(order + "HHI", block, 8)
     iface = Interface(linktype=linktype, snaplen=snaplen)
@@ -187,9 +199,7 @@ def walk_pcapng(
         CaptureError: the file does not start with a valid Section Header Block.
     """
     buf, size = cap.buf, cap.size
-    order = _shb_order(buf, size, 0)
-    if order is None:
-        raise CaptureError("not a pcapng capture: bad or truncated section header block")
+    order = _first_section_order(buf, size)
     out = PcapngPackets()
     interfaces: list[Interface] = []
     frame = 0
@@ -252,9 +262,7 @@ def first_interface(cap: OpenedCapture) -> Interface | None:
         CaptureError: the file does not start with a valid Section Header Block.
     """
     buf, size = cap.buf, cap.size
-    order = _shb_order(buf, size, 0)
-    if order is None:
-        raise CaptureError("not a pcapng capture: bad or truncated section header block")
+    order = _first_section_order(buf, size)
     pos = 0
     while pos + 12 <= size:
         btype, blen = struct.unpack_from(order + "II", buf, pos)  # type: ignore[call-overload]
