@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 import random
-from enum import IntEnum
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz.twins import norm  # one picture of a codec result for the tests and the fuzz targets
 from nbmq.errors import DecodeError
 from nbmq.wire import DataFrame
 
@@ -39,23 +39,6 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def _c_extension_wanted(request):
     if not request.config.getoption("c_extensions"):
         pytest.skip("the Cython case is off (--no-c-extensions / NBMQ_NO_EXTENSIONS)")
-
-
-def norm(obj):
-    """A comparable, type-aware picture of a codec result."""
-    if isinstance(obj, memoryview):
-        return ("memoryview", obj.format, obj.tobytes())
-    if isinstance(obj, np.ndarray):
-        return ("ndarray", obj.dtype.str, obj.dtype.names, obj.shape, obj.tobytes())
-    if isinstance(obj, IntEnum):
-        return (type(obj).__name__, int(obj))
-    if isinstance(obj, tuple):
-        return (type(obj).__name__, tuple(norm(x) for x in obj))
-    if isinstance(obj, list):
-        return [norm(x) for x in obj]
-    if isinstance(obj, (int, bytes, str, float, type(None))):
-        return (type(obj).__name__, obj)
-    raise AssertionError(f"unexpected result type {type(obj)}")
 
 
 def outcome(fn, *args, **kwargs):
