@@ -72,6 +72,20 @@ _ACK = FrameKind.ACK
 _MAX_CHUNK = codec.MAX_CHUNK_SIZE
 
 
+def _load_fast() -> Any:
+    """The compiled hot path (:mod:`nbmq.engine._fast`) when the codec is compiled too (its
+    receive loop does what the compiled Reassembler does); None: the Python code here runs."""
+    if codec.IMPLEMENTATION != "cython":
+        return None
+    try:
+        from . import _fast  # type: ignore[attr-defined]
+    except ImportError:
+        if codec._flag("NBMQ_REQUIRE_EXTENSIONS"):
+            raise
+        return None
+    return _fast
+
+
 class Socket(Connection):
     """What every socket type shares: the queues, ``send``/``recv``, ``tick`` and the flush.
 
@@ -480,7 +494,10 @@ class Socket(Connection):
     def _take_data(self, now: float, out: list[Datagram]) -> None:
         sendq = self._sendq
         if sendq._queue:
-            sendq.take(now, self._max_tick_send, out, self._ring)
+            if _fast is not None:  # SendQueue.take's small-message case, compiled
+                _fast.take(sendq, now, self._max_tick_send, out, self._ring)
+            else:
+                sendq.take(now, self._max_tick_send, out, self._ring)
 
     def _on_peer_removed(self, peer: Peer, reason: DisconnectReason, now: float) -> None:
         pass  # its queued and in-flight frames are dropped lazily (PEER_GONE)
@@ -528,14 +545,24 @@ def _check_parts(parts: Sequence[Buffer]) -> None:
         memoryview(part)
 
 
+_fast = _load_fast()
+if _fast is not None:
+    _fast.install(Socket.send)
+
+
 class Dealer(Socket):
     """Duplex, fire-and-forget socket: messages go to connected peers in turn (round-robin).
 
-    See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference).
+    See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference). With the
+    extensions built, ``send``, ``receive_datagrams`` and the queue's ``take`` run compiled
+    (:mod:`nbmq.engine._fast`, issue 15 item 2), with the same effects as the code here.
     """
 
     receive_datagram = Socket._receive_unacked
     receive_datagrams = Socket._receive_batch_unacked
+    if _fast is not None:
+        send = _fast.send
+        receive_datagrams = _fast.receive_batch
 
 
 class SafeDealer(Socket):
@@ -633,6 +660,8 @@ class Dish(Socket):
     CAN_SEND = False
     receive_datagram = Socket._receive_unacked
     receive_datagrams = Socket._receive_batch_unacked
+    if _fast is not None:
+        receive_datagrams = _fast.receive_batch
 
 
 _parse_frame = codec.parse_frame

@@ -1,0 +1,310 @@
+# cython: language_level=3, embedsignature=True, boundscheck=False, wraparound=False
+"""Compiled per-message hot path of Dealer (and Dish) (issue 15 item 2).
+
+Three functions, each the exact twin of pure-Python engine code it replaces when built
+(``nbmq.engine.sockets`` picks them; ``NBMQ_NO_EXTENSIONS=1`` keeps the Python code):
+
+- :func:`send`: ``Socket.send`` for a one-part ``bytes`` message of at most 466 bytes
+  (message id, ``send_hwm`` check, ``SendQueue.push_small``) in one call; every other message
+  goes to ``Socket.send`` itself.
+- :func:`take`: the leading run of such small messages of a fire-and-forget queue
+  (``SendQueue.take``'s common case: next peer in turn, encode the one frame, hand it out);
+  from the first other message on, ``SendQueue.take`` itself.
+- :func:`receive_batch`: ``Socket._receive_batch_unacked`` for a datagram that is a whole
+  one-frame message from a connected peer on its known path (parsed, checked and copied into
+  its part without building a frame object); every other datagram goes to
+  ``receive_datagram`` itself.
+
+Counters, events, output and the order of everything are those of the Python code
+(tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py).
+"""
+
+cimport numpy as cnp
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+
+from nbmq.engine.connection import Connection
+from nbmq.engine.peers import PeerState
+from nbmq.engine.queues import OutMessage, SendQueue
+from nbmq.errors import WouldBlock
+
+cnp.import_array()
+
+cdef object _CONNECTED = PeerState.CONNECTED
+cdef object _take_py = SendQueue.take
+cdef object _receive_py = Connection.receive_datagrams
+
+cdef enum:
+    DATA_HEADER = 34
+    MAX_FRAME = 500
+    MAX_CHUNK = 466
+    OVERHEAD = 256      # the reassembler's claim per message besides its bytes (MESSAGE_OVERHEAD)
+
+cdef uint64_t FNV_BASIS = 0xCBF29CE484222325ULL
+cdef uint64_t FNV_MUL = 0x100000001B3ULL
+
+
+cdef inline uint64_t _fnv(const unsigned char* p, Py_ssize_t n, uint64_t h) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * FNV_MUL
+    return h
+
+
+cdef inline uint64_t _be(const unsigned char* p, int n) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline void _put_be(unsigned char* p, uint64_t v, int n) noexcept nogil:
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        p[i] = <unsigned char>(v & 0xFF)
+        v >>= 8
+
+
+cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
+    """codec.message_id([part], nonce): FNV-1a 64 over the part, then the nonce (8 bytes BE)."""
+    cdef unsigned char b[8]
+    cdef uint64_t h = _fnv(<const unsigned char*>PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part),
+                           FNV_BASIS)
+    _put_be(b, nonce, 8)
+    return _fnv(b, 8, h)
+
+
+cdef object _send_py = None
+
+
+def install(socket_send):
+    """Set the function :func:`send` hands every other message to (``Socket.send``; the
+    engine module calls this once, as it cannot be imported from here without a cycle)."""
+    global _send_py
+    _send_py = socket_send
+
+
+def send(self, parts, now):
+    """``Socket.send(parts, now)`` of a Dealer (same arguments, errors and effects): a one-part
+    ``bytes`` message of at most 466 bytes is queued here; any other goes to ``Socket.send``."""
+    cdef object part
+    cdef uint64_t nonce
+    if (type(parts) is not list and type(parts) is not tuple) or len(parts) != 1:
+        return _send_py(self, parts, now)
+    part = parts[0]
+    if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
+            or self._opts.reference_compat):
+        return _send_py(self, parts, now)
+    self._now = now
+    sendq = self._sendq
+    if sendq.held >= sendq.send_hwm:
+        raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+    py_nonce = self._nonce
+    nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
+    # SendQueue.push_small, inlined (its send_hwm check was just made)
+    sendq._queue.append(OutMessage(None, PyLong_FromUnsignedLongLong(_message_id(part, nonce)),
+                                   None, None, part))
+    sendq.held += 1
+    sendq.pushed += 1
+    self._nonce = py_nonce + 1
+
+
+def take(sendq, double now, Py_ssize_t limit, list out, list ring):
+    """``SendQueue.take(now, limit, out, ring)`` (same arguments, return and effects).
+
+    Runs the leading small messages (``push_small``, no fixed peer, not dropped) of a queue
+    that is not safe, with a peer connected: each goes to the next peer of ``ring`` in turn as
+    one ``bytes`` frame. From the first other message on, ``SendQueue.take`` does the rest."""
+    cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr
+    cdef uint64_t sid = 0
+    cdef unsigned char* o
+    cdef bytes frame
+    cdef object small, msg, peer = None, addr = None, last = None
+    if sendq.safe or not nring:
+        return _take_py(sendq, now, limit, out, ring)
+    queue = sendq._queue
+    rr = sendq._rr
+    popleft = queue.popleft
+    while queue and n < limit:
+        msg = queue[0]
+        if type(msg) is not OutMessage:
+            break
+        small = msg.small
+        if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+            break
+        if rr >= nring:
+            rr = 0
+        peer = ring[rr]
+        rr += 1
+        if peer is not last:
+            if last is not None:
+                last._last_sent = now
+            last = peer
+            sid = PyLong_AsUnsignedLongLongMask(peer._sid)
+            addr = peer._addr
+        size = PyBytes_GET_SIZE(small)
+        frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
+        o = <unsigned char*>PyBytes_AS_STRING(frame)
+        o[0] = 1
+        o[1] = 0
+        _put_be(o + 2, sid, 8)
+        _put_be(o + 10, PyLong_AsUnsignedLongLongMask(msg.message_id), 8)
+        o[18] = 1
+        o[19] = 0
+        _put_be(o + 20, <uint64_t>size, 4)
+        _put_be(o + 24, <uint64_t>size, 4)
+        _put_be(o + 28, <uint64_t>size, 2)
+        _put_be(o + 30, 0, 4)
+        memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
+        msg.peer = peer
+        out.append((frame, addr))
+        nbytes += DATA_HEADER + size
+        n += 1
+        popleft()
+    if last is not None:
+        last._last_sent = now
+    sendq._rr = rr
+    sendq.held -= n
+    sendq.frames_out += n
+    sendq.bytes_out += nbytes
+    if n < limit and queue:
+        n += _take_py(sendq, now, limit - n, out, ring)
+    return n
+
+
+cdef inline bint _peer_ok(object peer, object addr):
+    return (peer is not None and peer._addr == addr and not peer._paths
+            and peer._state is _CONNECTED)
+
+
+def receive_batch(self, buffer, offsets, lengths, addrs, now):
+    """``Socket._receive_batch_unacked`` (Dealer's and Dish's ``receive_datagrams``): the same
+    as ``receive_datagram`` for each datagram in turn.
+
+    A datagram that is a valid data frame carrying a whole message (one part, one chunk, not
+    empty, within ``max_message_size`` and the incomplete-bytes budgets, while the reassembler
+    holds no incomplete message) from a connected peer on its known path is completed here,
+    as the compiled Reassembler's one-frame case does; any other goes to
+    ``receive_datagram``, after the counters summed so far are brought up to date."""
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef const unsigned char* p
+    cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, completed = 0
+    cdef int64_t room = 0, hwm, ready_len
+    cdef uint64_t sid, cached_sid = 0
+    cdef uint32_t msize, psize, coff
+    cdef uint16_t csize
+    cdef uint8_t pc, pi
+    cdef bint whole_ok = False, stale = True
+    cdef cnp.npy_intp dims[1]
+    cdef cnp.ndarray part
+    cdef double t = now
+    cdef object cached_addr = None, cached_peer = None, addr, peer, reassembler, ready
+    recvq = self._recvq
+    if self._closed or recvq._dedup is not None or recvq.refuse_when_full:
+        return _receive_py(self, buffer, offsets, lengths, addrs, now)
+    total = min(len(offsets), len(lengths), len(addrs))
+    self._now = now
+    counters = self._counters
+    peers = self._peers
+    ready = recvq._ready
+    hwm = recvq.recv_hwm
+    reassembler = recvq.reassembler
+    slow = self.receive_datagram
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        i = 0
+        while i < total:
+            if stale:  # (re)read what a slow datagram may have changed
+                stale = False
+                whole_ok = len(reassembler) == 0
+                if whole_ok:
+                    room = min(<int64_t>reassembler.max_incomplete_bytes,
+                               <int64_t>(reassembler.max_peer_incomplete_bytes
+                                         if reassembler.max_peer_incomplete_bytes is not None
+                                         else reassembler.max_incomplete_bytes))
+                    room -= <int64_t>reassembler.incomplete_bytes + OVERHEAD
+                    room = min(room, <int64_t>reassembler.max_message_size)
+            off = offsets[i]
+            length = lengths[i]
+            addr = addrs[i]
+            i += 1
+            if whole_ok and DATA_HEADER < length <= MAX_FRAME and 0 <= off <= view.len - length:
+                p = base + off
+                # codec._check for a data frame, and the one-frame whole-message case
+                pc = p[18]
+                pi = p[19]
+                msize = <uint32_t>_be(p + 20, 4)
+                psize = <uint32_t>_be(p + 24, 4)
+                csize = <uint16_t>_be(p + 28, 2)
+                coff = <uint32_t>_be(p + 30, 4)
+                if (p[0] == 1 and p[1] == 0 and pc == 1 and pi == 0 and coff == 0
+                        and csize == length - DATA_HEADER and psize == csize and msize == csize
+                        and <int64_t>msize <= room):
+                    sid = _be(p + 2, 8)
+                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
+                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+                        if _peer_ok(peer, addr):
+                            peer._last_seen = t
+                            cached_peer, cached_sid, cached_addr = peer, sid, addr
+                        else:
+                            peer = None
+                    else:
+                        peer = cached_peer
+                    if peer is not None:
+                        count += 1
+                        nbytes += length
+                        dims[0] = <cnp.npy_intp>csize
+                        part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+                        memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, csize)
+                        completed += 1
+                        if len(ready) < hwm:
+                            ready.append([part])
+                        else:  # recv_hwm: the generic drop, with the frame for its event
+                            _flush(self, counters, recvq, reassembler, count, nbytes, completed, 1)
+                            count = nbytes = completed = 0
+                            recvq.dropped_hwm += 1
+                            frame = _parse_frame(memoryview(buffer)[off : off + length])
+                            self._data_result(_DROPPED, frame)
+                        continue
+            _flush(self, counters, recvq, reassembler, count, nbytes, completed, 0)
+            count = nbytes = completed = 0
+            cached_peer = None
+            slow(buffer[off : off + length], addr, now)
+            if self._closed or recvq.reassembler is not reassembler:
+                while i < total:  # the rest, one by one
+                    off = offsets[i]
+                    length = lengths[i]
+                    slow(buffer[off : off + length], addrs[i], now)
+                    i += 1
+                return
+            hwm = recvq.recv_hwm
+            stale = True
+        _flush(self, counters, recvq, reassembler, count, nbytes, completed, 0)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef inline void _flush(object engine, object counters, object recvq, object reassembler,
+                        Py_ssize_t count, Py_ssize_t nbytes, Py_ssize_t completed,
+                        Py_ssize_t dropped) except *:
+    """Bring the counters up to date with what the fast loop summed: ``completed`` whole
+    messages (``dropped`` of them over recv_hwm, not queued)."""
+    if count:
+        counters.datagrams_in += count
+        counters.bytes_in += nbytes
+    if completed:
+        reassembler.frames += completed
+        reassembler.completed += completed
+        recvq.completed += completed - dropped
+
+
+from nbmq.codec import parse_frame as _parse_frame
+from nbmq.engine.queues import PushResult
+
+cdef object _DROPPED = PushResult.DROPPED
