@@ -78,6 +78,28 @@ cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
     return _fnv(b, 8, h)
 
 
+cdef class SmallMessage:
+    """A one-part message of at most 466 bytes queued by :func:`send`: the twin of
+    ``OutMessage(None, message_id, None, None, small)`` (``SendQueue.push_small``) with the
+    same attributes (see ``nbmq.engine.queues.OutMessage``), built without a Python
+    ``__init__`` (the cost of one per message)."""
+
+    cdef public object sharded, small, message_id, peer, frames, group
+    cdef public Py_ssize_t sent, unacked
+    cdef public bint dropped
+
+
+cdef inline SmallMessage _small_message(bytes part, object message_id):
+    cdef SmallMessage msg = SmallMessage.__new__(SmallMessage)
+    msg.sharded = None
+    msg.small = part
+    msg.message_id = message_id
+    msg.peer = None
+    msg.frames = None
+    msg.group = None
+    return msg
+
+
 cdef object _send_py = None
 
 
@@ -106,8 +128,7 @@ def send(self, parts, now):
     py_nonce = self._nonce
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
-    sendq._queue.append(OutMessage(None, PyLong_FromUnsignedLongLong(_message_id(part, nonce)),
-                                   None, None, part))
+    sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
@@ -123,7 +144,8 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
     cdef uint64_t sid = 0
     cdef unsigned char* o
     cdef bytes frame
-    cdef object small, msg, peer = None, addr = None, last = None
+    cdef object small, msg, peer = None, addr = None, last = None, mid
+    cdef SmallMessage sm
     if sendq.safe or not nring:
         return _take_py(sendq, now, limit, out, ring)
     queue = sendq._queue
@@ -131,10 +153,18 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
     popleft = queue.popleft
     while queue and n < limit:
         msg = queue[0]
-        if type(msg) is not OutMessage:
-            break
-        small = msg.small
-        if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+        if type(msg) is SmallMessage:
+            sm = <SmallMessage>msg
+            if sm.peer is not None or sm.frames is not None or sm.dropped:
+                break
+            small = sm.small
+            mid = sm.message_id
+        elif type(msg) is OutMessage:
+            small = msg.small
+            if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+                break
+            mid = msg.message_id
+        else:
             break
         if rr >= nring:
             rr = 0
@@ -152,7 +182,7 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
         o[0] = 1
         o[1] = 0
         _put_be(o + 2, sid, 8)
-        _put_be(o + 10, PyLong_AsUnsignedLongLongMask(msg.message_id), 8)
+        _put_be(o + 10, PyLong_AsUnsignedLongLongMask(mid), 8)
         o[18] = 1
         o[19] = 0
         _put_be(o + 20, <uint64_t>size, 4)
@@ -160,7 +190,10 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
         _put_be(o + 28, <uint64_t>size, 2)
         _put_be(o + 30, 0, 4)
         memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
-        msg.peer = peer
+        if type(msg) is SmallMessage:
+            (<SmallMessage>msg).peer = peer
+        else:
+            msg.peer = peer
         out.append((frame, addr))
         nbytes += DATA_HEADER + size
         n += 1
