@@ -111,8 +111,21 @@ def install(socket_send):
 
 
 def send(self, parts, now):
-    """``Socket.send(parts, now)`` of a Dealer (same arguments, errors and effects): a one-part
-    ``bytes`` message of at most 466 bytes is queued here; any other goes to ``Socket.send``."""
+    """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer, compiled.
+
+    A one-part ``bytes`` message of at most 466 bytes (one frame) is queued here as a
+    :class:`SmallMessage`; any other message, a closed engine and ``reference_compat`` go to
+    ``Socket.send`` itself.
+
+    Args:
+        parts: 1..255 bytes-like parts (see ``Socket.send``). now: seconds (monotonic).
+
+    Raises:
+        WouldBlock: ``send_hwm`` messages are held; nothing was queued. The rest as
+        ``Socket.send`` (InteropError, NbmqError when closed, TypeError / ValueError).
+
+    Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+    """
     cdef object part
     cdef uint64_t nonce
     if (type(parts) is not list and type(parts) is not tuple) or len(parts) != 1:
@@ -215,8 +228,11 @@ cdef inline bint _peer_ok(object peer, object addr):
 
 
 def receive_batch(self, buffer, offsets, lengths, addrs, now):
-    """``Socket._receive_batch_unacked`` (Dealer's and Dish's ``receive_datagrams``): the same
-    as ``receive_datagram`` for each datagram in turn.
+    """Feed a ``recvmmsg`` batch (Dealer's and Dish's ``receive_datagrams``, compiled twin of
+    ``Socket._receive_batch_unacked``): the same as ``receive_datagram`` for each datagram in
+    turn (datagram ``i`` is ``buffer[offsets[i] : offsets[i] + lengths[i]]`` from
+    ``addrs[i]``; ``now`` in seconds). Never raises for bad input; may queue output: flush
+    with :meth:`datagrams_to_send` after calling this, and drain :meth:`next_event`.
 
     A datagram that is a valid data frame carrying a whole message (one part, one chunk, not
     empty, within ``max_message_size`` and the incomplete-bytes budgets, while the reassembler
