@@ -103,11 +103,13 @@ cdef inline SmallMessage _small_message(bytes part, object message_id):
 cdef object _send_py = None
 
 
-def install(socket_send):
-    """Set the function :func:`send` hands every other message to (``Socket.send``; the
-    engine module calls this once, as it cannot be imported from here without a cycle)."""
-    global _send_py
+def install(socket_send, receive_unacked):
+    """Set the functions :func:`send` and :func:`receive_one` hand every other case to
+    (``Socket.send``, ``Socket._receive_unacked``; the engine module calls this once, as it
+    cannot be imported from here without a cycle)."""
+    global _send_py, _receive_one_py
     _send_py = socket_send
+    _receive_one_py = receive_unacked
 
 
 def send(self, parts, now):
@@ -227,6 +229,86 @@ cdef inline bint _peer_ok(object peer, object addr):
             and peer._state is _CONNECTED)
 
 
+cdef int64_t _room(object reassembler) except? -2:
+    """The largest whole one-frame message the reassembler would complete at once (its
+    ``max_message_size`` and incomplete-bytes budgets, less a message's overhead), or -1
+    while it holds an incomplete message (a frame might belong to it)."""
+    cdef int64_t room
+    if len(reassembler):
+        return -1
+    room = reassembler.max_incomplete_bytes
+    cap = reassembler.max_peer_incomplete_bytes
+    if cap is not None and <int64_t>cap < room:
+        room = cap
+    room -= <int64_t>reassembler.incomplete_bytes + OVERHEAD
+    return min(room, <int64_t>reassembler.max_message_size)
+
+
+cdef inline bint _whole_frame(const unsigned char* p, Py_ssize_t length, int64_t room) noexcept:
+    """A valid data frame (codec's checks) that is a whole non-empty message of at most
+    ``room`` bytes: one part, one chunk."""
+    cdef uint32_t size
+    if length <= DATA_HEADER or length > MAX_FRAME:
+        return False
+    size = <uint32_t>(length - DATA_HEADER)
+    return (p[0] == 1 and p[1] == 0 and p[18] == 1 and p[19] == 0
+            and _be(p + 20, 4) == size and _be(p + 24, 4) == size and _be(p + 28, 2) == size
+            and _be(p + 30, 4) == 0 and <int64_t>size <= room)
+
+
+cdef inline cnp.ndarray _part(const unsigned char* p, Py_ssize_t length):
+    """The message's one part: a new uint8 array holding the frame's chunk."""
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>(length - DATA_HEADER)
+    cdef cnp.ndarray part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+    memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, length - DATA_HEADER)
+    return part
+
+
+cdef object _receive_one_py = None
+
+
+def receive_one(self, data, addr, now):
+    """Feed one datagram (Dealer's and Dish's ``receive_datagram``, compiled twin of
+    ``Socket._receive_unacked``; same arguments). A whole one-frame message from a connected
+    peer on its known path (as in :func:`receive_batch`) is completed here; any other
+    datagram goes to ``Socket._receive_unacked``. Never raises for bad input; may queue
+    output: flush with :meth:`datagrams_to_send` after calling this, and drain
+    :meth:`next_event`."""
+    cdef Py_buffer view
+    cdef const unsigned char* p
+    cdef int64_t room
+    recvq = self._recvq
+    if self._closed or recvq._dedup is not None or recvq.refuse_when_full:
+        return _receive_one_py(self, data, addr, now)
+    reassembler = recvq.reassembler
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char*>view.buf
+        room = _room(reassembler)
+        if room < 0 or not _whole_frame(p, view.len, room):
+            return _receive_one_py(self, data, addr, now)
+        peer = self._peers.get(PyLong_FromUnsignedLongLong(_be(p + 2, 8)))
+        if not _peer_ok(peer, addr):
+            return _receive_one_py(self, data, addr, now)
+        self._now = now
+        counters = self._counters
+        counters.datagrams_in += 1
+        counters.bytes_in += view.len
+        peer._last_seen = now
+        reassembler.frames += 1
+        reassembler.completed += 1
+        ready = recvq._ready
+        if len(ready) < recvq.recv_hwm:
+            ready.append([_part(p, view.len)])
+            recvq.completed += 1
+        else:
+            recvq.dropped_hwm += 1
+            self._data_result(_DROPPED, _parse_frame(data))
+    finally:
+        PyBuffer_Release(&view)
+
+
 def receive_batch(self, buffer, offsets, lengths, addrs, now):
     """Feed a ``recvmmsg`` batch (Dealer's and Dish's ``receive_datagrams``, compiled twin of
     ``Socket._receive_batch_unacked``): the same as ``receive_datagram`` for each datagram in
@@ -245,12 +327,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, completed = 0
     cdef int64_t room = 0, hwm, ready_len
     cdef uint64_t sid, cached_sid = 0
-    cdef uint32_t msize, psize, coff
-    cdef uint16_t csize
-    cdef uint8_t pc, pi
     cdef bint whole_ok = False, stale = True
-    cdef cnp.npy_intp dims[1]
-    cdef cnp.ndarray part
     cdef double t = now
     cdef object cached_addr = None, cached_peer = None, addr, peer, reassembler, ready
     recvq = self._recvq
@@ -271,30 +348,15 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
         while i < total:
             if stale:  # (re)read what a slow datagram may have changed
                 stale = False
-                whole_ok = len(reassembler) == 0
-                if whole_ok:
-                    room = min(<int64_t>reassembler.max_incomplete_bytes,
-                               <int64_t>(reassembler.max_peer_incomplete_bytes
-                                         if reassembler.max_peer_incomplete_bytes is not None
-                                         else reassembler.max_incomplete_bytes))
-                    room -= <int64_t>reassembler.incomplete_bytes + OVERHEAD
-                    room = min(room, <int64_t>reassembler.max_message_size)
+                room = _room(reassembler)
+                whole_ok = room >= 0
             off = offsets[i]
             length = lengths[i]
             addr = addrs[i]
             i += 1
             if whole_ok and DATA_HEADER < length <= MAX_FRAME and 0 <= off <= view.len - length:
                 p = base + off
-                # codec._check for a data frame, and the one-frame whole-message case
-                pc = p[18]
-                pi = p[19]
-                msize = <uint32_t>_be(p + 20, 4)
-                psize = <uint32_t>_be(p + 24, 4)
-                csize = <uint16_t>_be(p + 28, 2)
-                coff = <uint32_t>_be(p + 30, 4)
-                if (p[0] == 1 and p[1] == 0 and pc == 1 and pi == 0 and coff == 0
-                        and csize == length - DATA_HEADER and psize == csize and msize == csize
-                        and <int64_t>msize <= room):
+                if _whole_frame(p, length, room):
                     sid = _be(p + 2, 8)
                     if cached_peer is None or sid != cached_sid or addr is not cached_addr:
                         peer = peers.get(PyLong_FromUnsignedLongLong(sid))
@@ -308,12 +370,9 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     if peer is not None:
                         count += 1
                         nbytes += length
-                        dims[0] = <cnp.npy_intp>csize
-                        part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
-                        memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, csize)
                         completed += 1
                         if len(ready) < hwm:
-                            ready.append([part])
+                            ready.append([_part(p, length)])
                         else:  # recv_hwm: the generic drop, with the frame for its event
                             _flush(self, counters, recvq, reassembler, count, nbytes, completed, 1)
                             count = nbytes = completed = 0

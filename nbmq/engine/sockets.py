@@ -547,7 +547,7 @@ def _check_parts(parts: Sequence[Buffer]) -> None:
 
 _fast = _load_fast()
 if _fast is not None:
-    _fast.install(Socket.send)
+    _fast.install(Socket.send, Socket._receive_unacked)
 
 
 class Dealer(Socket):
@@ -562,6 +562,7 @@ class Dealer(Socket):
     receive_datagrams = Socket._receive_batch_unacked
     if _fast is not None:
         send = _fast.send
+        receive_datagram = _fast.receive_one
         receive_datagrams = _fast.receive_batch
 
 
@@ -661,6 +662,7 @@ class Dish(Socket):
     receive_datagram = Socket._receive_unacked
     receive_datagrams = Socket._receive_batch_unacked
     if _fast is not None:
+        receive_datagram = _fast.receive_one
         receive_datagrams = _fast.receive_batch
 
 

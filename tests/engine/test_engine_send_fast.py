@@ -50,6 +50,7 @@ def _run(python: bool, monkeypatch):
     if python:
         monkeypatch.setattr(sockets, "_fast", None)  # _take_data: SendQueue.take
         engine.send = types.MethodType(Socket.send, engine)
+        engine.receive_datagram = types.MethodType(Socket._receive_unacked, engine)
         engine.receive_datagrams = types.MethodType(Socket._receive_batch_unacked, engine)
     log: list = []
     now = 1.0
@@ -112,6 +113,7 @@ def _run(python: bool, monkeypatch):
 def test_compiled_send_matches_the_python_path(monkeypatch):
     assert Dealer.send is sockets._fast.send
     fast_log, fast_counters = _run(False, monkeypatch)
+    assert Dealer.receive_datagram is sockets._fast.receive_one
     with monkeypatch.context() as m:
         slow_log, slow_counters = _run(True, m)
     assert fast_log == slow_log
