@@ -34,6 +34,7 @@ from nbmq.errors import WouldBlock
 cnp.import_array()
 
 cdef object _CONNECTED = PeerState.CONNECTED
+cdef object _U64_MAX = 0xFFFFFFFFFFFFFFFF
 cdef object _take_py = SendQueue.take
 cdef object _receive_py = Connection.receive_datagrams
 
@@ -141,6 +142,8 @@ def send(self, parts, now):
     if sendq.held >= sendq.send_hwm:
         raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
     py_nonce = self._nonce
+    if py_nonce > _U64_MAX:  # codec.message_id refuses it: Socket.send raises as the twin
+        return _send_py(self, parts, now)
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
     sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))

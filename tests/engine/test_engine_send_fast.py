@@ -221,3 +221,19 @@ def test_compiled_receive_matches_the_python_path_on_mutated_frames(seed, monkey
     counters = fast[1]
     assert counters["messages_in"] > 100 and counters["malformed"] > 0
     assert counters["dropped_recv_hwm"] > 0 and counters["dropped_too_large"] > 0
+
+
+def test_compiled_send_refuses_a_nonce_past_u64_as_the_python_path(monkeypatch):
+    """The message id hashes the nonce as 8 bytes: past 2**64 - 1 both paths raise the
+    codec's OverflowError and queue nothing (the compiled one must not wrap it)."""
+    results = []
+    for python in (False, True):
+        engine = Dealer(SocketOptions(), random.Random(3))
+        if python:
+            engine.send = types.MethodType(Socket.send, engine)
+        engine._nonce = 2**64 - 1
+        engine.send([b"last"], 1.0)
+        with pytest.raises(OverflowError) as info:
+            engine.send([b"past"], 1.0)
+        results.append((str(info.value), engine.pending_messages, engine._nonce))
+    assert results[0] == results[1] == (results[0][0], 1, 2**64)
