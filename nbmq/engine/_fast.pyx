@@ -23,6 +23,7 @@ cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
@@ -184,16 +185,20 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
             mid = msg.message_id
         else:
             break
+        if type(small) is not bytes:
+            break
         if rr >= nring:
             rr = 0
         peer = ring[rr]
-        rr += 1
         if peer is not last:
+            if peer._state is not _CONNECTED:  # (the ring holds connected peers only)
+                break
             if last is not None:
                 last._last_sent = now
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
+        rr += 1
         size = PyBytes_GET_SIZE(small)
         frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
         o = <unsigned char*>PyBytes_AS_STRING(frame)
@@ -225,6 +230,18 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
     if n < limit and queue:
         n += _take_py(sendq, now, limit - n, out, ring)
     return n
+
+
+cdef inline bint _flat_bytes(object obj):
+    """bytes, bytearray, or a 1-D contiguous memoryview of single bytes: a buffer whose
+    Python slices are the byte ranges read here (anything else takes the Python code)."""
+    cdef Py_buffer* b
+    if type(obj) is bytes or type(obj) is bytearray:
+        return True
+    if type(obj) is not memoryview:
+        return False
+    b = PyMemoryView_GET_BUFFER(obj)
+    return b.itemsize == 1 and b.ndim == 1 and (b.strides == NULL or b.strides[0] == 1)
 
 
 cdef inline bint _peer_ok(object peer, object addr):
@@ -282,7 +299,8 @@ def receive_one(self, data, addr, now):
     cdef const unsigned char* p
     cdef int64_t room
     recvq = self._recvq
-    if self._closed or recvq._dedup is not None or recvq.refuse_when_full:
+    if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
+            or not _flat_bytes(data)):
         return _receive_one_py(self, data, addr, now)
     reassembler = recvq.reassembler
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -334,7 +352,8 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef double t = now
     cdef object cached_addr = None, cached_peer = None, addr, peer, reassembler, ready
     recvq = self._recvq
-    if self._closed or recvq._dedup is not None or recvq.refuse_when_full:
+    if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
+            or not _flat_bytes(buffer)):
         return _receive_py(self, buffer, offsets, lengths, addrs, now)
     total = min(len(offsets), len(lengths), len(addrs))
     self._now = now
