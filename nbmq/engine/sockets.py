@@ -40,6 +40,7 @@ from 0, as the reference does, so identical inputs give the reference's message 
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -82,6 +83,12 @@ def _load_fast() -> Any:
     except ImportError:
         if codec._flag("NBMQ_REQUIRE_EXTENSIONS"):
             raise
+        warnings.warn(  # as the codec does: a silent fallback would hide a failed build
+            "nbmq.engine._fast is not built; Dealer runs its Python send/receive path (slower). "
+            "Build the extensions (setup.py build_ext) or set NBMQ_NO_EXTENSIONS=1.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return None
     return _fast
 
