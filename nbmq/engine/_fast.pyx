@@ -345,11 +345,10 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef Py_buffer view
     cdef const unsigned char* base
     cdef const unsigned char* p
-    cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, completed = 0
-    cdef int64_t room = 0, hwm, ready_len
+    cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, whole = 0, completed = 0
+    cdef int64_t room = 0, hwm
     cdef uint64_t sid, cached_sid = 0
     cdef bint whole_ok = False, stale = True
-    cdef double t = now
     cdef object cached_addr = None, cached_peer = None, addr, peer, reassembler, ready
     recvq = self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
@@ -368,7 +367,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
         base = <const unsigned char*>view.buf
         i = 0
         while i < total:
-            if stale:  # (re)read what a slow datagram may have changed
+            if stale:  # (re)read what the reassembler or a slow datagram may have changed
                 stale = False
                 room = _room(reassembler)
                 whole_ok = room >= 0
@@ -379,11 +378,12 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
             if whole_ok and DATA_HEADER < length <= MAX_FRAME and 0 <= off <= view.len - length:
                 p = base + off
                 if _whole_frame(p, length, room):
+                    # a whole one-frame message: the compiled Reassembler's first case, here
                     sid = _be(p + 2, 8)
                     if cached_peer is None or sid != cached_sid or addr is not cached_addr:
                         peer = peers.get(PyLong_FromUnsignedLongLong(sid))
                         if _peer_ok(peer, addr):
-                            peer._last_seen = t
+                            peer._last_seen = now
                             cached_peer, cached_sid, cached_addr = peer, sid, addr
                         else:
                             peer = None
@@ -392,20 +392,50 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     if peer is not None:
                         count += 1
                         nbytes += length
-                        completed += 1
+                        whole += 1
                         if len(ready) < hwm:
                             ready.append([_part(p, length)])
+                            completed += 1
                         else:  # recv_hwm: the generic drop, with the frame for its event
-                            _flush(self, counters, recvq, reassembler, count, nbytes, completed, 1)
-                            count = nbytes = completed = 0
                             recvq.dropped_hwm += 1
-                            frame = _parse_frame(memoryview(buffer)[off : off + length])
-                            self._data_result(_DROPPED, frame)
+                            self._data_result(_DROPPED, _parse_frame(buffer[off : off + length]))
                         continue
-            _flush(self, counters, recvq, reassembler, count, nbytes, completed, 0)
-            count = nbytes = completed = 0
+            # Socket._receive_batch_unacked's loop body, for any other data frame of a
+            # connected peer on its known path (a chunk of a larger message)
+            data = buffer[off : off + length]
+            try:
+                frame = _parse_frame(data)
+            except DecodeError:
+                frame = None
+            if type(frame) is DataFrame:
+                peer = peers.get((<tuple>frame)[0])
+                if _peer_ok(peer, addr):
+                    peer._last_seen = now
+                    count += 1
+                    nbytes += length
+                    stale = True  # the reassembler may hold an incomplete message now
+                    evicted = reassembler.evicted
+                    try:
+                        parts = reassembler.add(frame, now)
+                    except DecodeError as exc:  # FrameTooLarge too
+                        self._data_result(recvq.push_failed(exc, evicted), frame)
+                        continue
+                    if reassembler.evicted != evicted:
+                        recvq._report_evicted()
+                    if parts is None:
+                        continue
+                    if len(ready) < hwm:
+                        ready.append(parts)
+                        completed += 1
+                    else:
+                        recvq.dropped_hwm += 1
+                        self._data_result(_DROPPED, frame)
+                    continue
+            _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
+            count = nbytes = whole = completed = 0
             cached_peer = None
-            slow(buffer[off : off + length], addr, now)
+            stale = True
+            slow(data, addr, now)
             if self._closed or recvq.reassembler is not reassembler:
                 while i < total:  # the rest, one by one
                     off = offsets[i]
@@ -414,27 +444,29 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     i += 1
                 return
             hwm = recvq.recv_hwm
-            stale = True
-        _flush(self, counters, recvq, reassembler, count, nbytes, completed, 0)
+        _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
     finally:
         PyBuffer_Release(&view)
 
 
-cdef inline void _flush(object engine, object counters, object recvq, object reassembler,
-                        Py_ssize_t count, Py_ssize_t nbytes, Py_ssize_t completed,
-                        Py_ssize_t dropped) except *:
-    """Bring the counters up to date with what the fast loop summed: ``completed`` whole
-    messages (``dropped`` of them over recv_hwm, not queued)."""
+cdef inline void _flush(object counters, object recvq, object reassembler, Py_ssize_t count,
+                        Py_ssize_t nbytes, Py_ssize_t whole, Py_ssize_t completed) except *:
+    """Bring the counters up to date with what the loop summed: ``count`` datagrams of
+    ``nbytes`` bytes taken, ``whole`` one-frame messages completed here (the reassembler's
+    counters) and ``completed`` messages queued."""
     if count:
         counters.datagrams_in += count
         counters.bytes_in += nbytes
+    if whole:
+        reassembler.frames += whole
+        reassembler.completed += whole
     if completed:
-        reassembler.frames += completed
-        reassembler.completed += completed
-        recvq.completed += completed - dropped
+        recvq.completed += completed
 
 
 from nbmq.codec import parse_frame as _parse_frame
 from nbmq.engine.queues import PushResult
+from nbmq.errors import DecodeError
+from nbmq.wire import DataFrame
 
 cdef object _DROPPED = PushResult.DROPPED
