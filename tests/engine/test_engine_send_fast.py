@@ -17,7 +17,7 @@ from nbmq.engine.sockets import Socket
 from nbmq.options import SocketOptions
 from nbmq.wire import FrameKind
 
-pytestmark = pytest.mark.skipif(sockets._fast is None, reason="nbmq.engine._fast is not built")
+needs_fast = pytest.mark.skipif(sockets._fast is None, reason="nbmq.engine._fast is not built")
 
 S = ("10.0.0.1", 8000)
 A = ("10.0.0.2", 40000)
@@ -110,6 +110,7 @@ def _run(python: bool, monkeypatch):
     return log + [("peers", peers)], engine.counters.as_dict()
 
 
+@needs_fast
 def test_compiled_send_matches_the_python_path(monkeypatch):
     assert Dealer.send is sockets._fast.send
     fast_log, fast_counters = _run(False, monkeypatch)
@@ -127,6 +128,7 @@ def test_compiled_send_matches_the_python_path(monkeypatch):
     assert sum(1 for entry in fast_log if entry[0] == "msg") == 6  # 2 "z" + 4
 
 
+@needs_fast
 def test_compiled_take_hands_out_what_the_python_take_would():
     """Frame by frame: the compiled take writes the frame ``codec.encode_data_frame`` writes."""
     opts = SocketOptions(send_hwm=100)
@@ -210,6 +212,7 @@ def _mutated_datagrams(seed: int, count: int) -> list:
     return out
 
 
+@needs_fast
 @pytest.mark.parametrize("seed", range(6))
 def test_compiled_receive_matches_the_python_path_on_mutated_frames(seed, monkeypatch):
     """Bad input (any header byte changed, cut, lengthened), budgets, recv_hwm and paths: the
@@ -223,6 +226,7 @@ def test_compiled_receive_matches_the_python_path_on_mutated_frames(seed, monkey
     assert counters["dropped_recv_hwm"] > 0 and counters["dropped_too_large"] > 0
 
 
+@needs_fast
 def test_compiled_send_refuses_a_nonce_past_u64_as_the_python_path(monkeypatch):
     """The message id hashes the nonce as 8 bytes: past 2**64 - 1 both paths raise the
     codec's OverflowError and queue nothing (the compiled one must not wrap it)."""
@@ -237,3 +241,18 @@ def test_compiled_send_refuses_a_nonce_past_u64_as_the_python_path(monkeypatch):
             engine.send([b"past"], 1.0)
         results.append((str(info.value), engine.pending_messages, engine._nonce))
     assert results[0] == results[1] == (results[0][0], 1, 2**64)
+
+
+def test_compiled_engine_path_in_use_when_required():
+    """Under NBMQ_REQUIRE_EXTENSIONS=1 (CI) the Dealer runs the compiled path, not a silent
+    fallback; under NBMQ_NO_EXTENSIONS=1 it runs the Python twin."""
+    import os
+
+    if os.environ.get("NBMQ_NO_EXTENSIONS", "") not in ("", "0"):
+        assert sockets._fast is None and Dealer.send is Socket.send
+    elif os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0"):
+        assert sockets._fast is not None
+        assert Dealer.send is sockets._fast.send
+        assert Dealer.receive_datagrams is sockets._fast.receive_batch
+    else:
+        pytest.skip("neither NBMQ_REQUIRE_EXTENSIONS nor NBMQ_NO_EXTENSIONS is set")
