@@ -30,6 +30,7 @@ __all__ = [
     "local_path",
     "splittable",
     "capture_source",
+    "capture_names",
     "file_size",
 ]
 
@@ -158,6 +159,34 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
         else:
             out.extend(_expand_remote(path))
     return list(dict.fromkeys(out))  # first occurrence of each, in order
+
+
+def capture_names(paths: Sequence[str]) -> dict[str, str]:
+    """The ``capture`` column's value for each file: its name, or as many trailing path
+    components as tell it apart from the other files read with it.
+
+    ``a/x.pcap`` and ``b/x.pcap`` read together are ``a/x.pcap`` and ``b/x.pcap``, not both
+    ``x.pcap``: the messages and sessions tables key on ``capture``, so two captures must never
+    share a value (their messages would merge). A file read alone keeps its bare name.
+
+    Args:
+        paths: the expanded files (``expand_paths``): local paths or URIs.
+
+    Returns:
+        ``{path: name}``, names distinct (``/``-separated components).
+    """
+    parts = {p: [c for c in urlsplit(p).path.replace(os.sep, "/").split("/") if c] or [p] for p in paths}
+    depth = dict.fromkeys(paths, 1)
+    while True:
+        names = {p: "/".join(parts[p][-depth[p]:]) for p in paths}
+        seen: dict[str, list[str]] = {}
+        for p, name in names.items():
+            seen.setdefault(name, []).append(p)
+        clashes = [p for group in seen.values() if len(group) > 1 for p in group if depth[p] < len(parts[p])]
+        if not clashes:
+            return names
+        for p in clashes:
+            depth[p] += 1
 
 
 def file_size(path: str) -> int:
