@@ -8,8 +8,11 @@ through asyncio's datagram transport, so it shares the blocking socket's link
   reader (``recvmmsg`` on Linux, GRO when on), at most ``max_tick_recv`` datagrams and never
   more than the room left under ``recv_hwm`` (one message per datagram, the worst case). A
   full receive queue stops reading (the reader is removed) until ``recv`` takes a message;
-  the rest waits in the kernel. While stopped, a due timer still reads ``LIVENESS_READ``
-  datagrams so peers' heartbeats arrive (the messages among them are dropped, and counted).
+  the rest waits in the kernel. Stopped for a heartbeat interval (``peer_heartbeat_ivl``: the
+  application is not draining), a due timer still reads ``LIVENESS_READ`` datagrams so the
+  peers' heartbeats arrive (the messages among them are dropped, and counted). The blocking
+  socket does so at any due timer; here timers fire between the application's drains, which
+  would then lose messages a draining receiver should get.
 - **Kernel drops** (``SO_RXQ_OVFL`` with each batch, ``SO_MEMINFO`` at each timer and each
   ``counters`` read) reach ``counters.kernel_drops`` and a ``DatagramsDropped`` event.
 - **Writes** go through the link: one ``sendmmsg`` (GSO-coalesced) per flush, paced per peer
@@ -59,7 +62,7 @@ class Socket(OptionAttributes):
     """
 
     __slots__ = ("options", "engine", "closed", "reading", "transport_recv_errors", "_loop", "_link", "_fd",
-                 "_events", "_waiters", "_timer", "_timer_at", "_soon", "_writing", "_out_timer", "_unflushed",
+                 "_events", "_waiters", "_timer", "_timer_at", "_soon", "_writing", "_out_timer", "_unflushed", "_paused_at",
                  "__weakref__")
     _kind = ""
 
@@ -96,6 +99,7 @@ class Socket(OptionAttributes):
         self._writing = False  # a writer waits for the OS to take refused output
         self._unflushed = 0  # datagrams (estimated) queued by send since the last flush
         self.reading = True
+        self._paused_at = 0.0  # loop time the reader was removed
         self.transport_recv_errors = 0
         self.closed = False
         self._transmit()
@@ -127,6 +131,11 @@ class Socket(OptionAttributes):
         if engine.CAN_RECV and not engine.SAFE:
             room = options.recv_hwm - engine.recv_ready()
             if room < budget:
+                # A GRO read takes whole coalesced runs (up to 64 datagrams) or nothing: below
+                # that the socket would stay readable and read nothing, a busy loop.
+                io = getattr(self._link, "io", None)
+                if io is not None and io.gro and room < io.capacity // io.batch:
+                    return 0
                 return room
         return budget
 
@@ -139,6 +148,7 @@ class Socket(OptionAttributes):
         elif self.reading:
             self._loop.remove_reader(self._fd)
             self.reading = False
+            self._paused_at = self._loop.time()
 
     def _on_readable(self) -> None:
         budget = self._room()
@@ -150,7 +160,7 @@ class Socket(OptionAttributes):
             self._link.receive(engine, self._loop.time(), budget)
         except OSError:
             self.transport_recv_errors += 1  # e.g. an ICMP error surfacing on the socket: counted
-        if engine.CAN_RECV and not engine.SAFE and engine.recv_ready() >= self.options.recv_hwm:
+        if engine.CAN_RECV and not engine.SAFE:
             self._update_reading()
         if self._waiters["recv"] and engine.recv_ready():
             self._wake("recv")
@@ -166,7 +176,8 @@ class Socket(OptionAttributes):
         self._timer = self._timer_at = None
         engine, link = self.engine, self._link
         now = max(self._loop.time(), fired_at)
-        if not self.reading:  # the queue is full: still hear the peers' heartbeats
+        if not self.reading and now - self._paused_at >= self.options.peer_heartbeat_ivl:
+            # full, and not drained for a heartbeat interval: still hear the peers' heartbeats
             try:
                 link.receive(engine, now, LIVENESS_READ)
             except OSError:
