@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
         for name, tree, pure in cases:
             runs[name].append(run_case(tree, args.size, args.duration, pure))
             r = runs[name][-1]
-            print(f"run {i + 1} {name:20s} {r['rate']:>10,.0f} msg/s  delivered/sent {r['count'] / r['sent']:.3f}"
+            print(f"run {i + 1} {name:20s} {r['rate']:>10,.0f} msg/s  offered {r['sent'] / args.duration:>9,.0f}/s"
+                  f"  delivered/sent {r['count'] / r['sent']:.3f}"
                   f"  kernel drops {r['kernel']}  our drops {r['ours']}", flush=True)
     print(f"\nasyncio Dealer {args.size} B, medians of {args.repeat} (load average {os.getloadavg()[0]:.1f}):")
     medians = {}
