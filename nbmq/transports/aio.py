@@ -178,8 +178,10 @@ class Socket(OptionAttributes):
         now = max(self._loop.time(), fired_at)
         if not self.reading and now - self._paused_at >= self.options.peer_heartbeat_ivl:
             # full, and not drained for a heartbeat interval: still hear the peers' heartbeats
+            io = getattr(link, "io", None)  # a GRO read needs room for a whole run, or reads nothing
+            budget = io.capacity // io.batch if io is not None and io.gro else LIVENESS_READ
             try:
-                link.receive(engine, now, LIVENESS_READ)
+                link.receive(engine, now, max(budget, LIVENESS_READ))
             except OSError:
                 self.transport_recv_errors += 1
         link.check_kernel_drops(engine)  # the OS's receive-buffer drops, if any
