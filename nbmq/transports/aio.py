@@ -39,7 +39,7 @@ from ..events import Event
 from ..options import SocketOptions
 from . import engines
 from .attributes import OptionAttributes
-from .links import open_link
+from .links import open_link, read_grain
 from .socket import _CHUNK, _RETRY, AUTO_FLUSH, LIVENESS_READ
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
@@ -131,12 +131,9 @@ class Socket(OptionAttributes):
         if engine.CAN_RECV and not engine.SAFE:
             room = options.recv_hwm - engine.recv_ready()
             if room < budget:
-                # A GRO read takes whole coalesced runs (up to 64 datagrams) or nothing: below
-                # that the socket would stay readable and read nothing, a busy loop.
-                io = getattr(self._link, "io", None)
-                if io is not None and io.gro and room < io.capacity // io.batch:
-                    return 0
-                return room
+                # Below the read grain (64 under GRO) a read takes nothing and the socket
+                # stays readable: a busy loop. Stop reading instead.
+                return room if room >= read_grain(self._link) else 0
         return budget
 
     def _update_reading(self) -> None:
@@ -178,10 +175,8 @@ class Socket(OptionAttributes):
         now = max(self._loop.time(), fired_at)
         if not self.reading and now - self._paused_at >= self.options.peer_heartbeat_ivl:
             # full, and not drained for a heartbeat interval: still hear the peers' heartbeats
-            io = getattr(link, "io", None)  # a GRO read needs room for a whole run, or reads nothing
-            budget = io.capacity // io.batch if io is not None and io.gro else LIVENESS_READ
-            try:
-                link.receive(engine, now, max(budget, LIVENESS_READ))
+            try:  # (a GRO read of fewer than 64 reads nothing: ask for a whole run)
+                link.receive(engine, now, max(LIVENESS_READ, read_grain(link)))
             except OSError:
                 self.transport_recv_errors += 1
         link.check_kernel_drops(engine)  # the OS's receive-buffer drops, if any
