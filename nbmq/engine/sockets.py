@@ -507,7 +507,10 @@ class Socket(Connection):
                 sendq.take(now, self._max_tick_send, out, self._ring)
 
     def _on_peer_removed(self, peer: Peer, reason: DisconnectReason, now: float) -> None:
-        pass  # its queued and in-flight frames are dropped lazily (PEER_GONE)
+        # Its queued and in-flight frames are dropped lazily (PEER_GONE); its incomplete
+        # messages can never complete (a reconnect is a new session): release their budget now.
+        for sid, mid in self._recvq.drop_session(peer._sid):
+            self._dropped(sid, mid, DropReason.PEER_GONE)
 
     def _on_close(self, now: float) -> None:
         self._sendq.clear(DropReason.CLOSED)
