@@ -56,4 +56,4 @@ bench: $(STAMP)
 	$(PY) -m pytest benchmarks -q
 
 clean:
-	rm -rf $(VENV) build *.egg-info nbmq/*.so nbmq/*.c nbmq/transports/*.so nbmq/transports/*.c nbmq/capture/*.so nbmq/capture/*.c nbmq/capture/*/*.so nbmq/capture/*/*.c out
+	rm -rf $(VENV) build *.egg-info nbmq/*.so nbmq/*.c nbmq/transports/*.so nbmq/transports/*.c nbmq/capture/*.so nbmq/capture/*.c nbmq/capture/*/*.so nbmq/capture/*/*.c nbmq/engine/*.so nbmq/engine/*.c out
