@@ -58,7 +58,7 @@ class Measured:
     """One command's run: ``seconds`` wall, ``returncode``, and peak RSS in bytes: ``peak`` of
     the whole process tree (sum at one sample), ``roles`` the peak of each role's sum
     (``driver`` = the command's own process, ``jvm`` = java processes, ``workers`` = every other
-    descendant), ``samples`` taken, ``load`` the 1-minute load average at the start."""
+    descendant; ``anon`` = the tree's RSS less its file-backed pages, e.g. a memory-mapped capture), ``samples`` taken, ``load`` the 1-minute load average at the start."""
 
     seconds: float
     returncode: int
@@ -87,20 +87,22 @@ def _children() -> dict[int, list[int]]:
 def _tree_rss(root: int) -> dict[str, int]:
     """RSS in bytes of ``root`` and its descendants, summed per role."""
     kids = _children()
-    roles = {"driver": 0, "jvm": 0, "workers": 0}
+    roles = {"driver": 0, "jvm": 0, "workers": 0, "anon": 0}
     stack = [(root, True)]
     while stack:
         pid, is_root = stack.pop()
         stack += [(c, False) for c in kids.get(pid, ())]
         try:
             with open(f"/proc/{pid}/statm", "rb") as f:
-                rss = int(f.read().split()[1]) * _PAGE
+                statm = f.read().split()
+            rss, shared = int(statm[1]) * _PAGE, int(statm[2]) * _PAGE
             with open(f"/proc/{pid}/comm", "rb") as f:
                 comm = f.read().strip()
         except (OSError, IndexError, ValueError):
             continue  # gone between the scan and the read
         role = "driver" if is_root else ("jvm" if comm == b"java" else "workers")
         roles[role] += rss
+        roles["anon"] += rss - shared  # not file-backed: a mapped capture's pages are page cache
     return roles
 
 
@@ -131,7 +133,7 @@ def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, s
             if os.path.isdir("/proc"):
                 roles = _tree_rss(proc.pid)
                 result.samples += 1
-                result.peak = max(result.peak, sum(roles.values()))
+                result.peak = max(result.peak, sum(v for k, v in roles.items() if k != "anon"))
                 for k, v in roles.items():
                     result.roles[k] = max(result.roles.get(k, 0), v)
             if stop.wait(interval):
@@ -249,7 +251,7 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
 
     table = Table(title=f"nbmq pipeline ({args.master}) vs tshark -T fields, median of {args.repeat}")
     for col in ("datagrams", "capture MB", "nbmq s", "tshark s", "ratio", "tshark+lua s", "ratio lua",
-                "nbmq peak MiB (py/jvm/workers)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
+                "nbmq peak MiB (py/jvm/workers; anon)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
         table.add_column(col, justify="right")
     for r in rows:
         nb: dict = r["nbmq"]  # type: ignore[assignment]
@@ -260,7 +262,7 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
             f"{r['datagrams']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{nb['seconds']:.1f}",
             f"{ts['seconds']:.1f}" if ts else "-", f"{ts['seconds'] / nb['seconds']:.2f}x" if ts else "-",
             f"{tl['seconds']:.1f}" if tl else "-", f"{tl['seconds'] / nb['seconds']:.2f}x" if tl else "-",
-            f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])})",
+            f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])}; {_mb(roles['anon'])})",
             _mb(ts["peak"]) if ts else "-", _mb(tl["peak"]) if tl else "-",
             " ".join(f"{k} {v:.1f}" for k, v in r.get("steps", {}).items()),  # type: ignore[union-attr]
         )

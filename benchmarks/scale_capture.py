@@ -62,15 +62,14 @@ def _clients(sessions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return addrs, ports, sids
 
 
-def _block(rng: np.random.Generator, n_target: int, first: int, sessions: int, handshake: bool,
-           clients: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[object, int]:
-    """One block of about ``n_target`` datagrams (exactly, after cutting): (DatagramBatch, messages)."""
+def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, sessions: int, handshake: bool,
+           clients: tuple[np.ndarray, np.ndarray, np.ndarray], spacing_ns: int) -> tuple[object, int]:
+    """About ``n_target`` datagrams from ``t0`` (ns) to ``t0 + n_target * spacing_ns``: (DatagramBatch, messages)."""
     from nbmq import codec
     from nbmq.capture import DatagramBatch
 
     addrs, ports, sids = clients
-    t0 = _START_NS + first * _SPACING_NS
-    span = n_target * _SPACING_NS
+    span = n_target * spacing_ns
     safe = np.arange(sessions) % 8 == 0
 
     # control frames first (their count is known): handshakes and heartbeats
@@ -79,7 +78,7 @@ def _block(rng: np.random.Generator, n_target: int, first: int, sessions: int, h
         s = np.arange(sessions)
         for kind, d, dt in ((1, 0, 0), (2, 1, 5_000)):
             ctl_sess.append(s), ctl_kind.append(np.full(sessions, kind)), ctl_dir.append(np.full(sessions, d))
-            ctl_t.append(t0 + s * 2 * _SPACING_NS + dt)
+            ctl_t.append(t0 + s * 2 * spacing_ns + dt)
     phase = (np.arange(sessions) * 7_919_000) % 1_000_000_000  # each session's heartbeat phase
     k0 = np.maximum(1, (t0 - _START_NS - phase + 999_999_999) // 1_000_000_000)  # after the handshake
     k1 = (t0 + span - _START_NS - phase + 999_999_999) // 1_000_000_000
@@ -154,6 +153,7 @@ def _block(rng: np.random.Generator, n_target: int, first: int, sessions: int, h
     rows_sess = np.concatenate([d_sess[keep], c_sess, d_sess[acked], d_sess[resend]])
     rows_dir = np.concatenate([np.zeros(int(keep.sum()), np.int8), c_dir, np.ones(acked.size, np.int8),
                                np.zeros(resend.size, np.int8)])
+    rows_t = np.minimum(rows_t, t0 + span - 1)  # replies due after the block's end: the next block starts there
     order = np.argsort(rows_t, kind="stable")
     rows_t, rows_off, rows_len = rows_t[order], rows_off[order], rows_len[order]
     rows_sess, rows_dir = rows_sess[order], rows_dir[order]
@@ -178,7 +178,7 @@ def _block(rng: np.random.Generator, n_target: int, first: int, sessions: int, h
 
 
 def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, sessions: int = 64,
-             block: int = 250_000) -> CaptureInfo:
+             block: int = 250_000, spacing_ns: int = _SPACING_NS) -> CaptureInfo:
     """Write a classic pcap (Ethernet, microsecond timestamps) of about ``datagrams`` records.
 
     Args:
@@ -189,6 +189,7 @@ def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, ses
         seed: numpy seed; the same arguments give the same bytes.
         sessions: client sessions (1..62,500).
         block: datagrams built in memory at a time (bounds the memory: ~0.8 KB each).
+        spacing_ns: capture time per datagram (ns; default 20,000: 50,000 datagrams/s).
 
     Returns:
         A :class:`CaptureInfo`.
@@ -210,11 +211,13 @@ def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, ses
     rng = np.random.default_rng(seed)
     clients = _clients(sessions)
     written = messages = 0
+    clock = _START_NS
     try:
         with open(part, "wb") as f:
             while written < datagrams:
                 want = min(block, datagrams - written)
-                batch, m = _block(rng, want, written, sessions, written == 0, clients)
+                batch, m = _block(rng, want, written, clock, sessions, written == 0, clients, spacing_ns)
+                clock += want * spacing_ns
                 write_pcap(scratch, batch)
                 with open(scratch, "rb") as s:
                     if written:
