@@ -86,6 +86,20 @@ def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
                 spark.conf.set(key, old)
 
 
+class _Laps:
+    """Wall seconds of each step, for ``summary["steps"]``: ``lap(name)`` closes the step
+    running since the previous call (``"start"``: Spark start-up since ``_Laps()``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 3)
+        self._last = now
+
+
 def default_captures(pcapng: bool = False) -> list[str]:
     """The bundled captures (classic pcap only, unless ``pcapng``: dealer.pcapng repeats dealer.pcap)."""
     from ..examples import bundled_captures
@@ -247,7 +261,8 @@ def run(
 
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
-        "tables": {name: path}}``, plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
+        "steps": {step: wall seconds}, "tables": {name: path}}`` (steps: start, frames,
+        messages, sessions, streams, summary, report), plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
         "error_rows", "connections"}}`` when a stream table was written; also written to
         ``summary.json``.
 
@@ -259,6 +274,7 @@ def run(
     from .sessions import build_sessions
 
     started = time.perf_counter()
+    lap = _Laps()
     out = Path(out_dir)
     from .datasource import expand_paths
 
@@ -281,6 +297,7 @@ def run(
             register(spark)
         steps.attach(spark)
         steps.advance()
+        lap("start")
 
         reader = spark.read.format("nbmq").option("paths", ",".join(files))
         if split_bytes is None:
@@ -291,6 +308,7 @@ def run(
         (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
         frames = spark.read.parquet(tables["frames"])
         steps.advance()
+        lap("frames")
 
         steps.step("reassembling -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
@@ -299,17 +317,21 @@ def run(
             )
         messages = spark.read.parquet(tables["messages"])
         steps.advance()
+        lap("messages")
 
         steps.step("summarising -> sessions/")
         build_sessions(frames, messages).write.mode("overwrite").parquet(tables["sessions"])
         sessions = spark.read.parquet(tables["sessions"])
         steps.advance()
+        lap("sessions")
 
         streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports)
+        lap("streams")
 
         steps.step("summary and report")
         spans: list[dict[str, Any]] = []
         rows = _summary_rows(frames, messages, sessions, [Path(p).name for p in files], spans)
+        lap("summary")
         totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
         summary: dict[str, Any] = {
             "out_dir": str(out_dir),
@@ -330,7 +352,9 @@ def run(
             except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
                 summary["report_error"] = f"{type(exc).__name__}: {exc}"
                 print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
+            lap("report")
         steps.advance()
+    summary["steps"] = lap.seconds
     summary["seconds"] = time.perf_counter() - started
     try:
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))

@@ -198,6 +198,24 @@ def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: D
     return data
 
 
+def _acked_sessions(sessions: pd.DataFrame) -> Any:
+    """Spark condition: the frame's session acks (SafeDealer), so its data frames need a hash.
+
+    The hash is a Python UDF (~2 us a frame), so frames of sessions without a single Ack are
+    not hashed. ``sessions`` is the report's sessions table; when it was cut at
+    ``_MAX_SESSIONS`` rows the condition is true (every frame hashed, as before).
+    """
+    import decimal
+
+    from pyspark.sql import functions as F
+
+    if len(sessions) >= _MAX_SESSIONS:
+        return F.lit(True)
+    acks = sessions["acks_c2s"].fillna(0) + sessions["acks_s2c"].fillna(0)
+    ids = sorted({int(x) for x in sessions.loc[acks > 0, "session_id"]})
+    return F.col("session_id").isin([decimal.Decimal(x) for x in ids])
+
+
 def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, messages: DataFrame,
          sessions: DataFrame, caps: list[dict[str, Any]], kinds: dict[str, int]) -> None:
     """Fill ``data``'s nbmq tables: about ten Spark jobs, one to three of them full passes over the
@@ -275,7 +293,7 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     if has_acks and "payload" in frames.columns:
         from .ackhash import frame_hash
 
-        hashed = f.where((F.col("kind") == 0) & valid).select(
+        hashed = f.where((F.col("kind") == 0) & valid & _acked_sessions(data.sessions)).select(
             "capture", "session_id", t.alias("at_s"), binned.alias("bin"), frame_hash().alias("h")
         ).persist()
         acks = f.where((F.col("kind") == 5) & valid & (F.length("payload") == 8)).select(

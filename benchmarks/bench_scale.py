@@ -1,0 +1,284 @@
+"""Issue 14 "Batch" benchmark: the whole ``nbmq pipeline`` on up to 5,000,000 datagrams beside tshark.
+
+For each size (default 500k, 1M, 2.5M, 5M datagrams) a realistic capture is generated once
+(``scale_capture.generate``: handshakes, heartbeats, multi-chunk messages, SafeDealer acks,
+loss and resends; ~430 bytes a record, cached as ``WORKDIR/scale-N.pcap``), then, in the same
+run and interleaved per repeat:
+
+- ``nbmq pipeline CAPTURE --out DIR --master local[2] -q`` (the console script, a subprocess);
+- ``tshark -r CAPTURE -T fields -e frame.time_epoch -e ip.src ...`` (the frames table's fields
+  tshark gives without help) to /dev/null;
+- with ``--lua`` (default on), the same with the project's dissector (``-X lua_script:
+  nbmq/wireshark/nbmq.lua``) and its nbmq header fields, the closer match to the frames table.
+
+Each command's process tree (the Python driver, the JVM it spawns, the Python workers) is
+sampled every 0.2 s from ``/proc`` (RSS, Linux only); peaks are reported for the whole tree and
+per role. The pipeline's own per-step seconds come from its ``summary.json`` (``steps``).
+
+Run (prints a table; ``--json`` also writes the figures)::
+
+    python benchmarks/bench_scale.py --datagrams 500000,1000000 --workdir /tmp
+    python benchmarks/bench_scale.py                      # the issue's sizes, ~15 min at low load
+
+Importing this module runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Measured", "measure", "pipeline_command", "tshark_command", "main"]
+
+SIZES = (500_000, 1_000_000, 2_500_000, 5_000_000)
+TARGET_RATIO = 3.0  # issue 14: the pipeline at least 3x faster than tshark
+#: tshark fields of the frames table that tshark knows without the nbmq dissector.
+TSHARK_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "udp.srcport", "ip.dst", "udp.dstport",
+                 "udp.length", "data.data")
+#: ... and with it (nbmq/wireshark/nbmq.lua): the decoded header and the chunk.
+LUA_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "udp.srcport", "ip.dst", "udp.dstport",
+              "udp.length", "nbmq.kind", "nbmq.session_id", "nbmq.message_id", "nbmq.part_count",
+              "nbmq.part_index", "nbmq.message_size", "nbmq.part_size", "nbmq.chunk_size",
+              "nbmq.chunk_offset", "nbmq.ack_hash", "nbmq.chunk")
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass
+class Measured:
+    """One command's run: ``seconds`` wall, ``returncode``, and peak RSS in bytes: ``peak`` of
+    the whole process tree (sum at one sample), ``roles`` the peak of each role's sum
+    (``driver`` = the command's own process, ``jvm`` = java processes, ``workers`` = every other
+    descendant; ``anon`` = the tree's RSS less its file-backed pages, e.g. a memory-mapped capture), ``samples`` taken, ``load`` the 1-minute load average at the start."""
+
+    seconds: float
+    returncode: int
+    peak: int = 0
+    roles: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    load: float = 0.0
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid -> child pids, from one scan of /proc."""
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])  # comm may hold spaces: split after ')'
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def _tree_rss(root: int) -> dict[str, int]:
+    """RSS in bytes of ``root`` and its descendants, summed per role."""
+    kids = _children()
+    roles = {"driver": 0, "jvm": 0, "workers": 0, "anon": 0}
+    stack = [(root, True)]
+    while stack:
+        pid, is_root = stack.pop()
+        stack += [(c, False) for c in kids.get(pid, ())]
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                statm = f.read().split()
+            rss, shared = int(statm[1]) * _PAGE, int(statm[2]) * _PAGE
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                comm = f.read().strip()
+        except (OSError, IndexError, ValueError):
+            continue  # gone between the scan and the read
+        role = "driver" if is_root else ("jvm" if comm == b"java" else "workers")
+        roles[role] += rss
+        roles["anon"] += rss - shared  # not file-backed: a mapped capture's pages are page cache
+    return roles
+
+
+def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, stdout: object = None,
+            env: dict[str, str] | None = None) -> Measured:
+    """Run ``cmd`` and sample its process tree's RSS every ``interval`` seconds.
+
+    Args:
+        cmd: the command (argv list).
+        interval: seconds between samples (the first is taken at once).
+        timeout: seconds before the command is killed (its tree's group) and
+            ``subprocess.TimeoutExpired`` raised.
+        stdout: where its stdout goes (default /dev/null); stderr is inherited.
+        env: its environment (default: ours).
+
+    Returns:
+        A :class:`Measured`. Peaks come from ``/proc`` (Linux); elsewhere they stay 0.
+    """
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout is None else stdout,  # type: ignore[arg-type]
+                            env=env, start_new_session=True)
+    result = Measured(0.0, 0, load=load)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while True:
+            if os.path.isdir("/proc"):
+                roles = _tree_rss(proc.pid)
+                result.samples += 1
+                result.peak = max(result.peak, sum(v for k, v in roles.items() if k != "anon"))
+                for k, v in roles.items():
+                    result.roles[k] = max(result.roles.get(k, 0), v)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=sample, name="rss-sampler", daemon=True)
+    thread.start()
+    try:
+        result.returncode = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
+    finally:
+        result.seconds = time.perf_counter() - started
+        stop.set()
+        thread.join()
+    return result
+
+
+def pipeline_command(capture: Path, out: Path, master: str, extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+    """The ``nbmq pipeline`` console command (as ``python -m nbmq.cli``: the same entry point)."""
+    return [sys.executable, "-m", "nbmq.cli", "pipeline", str(capture), "--out", str(out), "--master", master,
+            "-q", *extra]
+
+
+def tshark_command(tshark: str, capture: Path, lua: Path | None = None) -> list[str]:
+    """``tshark -r CAPTURE -T fields -e ...``: plain, or with the nbmq Lua dissector and its fields."""
+    fields = LUA_FIELDS if lua else TSHARK_FIELDS
+    cmd = [tshark, "-r", str(capture), "-T", "fields"]
+    if lua:
+        cmd += ["-X", f"lua_script:{lua}"]
+    return cmd + [a for f in fields for a in ("-e", f)]
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, generate the captures, run and print the table; returns the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datagrams", default=",".join(map(str, SIZES)),
+                        help="comma-separated capture sizes in datagrams (default: %(default)s)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()),
+                        help="where the captures are cached and the pipeline writes (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each command per size (median)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--no-lua", dest="lua", action="store_false", help="skip tshark with the Lua dissector")
+    parser.add_argument("--no-tshark", dest="tshark", action="store_false", help="skip tshark entirely")
+    parser.add_argument("--pipeline-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for nbmq pipeline (repeatable), e.g. --pipeline-arg=--no-report")
+    parser.add_argument("--keep", action="store_true", help="keep the pipeline's output directories")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_capture import generate
+
+    import nbmq
+
+    sizes = [int(s.replace("_", "")) for s in args.datagrams.split(",") if s.strip()]
+    tshark = shutil.which("tshark") if args.tshark else None
+    lua = Path(nbmq.__file__).parent / "wireshark" / "nbmq.lua"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(nbmq.__file__).parent.parent),
+                                                       os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    rows = []
+    for n in sizes:
+        capture = args.workdir / f"scale-{n}.pcap"
+        if not capture.exists():
+            info = generate(capture, n)
+            print(f"generated {capture}: {info.datagrams:,} datagrams, {info.messages:,} messages, "
+                  f"{info.bytes / 1e9:.2f} GB in {info.seconds:.1f} s", file=sys.stderr)
+        out = args.workdir / f"scale-{n}-out"
+        runs: dict[str, list[Measured]] = {"nbmq": [], "tshark": [], "tshark+lua": []}
+        steps: list[dict[str, float]] = []
+        for _ in range(args.repeat):
+            m = measure(pipeline_command(capture, out, args.master, args.pipeline_arg), env=env)
+            if m.returncode != 0:
+                print(f"nbmq pipeline exited {m.returncode} on {capture}", file=sys.stderr)
+            runs["nbmq"].append(m)
+            try:
+                steps.append(json.loads((out / "summary.json").read_text()).get("steps", {}))
+            except (OSError, ValueError):
+                pass
+            if tshark:
+                runs["tshark"].append(measure(tshark_command(tshark, capture)))
+                if args.lua:
+                    runs["tshark+lua"].append(measure(tshark_command(tshark, capture, lua)))
+            print(f"{n:,}: " + ", ".join(f"{k} {v[-1].seconds:.1f} s peak {_mb(v[-1].peak)} MiB"
+                                         for k, v in runs.items() if v), file=sys.stderr)
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+        row: dict[str, object] = {"datagrams": n, "bytes": capture.stat().st_size}
+        for k, v in runs.items():
+            if v:
+                row[k] = {"seconds": statistics.median(r.seconds for r in v),
+                          "peak": statistics.median(r.peak for r in v),
+                          "roles": {role: statistics.median(r.roles.get(role, 0) for r in v) for role in v[0].roles},
+                          "load": statistics.median(r.load for r in v), "returncodes": [r.returncode for r in v]}
+        if steps:
+            row["steps"] = {k: statistics.median(s.get(k, 0.0) for s in steps) for k in steps[0]}
+        rows.append(row)
+    _print(rows, args)
+    if args.json:
+        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                         "master": args.master, "repeat": args.repeat, "rows": rows}, indent=1))
+    return 0
+
+
+def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"nbmq pipeline ({args.master}) vs tshark -T fields, median of {args.repeat}")
+    for col in ("datagrams", "capture MB", "nbmq s", "tshark s", "ratio", "tshark+lua s", "ratio lua",
+                "nbmq peak MiB (py/jvm/workers; anon)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        nb: dict = r["nbmq"]  # type: ignore[assignment]
+        ts: dict = r.get("tshark", {})  # type: ignore[assignment]
+        tl: dict = r.get("tshark+lua", {})  # type: ignore[assignment]
+        roles = nb["roles"]
+        table.add_row(
+            f"{r['datagrams']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{nb['seconds']:.1f}",
+            f"{ts['seconds']:.1f}" if ts else "-", f"{ts['seconds'] / nb['seconds']:.2f}x" if ts else "-",
+            f"{tl['seconds']:.1f}" if tl else "-", f"{tl['seconds'] / nb['seconds']:.2f}x" if tl else "-",
+            f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])}; {_mb(roles['anon'])})",
+            _mb(ts["peak"]) if ts else "-", _mb(tl["peak"]) if tl else "-",
+            " ".join(f"{k} {v:.1f}" for k, v in r.get("steps", {}).items()),  # type: ignore[union-attr]
+        )
+    console = Console() if Console().is_terminal else Console(width=200)
+    console.print(table)
+    first, last = rows[0], rows[-1]
+    if len(rows) > 1:
+        growth = last["nbmq"]["peak"] / max(1, first["nbmq"]["peak"])  # type: ignore[index]
+        console.print(f"nbmq peak at {last['datagrams']:,} / at {first['datagrams']:,} datagrams: {growth:.2f} "
+                      f"(flat means ~1; the capture grew {last['bytes'] / first['bytes']:.1f}x)")  # type: ignore[operator]
+    if "tshark" in last:
+        ratio = last["tshark"]["seconds"] / last["nbmq"]["seconds"]  # type: ignore[index]
+        console.print(f"target {TARGET_RATIO:.0f}x faster than tshark at {last['datagrams']:,}: "
+                      f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.2f}x); load at start "
+                      f"{last['nbmq']['load']:.1f}")  # type: ignore[index]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
