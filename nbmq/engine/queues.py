@@ -44,7 +44,7 @@ import numpy as np
 from .. import codec
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
-from .congestion import Window
+from .congestion import DUPTHRESH, Window
 from ..wire import DataFrame
 from .peers import Peer, PeerState
 
@@ -367,9 +367,10 @@ class OutMessage:
 
 class _Flight:
     """One SafeDealer frame awaiting its ack (``sent_at``: first send, seconds; ``win``: its
-    peer's congestion :class:`~.congestion.Window`, or None)."""
+    peer's congestion :class:`~.congestion.Window`, or None; ``tx``: its latest transmission's
+    number in ``win.order``)."""
 
-    __slots__ = ("hash", "view", "msg", "due", "resends", "sent_at", "win")
+    __slots__ = ("hash", "view", "msg", "due", "resends", "sent_at", "win", "tx", "last_sent")
 
     def __init__(self, h: int, view: Any, msg: OutMessage, due: float, sent_at: float = 0.0,
                  win: Window | None = None) -> None:
@@ -380,6 +381,8 @@ class _Flight:
         self.resends = 0
         self.sent_at = sent_at
         self.win = win
+        self.tx = -1
+        self.last_sent = sent_at
 
     def forget(self) -> None:
         if self.win is not None:
@@ -416,12 +419,15 @@ class SendQueue:
         congestion: safe queues only: a congestion window per peer (see below).
 
     Counters (ints): ``pushed``, ``frames_out`` (first sends), ``bytes_out`` (first sends),
-    ``resends``, ``resend_bytes``, ``acked`` (frames), ``acks_unknown``, ``dropped`` (messages).
+    ``resends``, ``resend_bytes``, ``acked`` (frames), ``acks_unknown``, ``dropped`` (messages),
+    ``fast_resends`` (the part of ``resends`` sent on loss detection, before the timer).
 
     Congestion control (safe queues with ``congestion``): each peer has a :class:`~.congestion.Window` (in
     ``windows``) bounding its bytes in flight; :meth:`take` stops at the first frame whose
     peer's window is full (the queue's order is kept) until an ack or a timeout opens it. A
-    frame's resend timer is its peer's RFC 6298 ``rto`` (floored by ``resend_ivl``).
+    frame's resend timer is its peer's RFC 6298 ``rto`` (floored by ``resend_ivl``). An ack
+    given an output list (:meth:`ack`'s ``out``) also resends at once the frames it shows lost
+    (fast retransmit: see :mod:`~.congestion`); the timer stays the backstop.
     """
 
     __slots__ = (
@@ -444,6 +450,7 @@ class SendQueue:
         "acked",
         "acks_unknown",
         "dropped",
+        "fast_resends",
         "windows",
         "congestion",
         "_blocked",
@@ -479,6 +486,7 @@ class SendQueue:
         self.acked = 0
         self.acks_unknown = 0
         self.dropped = 0
+        self.fast_resends = 0
         self.windows: dict[Any, Window] = {}
         self._blocked = False  # take() stopped at a full window: not ready until it opens
 
@@ -659,10 +667,13 @@ class SendQueue:
                     out.append((view, addr))
                     nbytes += size
                     room -= size
-                    if win is not None:
-                        win.in_flight += size
                     h = ack_hash(view)
                     flight = _Flight(h, view, msg, due, now, win)
+                    if win is not None:
+                        win.in_flight += size
+                        flight.tx = tx = win.tx  # transmission order: loss detection
+                        win.tx = tx + 1
+                        win.order.append((tx, flight))
                     inflight[h] = flight
                     heappush(rq, (due, next(seq), flight))
                     j += 1
@@ -689,9 +700,16 @@ class SendQueue:
         self.bytes_out += nbytes
         return n
 
-    def ack(self, session_id: int, h: int, now: float | None = None) -> bool:
+    def ack(self, session_id: int, h: int, now: float | None = None,
+            out: list[Datagram] | None = None) -> bool:
         """An Ack for the frame whose ``codec.ack_hash`` is ``h`` arrived from ``session_id``
         at ``now`` (seconds; None: no RTT sample). It opens the peer's window.
+
+        With congestion control, ``now`` and an output list ``out``, the frames this ack shows
+        lost (still unacked, last sent ``DUPTHRESH`` or more transmissions before the acked
+        one and longer than ``Window.reorder_wait()`` seconds ago) are resent at once, appended as ``(frame, addr)`` to ``out`` (counted in
+        ``resends`` and ``fast_resends``; a frame at its resend limit, or whose message was
+        dropped or whose peer left, is left to :meth:`resend_due`).
 
         Returns:
             True if it acked a frame in flight; False (counted in ``acks_unknown``) for a hash
@@ -714,6 +732,24 @@ class SendQueue:
             win.acked(len(flight.view), rtt)
             flight.win = None
             self._blocked = False
+            win.round_acked += 1
+            tx = flight.tx
+            if tx >= win.round_end:
+                win.end_round()
+            order = win.order
+            limit = -1
+            if out is not None and now is not None and win.srtt is not None:
+                limit = tx - DUPTHRESH
+                sent_before = now - win.reorder_wait()
+            while order:  # oldest transmissions first: skip the acked, resend the lost
+                otx, other = order[0]
+                if other.tx != otx or other.win is None:
+                    order.popleft()
+                elif otx <= limit and other.last_sent <= sent_before:
+                    order.popleft()
+                    self._fast_resend(other, win, now, out)  # type: ignore[arg-type]
+                else:
+                    break
         if msg.dropped:
             return True
         self.acked += 1
@@ -721,6 +757,28 @@ class SendQueue:
         if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
             self._release(msg)
         return True
+
+    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram]) -> None:
+        """Resend ``flight``, found lost by an ack, now (see :meth:`ack`)."""
+        msg = flight.msg
+        peer = msg.peer
+        if (msg.dropped or peer is None or peer._state is not _CONNECTED
+                or flight.resends >= self.resend_limit):
+            return  # its timer drops it (resend_due)
+        win.round_lost += 1
+        flight.resends += 1
+        flight.due = due = now + max(win.rto, self.resend_ivl)
+        heapq.heappush(self._resend, (due, next(self._seq), flight))
+        flight.tx = tx = win.tx
+        win.tx = tx + 1
+        win.order.append((tx, flight))
+        flight.last_sent = now
+        view = flight.view
+        out.append((view, peer._addr))
+        self.resends += 1
+        self.fast_resends += 1
+        self.resend_bytes += len(view)
+        peer._last_sent = now
 
     def resend_due(self, now: float, out: list[Datagram]) -> int:
         """Resend every frame whose ack is overdue, appending ``(frame, addr)`` to ``out``.
@@ -767,6 +825,10 @@ class SendQueue:
             if win is not None:
                 win.timed_out(now)  # a loss episode: halve the window (once per round trip)
                 rto = max(win.rto, ivl)
+                flight.tx = tx = win.tx  # its new place in the transmission order
+                win.tx = tx + 1
+                win.order.append((tx, flight))
+                flight.last_sent = now
             flight.resends += 1
             flight.due = due = now + rto
             heappush(rq, (due, next(seq), flight))

@@ -577,7 +577,7 @@ class SafeDealer(Socket):
             self._counters.malformed += 1
             self._reject(addr, "Ack payload is not 8 bytes")
             return
-        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"), now)
+        self._sendq.ack(peer._sid, int.from_bytes(payload, "big"), now, self._ctrl)
 
 
 class Radio(Socket):
