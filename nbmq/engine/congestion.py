@@ -102,13 +102,14 @@ class Window:
     def acked(self, size: int, rtt: float | None) -> None:
         """An ack for a frame of ``size`` bytes; ``rtt`` seconds when it was sent only once
         (Karn's rule: a resent frame's ack gives no sample), else None."""
-        self.in_flight = max(0, self.in_flight - size)
+        in_flight = self.in_flight - size
+        self.in_flight = in_flight if in_flight > 0 else 0
         if rtt is not None:
             self.sample(rtt)
-        if self.cwnd < self.ssthresh:
-            self.cwnd = min(float(MAX_WINDOW), self.cwnd + size)  # slow start
-        else:
-            self.cwnd = min(float(MAX_WINDOW), self.cwnd + DATAGRAM * size / self.cwnd)
+        cwnd = self.cwnd
+        if cwnd < MAX_WINDOW:
+            cwnd += size if cwnd < self.ssthresh else DATAGRAM * size / cwnd  # slow start, AIMD
+            self.cwnd = cwnd if cwnd < MAX_WINDOW else float(MAX_WINDOW)
 
     def reorder_wait(self) -> float:
         """Seconds a frame stays unacked, after a later one was acked, before it counts as
