@@ -47,6 +47,9 @@ MIN_WINDOW = 16 * DATAGRAM
 BETA = 0.7
 #: Nor grows past this, bytes (bounds what one peer's resends can cost).
 MAX_WINDOW = 32 * 1024 * 1024
+#: A timeout doubles ``backoff`` (RFC 6298 5.5), the factor on the timer of frames not yet
+#: resent by the timer, up to this; the next RTT sample resets it to 1.
+MAX_BACKOFF = 8.0
 #: A frame is lost once a transmission this many later (to the same peer) is acked.
 DUPTHRESH = 3
 #: A round losing at most this fraction of its frames keeps the window (random loss).
@@ -64,7 +67,8 @@ class Window:
         cwnd: window, bytes (float). ssthresh: slow-start threshold, bytes.
         in_flight: bytes sent and not acked (int). srtt, rttvar: seconds, None before the
             first sample. rto: the resend timeout in use, seconds. decreases: window decreases
-            (timeouts and lossy rounds). tx: the next transmission number. order: a deque of
+            (timeouts and lossy rounds). backoff: the timer's factor after timeouts (1..
+            ``MAX_BACKOFF``) for frames the timer has not resent yet. tx: the next transmission number. order: a deque of
             ``(tx, flight)`` in transmission order (stale entries skipped by the queue).
         round_end: the transmission number that ends the current round; round_acked,
             round_lost: frames acked and found lost in it.
@@ -72,7 +76,7 @@ class Window:
 
     __slots__ = (
         "cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "rto", "floor", "_calm_until",
-        "decreases", "tx", "order", "round_end", "round_acked", "round_lost",
+        "decreases", "tx", "order", "backoff", "round_end", "round_acked", "round_lost",
     )
 
     def __init__(self, floor: float) -> None:
@@ -86,6 +90,7 @@ class Window:
         self._calm_until = -1.0
         self.decreases = 0
         self.tx = 0
+        self.backoff = 1.0
         self.order: deque = deque()
         self.round_end = 0
         self.round_acked = 0
@@ -136,19 +141,27 @@ class Window:
         self.in_flight = max(0, self.in_flight - size)
 
     def timed_out(self, now: float) -> None:
-        """A frame's resend timer fired: shrink the window to ``BETA`` of itself, once per
-        resend timeout (``rto`` seconds)."""
+        """A frame's resend timer fired: shrink the window to ``BETA`` of itself and double
+        ``backoff`` (RFC 6298 section 5.5, at most ``MAX_BACKOFF``; the next RTT sample resets
+        it), once per resend timeout. The frames sent with the timed-out one then wait
+        ``rto * backoff``, so a stall (a receiver or a path starved of CPU) resends the oldest
+        frame, not the whole window; if it was loss, the resend's ack shows the others lost
+        (fast retransmit). A frame the timer already resent keeps ``rto`` (floored by
+        ``safe_resend_ivl``), so ``safe_resend_limit`` drops a message on a dead path about
+        as soon as the reference does."""
         if now < self._calm_until:
             return
         self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
         self.cwnd = self.ssthresh
         self.decreases += 1
-        self._calm_until = now + self.rto
+        self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+        self._calm_until = now + self.rto * self.backoff
 
     def sample(self, rtt: float) -> None:
         """RFC 6298 section 2: update srtt / rttvar from one measurement and recompute rto
         (floored by ``floor``)."""
         rtt = max(0.0, rtt)
+        self.backoff = 1.0
         if self.srtt is None or self.rttvar is None:
             self.srtt = rtt
             self.rttvar = rtt / 2

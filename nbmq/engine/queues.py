@@ -877,11 +877,12 @@ class SendQueue:
 
         With congestion control a frame's timer is its place in its peer's transmission order
         (``Window.order``: the oldest transmission first), due at its last send plus the
-        peer's ``rto`` then; a timeout shrinks the window (``Window.timed_out``). Acked frames
+        peer's current ``rto`` (times ``Window.backoff`` for a frame the timer has not resent
+        yet; floored by ``resend_ivl``); a timeout shrinks the window and backs the timer off
+        (``Window.timed_out``), so the frames sent with the timed-out one wait longer. Acked frames
         leave that order as soon as they reach its front, so nothing holds them for an RTO
         (a resend heap of acked frames was most of the garbage collector's work at 100k
-        messages/s). A frame behind one sent with a longer ``rto`` waits for it (at most the
-        difference of the two).
+        messages/s).
 
         Returns:
             Frames resent. Mutates the queue; sets ``peer.last_sent``.
@@ -943,12 +944,13 @@ class SendQueue:
                 if flight.tx != tx or flight.win is None:
                     order.popleft()  # acked, dropped, or sent again since
                     continue
-                if flight.due > now:
-                    break
+                wait = win.rto if flight.resends else win.rto * win.backoff
+                if flight.last_sent + (wait if wait > ivl else ivl) > now:
+                    break  # (the timer in use now: a timeout may just have backed it off)
                 order.popleft()
                 msg = flight.msg
                 if not msg.dropped and peer._state is _CONNECTED and flight.resends < limit:
-                    win.timed_out(now)  # a loss episode: shrink the window (once per rto)
+                    win.timed_out(now)  # a loss episode: shrink the window, back off the timer
                     flight.resends += 1
                     flight.due = now + max(win.rto, ivl)
                     flight.tx = tx = win.tx  # its new place in the transmission order
@@ -982,7 +984,9 @@ class SendQueue:
             while order and (order[0][1].tx != order[0][0] or order[0][1].win is None):
                 order.popleft()
             if order:
-                due = order[0][1].due
+                flight = order[0][1]
+                wait = win.rto if flight.resends else win.rto * win.backoff
+                due = flight.last_sent + max(wait, self.resend_ivl)
                 if best is None or due < best:
                     best = due
         return best

@@ -51,8 +51,9 @@ def test_fast_retransmit_after_the_threshold_once_per_round_trip():
     assert q.ack(SID, codec.ack_hash(frames[1]), 0.040, [])
     assert q.next_resend() == pytest.approx(0.045 + 0.2)  # frame 9's timer: the backstop
     resent: list = []
-    assert q.resend_due(0.26, resent) == 3  # frames 9..11 were never acked: their timers
-    assert q.fast_resends == 1 and q.resends == 4 and q.windows[peer].decreases == 1
+    assert q.resend_due(0.26, resent) == 1  # frame 9 was never acked: its timer, backed off
+    assert q.fast_resends == 1 and q.resends == 2 and q.windows[peer].decreases == 1
+    assert q.next_resend() == pytest.approx(0.05 + 0.4)  # frame 10 waits for the longer timer
 
 
 def test_no_fast_retransmit_on_reordering():
@@ -145,3 +146,19 @@ def test_lossy_link_recovers_fast_with_few_resends(jitter):
     assert sendq.fast_resends >= 0.9 * c.resends
     assert net.now - start < 0.25  # virtual seconds: no message waited for its timer
     assert sum(c.dropped.values()) == 0 and sum(server.engine.counters.dropped.values()) == 0
+
+
+def test_a_stall_resends_the_oldest_frame_not_the_window():
+    # acks held up past the resend timer (a receiver starved of CPU): one resend, the timer
+    # backs off for the rest (RFC 6298 5.5), and the next RTT sample resets it
+    q, peer, frames = _sent(40, spacing=0.0001)
+    win = q.windows[peer]
+    resent: list = []
+    assert q.resend_due(0.2, resent) == 1 and bytes(resent[0][0]) == bytes(frames[0])
+    assert win.backoff == 2 and q.next_resend() == pytest.approx(0.4001)  # frame 1: 0.2 s backed off
+    assert q.resend_due(0.39, resent) == 1
+    for i in range(1, 40):  # the stall ends: nothing more is resent
+        assert _ack(q, frames[i], 0.3) == []
+    assert win.backoff == 1  # reset by the first new sample
+    assert _ack(q, frames[0], 0.31) == []
+    assert q.in_flight == 0 and q.resends == 1
