@@ -156,7 +156,7 @@ def test_a_stall_resends_the_oldest_frame_not_the_window():
     resent: list = []
     assert q.resend_due(0.2, resent) == 1 and bytes(resent[0][0]) == bytes(frames[0])
     assert win.backoff == 2 and q.next_resend() == pytest.approx(0.4001)  # frame 1: 0.2 s backed off
-    assert q.resend_due(0.39, resent) == 1
+    assert q.resend_due(0.39, resent) == 0  # frame 0 again at 0.4 (the timer resent it: no backoff)
     for i in range(1, 40):  # the stall ends: nothing more is resent
         assert _ack(q, frames[i], 0.3) == []
     assert win.backoff == 1  # reset by the first new sample
