@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/capture/*/*.pyx)
+SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/engine/*.pyx nbmq/capture/*/*.pyx)
 
 .PHONY: run test install bench clean fuzz asan test-tools
 
@@ -56,4 +56,4 @@ bench: $(STAMP)
 	$(PY) -m pytest benchmarks -q
 
 clean:
-	rm -rf $(VENV) build *.egg-info nbmq/*.so nbmq/*.c nbmq/transports/*.so nbmq/transports/*.c nbmq/capture/*.so nbmq/capture/*.c nbmq/capture/*/*.so nbmq/capture/*/*.c out
+	rm -rf $(VENV) build *.egg-info nbmq/*.so nbmq/*.c nbmq/transports/*.so nbmq/transports/*.c nbmq/capture/*.so nbmq/capture/*.c nbmq/capture/*/*.so nbmq/capture/*/*.c nbmq/engine/*.so nbmq/engine/*.c out

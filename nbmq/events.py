@@ -76,7 +76,8 @@ class DropReason(Enum):
     #: An incomplete message evicted to make room in the incomplete-bytes budgets: its peer
     #: held the most (``max_peer_incomplete_bytes`` / ``max_incomplete_bytes``; issue 12).
     EVICTED = "evicted"
-    #: The peer the message was going to left before it was sent (or acked).
+    #: The peer the message was going to left before it was sent (or acked), or the peer an
+    #: incomplete message was coming from was removed (its budget is released at once).
     PEER_GONE = "peer gone"
     #: Radio: no peer was connected when the message was sent (pub/sub semantics).
     NO_PEER = "no peer"

@@ -402,6 +402,27 @@ class Reassembler:
             self._owners = {k: o for k, o in self._owners.items() if o.messages}
         self.incomplete_bytes -= message.charge
 
+    def drop_owner(self, owner: Hashable) -> list[Hashable]:
+        """Forget every incomplete message charged to ``owner`` and release its budget.
+
+        The engine calls it when a peer is removed: a new session has a new id, so the old
+        session's incomplete messages can never complete and would hold budget until their TTL.
+
+        Args:
+            owner: the first item of the messages' keys (the engine's: the session id).
+
+        Returns:
+            Their keys, oldest first (empty when ``owner`` holds none). Not counted in
+            ``expired`` or ``evicted``: the caller reports why.
+        """
+        found = self._owners.get(owner)
+        if found is None:
+            return []
+        keys = list(found.messages)
+        for key in keys:
+            self.drop(key)
+        return keys
+
     def take_evicted(self) -> list[Hashable]:
         """The keys of the messages evicted since the last call, oldest first (at most
         ``MAX_EVICTED_KEYS``; ``evicted`` counts every one). Clears them."""

@@ -674,6 +674,22 @@ cdef class Reassembler:
         """Forget an incomplete message and release its budget; True if it was held."""
         return self._drop(key)
 
+    def drop_owner(self, owner):
+        """Forget every incomplete message charged to owner (the first item of their keys)
+        and release its budget; their keys, oldest first (the twin's drop_owner)."""
+        cdef void* at
+        found = self._owners.get(owner)
+        if found is None:
+            return []
+        keys = []
+        at = (<_Owner>found).head
+        while at != NULL:
+            keys.append((<_Message>at).key)
+            at = (<_Message>at).next
+        for key in keys:
+            self._drop(key)
+        return keys
+
     def take_evicted(self):
         """Keys of the messages evicted since the last call, oldest first; clears them."""
         keys = list(self._evicted_keys)

@@ -101,7 +101,8 @@ class RecvQueue:
 
     Counters (ints): ``completed`` (queued), ``pulled`` (a property), ``dropped_hwm`` (messages),
     ``refused`` (frames), ``duplicates`` (frames of recently delivered messages), ``expired``,
-    ``evicted`` (incomplete messages pushed out by the budgets),
+    ``evicted`` (incomplete messages pushed out by the budgets), ``peer_gone`` (incomplete
+    messages of a removed peer, see :meth:`drop_session`),
     ``rejected`` and ``too_large`` (messages or frames, as the reassembler counts them);
     ``reassembler`` exposes the codec's own counters (``duplicates`` there counts repeated
     chunks of incomplete messages).
@@ -130,6 +131,7 @@ class RecvQueue:
         "rejected",
         "too_large",
         "evicted",
+        "peer_gone",
         "on_drop",
     )
 
@@ -168,6 +170,7 @@ class RecvQueue:
         self.rejected = 0
         self.too_large = 0
         self.evicted = 0
+        self.peer_gone = 0
 
     def __len__(self) -> int:
         """Completed messages waiting for :meth:`pull`."""
@@ -288,6 +291,22 @@ class RecvQueue:
                 until, key = order.popleft()
                 if dedup.get(key) == until:
                     del dedup[key]
+        return dropped
+
+    def drop_session(self, session_id: int) -> list[tuple[int, int]]:
+        """Forget the incomplete messages of one session (its peer was removed: a reconnect
+        gets a new session id, so they can never complete) and release their budget now,
+        not at their TTL.
+
+        Args:
+            session_id: the removed peer's session id.
+
+        Returns:
+            The ``(session_id, message_id)`` keys dropped, oldest first; ``peer_gone`` counts
+            them. Completed messages already queued stay for :meth:`pull`.
+        """
+        dropped = cast("list[tuple[int, int]]", self.reassembler.drop_owner(session_id))
+        self.peer_gone += len(dropped)
         return dropped
 
     def next_deadline(self) -> float | None:

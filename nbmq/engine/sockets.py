@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import random
 import struct
+import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -72,6 +73,26 @@ _DROP_FOR = {
 _ACK = FrameKind.ACK
 _ACK_FRAME = struct.Struct(">BBQQ")  # an Ack: the control header, then the 8-byte hash
 _MAX_CHUNK = codec.MAX_CHUNK_SIZE
+
+
+def _load_fast() -> Any:
+    """The compiled hot path (:mod:`nbmq.engine._fast`) when the codec is compiled too (its
+    receive loop does what the compiled Reassembler does); None: the Python code here runs."""
+    if codec.IMPLEMENTATION != "cython":
+        return None
+    try:
+        from . import _fast  # type: ignore[attr-defined]
+    except ImportError:
+        if codec._flag("NBMQ_REQUIRE_EXTENSIONS"):
+            raise
+        warnings.warn(  # as the codec does: a silent fallback would hide a failed build
+            "nbmq.engine._fast is not built; Dealer runs its Python send/receive path (slower). "
+            "Build the extensions (setup.py build_ext) or set NBMQ_NO_EXTENSIONS=1.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return _fast
 
 
 class Socket(Connection):
@@ -482,10 +503,16 @@ class Socket(Connection):
     def _take_data(self, now: float, out: list[Datagram]) -> None:
         sendq = self._sendq
         if sendq._queue:
-            sendq.take(now, self._max_tick_send, out, self._ring)
+            if _fast is not None:  # SendQueue.take's small-message case, compiled
+                _fast.take(sendq, now, self._max_tick_send, out, self._ring)
+            else:
+                sendq.take(now, self._max_tick_send, out, self._ring)
 
     def _on_peer_removed(self, peer: Peer, reason: DisconnectReason, now: float) -> None:
-        pass  # its queued and in-flight frames are dropped lazily (PEER_GONE)
+        # Its queued and in-flight frames are dropped lazily (PEER_GONE); its incomplete
+        # messages can never complete (a reconnect is a new session): release their budget now.
+        for sid, mid in self._recvq.drop_session(peer._sid):
+            self._dropped(sid, mid, DropReason.PEER_GONE)
 
     def _on_close(self, now: float) -> None:
         self._sendq.clear(DropReason.CLOSED)
@@ -530,14 +557,25 @@ def _check_parts(parts: Sequence[Buffer]) -> None:
         memoryview(part)
 
 
+_fast = _load_fast()
+if _fast is not None:
+    _fast.install(Socket.send, Socket._receive_unacked)
+
+
 class Dealer(Socket):
     """Duplex, fire-and-forget socket: messages go to connected peers in turn (round-robin).
 
-    See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference).
+    See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference). With the
+    extensions built, ``send``, ``receive_datagrams`` and the queue's ``take`` run compiled
+    (:mod:`nbmq.engine._fast`, issue 15 item 2), with the same effects as the code here.
     """
 
     receive_datagram = Socket._receive_unacked
     receive_datagrams = Socket._receive_batch_unacked
+    if _fast is not None:
+        send = _fast.send
+        receive_datagram = _fast.receive_one
+        receive_datagrams = _fast.receive_batch
 
 
 class SafeDealer(Socket):
@@ -746,6 +784,9 @@ class Dish(Socket):
     CAN_SEND = False
     receive_datagram = Socket._receive_unacked
     receive_datagrams = Socket._receive_batch_unacked
+    if _fast is not None:
+        receive_datagram = _fast.receive_one
+        receive_datagrams = _fast.receive_batch
 
 
 _parse_frame = codec.parse_frame

@@ -30,8 +30,11 @@ Python data sources get no column pruning from Spark, so this is how to make a n
 Schema: :data:`nbmq.spark.schema.FRAMES_SCHEMA`. Rows whose datagram does not decode keep their
 capture columns (addresses, ports, length, raw ``version`` and ``kind`` bytes, the whole datagram
 in ``payload``) and carry the reason in ``error`` (``nbmq.wire.FRAME_ERROR_REASONS``); their
-header columns are null. Records of the capture file itself that cannot be read (a truncated
-file, a damaged record header) become rows with only ``capture`` and ``error`` set, the error
+header columns are null. The ``capture`` column is the file's name, or as many trailing path
+components as tell it apart from the other files read with it (``run1/x.pcap``,
+``run2/x.pcap``: ``nbmq.spark.inputs.capture_names``), since the messages and sessions tables
+key on it. Records of the capture file itself that cannot be read (a truncated file, a damaged
+record header) become rows with only ``capture`` and ``error`` set, the error
 starting with ``"capture: "``. Reading never fails on bad bytes.
 
 ``read()`` runs on the executors: it reads a byte range with ``nbmq.capture.read_datagrams``,
@@ -45,6 +48,7 @@ import json
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +57,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .inputs import CAPTURE_SUFFIXES, capture_source, expand_paths, file_size, splittable
+from .inputs import CAPTURE_SUFFIXES, capture_names, capture_source, expand_paths, file_size, splittable
 from .schema import FRAMES_SCHEMA, frames_schema
 
 __all__ = ["NbmqDataSource", "CapturePartition", "CAPTURE_SUFFIXES", "expand_paths", "frames_batches"]
@@ -90,6 +94,8 @@ class CapturePartition(InputPartition):
         walk_from: byte offset of a record at or before the range's first one, where its
             read starts walking (``nbmq.capture.range_starts``; None: the reader
             resynchronises).
+        capture: the ``capture`` column's value (``inputs.capture_names``: distinct among the
+            files read together; None: the file's name).
     """
 
     path: str
@@ -97,6 +103,7 @@ class CapturePartition(InputPartition):
     end: int | None = None
     first_frame: int | None = None
     walk_from: int | None = None
+    capture: str | None = None
 
 
 class NbmqDataSource(DataSource):
@@ -149,11 +156,14 @@ class NbmqReader(DataSourceReader):
 
     def partitions(self) -> list[CapturePartition]:
         parts: list[CapturePartition] = []
-        for path in expand_paths(self.paths):
+        paths = expand_paths(self.paths)
+        names = capture_names(paths)
+        for path in paths:
             if self.split_bytes > 0 and splittable(path) and file_size(path) > self.split_bytes:
-                parts.extend(_plan(path, self.split_bytes))
+                planned = _plan(path, self.split_bytes)
             else:
-                parts.append(CapturePartition(path))
+                planned = [CapturePartition(path)]
+            parts.extend(dataclasses.replace(p, capture=names[path]) for p in planned)
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -189,7 +199,7 @@ def read_partition(
     from ..capture import read_datagrams
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    capture = os.path.basename(partition.path)
+    capture = partition.capture or os.path.basename(partition.path)
     yield from read_frames_batches(
         capture,
         lambda: read_datagrams(

@@ -11,14 +11,17 @@ Local files are memory-mapped by the readers (and large classic pcap files split
 ranges). Other URIs are opened on the executors through ``pyarrow.fs`` (bundled with
 pyarrow; HDFS needs a Hadoop client on every node: ``JAVA_HOME``, ``HADOOP_HOME`` and
 ``CLASSPATH=$(hadoop classpath --glob)``, as for any libhdfs user); each such file is one
-partition, read whole into the executor's memory. A scheme pyarrow does not know, or a
+partition, copied to a temporary file on the executor and memory-mapped (memory stays flat;
+remote files are not split into byte ranges). A scheme pyarrow does not know, or a
 file system it cannot reach, raises an error naming the path and what is missing.
 """
 
 from __future__ import annotations
 
 import glob
+import mmap
 import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +33,7 @@ __all__ = [
     "local_path",
     "splittable",
     "capture_source",
+    "capture_names",
     "file_size",
 ]
 
@@ -38,6 +42,7 @@ CAPTURE_SUFFIXES = tuple(s + gz for s in (".pcap", ".pcapng", ".cap") for gz in 
 
 # Hadoop scheme -> pyarrow.fs scheme (pyarrow knows s3 but not Hadoop's s3a / s3n names)
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs"}
+_COPY_STEP = 8 << 20  # bytes per read when copying a remote file
 _KNOWN = "file, hdfs, viewfs, s3/s3a/s3n, gs/gcs, abfs/abfss"
 
 
@@ -160,6 +165,34 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))  # first occurrence of each, in order
 
 
+def capture_names(paths: Sequence[str]) -> dict[str, str]:
+    """The ``capture`` column's value for each file: its name, or as many trailing path
+    components as tell it apart from the other files read with it.
+
+    ``a/x.pcap`` and ``b/x.pcap`` read together are ``a/x.pcap`` and ``b/x.pcap``, not both
+    ``x.pcap``: the messages and sessions tables key on ``capture``, so two captures must never
+    share a value (their messages would merge). A file read alone keeps its bare name.
+
+    Args:
+        paths: the expanded files (``expand_paths``): local paths or URIs.
+
+    Returns:
+        ``{path: name}``, names distinct (``/``-separated components).
+    """
+    parts = {p: [c for c in urlsplit(p).path.replace(os.sep, "/").split("/") if c] or [p] for p in paths}
+    depth = dict.fromkeys(paths, 1)
+    while True:
+        names = {p: "/".join(parts[p][-depth[p]:]) for p in paths}
+        seen: dict[str, list[str]] = {}
+        for p, name in names.items():
+            seen.setdefault(name, []).append(p)
+        clashes = [p for group in seen.values() if len(group) > 1 for p in group if depth[p] < len(parts[p])]
+        if not clashes:
+            return names
+        for p in clashes:
+            depth[p] += 1
+
+
 def file_size(path: str) -> int:
     """Size of a file in bytes (as stored: compressed for ``.gz``).
 
@@ -172,11 +205,16 @@ def file_size(path: str) -> int:
     return int(fs.get_file_info(inner).size)
 
 
-def capture_source(path: str) -> str | bytes:
+def capture_source(path: str) -> str | memoryview:
     """What to hand to ``nbmq.capture`` readers for ``path``: a local path, or a URI's bytes.
 
-    Runs on the executors. A local path is returned as it is (the readers memory-map it); a
-    URI is read whole through ``pyarrow.fs``.
+    Runs on the executors. A local path is returned as it is (the readers memory-map it). A
+    URI is copied through ``pyarrow.fs`` in 8 MiB steps into an unlinked temporary file, and a
+    read-only map of that file is returned: memory stays flat in the file's size (the map is
+    released with the last view of it).
+
+    Returns:
+        The local path (str), or a memoryview (format ``B``) of the URI's bytes.
 
     Raises:
         OSError / ValueError: as ``expand_paths`` (the message names the path).
@@ -184,5 +222,13 @@ def capture_source(path: str) -> str | bytes:
     if is_local(path):
         return local_path(path)
     fs, inner = _filesystem(path)
-    with fs.open_input_stream(inner, compression=None) as f:  # gzip: nbmq.capture's job
-        return bytes(f.read())
+    with fs.open_input_stream(inner, compression=None) as f, tempfile.TemporaryFile(prefix="nbmq-remote-") as out:
+        while True:  # gzip: nbmq.capture's job
+            chunk = f.read(_COPY_STEP)
+            if not chunk:
+                break
+            out.write(chunk)
+        out.flush()
+        if not out.tell():
+            return memoryview(b"")
+        return memoryview(mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ))

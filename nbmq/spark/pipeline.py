@@ -353,7 +353,7 @@ def _stream_tables(
 ) -> dict[str, dict[str, int]]:
     """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts."""
     from ..capture.tcp.segments import has_tcp_traffic
-    from .inputs import capture_source
+    from .inputs import capture_names, capture_source
 
     counts: dict[str, dict[str, int]] = {}
     for protocol, ports in (("bqsp", bqsp_ports), ("rqueue", rqueue_ports)):
@@ -369,6 +369,7 @@ def _stream_tables(
             .option("paths", ",".join(with_traffic))
             .option("ports", ",".join(str(int(p)) for p in ports))
             .option("payload", "true" if payload else "false")
+            .option("capture_names", json.dumps(capture_names(files)))
             .load()
             .write.mode("overwrite")
             .parquet(tables[protocol])

@@ -18,6 +18,9 @@ Options (strings, as Spark passes them):
 - ``max_buffered`` (16 MiB): out-of-order bytes held per connection direction; past it the
   missing bytes are a gap (see :mod:`nbmq.capture.tcp.streams`).
 - ``batch_rows`` (8192): rows per Arrow record batch.
+- ``capture_names``: JSON ``{path: capture}`` overriding the ``capture`` column's value per file
+  (default: ``nbmq.spark.inputs.capture_names`` of the files read; the pipeline passes the
+  frames source's names, so both tables name a file alike).
 
 One partition per file: TCP reassembly needs a whole connection, which a byte range of a file
 cannot promise. Schemas: :mod:`nbmq.spark.streams_schema`. Bad bytes never fail the job: gaps,
@@ -26,6 +29,7 @@ unparsed bytes, codec errors and capture damage are rows with ``error`` set.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -36,7 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from .datasource import CapturePartition, _split_paths, _truthy
-from .inputs import capture_source, expand_paths
+from .inputs import capture_names, capture_source, expand_paths
 from .streams_schema import BQSP_SCHEMA, RQUEUE_SCHEMA, RQUEUE_TYPE_NAMES, bqsp_schema, rqueue_schema
 
 __all__ = ["BqspDataSource", "RqueueDataSource", "DEFAULT_PORTS", "parse_ports", "stream_batches"]
@@ -115,9 +119,15 @@ class StreamsReader(DataSourceReader):
         self.ports = parse_ports(options.get("ports"), protocol)
         self.max_buffered = int(options.get("max_buffered", 16 << 20))
         self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
+        # {path: capture}: the pipeline reads only the files with TCP traffic here, and passes
+        # the names the frames source gave them, so both tables name a file alike
+        self.names = json.loads(options.get("capture_names") or "{}")
 
     def partitions(self) -> list[CapturePartition]:
-        return [CapturePartition(path) for path in expand_paths(self.paths)]
+        paths = expand_paths(self.paths)
+        names = capture_names(paths)
+        names.update((p, self.names[p]) for p in paths if p in self.names)
+        return [CapturePartition(path, capture=names[path]) for path in paths]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, CapturePartition)
@@ -125,7 +135,8 @@ class StreamsReader(DataSourceReader):
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         yield from stream_batches(
-            partition.path, self.protocol, self.ports, arrow_schema, self.batch_rows, self.max_buffered
+            partition.path, self.protocol, self.ports, arrow_schema, self.batch_rows, self.max_buffered,
+            capture=partition.capture,
         )
 
 
@@ -137,6 +148,7 @@ def stream_batches(
     batch_rows: int = DEFAULT_BATCH_ROWS,
     max_buffered: int = 16 << 20,
     codec: Any = None,
+    capture: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decode one capture's BQSP / rqueue connections into record batches of ``arrow_schema``.
 
@@ -148,6 +160,7 @@ def stream_batches(
         batch_rows: rows per record batch.
         max_buffered: out-of-order bytes held per direction (bytes).
         codec: codec module for the stream decoders (default ``nbmq.codec``).
+        capture: the ``capture`` column's value (default: the file's name).
 
     Yields:
         Record batches, columns built one at a time from the rows' fields. A file that is not
@@ -156,7 +169,7 @@ def stream_batches(
     from ..capture.tcp.streams import decode_tcp_streams
     from ..errors import NbmqError
 
-    capture = os.path.basename(path)
+    capture = capture or os.path.basename(path)
     payload = "payload" in arrow_schema.names or "content" in arrow_schema.names
     rows: list[Any] = []
     try:

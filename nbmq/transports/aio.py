@@ -1,17 +1,36 @@
 """asyncio nbmq sockets: ``sock = await nbmq.aio.Dealer.connect(...)``, ``await sock.recv()``.
 
-The driver is aioquic's ``QuicConnectionProtocol`` pattern: ``datagram_received`` feeds the
-engine and schedules ``_transmit`` (coalesced with ``call_soon``); ``_transmit`` writes
-``datagrams_to_send``, re-arms the one timer at ``next_deadline()`` with ``loop.call_at`` and
-drains events into the waiters of ``recv``, ``send`` (at ``send_hwm``), ``wait_connected`` and
-``close``. Nothing polls. Time is ``loop.time()`` (monotonic). UDP and IPC use asyncio's
-datagram transport; inproc uses a small transport of the same shape over the in-memory hub.
+The driver follows aioquic's ``QuicConnectionProtocol``, but reads the link itself instead of
+through asyncio's datagram transport, so it shares the blocking socket's link
+(:mod:`nbmq.transports.udp`, ``ipc``, ``inproc``) and behaves the same (issue 15):
+
+- **Reads** come from ``loop.add_reader`` on the link's descriptor through the link's batch
+  reader (``recvmmsg`` on Linux, GRO when on), at most ``max_tick_recv`` datagrams and never
+  more than the room left under ``recv_hwm`` (one message per datagram, the worst case). A
+  full receive queue stops reading (the reader is removed) until ``recv`` takes a message;
+  the rest waits in the kernel. Stopped for a heartbeat interval (``peer_heartbeat_ivl``: the
+  application is not draining), a due timer still reads ``LIVENESS_READ`` datagrams so the
+  peers' heartbeats arrive (the messages among them are dropped, and counted). The blocking
+  socket does so at any due timer; here timers fire between the application's drains, which
+  would then lose messages a draining receiver should get.
+- **Kernel drops** (``SO_RXQ_OVFL`` with each batch, ``SO_MEMINFO`` at each timer and each
+  ``counters`` read) reach ``counters.kernel_drops`` and a ``DatagramsDropped`` event.
+- **Writes** go through the link: one ``sendmmsg`` (GSO-coalesced) per flush, paced per peer
+  by ``pace_rate``/``pace_burst``. ``send`` queues and one flush per loop turn writes what
+  the turn queued, or at once when about ``AUTO_FLUSH`` datagrams wait. Output the OS refuses
+  waits for ``loop.add_writer``; output held by pacing waits for a ``loop.call_later`` timer.
+- **Timers**: one ``loop.call_at`` at the engine's ``next_deadline()``. Nothing polls. Time is
+  ``loop.time()`` (monotonic).
+
+Events are drained into the waiters of ``recv``, ``send`` (at ``send_hwm``),
+``wait_connected`` and ``close``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
 from typing import Any
 
@@ -20,33 +39,12 @@ from ..events import Event
 from ..options import SocketOptions
 from . import engines
 from .attributes import OptionAttributes
-from .inproc import InprocLink, InprocTransport
-from .links import open_link
+from .links import open_link, read_grain
+from .socket import _CHUNK, _RETRY, AUTO_FLUSH, LIVENESS_READ
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 
 _BYTES = (bytes, bytearray, memoryview)
-
-
-class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self, owner: Socket) -> None:
-        self.owner = owner
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.owner._datagram_received(data, addr)
-
-    def error_received(self, exc: Exception) -> None:
-        self.owner.transport_errors += 1  # ICMP unreachable and the like: a lost datagram
-
-    def pause_writing(self) -> None:
-        self.owner._paused = True
-
-    def resume_writing(self) -> None:
-        self.owner._paused = False
-        self.owner._transmit_soon()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.owner._lost()
 
 
 class Socket(OptionAttributes):
@@ -54,10 +52,18 @@ class Socket(OptionAttributes):
     ``await Dealer.connect(...)``; addresses and options as the blocking sockets
     (:class:`nbmq.transports.socket.Socket`), options also as attributes
     (``sock.send_hwm = 10``). Every call on a closed socket, and every call waiting when it is
-    closed, raises :class:`~nbmq.errors.SocketClosed`."""
+    closed, raises :class:`~nbmq.errors.SocketClosed`.
 
-    __slots__ = ("options", "engine", "closed", "transport_errors", "_loop", "_link", "_events", "_waiters",
-                 "_timer", "_timer_at", "_soon", "_paused", "_closed_fut", "_transport", "__weakref__")
+    Attributes:
+        engine: the sans-IO engine (read it for ``counters`` and ``peers``; do not drive it).
+        options: the live :class:`~nbmq.options.SocketOptions`.
+        reading: False while the receive queue is full and the socket leaves datagrams in the
+            kernel (issue 15 item 1); True otherwise.
+    """
+
+    __slots__ = ("options", "engine", "closed", "reading", "transport_recv_errors", "_loop", "_link", "_fd",
+                 "_events", "_waiters", "_timer", "_timer_at", "_soon", "_writing", "_out_timer", "_unflushed", "_paused_at",
+                 "__weakref__")
     _kind = ""
 
     @classmethod
@@ -76,37 +82,88 @@ class Socket(OptionAttributes):
         loop = self._loop = asyncio.get_running_loop()
         self.options = engines.LiveOptions(SocketOptions(**options), self._option_changed)
         self._link = link = open_link(address, bind, self.options)
-        self.engine = engines.make_engine(cls._kind, bind, link.local_address, link.engine_address, self.options, loop.time())
+        try:
+            self.engine = engines.make_engine(cls._kind, bind, link.local_address, link.engine_address,
+                                              self.options, loop.time())
+            self._fd = link.fileno()
+            loop.add_reader(self._fd, self._on_readable)
+        except BaseException:
+            link.close()
+            raise
         self._events: deque[Event] = deque()
         self._waiters: dict[str, list[asyncio.Future[None]]] = {"recv": [], "send": [], "conn": [], "drain": []}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._soon: asyncio.Handle | None = None
-        self._paused = False
-        self.transport_errors = 0
+        self._out_timer: asyncio.TimerHandle | None = None
+        self._writing = False  # a writer waits for the OS to take refused output
+        self._unflushed = 0  # datagrams (estimated) queued by send since the last flush
+        self.reading = True
+        self._paused_at = 0.0  # loop time the reader was removed
+        self.transport_recv_errors = 0
         self.closed = False
-        self._closed_fut = loop.create_future()
-        protocol = _Protocol(self)
-        if isinstance(link, InprocLink):
-            self._transport: Any = InprocTransport(link, protocol, loop)
-        else:
-            self._transport, _ = await loop.create_datagram_endpoint(lambda: protocol, sock=link.sock)
         self._transmit()
         return self
 
     def _option_changed(self, name: str, value: Any) -> None:
         engines.apply_option(self.engine, name, value)
+        link, options = self._link, self.options
         if name in ("sndbuf", "rcvbuf"):
-            self._link.set_buffers(self.options)
+            link.set_buffers(options)
+        elif name == "gso" and hasattr(link, "set_gso"):
+            link.set_gso(value)
+        elif name in ("pace_rate", "pace_burst") and hasattr(link, "set_pacing"):
+            link.set_pacing(options.pace_rate, options.pace_burst)
+            self._transmit_soon()
+        if name in ("gro", "recv_hwm") and hasattr(link, "set_gro"):
+            # a GRO read may hold 64 datagrams: below that recv_hwm could never be read into
+            link.set_gro(options.gro and options.recv_hwm >= 64)
+        if name == "recv_hwm" and not self.closed:
+            self._update_reading()
 
-    # --- the driver: feed -> transmit (flush, re-arm, drain) -------------------------------------
-    def _datagram_received(self, data: Any, addr: Any) -> None:
+    # --- receive: bounded by the room under recv_hwm ----------------------------------------------
+    def _room(self) -> int:
+        """Datagrams one read may take: ``max_tick_recv``, bounded for a receiving, non-safe
+        engine by the room left under ``recv_hwm`` (a full SafeDealer refuses frames instead:
+        they come again)."""
+        engine, options = self.engine, self.options
+        budget = options.max_tick_recv
+        if engine.CAN_RECV and not engine.SAFE:
+            room = options.recv_hwm - engine.recv_ready()
+            if room < budget:
+                # Below the read grain (64 under GRO) a read takes nothing and the socket
+                # stays readable: a busy loop. Stop reading instead.
+                return room if room >= read_grain(self._link) else 0
+        return budget
+
+    def _update_reading(self) -> None:
+        """Remove the reader while there is no room, put it back when there is."""
+        if self._room() > 0:
+            if not self.reading:
+                self._loop.add_reader(self._fd, self._on_readable)
+                self.reading = True
+        elif self.reading:
+            self._loop.remove_reader(self._fd)
+            self.reading = False
+            self._paused_at = self._loop.time()
+
+    def _on_readable(self) -> None:
+        budget = self._room()
+        if budget <= 0:
+            self._update_reading()
+            return
         engine = self.engine
-        engine.receive_datagram(data, addr, self._loop.time())
+        try:
+            self._link.receive(engine, self._loop.time(), budget)
+        except OSError:
+            self.transport_recv_errors += 1  # e.g. an ICMP error surfacing on the socket: counted
+        if engine.CAN_RECV and not engine.SAFE:
+            self._update_reading()
         if self._waiters["recv"] and engine.recv_ready():
             self._wake("recv")
         self._transmit_soon()
 
+    # --- the driver: transmit (flush, re-arm, drain) ----------------------------------------------
     def _transmit_soon(self) -> None:
         if self._soon is None and not self.closed:
             self._soon = self._loop.call_soon(self._transmit)
@@ -114,38 +171,78 @@ class Socket(OptionAttributes):
     def _on_timer(self) -> None:
         fired_at = self._timer_at or 0.0
         self._timer = self._timer_at = None
-        self._link.check_kernel_drops(self.engine)  # the OS's receive-buffer drops, if any
-        self.engine.tick(max(self._loop.time(), fired_at))
+        engine, link = self.engine, self._link
+        now = max(self._loop.time(), fired_at)
+        if not self.reading and now - self._paused_at >= self.options.peer_heartbeat_ivl:
+            # full, and not drained for a heartbeat interval: still hear the peers' heartbeats
+            try:  # (a GRO read of fewer than 64 reads nothing: ask for a whole run)
+                link.receive(engine, now, max(LIVENESS_READ, read_grain(link)))
+            except OSError:
+                self.transport_recv_errors += 1
+        link.check_kernel_drops(engine)  # the OS's receive-buffer drops, if any
+        engine.tick(now)
         self._transmit()
+
+    def _on_output(self) -> None:
+        """The OS can take more (writer) or pacing lets more go (timer): flush again."""
+        if self._writing:
+            self._loop.remove_writer(self._fd)
+            self._writing = False
+        self._out_timer = None
+        self._transmit()
+
+    def _wait_output(self) -> None:
+        """Output is held: wait for writability, the pacer's release time or a short retry."""
+        link, loop = self._link, self._loop
+        paced = getattr(link, "paced_until", None)
+        if paced is not None:  # held by pacing, not by the OS: a timer (pacing reads time.monotonic)
+            if self._out_timer is None:
+                self._out_timer = loop.call_later(max(0.0, paced - time.monotonic()), self._on_output)
+        elif link.write_waitable:
+            if not self._writing:
+                loop.add_writer(self._fd, self._on_output)
+                self._writing = True
+        elif self._out_timer is None:  # Unix / inproc peers do not report writability
+            self._out_timer = loop.call_later(_RETRY, self._on_output)
 
     def _transmit(self) -> None:
         self._soon = None
-        engine, loop = self.engine, self._loop
+        self._unflushed = 0
+        engine, link, loop = self.engine, self._link, self._loop
         now = loop.time()
-        if not self._paused:
-            sendto = self._transport.sendto
-            for data, addr in engine.datagrams_to_send(now):
-                sendto(data, addr)
+        if not link.has_pending or link.transmit([]):
+            limit = self.options.max_tick_send
+            while True:  # more than max_tick_send frames may be waiting: pull again
+                out = engine.datagrams_to_send(now)
+                if not out or not link.transmit(out) or len(out) < limit:
+                    break
+        held = link.has_pending
+        if held and not self.closed:
+            self._wait_output()
         deadline = engine.next_deadline()
-        if deadline is not None and self._paused:
-            deadline = max(deadline, now + 0.05)  # resume_writing transmits; do not spin
-        if deadline != self._timer_at and not engine.closed:
+        if held and deadline is not None and deadline <= now:
+            deadline = now + _RETRY  # "output waiting", but it is held: do not spin
+        if deadline != self._timer_at and not engine.closed and not self.closed:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = None if deadline is None else loop.call_at(deadline, self._on_timer)
             self._timer_at = deadline
-        events = self._events
-        while (event := engine.next_event()) is not None:
-            events.append(event)
-            if len(events) > self.options.max_events:
-                events.popleft()
-                engine.events_discarded(1)
+        if (event := engine.next_event()) is not None:
+            events = self._events
+            while event is not None:
+                events.append(event)
+                event = engine.next_event()
+            excess = len(events) - self.options.max_events
+            if excess > 0:
+                for _ in range(excess):
+                    events.popleft()
+                engine.events_discarded(excess)
         waiters = self._waiters
         if waiters["send"] and engine.pending_messages < self.options.send_hwm:
             self._wake("send")
         if waiters["conn"] and engines.has_connected_peer(engine):
             self._wake("conn")
-        if waiters["drain"] and engines.drained(engine) and not self._transport.get_write_buffer_size():
+        if waiters["drain"] and engines.drained(engine) and not held:
             self._wake("drain")
 
     def _wake(self, name: str) -> None:
@@ -174,15 +271,31 @@ class Socket(OptionAttributes):
     # --- user API --------------------------------------------------------------------------------
     def send_nowait(self, parts: Any) -> None:
         """Queue a message; raises WouldBlock at ``send_hwm`` (NotSupported on a Dish,
-        SocketClosed when closed)."""
+        SocketClosed when closed). Its datagrams are written at the end of this loop turn, or
+        at once when about ``AUTO_FLUSH`` (64) datagrams wait: one ``sendmmsg`` each."""
         self._check_open()
-        self.engine.send([parts] if isinstance(parts, _BYTES) else parts, self._loop.time())
-        self._transmit_soon()
+        if isinstance(parts, _BYTES):
+            parts = [parts]
+        self.engine.send(parts, self._loop.time())
+        if len(parts) == 1:
+            unflushed = self._unflushed + 1 + len(parts[0]) // _CHUNK
+        else:
+            unflushed = self._unflushed + len(parts) + sum(map(len, parts)) // _CHUNK
+        if unflushed >= AUTO_FLUSH:
+            self._transmit()  # a producer that never yields still writes in batches
+        else:
+            self._unflushed = unflushed
+            if self._soon is None:
+                self._soon = self._loop.call_soon(self._transmit)
 
     async def send(self, parts: Any, timeout: float | None = None) -> None:
         """Queue a message, waiting while ``send_hwm`` messages are held (up to ``timeout``
         seconds; None = for ever). Raises WouldBlock on timeout (NoPeer when no peer is
         connected either), SocketClosed when closed."""
+        try:
+            return self.send_nowait(parts)
+        except WouldBlock:
+            pass
         until = None if timeout is None else self._loop.time() + timeout
         while True:
             try:
@@ -200,7 +313,10 @@ class Socket(OptionAttributes):
         """The next message (list of uint8 numpy arrays); WouldBlock when none is ready,
         SocketClosed when closed."""
         self._check_open()
-        return self.engine.recv()
+        message = self.engine.recv()
+        if not self.reading:
+            self._update_reading()  # room again: read what waits in the kernel
+        return message
 
     async def recv(self, timeout: float | None = None) -> list[Any]:
         """The next message, waiting up to ``timeout`` seconds (None = for ever). Raises
@@ -209,7 +325,10 @@ class Socket(OptionAttributes):
         until = None if timeout is None else self._loop.time() + timeout
         while True:
             try:
-                return self.engine.recv()
+                message = self.engine.recv()
+                if not self.reading:
+                    self._update_reading()
+                return message
             except WouldBlock:
                 self._check_open()
                 left = None if until is None else until - self._loop.time()
@@ -244,39 +363,61 @@ class Socket(OptionAttributes):
         return self.engine.counters
 
     @property
+    def transport_send_errors(self) -> int:
+        """Datagrams the OS refused for good (peer gone, unreachable): lost, as on a network."""
+        return self._link.send_errors
+
+    @property
+    def transport_errors(self) -> int:
+        """Datagrams lost to OS errors, sending (``transport_send_errors``) or receiving."""
+        return self._link.send_errors + self.transport_recv_errors
+
+    @property
     def local_address(self) -> str:
         return self._link.local_address
 
     async def close(self, linger: float | None = None) -> None:
         """Flush queued messages (and SafeDealer acks) for up to ``linger`` seconds (default
-        ``options.linger``; 0 = drop at once), close the engine and the transport."""
+        ``options.linger``; 0 = drop at once), close the engine and the link (an IPC file is
+        removed). Idempotent."""
         if self.closed:
             return
         linger = self.options.linger if linger is None else float(linger)
-        if linger > 0 and not engines.drained(self.engine):
-            self._transmit()
+        self._transmit()  # what send queued goes to the OS even with linger=0
+        if linger > 0 and (not engines.drained(self.engine) or self._link.has_pending):
             await self._park("drain", None if math.isinf(linger) else linger)
-        self.engine.close(self._loop.time())
-        self._transmit()
-        self.closed = True
-        for handle in (self._timer, self._soon):
-            if handle is not None:
-                handle.cancel()
-        for name in self._waiters:
-            self._wake(name)
-        self._transport.close()
-        await asyncio.wait_for(asyncio.shield(self._closed_fut), 1.0)
-
-    def _lost(self) -> None:
-        self._link.close()  # closes the socket (idempotent) and removes an IPC file
-        if not self._closed_fut.done():
-            self._closed_fut.set_result(None)
+        if self.closed:
+            return
+        link, loop = self._link, self._loop
+        try:
+            self.engine.close(loop.time())
+            link.transmit([])
+            out = self.engine.datagrams_to_send(loop.time())
+            if out:
+                link.transmit(out)
+        finally:
+            self.closed = True
+            for handle in (self._timer, self._soon, self._out_timer):
+                if handle is not None:
+                    handle.cancel()
+            if self.reading:
+                loop.remove_reader(self._fd)
+            if self._writing:
+                loop.remove_writer(self._fd)
+            self.reading = self._writing = False
+            for name in self._waiters:
+                self._wake(name)
+            link.close()
 
     async def __aenter__(self) -> Any:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.local_address
+        return f"<nbmq.aio.{type(self).__name__} {state} peers={len(self.peers)}>"
 
 
 class Dealer(Socket):

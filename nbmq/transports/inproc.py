@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import AddressError
 
-__all__ = ["InprocLink", "InprocTransport", "bound_names"]
+__all__ = ["InprocLink", "bound_names"]
 
 # Weak: a socket dropped without close() frees its name when it is garbage collected.
 _registry: weakref.WeakValueDictionary[str, InprocLink] = weakref.WeakValueDictionary()
@@ -149,42 +149,3 @@ class InprocLink:
                 del _registry[self.name]
         self._rsock.close()
         self._wsock.close()
-
-
-class InprocTransport:
-    """The slice of ``asyncio.DatagramTransport`` nbmq.aio uses, over an :class:`InprocLink`
-    (reads with ``loop.add_reader`` on its wake-up descriptor; writes coalesced per loop turn)."""
-
-    def __init__(self, link: InprocLink, protocol: Any, loop: Any) -> None:
-        self.link, self.protocol, self.loop = link, protocol, loop
-        self._out: list[tuple[Any, Any]] = []
-        self._retry: Any = None
-        loop.add_reader(link.fileno(), self._read)
-
-    def _read(self) -> None:
-        for data, source in self.link.take(1024):
-            self.protocol.datagram_received(data, source)
-
-    def sendto(self, data: Any, addr: Any) -> None:
-        if not self._out:
-            self.loop.call_soon(self._flush)
-        self._out.append((data, addr))
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        self._retry = None
-        if not self.link.closed and not self.link.transmit(out):
-            self._retry = self.loop.call_later(0.001, self._flush)  # the peer's inbox is full
-
-    def get_write_buffer_size(self) -> int:
-        return len(self.link.pending) + len(self._out)
-
-    def close(self) -> None:
-        if self.link.closed:
-            return
-        self._flush()
-        if self._retry is not None:
-            self._retry.cancel()
-        self.loop.remove_reader(self.link.fileno())
-        self.link.close()
-        self.loop.call_soon(self.protocol.connection_lost, None)

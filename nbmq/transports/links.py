@@ -14,7 +14,7 @@ from .inproc import InprocLink
 from .ipc import open_ipc
 from .udp import open_udp
 
-__all__ = ["open_link"]
+__all__ = ["open_link", "read_grain"]
 
 
 def open_link(address: str, bind: bool, options: Any, native: bool | None = None) -> Any:
@@ -37,3 +37,11 @@ def open_link(address: str, bind: bool, options: Any, native: bool | None = None
         return open_ipc(parsed, bind, options, native)
     capacity = max(64, options.rcvbuf // 512) if options.rcvbuf else 4096  # datagrams
     return InprocLink(parsed.sockaddr, bind, capacity)
+
+
+def read_grain(link: Any) -> int:
+    """Datagrams a receive queue must have room for before one read of ``link`` can take
+    anything: 64 under UDP GRO (a coalesced run is read whole or left in the kernel, see
+    ``_batch.recv``), else 1. A bounded read (``recv_hwm``, liveness) below it reads nothing."""
+    io = getattr(link, "io", None)
+    return io.capacity // io.batch if io is not None and io.gro else 1

@@ -20,7 +20,7 @@ from ..events import Event
 from ..options import SocketOptions
 from . import engines
 from .attributes import OptionAttributes
-from .links import open_link
+from .links import open_link, read_grain
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 
@@ -115,9 +115,10 @@ class Socket(OptionAttributes):
             room = self.options.recv_hwm - engine.recv_ready()
             if room < budget:
                 budget = room
-                if room <= 0:
+                grain = read_grain(self._link)  # a GRO read needs room for 64, or reads nothing
+                if room < grain:
                     deadline = engine.next_deadline()
-                    budget = LIVENESS_READ if deadline is not None and deadline <= now else 0
+                    budget = max(LIVENESS_READ, grain) if deadline is not None and deadline <= now else 0
         if budget > 0:
             self._link.receive(engine, now, budget)
         deadline = engine.next_deadline()

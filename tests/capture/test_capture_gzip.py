@@ -32,3 +32,32 @@ def test_cut_gzip_keeps_what_came_before(captures_dir):
 def test_gzip_of_nothing_is_an_error():
     with pytest.raises(CaptureError, match="gzip"):
         read_datagrams(b"\x1f\x8b" + bytes(30))
+
+
+def test_gzip_is_decompressed_in_flat_memory():
+    # 64 MiB decompressed from 64 KiB: mapped from a temporary file, never held in Python memory
+    import tracemalloc
+
+    from nbmq.capture.files.source import OpenedCapture
+
+    size = 64 << 20
+    packed = gzip.compress(bytes(size), compresslevel=9)
+    tracemalloc.start()
+    try:
+        with OpenedCapture(packed) as opened:
+            assert opened.size == size
+            assert bytes(opened.buf[size - 4 :]) == bytes(4)
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+
+
+def test_gzip_bomb_is_refused_past_the_cap(captures_dir, monkeypatch):
+    plain = (captures_dir / "safe_dealer.pcap").read_bytes()
+    packed = gzip.compress(plain)
+    monkeypatch.setenv("NBMQ_MAX_GUNZIP_BYTES", str(len(plain) - 1))
+    with pytest.raises(CaptureError, match="NBMQ_MAX_GUNZIP_BYTES"):
+        read_datagrams(packed)
+    monkeypatch.setenv("NBMQ_MAX_GUNZIP_BYTES", str(len(plain)))  # exactly fits
+    assert len(read_datagrams(packed)) == len(read_datagrams(plain))

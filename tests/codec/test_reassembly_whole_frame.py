@@ -83,3 +83,28 @@ def test_whole_frame_parts_own_a_copy():
     chunk[:] = bytes(50)
     assert part.dtype == np.uint8 and part.flags.owndata and bytes(part) == b"x" * 50
     assert (r.frames, r.completed, len(r), r.incomplete_bytes) == (1, 1, 0, 0)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["small", "lazy"])
+def test_drop_owner_releases_one_owner_in_both_twins(lazy):
+    # Engine: a removed peer's incomplete messages are dropped at once (drop_owner), oldest
+    # first; other owners, the counters and later messages of the same owner are untouched.
+    size = (2 << 20) if lazy else 1000
+    results = []
+    for mod in (py, c):
+        r = mod.Reassembler()
+        for mid in (5, 3, 9):
+            r.add(half(1, mid, size), 0.0, (1, mid))
+        r.add(half(2, 1, size), 0.0, (2, 1))
+        before = r.incomplete_bytes
+        keys = r.drop_owner(1)
+        assert r.drop_owner(1) == [] and r.drop_owner(77) == []
+        results.append((keys, len(r), r.owner_bytes(1), r.owner_bytes(2), before - r.incomplete_bytes,
+                        r.expired, r.evicted))
+        done = r.add(whole(1, 4, 8), 0.0, (1, 4))  # the owner's next message still works
+        assert done is not None and bytes(done[0]) == bytes([4]) * 8
+    assert results[0] == results[1]
+    keys, held, owned, other, released, expired, evicted = results[0]
+    assert keys == [(1, 5), (1, 3), (1, 9)]
+    assert held == 1 and owned == 0 and other > 0 and released > 0
+    assert expired == 0 and evicted == 0

@@ -151,3 +151,30 @@ def test_claims_over_udp_do_not_block_another_peer():
                 pass
         assert got == sent
         assert server.counters.dropped[DropReason.TOO_LARGE] == 0
+
+
+@pytest.mark.parametrize("opts", [
+    SocketOptions(),
+    SocketOptions(max_incomplete_bytes=4 << 20, max_peer_incomplete_bytes=2 << 20),
+], ids=["defaults", "tight"])
+def test_a_removed_peer_releases_its_incomplete_messages_at_once(opts):
+    # A removed peer's incomplete messages can never complete (a reconnect is a new session):
+    # they are dropped and counted (PEER_GONE) when it goes, not held until their TTL.
+    net, server, honest, evil_sid, honest_sid = hostile_network(opts)
+    engine = server.engine
+    claim_all(net, server, evil_sid, 0, count=2)
+    net.send(honest, [b"kept"])  # the honest peer's messages are untouched
+    assert engine._recvq.reassembler.owner_bytes(evil_sid) > 0
+    held = engine.incomplete_messages  # 2, or 1 when the tight budget evicted the first
+    assert held >= 1
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.DISCONNECTED, evil_sid), EVIL, net.now)
+    net.flush(server)
+    assert evil_sid not in engine.peers
+    assert engine.incomplete_messages == 0
+    assert engine._recvq.reassembler.owner_bytes(evil_sid) == 0
+    assert engine.counters.dropped[DropReason.PEER_GONE] == held
+    gone = [d for d in server.events_of(MessageDropped) if d.reason is DropReason.PEER_GONE]
+    assert sorted(d.message_id for d in gone) == [0, 1][-held:]
+    assert {d.session_id for d in gone} == {evil_sid}
+    assert net.run_until(lambda: engine.recv_ready() == 1, 5.0)
+    assert server.recv_all() == [[b"kept"]]

@@ -6,6 +6,7 @@ No Spark session here: path expansion runs on the driver, ``capture_source`` on 
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 
 import pytest
@@ -43,11 +44,13 @@ def test_directories_are_read_recursively(nested):
 def test_uris_through_pyarrow_fs(nested, monkeypatch):
     """The pyarrow.fs path (what hdfs:// and s3a:// take), run for real on file:// URIs."""
     monkeypatch.setattr(inputs, "is_local", lambda path: False)
+    monkeypatch.setattr(inputs, "_COPY_STEP", 1000)  # the copy goes in steps, none lost
     uri = f"file://{nested}"
     files = inputs.expand_paths([uri])
     assert files == [f"{uri}/{w}" for w in WANT]
     for path, name in zip(files, WANT):
         data = inputs.capture_source(path)
+        assert isinstance(data, memoryview)  # a map of a temporary file, not the bytes in memory
         assert data == (nested / name).read_bytes()  # the bytes as stored; gzip is the reader's
         assert len(read_datagrams(data)) == len(read_datagrams(nested / name))
         assert inputs.file_size(path) == (nested / name).stat().st_size
@@ -83,3 +86,43 @@ def test_pipeline_driver_steps_take_uris(nested, monkeypatch):
     rqueue = next(p for p in stream_captures() if str(p).endswith("rqueue.pcap"))
     shutil.copy(rqueue, nested / "a" / "rqueue.pcap")
     assert has_tcp_traffic(inputs.capture_source(f"{uri}/a/rqueue.pcap"), [6567])
+
+
+def test_capture_names_tell_same_named_files_apart():
+    names = inputs.capture_names(["/d/a/x.pcap", "/d/b/x.pcap", "/d/b/y.pcap", "hdfs://nn/d/c/a/x.pcap"])
+    assert names == {"/d/a/x.pcap": "d/a/x.pcap", "/d/b/x.pcap": "b/x.pcap", "/d/b/y.pcap": "y.pcap",
+                     "hdfs://nn/d/c/a/x.pcap": "c/a/x.pcap"}
+    assert inputs.capture_names(["/only/x.pcap"]) == {"/only/x.pcap": "x.pcap"}
+    assert inputs.capture_names([]) == {}
+
+
+def test_same_named_captures_in_two_directories_get_distinct_capture_values(tmp_path):
+    # The messages and sessions tables key on `capture`: two files named alike must not merge.
+    from pyspark.sql.types import StructType
+
+    from nbmq.spark.datasource import NbmqReader, read_partition
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streams_schema import bqsp_schema
+    from nbmq.spark.streams_source import StreamsReader
+
+    for d in ("run1", "run2"):
+        (tmp_path / d).mkdir()
+        shutil.copy(CAPTURES / "dealer.pcap", tmp_path / d / "dealer.pcap")
+    schema = StructType([f for f in frames_schema(payload=False).fields if f.name in ("capture", "frame")])
+    reader = NbmqReader({"path": str(tmp_path), "split_bytes": "4096"}, schema)
+    parts = reader.partitions()
+    assert len(parts) > 2  # split into ranges, each keeping its file's name
+    seen = {}
+    for part in parts:
+        for batch in read_partition(part, schema):
+            for name in set(batch.column("capture").to_pylist()):
+                seen.setdefault(name, set()).add(part.path)
+    assert seen == {"run1/dealer.pcap": {str(tmp_path / "run1" / "dealer.pcap")},
+                    "run2/dealer.pcap": {str(tmp_path / "run2" / "dealer.pcap")}}
+    streams = StreamsReader("bqsp", {"path": str(tmp_path), "ports": "any"}, bqsp_schema())
+    assert sorted(p.capture for p in streams.partitions()) == ["run1/dealer.pcap", "run2/dealer.pcap"]
+    # the pipeline reads only the files with TCP traffic there, naming them as the frames source does
+    one = str(tmp_path / "run1" / "dealer.pcap")
+    named = StreamsReader("bqsp", {"path": one, "ports": "any",
+                                   "capture_names": json.dumps({one: "run1/dealer.pcap"})}, bqsp_schema())
+    assert [p.capture for p in named.partitions()] == ["run1/dealer.pcap"]

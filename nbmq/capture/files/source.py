@@ -1,13 +1,16 @@
 """Opening a capture: a path is memory-mapped, a bytes-like object is used as it is.
 
 A gzip-compressed capture (``.pcap.gz``, ``.pcapng.gz``: recognised by the gzip magic bytes,
-never by the name) is decompressed into memory first.
+never by the name) is first decompressed in 1 MiB steps into an unlinked temporary file, which
+is then memory-mapped like a plain capture: memory stays flat in the capture's size, and the
+output is capped (``MAX_GUNZIP_BYTES``) so a small gzip bomb cannot fill the disk.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import tempfile
 import zlib
 from types import TracebackType
 from typing import Union
@@ -16,9 +19,15 @@ import numpy as np
 
 from ...errors import CaptureError
 
-__all__ = ["CaptureSource", "OpenedCapture", "GZIP_MAGIC"]
+__all__ = ["CaptureSource", "OpenedCapture", "GZIP_MAGIC", "MAX_GUNZIP_BYTES"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+#: Most bytes a gzip capture may decompress to (default 64 GiB; the environment variable
+#: ``NBMQ_MAX_GUNZIP_BYTES`` sets another, read when a capture is opened).
+MAX_GUNZIP_BYTES = 64 << 30
+
+_STEP = 1 << 20  # compressed bytes fed and decompressed bytes taken per step
 
 CaptureSource = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 
@@ -55,8 +64,10 @@ class OpenedCapture:
                     self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                     self.buf = self._mmap
         if bytes(self.buf[:2]) == GZIP_MAGIC:  # no pcap / pcapng magic starts like this
-            self.buf = _gunzip(self.buf, self.name)
+            plain = _gunzip(self.buf, self.name, _gunzip_cap())
             self.close()
+            self._mmap = plain
+            self.buf = plain
         self.size = len(self.buf)
 
     def array(self) -> np.ndarray:
@@ -84,15 +95,63 @@ class OpenedCapture:
         self.close()
 
 
-def _gunzip(buf: object, name: str) -> bytes:
-    """Decompress a gzip capture; damage at its end keeps what came before (like a cut file)."""
-    out = bytearray()
+def _gunzip_cap() -> int:
+    raw = os.environ.get("NBMQ_MAX_GUNZIP_BYTES")
+    return MAX_GUNZIP_BYTES if not raw else int(raw)
+
+
+def _gunzip(buf: object, name: str, cap: int) -> mmap.mmap:
+    """Decompress a gzip capture into an unlinked temporary file and map it.
+
+    Damage at the stream's end keeps what came before (like a cut file: the readers count the
+    cut record). Memory: one 1 MiB step at a time, whatever the sizes.
+
+    Args:
+        buf: the compressed bytes (any buffer). name: for messages. cap: most output bytes.
+
+    Returns:
+        A read-only map of the decompressed bytes.
+
+    Raises:
+        CaptureError: nothing readable came out, or the output passes ``cap`` bytes (a
+            decompression bomb, or a capture larger than ``NBMQ_MAX_GUNZIP_BYTES`` allows).
+    """
+    view = memoryview(buf).cast("B")  # type: ignore[arg-type]
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out += inflate.decompress(buf)  # type: ignore[arg-type]
-        out += inflate.flush()
-    except zlib.error:  # a cut or damaged stream: the readers count the cut record
-        pass
-    if not out:
-        raise CaptureError(f"not a capture: {name} is a gzip file with nothing readable in it")
-    return bytes(out)
+    written = 0
+    with tempfile.TemporaryFile(prefix="nbmq-gunzip-") as out:
+        try:
+            pos = 0
+            pending = b""
+            while True:
+                if not pending:
+                    if pos >= len(view):
+                        break
+                    pending = view[pos : pos + _STEP]
+                    pos += len(pending)
+                chunk = inflate.decompress(pending, _STEP)
+                pending = inflate.unconsumed_tail
+                if inflate.eof:
+                    pending = b""
+                    pos = len(view)  # trailing bytes after the member: ignored, as gzip -d warns
+                written += len(chunk)
+                if written > cap:
+                    raise CaptureError(
+                        f"{name}: gzip capture decompresses past {cap} bytes; not read "
+                        "(raise NBMQ_MAX_GUNZIP_BYTES to allow it)"
+                    )
+                out.write(chunk)
+            tail = inflate.flush()
+            written += len(tail)
+            if written > cap:
+                raise CaptureError(
+                    f"{name}: gzip capture decompresses past {cap} bytes; not read "
+                    "(raise NBMQ_MAX_GUNZIP_BYTES to allow it)"
+                )
+            out.write(tail)
+        except zlib.error:  # a cut or damaged stream: the readers count the cut record
+            pass
+        if not written:
+            raise CaptureError(f"not a capture: {name} is a gzip file with nothing readable in it")
+        out.flush()
+        return mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ)  # the map outlives the file

@@ -1,0 +1,472 @@
+# cython: language_level=3, embedsignature=True, boundscheck=False, wraparound=False
+"""Compiled per-message hot path of Dealer (and Dish) (issue 15 item 2).
+
+Three functions, each the exact twin of pure-Python engine code it replaces when built
+(``nbmq.engine.sockets`` picks them; ``NBMQ_NO_EXTENSIONS=1`` keeps the Python code):
+
+- :func:`send`: ``Socket.send`` for a one-part ``bytes`` message of at most 466 bytes
+  (message id, ``send_hwm`` check, ``SendQueue.push_small``) in one call; every other message
+  goes to ``Socket.send`` itself.
+- :func:`take`: the leading run of such small messages of a fire-and-forget queue
+  (``SendQueue.take``'s common case: next peer in turn, encode the one frame, hand it out);
+  from the first other message on, ``SendQueue.take`` itself.
+- :func:`receive_batch`: ``Socket._receive_batch_unacked`` for a datagram that is a whole
+  one-frame message from a connected peer on its known path (parsed, checked and copied into
+  its part without building a frame object); every other datagram goes to
+  ``receive_datagram`` itself.
+
+Counters, events, output and the order of everything are those of the Python code
+(tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py).
+"""
+
+cimport numpy as cnp
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+
+from nbmq.engine.connection import Connection
+from nbmq.engine.peers import PeerState
+from nbmq.engine.queues import OutMessage, SendQueue
+from nbmq.errors import WouldBlock
+
+cnp.import_array()
+
+cdef object _CONNECTED = PeerState.CONNECTED
+cdef object _U64_MAX = 0xFFFFFFFFFFFFFFFF
+cdef object _take_py = SendQueue.take
+cdef object _receive_py = Connection.receive_datagrams
+
+cdef enum:
+    DATA_HEADER = 34
+    MAX_FRAME = 500
+    MAX_CHUNK = 466
+    OVERHEAD = 256      # the reassembler's claim per message besides its bytes (MESSAGE_OVERHEAD)
+
+cdef uint64_t FNV_BASIS = 0xCBF29CE484222325ULL
+cdef uint64_t FNV_MUL = 0x100000001B3ULL
+
+
+cdef inline uint64_t _fnv(const unsigned char* p, Py_ssize_t n, uint64_t h) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * FNV_MUL
+    return h
+
+
+cdef inline uint64_t _be(const unsigned char* p, int n) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline void _put_be(unsigned char* p, uint64_t v, int n) noexcept nogil:
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        p[i] = <unsigned char>(v & 0xFF)
+        v >>= 8
+
+
+cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
+    """codec.message_id([part], nonce): FNV-1a 64 over the part, then the nonce (8 bytes BE)."""
+    cdef unsigned char b[8]
+    cdef uint64_t h = _fnv(<const unsigned char*>PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part),
+                           FNV_BASIS)
+    _put_be(b, nonce, 8)
+    return _fnv(b, 8, h)
+
+
+cdef class SmallMessage:
+    """A one-part message of at most 466 bytes queued by :func:`send`: the twin of
+    ``OutMessage(None, message_id, None, None, small)`` (``SendQueue.push_small``) with the
+    same attributes (see ``nbmq.engine.queues.OutMessage``), built without a Python
+    ``__init__`` (the cost of one per message)."""
+
+    cdef public object sharded, small, message_id, peer, frames, group
+    cdef public Py_ssize_t sent, unacked
+    cdef public bint dropped
+
+
+cdef inline SmallMessage _small_message(bytes part, object message_id):
+    cdef SmallMessage msg = SmallMessage.__new__(SmallMessage)
+    msg.sharded = None
+    msg.small = part
+    msg.message_id = message_id
+    msg.peer = None
+    msg.frames = None
+    msg.group = None
+    return msg
+
+
+cdef object _send_py = None
+
+
+def install(socket_send, receive_unacked):
+    """Set the functions :func:`send` and :func:`receive_one` hand every other case to
+    (``Socket.send``, ``Socket._receive_unacked``; the engine module calls this once, as it
+    cannot be imported from here without a cycle)."""
+    global _send_py, _receive_one_py
+    _send_py = socket_send
+    _receive_one_py = receive_unacked
+
+
+def send(self, parts, now):
+    """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer, compiled.
+
+    A one-part ``bytes`` message of at most 466 bytes (one frame) is queued here as a
+    :class:`SmallMessage`; any other message, a closed engine and ``reference_compat`` go to
+    ``Socket.send`` itself.
+
+    Args:
+        parts: 1..255 bytes-like parts (see ``Socket.send``). now: seconds (monotonic).
+
+    Raises:
+        WouldBlock: ``send_hwm`` messages are held; nothing was queued. The rest as
+        ``Socket.send`` (InteropError, NbmqError when closed, TypeError / ValueError).
+
+    Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+    """
+    cdef object part
+    cdef uint64_t nonce
+    if (type(parts) is not list and type(parts) is not tuple) or len(parts) != 1:
+        return _send_py(self, parts, now)
+    part = parts[0]
+    if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
+            or self._opts.reference_compat):
+        return _send_py(self, parts, now)
+    self._now = now
+    sendq = self._sendq
+    if sendq.held >= sendq.send_hwm:
+        raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+    py_nonce = self._nonce
+    if py_nonce > _U64_MAX:  # codec.message_id refuses it: Socket.send raises as the twin
+        return _send_py(self, parts, now)
+    nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
+    # SendQueue.push_small, inlined (its send_hwm check was just made)
+    sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+    sendq.held += 1
+    sendq.pushed += 1
+    self._nonce = py_nonce + 1
+
+
+def take(sendq, double now, Py_ssize_t limit, list out, list ring):
+    """``SendQueue.take(now, limit, out, ring)`` (same arguments, return and effects).
+
+    Runs the leading small messages (``push_small``, no fixed peer, not dropped) of a queue
+    that is not safe, with a peer connected: each goes to the next peer of ``ring`` in turn as
+    one ``bytes`` frame. From the first other message on, ``SendQueue.take`` does the rest."""
+    cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr
+    cdef uint64_t sid = 0
+    cdef unsigned char* o
+    cdef bytes frame
+    cdef object small, msg, peer = None, addr = None, last = None, mid
+    cdef SmallMessage sm
+    if sendq.safe or not nring:
+        return _take_py(sendq, now, limit, out, ring)
+    queue = sendq._queue
+    rr = sendq._rr
+    popleft = queue.popleft
+    while queue and n < limit:
+        msg = queue[0]
+        if type(msg) is SmallMessage:
+            sm = <SmallMessage>msg
+            if sm.peer is not None or sm.frames is not None or sm.dropped:
+                break
+            small = sm.small
+            mid = sm.message_id
+        elif type(msg) is OutMessage:
+            small = msg.small
+            if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+                break
+            mid = msg.message_id
+        else:
+            break
+        if type(small) is not bytes:
+            break
+        if rr >= nring:
+            rr = 0
+        peer = ring[rr]
+        if peer is not last:
+            if peer._state is not _CONNECTED:  # (the ring holds connected peers only)
+                break
+            if last is not None:
+                last._last_sent = now
+            last = peer
+            sid = PyLong_AsUnsignedLongLongMask(peer._sid)
+            addr = peer._addr
+        rr += 1
+        size = PyBytes_GET_SIZE(small)
+        frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
+        o = <unsigned char*>PyBytes_AS_STRING(frame)
+        o[0] = 1
+        o[1] = 0
+        _put_be(o + 2, sid, 8)
+        _put_be(o + 10, PyLong_AsUnsignedLongLongMask(mid), 8)
+        o[18] = 1
+        o[19] = 0
+        _put_be(o + 20, <uint64_t>size, 4)
+        _put_be(o + 24, <uint64_t>size, 4)
+        _put_be(o + 28, <uint64_t>size, 2)
+        _put_be(o + 30, 0, 4)
+        memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
+        if type(msg) is SmallMessage:
+            (<SmallMessage>msg).peer = peer
+        else:
+            msg.peer = peer
+        out.append((frame, addr))
+        nbytes += DATA_HEADER + size
+        n += 1
+        popleft()
+    if last is not None:
+        last._last_sent = now
+    sendq._rr = rr
+    sendq.held -= n
+    sendq.frames_out += n
+    sendq.bytes_out += nbytes
+    if n < limit and queue:
+        n += _take_py(sendq, now, limit - n, out, ring)
+    return n
+
+
+cdef inline bint _flat_bytes(object obj):
+    """bytes, bytearray, or a 1-D contiguous memoryview of single bytes: a buffer whose
+    Python slices are the byte ranges read here (anything else takes the Python code)."""
+    cdef Py_buffer* b
+    if type(obj) is bytes or type(obj) is bytearray:
+        return True
+    if type(obj) is not memoryview:
+        return False
+    b = PyMemoryView_GET_BUFFER(obj)
+    return b.itemsize == 1 and b.ndim == 1 and (b.strides == NULL or b.strides[0] == 1)
+
+
+cdef inline bint _peer_ok(object peer, object addr):
+    return (peer is not None and peer._addr == addr and not peer._paths
+            and peer._state is _CONNECTED)
+
+
+cdef int64_t _room(object reassembler) except? -2:
+    """The largest whole one-frame message the reassembler would complete at once (its
+    ``max_message_size`` and incomplete-bytes budgets, less a message's overhead), or -1
+    while it holds an incomplete message (a frame might belong to it)."""
+    cdef int64_t room
+    if len(reassembler):
+        return -1
+    room = reassembler.max_incomplete_bytes
+    cap = reassembler.max_peer_incomplete_bytes
+    if cap is not None and <int64_t>cap < room:
+        room = cap
+    room -= <int64_t>reassembler.incomplete_bytes + OVERHEAD
+    return min(room, <int64_t>reassembler.max_message_size)
+
+
+cdef inline bint _whole_frame(const unsigned char* p, Py_ssize_t length, int64_t room) noexcept:
+    """A valid data frame (codec's checks) that is a whole non-empty message of at most
+    ``room`` bytes: one part, one chunk."""
+    cdef uint32_t size
+    if length <= DATA_HEADER or length > MAX_FRAME:
+        return False
+    size = <uint32_t>(length - DATA_HEADER)
+    return (p[0] == 1 and p[1] == 0 and p[18] == 1 and p[19] == 0
+            and _be(p + 20, 4) == size and _be(p + 24, 4) == size and _be(p + 28, 2) == size
+            and _be(p + 30, 4) == 0 and <int64_t>size <= room)
+
+
+cdef inline cnp.ndarray _part(const unsigned char* p, Py_ssize_t length):
+    """The message's one part: a new uint8 array holding the frame's chunk."""
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>(length - DATA_HEADER)
+    cdef cnp.ndarray part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+    memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, length - DATA_HEADER)
+    return part
+
+
+cdef object _receive_one_py = None
+
+
+def receive_one(self, data, addr, now):
+    """Feed one datagram (Dealer's and Dish's ``receive_datagram``, compiled twin of
+    ``Socket._receive_unacked``; same arguments). A whole one-frame message from a connected
+    peer on its known path (as in :func:`receive_batch`) is completed here; any other
+    datagram goes to ``Socket._receive_unacked``. Never raises for bad input; may queue
+    output: flush with :meth:`datagrams_to_send` after calling this, and drain
+    :meth:`next_event`."""
+    cdef Py_buffer view
+    cdef const unsigned char* p
+    cdef int64_t room
+    recvq = self._recvq
+    if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
+            or not _flat_bytes(data)):
+        return _receive_one_py(self, data, addr, now)
+    reassembler = recvq.reassembler
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char*>view.buf
+        room = _room(reassembler)
+        if room < 0 or not _whole_frame(p, view.len, room):
+            return _receive_one_py(self, data, addr, now)
+        peer = self._peers.get(PyLong_FromUnsignedLongLong(_be(p + 2, 8)))
+        if not _peer_ok(peer, addr):
+            return _receive_one_py(self, data, addr, now)
+        self._now = now
+        counters = self._counters
+        counters.datagrams_in += 1
+        counters.bytes_in += view.len
+        peer._last_seen = now
+        reassembler.frames += 1
+        reassembler.completed += 1
+        ready = recvq._ready
+        if len(ready) < recvq.recv_hwm:
+            ready.append([_part(p, view.len)])
+            recvq.completed += 1
+        else:
+            recvq.dropped_hwm += 1
+            self._data_result(_DROPPED, _parse_frame(data))
+    finally:
+        PyBuffer_Release(&view)
+
+
+def receive_batch(self, buffer, offsets, lengths, addrs, now):
+    """Feed a ``recvmmsg`` batch (Dealer's and Dish's ``receive_datagrams``, compiled twin of
+    ``Socket._receive_batch_unacked``): the same as ``receive_datagram`` for each datagram in
+    turn (datagram ``i`` is ``buffer[offsets[i] : offsets[i] + lengths[i]]`` from
+    ``addrs[i]``; ``now`` in seconds). Never raises for bad input; may queue output: flush
+    with :meth:`datagrams_to_send` after calling this, and drain :meth:`next_event`.
+
+    A datagram that is a valid data frame carrying a whole message (one part, one chunk, not
+    empty, within ``max_message_size`` and the incomplete-bytes budgets, while the reassembler
+    holds no incomplete message) from a connected peer on its known path is completed here,
+    as the compiled Reassembler's one-frame case does; any other goes to
+    ``receive_datagram``, after the counters summed so far are brought up to date."""
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef const unsigned char* p
+    cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, whole = 0, completed = 0
+    cdef int64_t room = 0, hwm
+    cdef uint64_t sid, cached_sid = 0
+    cdef bint whole_ok = False, stale = True
+    cdef object cached_addr = None, cached_peer = None, addr, peer, reassembler, ready
+    recvq = self._recvq
+    if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
+            or not _flat_bytes(buffer)):
+        return _receive_py(self, buffer, offsets, lengths, addrs, now)
+    total = min(len(offsets), len(lengths), len(addrs))
+    self._now = now
+    counters = self._counters
+    peers = self._peers
+    ready = recvq._ready
+    hwm = recvq.recv_hwm
+    reassembler = recvq.reassembler
+    slow = self.receive_datagram
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        i = 0
+        while i < total:
+            if stale:  # (re)read what the reassembler or a slow datagram may have changed
+                stale = False
+                room = _room(reassembler)
+                whole_ok = room >= 0
+            off = offsets[i]
+            length = lengths[i]
+            addr = addrs[i]
+            i += 1
+            if whole_ok and DATA_HEADER < length <= MAX_FRAME and 0 <= off <= view.len - length:
+                p = base + off
+                if _whole_frame(p, length, room):
+                    # a whole one-frame message: the compiled Reassembler's first case, here
+                    sid = _be(p + 2, 8)
+                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
+                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+                        if _peer_ok(peer, addr):
+                            peer._last_seen = now
+                            cached_peer, cached_sid, cached_addr = peer, sid, addr
+                        else:
+                            peer = None
+                    else:
+                        peer = cached_peer
+                    if peer is not None:
+                        count += 1
+                        nbytes += length
+                        whole += 1
+                        if len(ready) < hwm:
+                            ready.append([_part(p, length)])
+                            completed += 1
+                        else:  # recv_hwm: the generic drop, with the frame for its event
+                            recvq.dropped_hwm += 1
+                            self._data_result(_DROPPED, _parse_frame(buffer[off : off + length]))
+                        continue
+            # Socket._receive_batch_unacked's loop body, for any other data frame of a
+            # connected peer on its known path (a chunk of a larger message)
+            data = buffer[off : off + length]
+            try:
+                frame = _parse_frame(data)
+            except DecodeError:
+                frame = None
+            if type(frame) is DataFrame:
+                peer = peers.get((<tuple>frame)[0])
+                if _peer_ok(peer, addr):
+                    peer._last_seen = now
+                    count += 1
+                    nbytes += length
+                    stale = True  # the reassembler may hold an incomplete message now
+                    evicted = reassembler.evicted
+                    try:
+                        parts = reassembler.add(frame, now)
+                    except DecodeError as exc:  # FrameTooLarge too
+                        self._data_result(recvq.push_failed(exc, evicted), frame)
+                        continue
+                    if reassembler.evicted != evicted:
+                        recvq._report_evicted()
+                    if parts is None:
+                        continue
+                    if len(ready) < hwm:
+                        ready.append(parts)
+                        completed += 1
+                    else:
+                        recvq.dropped_hwm += 1
+                        self._data_result(_DROPPED, frame)
+                    continue
+            _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
+            count = nbytes = whole = completed = 0
+            cached_peer = None
+            stale = True
+            slow(data, addr, now)
+            if self._closed or recvq.reassembler is not reassembler:
+                while i < total:  # the rest, one by one
+                    off = offsets[i]
+                    length = lengths[i]
+                    slow(buffer[off : off + length], addrs[i], now)
+                    i += 1
+                return
+            hwm = recvq.recv_hwm
+        _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef inline void _flush(object counters, object recvq, object reassembler, Py_ssize_t count,
+                        Py_ssize_t nbytes, Py_ssize_t whole, Py_ssize_t completed) except *:
+    """Bring the counters up to date with what the loop summed: ``count`` datagrams of
+    ``nbytes`` bytes taken, ``whole`` one-frame messages completed here (the reassembler's
+    counters) and ``completed`` messages queued."""
+    if count:
+        counters.datagrams_in += count
+        counters.bytes_in += nbytes
+    if whole:
+        reassembler.frames += whole
+        reassembler.completed += whole
+    if completed:
+        recvq.completed += completed
+
+
+from nbmq.codec import parse_frame as _parse_frame
+from nbmq.engine.queues import PushResult
+from nbmq.errors import DecodeError
+from nbmq.wire import DataFrame
+
+cdef object _DROPPED = PushResult.DROPPED
