@@ -44,7 +44,7 @@ import numpy as np
 from .. import codec
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
-from .congestion import Window
+from .congestion import DUPTHRESH, Window
 from ..wire import DataFrame
 from .peers import Peer, PeerState
 
@@ -386,9 +386,10 @@ class OutMessage:
 
 class _Flight:
     """One SafeDealer frame awaiting its ack (``sent_at``: first send, seconds; ``win``: its
-    peer's congestion :class:`~.congestion.Window`, or None)."""
+    peer's congestion :class:`~.congestion.Window`, or None; ``tx``: its latest transmission's
+    number in ``win.order``)."""
 
-    __slots__ = ("hash", "view", "msg", "due", "resends", "sent_at", "win")
+    __slots__ = ("hash", "view", "msg", "due", "resends", "sent_at", "win", "tx", "last_sent", "fast")
 
     def __init__(self, h: int, view: Any, msg: OutMessage, due: float, sent_at: float = 0.0,
                  win: Window | None = None) -> None:
@@ -399,6 +400,9 @@ class _Flight:
         self.resends = 0
         self.sent_at = sent_at
         self.win = win
+        self.tx = -1
+        self.last_sent = sent_at
+        self.fast = 0  # fast resends (``resends`` counts the timer's, which resend_limit bounds)
 
     def forget(self) -> None:
         if self.win is not None:
@@ -435,12 +439,15 @@ class SendQueue:
         congestion: safe queues only: a congestion window per peer (see below).
 
     Counters (ints): ``pushed``, ``frames_out`` (first sends), ``bytes_out`` (first sends),
-    ``resends``, ``resend_bytes``, ``acked`` (frames), ``acks_unknown``, ``dropped`` (messages).
+    ``resends``, ``resend_bytes``, ``acked`` (frames), ``acks_unknown``, ``dropped`` (messages),
+    ``fast_resends`` (the part of ``resends`` sent on loss detection, before the timer).
 
     Congestion control (safe queues with ``congestion``): each peer has a :class:`~.congestion.Window` (in
     ``windows``) bounding its bytes in flight; :meth:`take` stops at the first frame whose
     peer's window is full (the queue's order is kept) until an ack or a timeout opens it. A
-    frame's resend timer is its peer's RFC 6298 ``rto`` (floored by ``resend_ivl``).
+    frame's resend timer is its peer's RFC 6298 ``rto`` (floored by ``resend_ivl``). An ack
+    given an output list (:meth:`ack`'s ``out``) also resends at once the frames it shows lost
+    (fast retransmit: see :mod:`~.congestion`); the timer stays the backstop.
     """
 
     __slots__ = (
@@ -463,6 +470,7 @@ class SendQueue:
         "acked",
         "acks_unknown",
         "dropped",
+        "fast_resends",
         "windows",
         "congestion",
         "_blocked",
@@ -498,6 +506,7 @@ class SendQueue:
         self.acked = 0
         self.acks_unknown = 0
         self.dropped = 0
+        self.fast_resends = 0
         self.windows: dict[Any, Window] = {}
         self._blocked = False  # take() stopped at a full window: not ready until it opens
 
@@ -602,11 +611,12 @@ class SendQueue:
         Returns:
             Frames handed out. Mutates the queue; sets ``peer.last_sent``.
         """
+        if self.safe:
+            return self._take_safe(now, limit, out, ring)
         queue = self._queue
         n = 0
         nbytes = 0
         released = 0
-        safe = self.safe
         encode = codec.encode_data_frame
         rr = self._rr
         nring = len(ring)
@@ -630,15 +640,13 @@ class SendQueue:
                     if small is not None:
                         size = len(small)
                         frame = encode(peer._sid, msg.message_id, 1, 0, size, size, 0, small)
-                        if not safe:  # the common case, in full: one frame, done
-                            out.append((frame, peer._addr))
-                            nbytes += size + 34
-                            n += 1
-                            peer._last_sent = now
-                            queue.popleft()
-                            released += 1
-                            continue
-                        frames = [frame]
+                        out.append((frame, peer._addr))  # the common case, in full: one frame
+                        nbytes += size + 34
+                        n += 1
+                        peer._last_sent = now
+                        queue.popleft()
+                        released += 1
+                        continue
                     else:
                         frames = _frames_of(msg.sharded, peer._sid)
                 else:
@@ -654,63 +662,144 @@ class SendQueue:
             i = msg.sent
             total = len(frames)
             end = min(total, i + limit - n)
-            if safe:
-                room = float(end - i) * 1e9  # no congestion control: no limit
-                win = None
-                if self.congestion:
-                    win = self.windows.get(peer)
-                    if win is None:
-                        win = self.windows[peer] = Window(self.resend_ivl)
-                    room = win.room()
-                    if room <= 0 and win.in_flight > 0:
-                        self._blocked = True  # until an ack or a timeout opens the window
-                        break
-                inflight = self._inflight
-                due = now + (self.resend_ivl if win is None else max(win.rto, self.resend_ivl))
-                rq = self._resend
-                seq = self._seq
-                heappush = heapq.heappush
-                ack_hash = codec.ack_hash
-                j = i
-                while j < end and (room > 0 or j == i):
-                    view = frames[j]
-                    size = len(view)
-                    out.append((view, addr))
-                    nbytes += size
-                    room -= size
-                    if win is not None:
-                        win.in_flight += size
-                    h = ack_hash(view)
-                    flight = _Flight(h, view, msg, due, now, win)
-                    inflight[h] = flight
-                    heappush(rq, (due, next(seq), flight))
-                    j += 1
-                end = j
-                msg.unacked += end - i
-            else:
-                for j in range(i, end):
-                    view = frames[j]
-                    out.append((view, addr))
-                    nbytes += len(view)
+            for j in range(i, end):
+                view = frames[j]
+                out.append((view, addr))
+                nbytes += len(view)
             n += end - i
             msg.sent = end
             peer._last_sent = now
             if end == total:
                 queue.popleft()
-                if not safe:
-                    if msg.group is None:
-                        released += 1
-                    else:
-                        self._release(msg)
+                if msg.group is None:
+                    released += 1
+                else:
+                    self._release(msg)
         self._rr = rr
         self.held -= released
         self.frames_out += n
         self.bytes_out += nbytes
         return n
 
-    def ack(self, session_id: int, h: int, now: float | None = None) -> bool:
+    def _take_safe(self, now: float, limit: int, out: list[Datagram], ring: list[Peer]) -> int:
+        """:meth:`take` of a safe queue: each frame handed out is kept until :meth:`ack`, with
+        its resend timer (and, with congestion control, its place in its peer's transmission
+        order, within the peer's window: ``take`` stops at the first frame whose peer's window
+        is full until an ack or a timeout opens it). Per-peer state is looked up once per run
+        of messages to the same peer (issue 15: the SafeDealer 100 B path)."""
+        queue = self._queue
+        n = 0
+        nbytes = 0
+        encode = codec.encode_data_frame
+        ack_hash = codec.ack_hash
+        heappush = heapq.heappush
+        inflight = self._inflight
+        rq = self._resend
+        seq = self._seq
+        windows = self.windows
+        congestion = self.congestion
+        ivl = self.resend_ivl
+        rr = self._rr
+        nring = len(ring)
+        last: Peer | None = None  # the peer of the previous message, and its state:
+        win: Window | None = None
+        order: Any = None
+        addr: Hashable = None
+        due = now + ivl
+        while queue and n < limit:
+            msg = queue[0]
+            if msg.dropped:
+                queue.popleft()
+                continue
+            frames = msg.frames
+            peer = msg.peer
+            if frames is None:
+                if peer is None:
+                    if not nring:
+                        break
+                    if rr >= nring:
+                        rr = 0
+                    peer = ring[rr]
+                    rr += 1
+                    msg.peer = peer
+                    small = msg.small
+                    if small is not None:
+                        size = len(small)
+                        frames = [encode(peer._sid, msg.message_id, 1, 0, size, size, 0, small)]
+                    else:
+                        frames = _frames_of(msg.sharded, peer._sid)
+                else:
+                    frames = _frames_of(msg.sharded, None)
+                msg.frames = frames
+            assert peer is not None
+            if peer._state is not _CONNECTED:
+                queue.popleft()
+                self._drop(msg, DropReason.PEER_GONE)  # (its window goes once its frames are)
+                last = None
+                continue
+            if peer is not last:
+                last = peer
+                addr = peer._addr
+                if congestion:
+                    win = windows.get(peer)
+                    if win is None:
+                        win = windows[peer] = Window(ivl)
+                    order = win.order
+                    due = now + max(win.rto, ivl)
+            i = msg.sent
+            total = len(frames)
+            end = min(total, i + limit - n)
+            j = i
+            if win is None:  # no congestion control: no window
+                for j in range(i, end):
+                    view = frames[j]
+                    out.append((view, addr))
+                    nbytes += len(view)
+                    h = ack_hash(view)
+                    flight = inflight[h] = _Flight(h, view, msg, due, now, None)
+                    heappush(rq, (due, next(seq), flight))
+                j = end
+            else:
+                room = win.cwnd - win.in_flight
+                if room <= 0 and win.in_flight > 0:
+                    self._blocked = True  # until an ack or a timeout opens the window
+                    break
+                tx = win.tx
+                while j < end and (room > 0 or j == i):
+                    view = frames[j]
+                    size = len(view)
+                    out.append((view, addr))
+                    nbytes += size
+                    room -= size
+                    win.in_flight += size
+                    h = ack_hash(view)
+                    flight = inflight[h] = _Flight(h, view, msg, due, now, win)
+                    flight.tx = tx  # transmission order: loss detection and the timer
+                    order.append((tx, flight))
+                    tx += 1
+                    j += 1
+                win.tx = tx
+            msg.unacked += j - i
+            n += j - i
+            msg.sent = j
+            peer._last_sent = now
+            if j == total:
+                queue.popleft()
+        self._rr = rr
+        self.frames_out += n
+        self.bytes_out += nbytes
+        return n
+
+    def ack(self, session_id: int, h: int, now: float | None = None,
+            out: list[Datagram] | None = None) -> bool:
         """An Ack for the frame whose ``codec.ack_hash`` is ``h`` arrived from ``session_id``
         at ``now`` (seconds; None: no RTT sample). It opens the peer's window.
+
+        With congestion control, ``now`` and an output list ``out``, the frames this ack shows
+        lost (still unacked, last sent ``DUPTHRESH`` or more transmissions before the acked
+        one and longer than ``Window.reorder_wait()`` seconds ago) are resent at once, appended as ``(frame, addr)`` to ``out`` (counted in
+        ``resends`` and ``fast_resends``; a frame at its resend limit, or whose message was
+        dropped or whose peer left, is left to :meth:`resend_due`).
 
         Returns:
             True if it acked a frame in flight; False (counted in ``acks_unknown``) for a hash
@@ -729,16 +818,73 @@ class SendQueue:
         flight.due = -1.0  # marks its resend-queue entries stale
         win = flight.win
         if win is not None:
-            rtt = now - flight.sent_at if now is not None and flight.resends == 0 else None
+            rtt = (now - flight.sent_at if now is not None and flight.resends == 0
+                   and flight.fast == 0 else None)
             win.acked(len(flight.view), rtt)
             flight.win = None
             self._blocked = False
+            win.round_acked += 1
+            tx = flight.tx
+            if tx >= win.round_end:
+                win.end_round()
+            order = win.order
+            limit = -1
+            if out is not None and now is not None and win.srtt is not None:
+                limit = tx - DUPTHRESH
+            sent_before = None
+            while order:  # oldest transmissions first: skip the acked, resend the lost
+                otx, other = order[0]
+                if other.tx != otx or other.win is None:
+                    order.popleft()
+                elif otx <= limit:
+                    if sent_before is None:
+                        sent_before = now - win.reorder_wait()  # type: ignore[operator]
+                    if other.last_sent > sent_before:
+                        break
+                    order.popleft()
+                    if not self._fast_resend(other, win, now, out):  # type: ignore[arg-type]
+                        order.appendleft((otx, other))  # left to its timer
+                        break
+                else:
+                    break
         if msg.dropped:
             return True
         self.acked += 1
         msg.unacked -= 1
         if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
             self._release(msg)
+        return True
+
+    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram]) -> bool:
+        """Resend ``flight``, found lost by an ack, now (see :meth:`ack`); or forget it when
+        its message was dropped, or drop its message when its peer is gone, as its timer
+        would. False: not resent, left to its timer (it had ``resend_limit`` fast resends;
+        only the timer's resends count against the limit, so that spurious fast resends on a
+        reordering path cannot drop a message early)."""
+        msg = flight.msg
+        peer = msg.peer
+        if msg.dropped or peer is None or peer._state is not _CONNECTED:
+            self._inflight.pop(flight.hash, None)
+            flight.forget()
+            self._blocked = False
+            if not msg.dropped:
+                self._drop(msg, DropReason.PEER_GONE)
+            return True
+        if flight.fast >= self.resend_limit:
+            return False
+        win.round_lost += 1
+        flight.fast += 1
+        flight.due = now + max(win.rto, self.resend_ivl)  # its timer: its place in win.order
+        flight.tx = tx = win.tx
+        win.tx = tx + 1
+        win.order.append((tx, flight))
+        flight.last_sent = now
+        view = flight.view
+        out.append((view, peer._addr))
+        self.resends += 1
+        self.fast_resends += 1
+        self.resend_bytes += len(view)
+        peer._last_sent = now
         return True
 
     def resend_due(self, now: float, out: list[Datagram]) -> int:
@@ -748,12 +894,21 @@ class SendQueue:
         a frame whose peer is no longer connected drops its message (``PEER_GONE``). Called
         late it resends each overdue frame once.
 
+        With congestion control a frame's timer is its place in its peer's transmission order
+        (``Window.order``: the oldest transmission first), due at its last send plus the
+        peer's current ``rto`` (times ``Window.backoff`` for a frame the timer has not resent
+        yet; floored by ``resend_ivl``); a timeout shrinks the window and backs the timer off
+        (``Window.timed_out``), so the frames sent with the timed-out one wait longer. Acked frames
+        leave that order as soon as they reach its front, so nothing holds them for an RTO
+        (a resend heap of acked frames was most of the garbage collector's work at 100k
+        messages/s).
+
         Returns:
             Frames resent. Mutates the queue; sets ``peer.last_sent``.
         """
         rq = self._resend
         inflight = self._inflight
-        n = 0
+        n = self._resend_due_windows(now, out) if self.windows else 0
         ivl = self.resend_ivl
         limit = self.resend_limit
         heappop, heappush, seq = heapq.heappop, heapq.heappush, self._seq
@@ -781,13 +936,8 @@ class SendQueue:
                 self._blocked = False
                 self._drop(msg, DropReason.RESEND_LIMIT)
                 continue
-            win = flight.win
-            rto = ivl
-            if win is not None:
-                win.timed_out(now)  # a loss episode: halve the window (once per round trip)
-                rto = max(win.rto, ivl)
             flight.resends += 1
-            flight.due = due = now + rto
+            flight.due = due = now + ivl
             heappush(rq, (due, next(seq), flight))
             view = flight.view
             out.append((view, peer._addr))
@@ -797,14 +947,68 @@ class SendQueue:
         self.resends += n
         return n
 
+    def _resend_due_windows(self, now: float, out: list[Datagram]) -> int:
+        """:meth:`resend_due` for the frames timed by their window's transmission order;
+        forgets the window of a peer gone once none of its frames is left. Returns frames
+        resent (not yet added to ``resends``)."""
+        n = 0
+        inflight = self._inflight
+        ivl = self.resend_ivl
+        limit = self.resend_limit
+        windows = self.windows
+        for peer, win in list(windows.items()):
+            order = win.order
+            while order:
+                tx, flight = order[0]
+                if flight.tx != tx or flight.win is None:
+                    order.popleft()  # acked, dropped, or sent again since
+                    continue
+                wait = win.rto if flight.resends else win.rto * win.backoff
+                if flight.last_sent + (wait if wait > ivl else ivl) > now:
+                    break  # (the timer in use now: a timeout may just have backed it off)
+                order.popleft()
+                msg = flight.msg
+                if not msg.dropped and peer._state is _CONNECTED and flight.resends < limit:
+                    win.timed_out(now)  # a loss episode: shrink the window, back off the timer
+                    flight.resends += 1
+                    flight.due = now + max(win.rto, ivl)
+                    flight.tx = tx = win.tx  # its new place in the transmission order
+                    win.tx = tx + 1
+                    order.append((tx, flight))
+                    flight.last_sent = now
+                    view = flight.view
+                    out.append((view, peer._addr))
+                    self.resend_bytes += len(view)
+                    peer._last_sent = now
+                    n += 1
+                    continue
+                inflight.pop(flight.hash, None)
+                flight.forget()
+                self._blocked = False
+                if not msg.dropped:
+                    gone = peer._state is not _CONNECTED
+                    self._drop(msg, DropReason.PEER_GONE if gone else DropReason.RESEND_LIMIT)
+            if not order and peer._state is not _CONNECTED:
+                del windows[peer]
+        return n
+
     def next_resend(self) -> float | None:
         """When :meth:`resend_due` next has work (seconds), or None."""
         rq = self._resend
         while rq and rq[0][2].due != rq[0][0]:
             heapq.heappop(rq)
-        if rq:
-            return rq[0][0]
-        return None
+        best = rq[0][0] if rq else None
+        for win in self.windows.values():
+            order = win.order
+            while order and (order[0][1].tx != order[0][0] or order[0][1].win is None):
+                order.popleft()
+            if order:
+                flight = order[0][1]
+                wait = win.rto if flight.resends else win.rto * win.backoff
+                due = flight.last_sent + max(wait, self.resend_ivl)
+                if best is None or due < best:
+                    best = due
+        return best
 
     def clear(self, reason: DropReason) -> int:
         """Drop every held message (each reported to ``on_drop``); returns how many."""

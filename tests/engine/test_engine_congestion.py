@@ -88,12 +88,18 @@ def test_resends_follow_the_measured_rto_and_shrink_the_window():
     # eleven samples of 0.3 s: srtt 0.3, rttvar 0.15 shrinking by 3/4 with each later one
     assert win.rto == pytest.approx(0.3 + 4 * 0.15 * 0.75**10)
     cwnd = win.cwnd
+    rto = win.rto
     resent: list = []
     assert q.resend_due(0.04, resent) == 0
-    assert q.resend_due(0.3, resent) == 11  # the unacked ones, due at first send + ivl
+    assert q.resend_due(0.3, resent) == 0  # sent at 0: due at 0 + the rto in use now
+    assert q.next_resend() == pytest.approx(rto)
+    assert q.resend_due(rto, resent) == 1  # the oldest; the timer backs off (RFC 6298 5.5)
     assert win.cwnd == pytest.approx(cwnd * BETA) and win.decreases == 1
-    assert q.next_resend() == pytest.approx(0.3 + win.rto)  # later resends use the RTO
-    assert q.resend_due(0.3 + win.rto - 0.01, []) == 0
+    assert win.backoff == 2 and win.rto == rto
+    assert q.next_resend() == pytest.approx(2 * rto)  # the other ten, sent at 0, wait for it
+    assert q.resend_due(2 * rto - 0.01, []) == 0
+    # the ten, and the resent one again (the timer resent it: no backoff for it)
+    assert q.resend_due(2 * rto, resent) == 11 and win.decreases == 1  # the same episode
 
 
 def test_safe_dealer_with_congestion_window_is_exactly_once_without_a_resend_storm():

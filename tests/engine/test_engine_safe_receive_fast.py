@@ -1,0 +1,131 @@
+"""SafeDealer's inlined batch receive (issue 15, SafeDealer item 2) against the generic
+``Connection.receive_datagram`` + ``SafeDealer._on_data`` / ``_on_ack``: the same datagrams
+give the same messages, output (acks, fast resends), events, counters and peers, including
+every slow case (handshake, duplicates, recv_hwm refusal, new path, malformed, unknown session,
+too large, rejected, budget evictions, bad and unknown acks)."""
+
+from __future__ import annotations
+
+import random
+import types
+
+import pytest
+
+from nbmq import codec
+from nbmq.engine import SafeDealer
+from nbmq.engine.connection import Connection
+from nbmq.options import SocketOptions
+from nbmq.wire import FrameKind
+
+S = ("10.0.0.1", 8000)
+A = ("10.0.0.2", 40000)
+B = ("10.0.0.3", 40001)  # the same peer after a NAT rebinding
+CLAIM = codec.MESSAGE_OVERHEAD + min(2048, codec.MESSAGE_RESERVATION)
+OPTS = SocketOptions(recv_hwm=3, max_message_size=8192, max_incomplete_bytes=4 * CLAIM)
+
+
+def _data(sid, mid, size=100, pc=1, pi=0, msize=None, psize=None, offset=0):
+    msize = size if msize is None else msize
+    psize = size if psize is None else psize
+    return codec.encode_data_frame(sid, mid, pc, pi, msize, psize, offset, bytes([mid % 256]) * size)
+
+
+def _ack(sid, frame):
+    return codec.encode_control_frame(FrameKind.ACK, sid, codec.ack_hash(frame).to_bytes(8, "big"))
+
+
+def _script(sid):
+    """Steps (1 ms apart): lists of (datagram, addr) fed as one batch; "recv" (every message
+    ready); ("send", bytes); ("ack", indices, addr): acks for those frames of the engine's last
+    sent message."""
+    steps: list = [[(_data(sid, 1), A), (_data(sid, 2), A), (_data(sid, 1), A)]]  # handshake, dup
+    steps += ["recv", [(_data(sid, m), A) for m in (3, 4, 5, 6)]]  # 6: refused (recv_hwm)
+    steps += ["recv", [(_data(sid, 6), A)]]  # its resend, taken
+    frames = codec.shard_message([bytes(range(256)) * 6], sid, 7).frames()
+    steps += [[(bytes(f), A) for f in frames]]  # several chunks: INCOMPLETE then COMPLETE
+    steps += [("send", b"s" * (codec.MAX_CHUNK_SIZE * 12))]  # 12 frames out
+    steps += [("ack", [0], A), ("ack", [2, 3, 4], A)] + ["recv"] * 7
+    steps += [("ack", [5, 6, 7, 8], A)]  # 10 ms: frame 1 is lost, resent at once
+    steps += [[(codec.encode_control_frame(FrameKind.ACK, sid, b"1234567"), A)]]  # bad ack
+    steps += [[(codec.encode_control_frame(FrameKind.ACK, sid, b"12345678"), A), (_data(sid, 8), A)]]
+    steps += [("ack", [9, 10, 11, 1], A), ("ack", [1], A)]  # 1 again: already acked
+    steps += [[(_data(sid, 9), B), (_data(sid, 10), B)]]  # a new path, then on it
+    steps += ["recv"]
+    steps += [[(b"\x01\x02\x03", B), (_data(sid ^ 1, 11), B)]]  # malformed, unknown session
+    steps += [[(_data(sid, 12, size=10, msize=9000, psize=9000), B)]]  # over max_message_size
+    steps += [[(_data(sid, 13, size=10, pc=2, msize=20, psize=10), B),
+               (_data(sid, 13, size=10, pc=3, pi=1, msize=20, psize=10), B)]]  # part_count differs
+    steps += [[(_data(sid, m, size=10, pc=2, msize=2048, psize=1024), B) for m in range(14, 22)]]
+    steps += ["recv", [(codec.encode_control_frame(FrameKind.HEARTBEAT, sid), B)]]
+    steps += [[(_data(sid, 22), B), (_data(sid, 22), B)], "recv"]
+    return steps
+
+
+def _run(generic: bool):
+    engine = SafeDealer(OPTS, random.Random(7))
+    engine.bind(S)
+    if generic:
+        engine.receive_datagrams = types.MethodType(Connection.receive_datagrams, engine)
+    log: list = []
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    now = 1.0
+    sent: list = []
+    for step in _script(sid):
+        now += 0.001
+        if step == "recv":
+            while engine.recv_ready():
+                log.append(("msg", [bytes(p) for p in engine.recv()]))
+            continue
+        if step[0] == "send":
+            engine.send([step[1]], now)
+            sent = [bytes(d) for d, _ in engine.datagrams_to_send(now)]
+            log.append(("sent", sent))
+            continue
+        if step[0] == "ack":
+            step = [(_ack(sid, sent[i]), step[2]) for i in step[1]]
+        buf = bytearray(b"".join(data for data, _ in step))
+        lengths = [len(data) for data, _ in step]
+        offsets = [sum(lengths[:i]) for i in range(len(lengths))]
+        engine.receive_datagrams(memoryview(buf), offsets, lengths, [a for _, a in step], now)
+        buf[:] = bytes(len(buf))  # the transport reuses its buffer
+        log.append(("out", [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]))
+        while (event := engine.next_event()) is not None:
+            log.append(("event", repr(event)))
+    peers = {sid: (p.addr, p.state) for sid, p in engine.peers.items()}
+    q = engine._sendq
+    return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held)
+
+
+def test_inlined_safe_receive_matches_the_generic_path():
+    assert SafeDealer.receive_datagrams is not Connection.receive_datagrams
+    fast = _run(generic=False)
+    slow = _run(generic=True)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2:] == slow[2:]
+    log, c, peers, (fast_resends, in_flight, held) = fast
+    # the script reaches every case it claims to
+    assert sum(1 for kind, _ in log if kind == "msg") == 11
+    assert c["acks_out"] >= 20 and c["acks_in"] == 15 and c["acks_unknown"] == 2
+    assert c["duplicate_frames"] == 2 and c["refused_frames"] == 1
+    assert c["malformed"] == 2 and c["unknown_session"] == 1 and c["addr_changes"] == 1
+    assert c["dropped_too_large"] == 1 and c["dropped_rejected"] == 1 and c["dropped_evicted"] >= 1
+    assert fast_resends == 1 and in_flight == 0 and held == 0
+    assert peers and all(addr == B for addr, _ in peers.values())
+
+
+@pytest.mark.parametrize("size", [1, 8, 9])
+def test_ack_frame_bytes_match_the_codec(size):
+    # the inlined Ack is the codec's control frame, byte for byte
+    engine = SafeDealer(OPTS, random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)  # connects the peer
+    engine.datagrams_to_send(1.0)
+    frame = _data(sid, 2, size=size)
+    engine.receive_datagrams(memoryview(frame), [0], [len(frame)], [A], 1.1)
+    assert engine.datagrams_to_send(1.1) == [(_ack(sid, frame), A)]
