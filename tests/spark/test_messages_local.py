@@ -8,8 +8,6 @@ import random
 import pytest
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
-pytestmark = pytest.mark.spark
-
 SPLIT = str(64 * 1024)  # small byte ranges: many messages straddle a range boundary
 
 
@@ -57,6 +55,7 @@ def _late_capture(path, seed=5, messages=300):
     return write_pcap(path, rows)
 
 
+@pytest.mark.spark
 def test_local_reassembly_equals_the_shuffled_one(spark, tmp_path):
     """Every bundled capture and two generated ones, cut into 64 KiB ranges: same rows."""
     from test_streaming import _generated_capture
@@ -74,3 +73,71 @@ def test_local_reassembly_equals_the_shuffled_one(spark, tmp_path):
     # the parts column too, on the capture with late frames
     late = spark.read.format("nbmq").option("split_bytes", SPLIT).load(str(tmp_path / "late.pcap"))
     assert _same(build_messages_local(late, parts=True), build_messages(late, parts=True))
+
+
+# The combine step's rule per key, without Spark (records as the local pass makes them).
+
+def _records(frames, t0=1_000, kind=None):
+    """Frame records of one key (``nbmq.wire`` frames), capture times t0, t0+1, ... ns."""
+    from nbmq import codec
+
+    out = []
+    for i, f in enumerate(frames):
+        d = codec.parse_frame(f)
+        out.append({"_kind": 1, "_t0": t0 + i, "_f0": t0 + i, "_t1": t0 + i, "_f1": t0 + i, "dst": "b:2",
+                    "f_part_count": d.part_count, "f_part_index": d.part_index,
+                    "f_message_size": d.message_size, "f_part_size": d.part_size,
+                    "f_chunk_offset": d.chunk_offset, "f_payload": bytes(d.chunk)})
+    return out
+
+
+def _settled(recs):
+    from nbmq.spark.messages_local import _Pending, _settle
+
+    p = _Pending(("cap", 7, "a:1", 9), 123)
+    p.records = recs
+    return _settle(p, False, 0xFFFFFFFF)
+
+
+def _frames_of(n_parts=2, size=1200):
+    from nbmq import codec
+
+    parts = [bytes([i]) * size for i in range(n_parts)]
+    return [bytes(f) for f in codec.shard_message(parts, session_id=7, message_id=9).frames()]
+
+
+def _as_row(recs):
+    """The row record the local pass makes of ``recs`` (complete, in one partition)."""
+    row = _settled(recs)
+    names = ["capture", "session_id", "src", "dst", "message_id", "part_count", "message_size",
+             "part_sizes", "part_sha256", "complete", "missing_bytes", "frames", "duplicates",
+             "rejected", "first_ts", "last_ts", "parts"]
+    r = dict(zip(names, row))
+    r.update(_kind=0, _t0=recs[0]["_t0"], _f0=recs[0]["_f0"], _t1=recs[-1]["_t1"], _f1=recs[-1]["_f1"])
+    return r
+
+
+def test_settle_frames_only_is_the_shuffled_rule():
+    frames = _frames_of()
+    recs = _records(frames[1:]) + _records(frames[:1], t0=5_000)  # first frame last: still completes
+    row = _settled(sorted(recs, key=lambda r: (r["_t0"], r["_f0"])))
+    assert row[9] is True and row[11] == len(frames) and row[12] == 0
+
+
+def test_settle_adds_late_frames_as_duplicates():
+    frames = _frames_of()
+    head = _as_row(_records(frames, t0=1_000))
+    late = _records(frames[:2], t0=900_000)  # another partition, after completion
+    row = _settled([head] + late)
+    assert row[9] is True
+    assert row[11] == len(frames) + 2 and row[12] == 2  # frames, duplicates
+    assert row[15] == (900_000 + 1) // 1000  # last_ts, us
+
+
+def test_settle_leaves_earlier_or_interleaved_frames_to_the_redo_path():
+    frames = _frames_of()
+    head = _as_row(_records(frames, t0=1_000))
+    assert _settled(_records(frames[:1], t0=10) + [head]) is None  # earlier frame elsewhere
+    inter = _records(frames[:1], t0=1_001)
+    inter[0]["_f0"] = inter[0]["_f1"] = 0  # same time as the row's frames, earlier number
+    assert _settled([head] + inter) is None
