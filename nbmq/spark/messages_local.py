@@ -327,17 +327,32 @@ def build_messages_local(
     def combine(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _combine(batches, out_schema, want_parts, limit)
 
-    records = _data(frames).mapInArrow(local, rec_spark).withColumn("_h", F.xxhash64(*KEY))
-    grouped = records.repartition("_h").sortWithinPartitions("_h", *KEY, *_ORDER)
-    # one job: the rows (and the marked hashes) are kept on the executors, so the frames are
-    # read once; Spark would otherwise recompute the local pass for each use of the rows
-    rows = grouped.mapInArrow(combine, schema.add("_h", "long").add("_redo", "boolean")).localCheckpoint(eager=True)
+    # one job reads the frames: the records (message rows, incomplete keys' frames) stay on the
+    # executors; every later step reads them, never the frames again (Spark would otherwise
+    # recompute the local pass for each use)
+    records = _data(frames).mapInArrow(local, rec_spark).withColumn("_h", F.xxhash64(*KEY)).localCheckpoint(eager=True)
+    # hashes with more than one record or any frame record need the combine step (usually few:
+    # keys cut by a range boundary, late resends, incomplete messages)
+    multi = [r[0] for r in records.groupBy("_h").agg(F.count(F.lit(1)).alias("n"), F.max("_kind").alias("k"))
+             .where((F.col("n") > 1) | (F.col("k") == FRAME)).select("_h").collect()]
+    single = records.where(F.col("_kind") == ROW)
+    if multi:
+        single = single.where(~F.col("_h").isin(multi))
+    single = single.select(*schema.names)
+    if not multi:
+        return single
+    grouped = records.where(F.col("_h").isin(multi)).repartition("_h").sortWithinPartitions("_h", *KEY, *_ORDER)
+    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+    flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
+    rows = grouped.mapInArrow(combine, flagged)
     marked = [r[0] for r in rows.where(F.col("_redo")).select("_h").distinct().collect()]
     kept = rows.where(~F.col("_redo"))
+    if marked:  # a marked hash drops every row under it (two keys may share it)
+        kept = kept.where(~F.col("_h").isin(marked))
+    out = single.unionByName(kept.select(*schema.names))
     if not marked:
-        return kept.drop("_h", "_redo")
-    # a marked hash drops every row under it (two keys may share it); build_messages redoes them
-    kept = kept.where(~F.col("_h").isin(marked)).drop("_h", "_redo")
+        return out
     key_hash = F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id")
     redo = frames.where(key_hash.isin(marked))
-    return kept.unionByName(build_messages(redo, parts=parts, max_message_size=max_message_size))
+    return out.unionByName(build_messages(redo, parts=parts, max_message_size=max_message_size))
