@@ -222,6 +222,7 @@ def run(
     spark: SparkSession | None = None,
     payload: bool = True,
     parts: bool = False,
+    messages: str = "shuffle",
     pcapng: bool = False,
     split_bytes: int | None = None,
     conf: dict[str, str] | None = None,
@@ -245,6 +246,10 @@ def run(
         spark: use this session instead of building one (``master`` and ``conf`` then ignored).
         payload: keep the ``payload`` column in ``frames/``.
         parts: add the ``parts`` column (the message bytes) to ``messages/``.
+        messages: ``"shuffle"`` (default): :func:`nbmq.spark.messages.build_messages`, every
+            data frame shuffled by key; ``"local"``: :func:`nbmq.spark.messages_local.build_messages_local`,
+            one read of the frames, reassembly inside each partition (slower on local[2] so far,
+            see README). Same table (issue 14, item 5).
         pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
             ``dealer.pcap``, so its messages and sessions appear twice under another name).
         split_bytes: byte-range split size for large classic pcap files (default: one range per
@@ -268,11 +273,16 @@ def run(
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
+        ValueError: ``messages`` is neither ``"local"`` nor ``"shuffle"``.
         NotADirectoryError: ``out_dir`` is a local path naming an existing non-directory.
     """
     from .messages import build_messages
+    from .messages_local import build_messages_local
     from .sessions import build_sessions
 
+    if messages not in ("local", "shuffle"):
+        raise ValueError(f"messages must be 'local' or 'shuffle', got {messages!r}")
+    build = build_messages_local if messages == "local" else build_messages
     started = time.perf_counter()
     lap = _Laps()
     out = Path(out_dir)
@@ -312,7 +322,7 @@ def run(
 
         steps.step("reassembling -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
-            build_messages(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
+            build(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
                 tables["messages"]
             )
         messages = spark.read.parquet(tables["messages"])
