@@ -145,3 +145,78 @@ def test_batch_and_stream_readers_check_their_request_alike():
             reader({}, FRAMES_SCHEMA)
         with pytest.raises(ValueError, match=r"no such frames column\(s\) \['no_such_column'\]"):
             reader({"path": "/nowhere"}, bogus)
+
+
+def _stream_rows(folder, name, data, cuts, available_now=True):
+    """Grow ``folder/name`` to each cut and read every micro-batch as the source plans it;
+    returns (frame numbers, capture error texts). ``available_now``: a last availableNow run."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, read_stream_range
+
+    path = folder / name
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(folder), "split_bytes": "3000"}, schema)
+    off = reader.initialOffset()
+    frames, errors = [], []
+    for cut in list(cuts) + ([None] if available_now else []):
+        if cut is None:
+            reader.prepareForTriggerAvailableNow()
+        else:
+            path.write_bytes(data[:cut])
+        end = reader.latestOffset(off, ReadAllAvailable())
+        for part in reader.partitions(off, end):
+            for batch in read_stream_range(part, schema):
+                d = batch.to_pydict()
+                frames += [f for f in d["frame_number"] if f is not None]
+                errors += [e for f, e in zip(d["frame_number"], d["error"]) if f is None]
+        off = end
+    return frames, errors
+
+
+def _damaged(kind, tmp_path):
+    """A small capture with damage the batch readers resynchronise past (issue 11 item 3):
+    pcap: a zeroed region; pcapng: a block with both lengths wrong (skipped) and one flipped
+    bit in another block's leading length (framed by its trailing copy)."""
+    import random
+    import struct
+
+    from nbmq.capture import write_pcap, write_pcapng
+
+    rng = random.Random(1)
+    rows = [(1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
+            for i in range(120)]
+    path = tmp_path / f"src.{kind}"
+    (write_pcap if kind == "pcap" else write_pcapng)(path, rows)
+    data = bytearray(path.read_bytes())
+    if kind == "pcap":
+        data[len(data) // 2 : len(data) // 2 + 700] = bytes(700)
+    else:
+        pos, epbs = 0, []
+        while pos + 8 <= len(data):
+            btype, blen = struct.unpack_from("<II", data, pos)
+            epbs += [pos] if btype == 6 else []
+            pos += blen
+        blen = struct.unpack_from("<I", data, epbs[40] + 4)[0]
+        struct.pack_into("<I", data, epbs[40] + 4, blen + 4096)
+        struct.pack_into("<I", data, epbs[40] + blen - 4, 8)
+        data[epbs[80] + 7] ^= 0x02
+    return bytes(data)
+
+
+@pytest.mark.parametrize("kind", ["pcap", "pcapng"])
+@pytest.mark.parametrize("step", [97, 1000, None])
+@pytest.mark.parametrize("available_now", [True, False])
+def test_stream_over_damaged_capture_equals_batch_read(tmp_path, kind, step, available_now):
+    """A growing damaged capture: the stream resynchronises as the batch read does (same
+    frames, each error counted once), whether the damage arrives whole or byte by byte."""
+    data = _damaged(kind, tmp_path)
+    whole = read_datagrams(data)
+    assert whole.errors == (1 if kind == "pcap" else 2)
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    cuts = list(range(step, len(data), step)) + [len(data)] if step else [len(data)]
+    frames, errors = _stream_rows(ring, f"a.{kind}", data, cuts, available_now)
+    assert sorted(frames) == whole.frame_number.tolist()
+    assert len(errors) == whole.errors

@@ -97,11 +97,16 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ports = options.get("udp_ports", "")
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
         self._target: dict[str, list[int]] | None = None
+        self._final = False
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         """``availableNow``: read up to the whole records on disk now, and no further."""
         self._target = None
-        self._target = self.latestOffset({"files": {}}, None)["files"]
+        self._final = True
+        try:
+            self._target = self.latestOffset({"files": {}}, None)["files"]
+        finally:
+            self._final = False
 
     def initialOffset(self) -> dict:  # noqa: N802
         return {"files": {}}
@@ -119,14 +124,19 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         budget = _byte_budget(limit)
         out: dict[str, list[int]] = {}
         folder = self._folder()
-        for path in _files(self.paths):
+        files = _files(self.paths)
+        mtimes = {p: _mtime(p) for p in files}
+        newest = max(mtimes.values(), default=0)
+        for path in files:
             name = os.path.relpath(path, folder)
             end, records = known.get(name, [0, 0])
             if budget is not None and budget <= 0:
                 out[name] = [end, records]
                 continue
+            # a file older than the newest one will not grow (the ring moved on): its end decides
+            final = self._final or self._target is not None or mtimes[path] < newest
             try:
-                b = whole_records(path, end, records)
+                b = whole_records(path, end, records, final=final)
             except (OSError, CaptureError):  # rotated away, or not (yet) a capture
                 if name in known:
                     out[name] = [end, records]
@@ -181,6 +191,13 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: the files belong to the capture tool."""
 
 
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _byte_budget(limit: Any) -> int | None:
     from pyspark.sql.streaming.datasource import ReadMaxBytes
 
@@ -229,7 +246,9 @@ def read_stream_range(
 
     def read() -> Any:
         pcap = detect_format(view, part.end) == "pcap"
+        # part.start is a record of the whole-file walk: walking from it is exact (issue 11)
         return read_datagrams(view, start=part.start, udp_ports=udp_ports,
-                              first_frame=part.first_frame if pcap else None)
+                              first_frame=part.first_frame if pcap else None,
+                              walk_from=max(part.start, 24) if pcap else None)
 
     yield from read_frames_batches(capture, read, arrow_schema, batch_rows)
