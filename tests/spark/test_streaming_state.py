@@ -107,7 +107,7 @@ def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
     reader = NbmqStreamReader({"path": str(ring), "split_bytes": "40000"}, schema)
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
-    a_end, a_records = end["files"]["a.pcap"]
+    a_end, a_records = end["files"]["a.pcap"][:2]
     assert a_end <= 100_003 and a_records > 0
     parts = reader.partitions(start, end)
     assert len(parts) >= 2 and all(isinstance(p, StreamRange) for p in parts)
@@ -116,7 +116,7 @@ def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
     (ring / "a.pcap").write_bytes(data)
     (ring / "b.pcap").write_bytes(data)
     capped = reader.latestOffset(end, ReadMaxBytes(10))  # a byte budget: a.pcap's rest only
-    assert capped["files"]["b.pcap"] == [0, 0] and capped["files"]["a.pcap"][0] == len(data)
+    assert capped["files"]["b.pcap"][:2] == [0, 0] and capped["files"]["a.pcap"][0] == len(data)
     later = reader.latestOffset(capped, ReadAllAvailable())
     os.remove(ring / "a.pcap")  # rotated away after being read: leaves the offsets
     assert "a.pcap" not in reader.latestOffset(later, ReadAllAvailable())["files"]
@@ -220,3 +220,55 @@ def test_stream_over_damaged_capture_equals_batch_read(tmp_path, kind, step, ava
     frames, errors = _stream_rows(ring, f"a.{kind}", data, cuts, available_now)
     assert sorted(frames) == whole.frame_number.tolist()
     assert len(errors) == whole.errors
+
+
+def test_ring_file_truncated_or_replaced_under_its_name(tmp_path):
+    """tcpdump -W reuses names: a file shorter than what was read, or with other first bytes,
+    is a new file read from byte 0, and the old file's unread tail is one error row."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, read_stream_range
+
+    dealer = (CAPTURES / "dealer.pcap").read_bytes()
+    other = (CAPTURES / "safe_dealer.pcap").read_bytes()
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    live = ring / "r0.pcap"
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(ring), "split_bytes": "0"}, schema)
+
+    def batch(off):
+        end = reader.latestOffset(off, ReadAllAvailable())
+        rows = [b.to_pydict() for p in reader.partitions(off, end) for b in read_stream_range(p, schema)]
+        frames = [f for d in rows for f in d["frame_number"] if f is not None]
+        errors = [e for d in rows for f, e in zip(d["frame_number"], d["error"]) if f is None]
+        return end, frames, errors
+
+    live.write_bytes(dealer[:200_003])  # ends mid-record: 3+ bytes seen, not read
+    off, frames, errors = batch(reader.initialOffset())
+    unread = 200_003 - off["files"]["r0.pcap"][0]
+    assert frames and not errors and unread > 0
+    # truncated and rewritten shorter: a new file, the old tail counted
+    live.write_bytes(other[:50_000])
+    off, frames, errors = batch(off)
+    first = read_datagrams(other[:50_000])
+    assert frames == first.frame_number.tolist()
+    assert errors == [f"capture: replaced under the same name ({unread} bytes of the old file lost)"]
+    unread = 50_000 - off["files"]["r0.pcap"][0]
+    # rewritten longer than what was read (the size alone does not tell): the first bytes do
+    live.write_bytes(dealer)
+    off, frames, errors = batch(off)
+    assert frames == read_datagrams(dealer).frame_number.tolist()
+    assert errors == [f"capture: replaced under the same name ({unread} bytes of the old file lost)"]
+    # growing as before: not a replacement
+    off2, frames, errors = batch(off)
+    assert frames == [] and errors == [] and off2["files"]["r0.pcap"][:3] == off["files"]["r0.pcap"][:3]
+
+    # replaced again between planning and reading: the read sees other first bytes, one error row
+    live.write_bytes(other)
+    end = reader.latestOffset(off2, ReadAllAvailable())
+    parts = [p for p in reader.partitions(off2, end) if not p.error]
+    live.write_bytes(dealer)
+    rows = [b.to_pydict() for p in parts for b in read_stream_range(p, schema)]
+    assert [d["error"] for d in rows] == [[f"capture: replaced before it was read ({parts[0].end} bytes lost)"]]

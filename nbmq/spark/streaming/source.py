@@ -5,8 +5,9 @@ ring of pcap / pcapng files, the newest growing, the oldest deleted. Each micro-
 records added since the last one, as rows of :data:`nbmq.spark.schema.FRAMES_SCHEMA` (the batch
 source's rows, frame numbers included).
 
-Offsets (JSON, in the query's checkpoint): ``{"files": {name: [end, records]}}`` per capture
-file of the folder, ``end`` the byte offset just past the last *whole* record
+Offsets (JSON, in the query's checkpoint): ``{"files": {name: [end, records, ...]}}`` per
+capture file of the folder (:class:`~nbmq.spark.streaming.ringfiles.FileOffset`), ``end`` the
+byte offset just past the last *whole* record
 (:func:`~nbmq.spark.streaming.boundaries.whole_records`) and ``records`` the records before it.
 A record still being written is therefore read by the next batch, whole; a restarted query
 resumes at its checkpoint's offsets, so no frame is read twice or lost.
@@ -14,8 +15,15 @@ resumes at its checkpoint's offsets, so no frame is read twice or lost.
 Rotation: a file that disappears after it was read is dropped from the offsets. A file that
 disappears between planning and reading (the ring turned faster than the query) cannot be
 read: its partition yields one row whose ``error`` says ``capture: rotated away ...`` with the
-bytes lost, so the loss is visible. A pcapng file with a damaged block stops advancing at the
-damage (pcap files resynchronise past it, as the batch readers do).
+bytes lost, so the loss is visible. A file truncated or rewritten under the same name
+(``tcpdump -W``; shorter than its offset, or other first bytes) is a new file read from byte 0,
+and the old file's bytes seen but not read are one error row ``capture: replaced under the
+same name (N bytes of the old file lost)`` (:mod:`~nbmq.spark.streaming.ringfiles`).
+
+Damage: the offsets resynchronise past a damaged record or block as the batch readers do, so
+a stream over a damaged file gives the batch read's frames and one error row per damage. A
+decision that more bytes could still change waits at the damage until they come, or until
+the file is final: an ``availableNow`` run, or a file older (mtime) than the folder's newest.
 
 Options: ``path`` (the folder; a file or glob also works), ``payload``, ``udp_ports``,
 ``batch_rows`` as for the batch source; ``split_bytes`` (default 16 MiB: a larger new range of
@@ -37,6 +45,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from ..datasource import DEFAULT_BATCH_ROWS, NbmqDataSource, expand_paths, frames_request
+from .ringfiles import FileOffset, fingerprint, replaced
 
 __all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range"]
 
@@ -52,12 +61,18 @@ class StreamRange(InputPartition):
         start: first byte (0: from the file header), a record boundary.
         end: byte offset just past the last whole record to read.
         first_frame: frame number of the first record at or after ``start``.
+        fp_len, fp_crc: the file's fingerprint when planned
+            (:func:`~nbmq.spark.streaming.ringfiles.fingerprint`; 0: not checked).
+        error: when set, the partition is this one error row (a loss found while planning).
     """
 
     path: str
     start: int
     end: int
     first_frame: int
+    fp_len: int = 0
+    fp_crc: int = 0
+    error: str = ""
 
 
 class NbmqStreamingDataSource(NbmqDataSource):
@@ -129,24 +144,29 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         newest = max(mtimes.values(), default=0)
         for path in files:
             name = os.path.relpath(path, folder)
-            end, records = known.get(name, [0, 0])
+            off = FileOffset.parse(known.get(name))
             if budget is not None and budget <= 0:
-                out[name] = [end, records]
+                out[name] = off.to_json()
                 continue
             # a file older than the newest one will not grow (the ring moved on): its end decides
             final = self._final or self._target is not None or mtimes[path] < newest
+            generation, lost, end, records = off.generation, 0, off.end, off.records
             try:
+                size = os.path.getsize(path)
+                if name in known and replaced(path, size, off):  # truncated or rewritten in place
+                    generation, lost, end, records = generation + 1, max(0, off.seen - off.end), 0, 0
                 b = whole_records(path, end, records, final=final)
+                fp_len, fp_crc = fingerprint(path, b.end)
             except (OSError, CaptureError):  # rotated away, or not (yet) a capture
                 if name in known:
-                    out[name] = [end, records]
+                    out[name] = off.to_json()
                 continue
             if self._target is not None:
                 cap = self._target.get(name, [0, 0])
                 b = b if b.end <= cap[0] else type(b)(cap[0], cap[1])
                 if b.end < end:
                     b = type(b)(end, records)
-            out[name] = [b.end, b.records]
+            out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, size, lost).to_json()
             if budget is not None:
                 budget -= b.end - end
         return {"files": out}
@@ -157,18 +177,23 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         before = start.get("files", {})
         folder = self._folder()
         parts: list[StreamRange] = []
-        for name, (stop, records) in sorted(end.get("files", {}).items()):
-            first, first_records = before.get(name, [0, 0])
-            if stop <= first:
-                continue
+        for name, value in sorted(end.get("files", {}).items()):
+            to, since = FileOffset.parse(value), FileOffset.parse(before.get(name))
             path = os.path.join(folder, name)
+            if to.generation != since.generation:  # replaced under its name: a new file from 0
+                if to.lost:
+                    parts.append(StreamRange(path, 0, 0, 0, error=(
+                        f"capture: replaced under the same name ({to.lost} bytes of the old file lost)")))
+                since = FileOffset(0, 0)
+            if to.end <= since.end:
+                continue
             try:
-                pieces = record_starts(path, first, stop, self.split_bytes) if self.split_bytes > 0 else [(first, 0)]
+                pieces = record_starts(path, since.end, to.end, self.split_bytes) if self.split_bytes > 0 else [(since.end, 0)]
             except OSError:
-                pieces = [(first, 0)]
-            bounds = [p for p, _ in pieces[1:]] + [stop]
+                pieces = [(since.end, 0)]
+            bounds = [p for p, _ in pieces[1:]] + [to.end]
             for (lo, skip), hi in zip(pieces, bounds):
-                parts.append(StreamRange(path, lo, hi, first_records + skip + 1))
+                parts.append(StreamRange(path, lo, hi, since.records + skip + 1, to.fp_len, to.fp_crc))
         return parts
 
     def _folder(self) -> str:
@@ -229,6 +254,9 @@ def read_stream_range(
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     capture = os.path.basename(part.path)
+    if part.error:
+        yield _capture_error_batch(capture, [part.error], 1, arrow_schema)
+        return
     try:
         fd = os.open(part.path, os.O_RDONLY)
     except FileNotFoundError:
@@ -243,6 +271,10 @@ def read_stream_range(
         return
     os.close(fd)
     view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
+    if part.fp_len and fingerprint(part.path, part.fp_len) != (part.fp_len, part.fp_crc):
+        lost = part.end - part.start
+        yield _capture_error_batch(capture, [f"capture: replaced before it was read ({lost} bytes lost)"], 1, arrow_schema)
+        return
 
     def read() -> Any:
         pcap = detect_format(view, part.end) == "pcap"
