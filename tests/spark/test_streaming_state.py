@@ -4,6 +4,7 @@ reassembly goes through the codec's Reassembler)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -75,10 +76,18 @@ def test_peer_state_across_batches_ttl_budget_and_late_frames(codec):
     assert peer.advance(key, big.iloc[:2], 0, opts) == []
     peer = PeerMessages.from_bytes(peer.to_bytes())  # state survives the checkpoint format
     assert len(peer.pending) == 2
-    rows = peer.advance(key, big.iloc[2:], 0, opts)
-    assert len(rows) == 1 and rows[0][9] and rows[0][11] == 3 and rows[0][4] == 11
+    assert peer.advance(key, big.iloc[2:], 0, opts) == [] and list(peer.held) == [11]  # complete: held
+    peer = PeerMessages.from_bytes(peer.to_bytes())
+    assert peer.advance(key, big.iloc[:1], 500_000_000, opts) == []  # a resend within the grace joins it
+    rows = peer.advance(key, None, 1_000_002_001, opts)  # watermark past completion (2 µs) + 1 s
+    assert len(rows) == 1 and rows[0][9] and rows[0][4] == 11
+    assert rows[0][11] == 4 and rows[0][12] == 1  # the batch table's row: 4 frames, 1 duplicate
     # a resend of an emitted message is counted, not emitted again
     assert peer.advance(key, big.iloc[:1], 0, opts) == [] and peer.late_frames == 1
+    # completed_grace=0: emitted the batch it completes
+    at_once = PeerMessages()
+    rows = at_once.advance(key, big, 0, dataclasses.replace(opts, completed_grace=0.0))
+    assert len(rows) == 1 and rows[0][11] == 3 and not at_once.held
     # an incomplete message waits for the watermark to pass first frame + TTL, then is emitted
     half = _frames(codec, [b"y" * 1000], 12, 5_000_000_000)
     assert peer.advance(key, half.iloc[:1], 5_500_000_000, opts) == []

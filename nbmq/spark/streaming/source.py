@@ -25,11 +25,18 @@ a stream over a damaged file gives the batch read's frames and one error row per
 decision that more bytes could still change waits at the damage until they come, or until
 the file is final: an ``availableNow`` run, or a file older (mtime) than the folder's newest.
 
+End of data: with ``end_row`` (``"true"``) an ``availableNow`` run adds, after the data, one
+row whose ``error`` is :data:`END_OF_DATA` and whose ``timestamp`` is :data:`END_TIMESTAMP`
+(2200-01-01): it moves the watermark of the streaming messages and sessions past everything,
+so they emit what they hold (completed messages waiting for late frames, incomplete ones,
+open windows). Use it over finished captures only: the watermark stays there, so the same
+checkpoint drops any later frame as late.
+
 Options: ``path`` (the folder; a file or glob also works), ``payload``, ``udp_ports``,
 ``batch_rows`` as for the batch source; ``split_bytes`` (default 16 MiB: a larger new range of
 one pcap file is cut at record boundaries into several partitions); ``max_bytes_per_trigger``
 (default unlimited: a batch takes whole files' new ranges, in name order, until it has this many
-bytes, at least one range).
+bytes, at least one range); ``end_row`` (default false, see above).
 """
 
 from __future__ import annotations
@@ -50,6 +57,10 @@ from .ringfiles import FileOffset, fingerprint, replaced
 __all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range"]
 
 DEFAULT_STREAM_SPLIT_BYTES = 16 * 1024 * 1024
+#: ``error`` of the ``end_row`` option's row
+END_OF_DATA = "end of data"
+#: ``timestamp`` of the ``end_row`` option's row, seconds since the epoch (2200-01-01 UTC)
+END_TIMESTAMP = 7_258_118_400
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,7 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
         self.split_bytes = int(options.get("split_bytes", DEFAULT_STREAM_SPLIT_BYTES))
         self.max_bytes = int(options.get("max_bytes_per_trigger", 0))
+        self.end_row = str(options.get("end_row", "false")).lower() == "true"
         ports = options.get("udp_ports", "")
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
         self._target: dict[str, list[int]] | None = None
@@ -169,6 +181,10 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, size, lost).to_json()
             if budget is not None:
                 budget -= b.end - end
+        if self.end_row and self._target is not None and all(
+            out.get(n, [0])[0] >= t[0] for n, t in self._target.items()
+        ):
+            return {"files": out, "end": 1}  # everything read: the end row comes with this batch
         return {"files": out}
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
@@ -177,6 +193,8 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         before = start.get("files", {})
         folder = self._folder()
         parts: list[StreamRange] = []
+        if end.get("end") and not start.get("end"):
+            parts.append(StreamRange("", 0, 0, 0, error=END_OF_DATA))
         for name, value in sorted(end.get("files", {}).items()):
             to, since = FileOffset.parse(value), FileOffset.parse(before.get(name))
             path = os.path.join(folder, name)
@@ -223,6 +241,13 @@ def _mtime(path: str) -> int:
         return 0
 
 
+def _end_row(arrow_schema: pa.Schema) -> pa.RecordBatch:
+    values = {"capture": "", "error": END_OF_DATA, "timestamp": END_TIMESTAMP * 1_000_000,
+              "ts_ns": END_TIMESTAMP * 1_000_000_000}
+    columns = [pa.array([values.get(f.name)], f.type) for f in arrow_schema]
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+
 def _byte_budget(limit: Any) -> int | None:
     from pyspark.sql.streaming.datasource import ReadMaxBytes
 
@@ -254,6 +279,9 @@ def read_stream_range(
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     capture = os.path.basename(part.path)
+    if part.error == END_OF_DATA:
+        yield _end_row(arrow_schema)
+        return
     if part.error:
         yield _capture_error_batch(capture, [part.error], 1, arrow_schema)
         return
