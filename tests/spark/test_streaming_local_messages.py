@@ -8,12 +8,8 @@ from nbmq.examples import CAPTURE_DIR as CAPTURES
 pytestmark = pytest.mark.spark
 
 
-def _same(a, b) -> bool:
-    return a.count() == b.count() and a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
-
-
 def test_local_reassembly_equals_the_shuffled_one(spark, tmp_path):
-    from test_streaming import _generated_capture
+    from test_streaming import _generated_capture, _same
 
     from nbmq.spark.messages import build_messages
     from nbmq.spark.messages_local import build_messages_local, straddling_keys
