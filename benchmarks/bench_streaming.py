@@ -120,7 +120,10 @@ def run_rate(spark, src: Path, offsets_path: Path, offsets, rate: float, seconds
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rates", default="50000,100000,200000,400000,800000")
+    ap.add_argument("--rates", default="auto",
+                    help="frames/s to try, rising (comma list), or 'auto': 0.3, 0.45, 0.6, 0.75, 0.9 and 1.05 x the "
+                    "batch read measured first (the shared machine's speed varies with its load)")
+    ap.add_argument("--max-rate", type=int, default=1_000_000, help="rate the generated capture is sized for")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--trigger", type=float, default=0.5)
     ap.add_argument("--max-lag", type=float, default=3.0)
@@ -133,10 +136,10 @@ def main(argv=None) -> int:
     from nbmq.spark.session import build_session
     from nbmq.spark.streaming import register
 
-    rates = [int(r) for r in args.rates.split(",")]
+    rates = [] if args.rates == "auto" else [int(r) for r in args.rates.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="nbmq-bench-src-"))
     cap = tmp / "gen.pcap"
-    generate(cap, int(max(rates) * args.seconds) + 10)
+    generate(cap, int(max(rates or [args.max_rate]) * args.seconds) + 10)
     import numpy as np
 
     offsets = record_offsets(cap)
@@ -156,6 +159,8 @@ def main(argv=None) -> int:
     batch_fps = (len(offsets) - 1) / statistics.median(times)
     print(f"baseline: batch read of {len(offsets) - 1} frames: {batch_fps:,.0f} frames/s (median of 3), "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if not rates:
+        rates = [int(min(args.max_rate, f * batch_fps)) // 1000 * 1000 for f in (0.3, 0.45, 0.6, 0.75, 0.9, 1.05)]
     best = 0.0
     for rate in rates:
         runs = [run_rate(spark, cap, offsets_path, offsets, rate, args.seconds, args.trigger, args.max_lag, args.max_batch)
