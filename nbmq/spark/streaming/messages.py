@@ -229,6 +229,7 @@ class PeerMessages:
                         rows.append(row)
                         self.done[int(mid)] = done_ns
                     continue
+                self.held.pop(int(mid), None)  # a late frame the reassembly rejects: incomplete again
                 charge = int(g["message_size"].iloc[0]) + codec.MESSAGE_OVERHEAD
                 if charge > budget:
                     self.dropped_budget += 1
