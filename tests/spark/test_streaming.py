@@ -128,12 +128,9 @@ def test_streamed_messages_equal_batch_while_writer_appends(spark, tmp_path):
         )
 
     q = start(processingTime="0.5 seconds")
-    _append_in_pieces(data[: len(data) // 3], live, 4, 0.4)
-    q.stop()  # restart mid-stream: incomplete messages' frames come back from the state
-    # two availableNow runs: a batch boundary at 2/3 that late duplicates surely cross
-    _append_in_pieces(data[: 2 * len(data) // 3], live, 1, 0)
-    q = start(availableNow=True)
-    assert q.awaitTermination(120)
+    _append_in_pieces(data[: 2 * len(data) // 3], live, 4, 0.3)
+    q.processAllAvailable()  # a batch boundary at 2/3 that late duplicates surely cross
+    q.stop()  # restart: held and incomplete messages' frames come back from the state
     _append_in_pieces(data, live, 1, 0)
     q = start(availableNow=True, end=True)  # the end row flushes what the state holds
     assert q.awaitTermination(120)
