@@ -37,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, default=0, help="stop after this many micro-batches (0: never)")
     parser.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds (0: never)")
     parser.add_argument("--available-now", action="store_true", help="read what is on disk now, then stop")
+    parser.add_argument(
+        "--final", action="store_true",
+        help="with --available-now: the captures are finished, close every window at the end (the source's "
+        "end_row; a checkpoint given with --checkpoint then drops later frames as late)",
+    )
     parser.add_argument("--no-live", action="store_true", help="print the table after each batch instead of redrawing")
 
 
@@ -129,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
                 done.set()
 
     checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="nbmq-monitor-")
-    frames = spark.readStream.format("nbmq").load(os.path.abspath(args.dir))
+    reader = spark.readStream.format("nbmq").option("end_row", str(bool(args.available_now and args.final)).lower())
+    frames = reader.load(os.path.abspath(args.dir))
     sessions = build_stream_sessions(frames, args.window, StreamMessageOptions(watermark=args.watermark))
     writer = sessions.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime=f"{args.trigger} seconds")

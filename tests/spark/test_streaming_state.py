@@ -4,6 +4,7 @@ reassembly goes through the codec's Reassembler)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -75,10 +76,18 @@ def test_peer_state_across_batches_ttl_budget_and_late_frames(codec):
     assert peer.advance(key, big.iloc[:2], 0, opts) == []
     peer = PeerMessages.from_bytes(peer.to_bytes())  # state survives the checkpoint format
     assert len(peer.pending) == 2
-    rows = peer.advance(key, big.iloc[2:], 0, opts)
-    assert len(rows) == 1 and rows[0][9] and rows[0][11] == 3 and rows[0][4] == 11
+    assert peer.advance(key, big.iloc[2:], 0, opts) == [] and list(peer.held) == [11]  # complete: held
+    peer = PeerMessages.from_bytes(peer.to_bytes())
+    assert peer.advance(key, big.iloc[:1], 500_000_000, opts) == []  # a resend within the grace joins it
+    rows = peer.advance(key, None, 1_000_002_001, opts)  # watermark past completion (2 µs) + 1 s
+    assert len(rows) == 1 and rows[0][9] and rows[0][4] == 11
+    assert rows[0][11] == 4 and rows[0][12] == 1  # the batch table's row: 4 frames, 1 duplicate
     # a resend of an emitted message is counted, not emitted again
     assert peer.advance(key, big.iloc[:1], 0, opts) == [] and peer.late_frames == 1
+    # completed_grace=0: emitted the batch it completes
+    at_once = PeerMessages()
+    rows = at_once.advance(key, big, 0, dataclasses.replace(opts, completed_grace=0.0))
+    assert len(rows) == 1 and rows[0][11] == 3 and not at_once.held
     # an incomplete message waits for the watermark to pass first frame + TTL, then is emitted
     half = _frames(codec, [b"y" * 1000], 12, 5_000_000_000)
     assert peer.advance(key, half.iloc[:1], 5_500_000_000, opts) == []
@@ -107,7 +116,7 @@ def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
     reader = NbmqStreamReader({"path": str(ring), "split_bytes": "40000"}, schema)
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
-    a_end, a_records = end["files"]["a.pcap"]
+    a_end, a_records = end["files"]["a.pcap"][:2]
     assert a_end <= 100_003 and a_records > 0
     parts = reader.partitions(start, end)
     assert len(parts) >= 2 and all(isinstance(p, StreamRange) for p in parts)
@@ -116,7 +125,7 @@ def test_stream_reader_offsets_rotation_and_lost_files(tmp_path):
     (ring / "a.pcap").write_bytes(data)
     (ring / "b.pcap").write_bytes(data)
     capped = reader.latestOffset(end, ReadMaxBytes(10))  # a byte budget: a.pcap's rest only
-    assert capped["files"]["b.pcap"] == [0, 0] and capped["files"]["a.pcap"][0] == len(data)
+    assert capped["files"]["b.pcap"][:2] == [0, 0] and capped["files"]["a.pcap"][0] == len(data)
     later = reader.latestOffset(capped, ReadAllAvailable())
     os.remove(ring / "a.pcap")  # rotated away after being read: leaves the offsets
     assert "a.pcap" not in reader.latestOffset(later, ReadAllAvailable())["files"]
@@ -145,3 +154,130 @@ def test_batch_and_stream_readers_check_their_request_alike():
             reader({}, FRAMES_SCHEMA)
         with pytest.raises(ValueError, match=r"no such frames column\(s\) \['no_such_column'\]"):
             reader({"path": "/nowhere"}, bogus)
+
+
+def _stream_rows(folder, name, data, cuts, available_now=True):
+    """Grow ``folder/name`` to each cut and read every micro-batch as the source plans it;
+    returns (frame numbers, capture error texts). ``available_now``: a last availableNow run."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, read_stream_range
+
+    path = folder / name
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(folder), "split_bytes": "3000"}, schema)
+    off = reader.initialOffset()
+    frames, errors = [], []
+    for cut in list(cuts) + ([None] if available_now else []):
+        if cut is None:
+            reader.prepareForTriggerAvailableNow()
+        else:
+            path.write_bytes(data[:cut])
+        end = reader.latestOffset(off, ReadAllAvailable())
+        for part in reader.partitions(off, end):
+            for batch in read_stream_range(part, schema):
+                d = batch.to_pydict()
+                frames += [f for f in d["frame_number"] if f is not None]
+                errors += [e for f, e in zip(d["frame_number"], d["error"]) if f is None]
+        off = end
+    return frames, errors
+
+
+def _damaged(kind, tmp_path):
+    """A small capture with damage the batch readers resynchronise past (issue 11 item 3):
+    pcap: a zeroed region; pcapng: a block with both lengths wrong (skipped) and one flipped
+    bit in another block's leading length (framed by its trailing copy)."""
+    import random
+    import struct
+
+    from nbmq.capture import write_pcap, write_pcapng
+
+    rng = random.Random(1)
+    rows = [(1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
+            for i in range(120)]
+    path = tmp_path / f"src.{kind}"
+    (write_pcap if kind == "pcap" else write_pcapng)(path, rows)
+    data = bytearray(path.read_bytes())
+    if kind == "pcap":
+        data[len(data) // 2 : len(data) // 2 + 700] = bytes(700)
+    else:
+        pos, epbs = 0, []
+        while pos + 8 <= len(data):
+            btype, blen = struct.unpack_from("<II", data, pos)
+            epbs += [pos] if btype == 6 else []
+            pos += blen
+        blen = struct.unpack_from("<I", data, epbs[40] + 4)[0]
+        struct.pack_into("<I", data, epbs[40] + 4, blen + 4096)
+        struct.pack_into("<I", data, epbs[40] + blen - 4, 8)
+        data[epbs[80] + 7] ^= 0x02
+    return bytes(data)
+
+
+@pytest.mark.parametrize("kind", ["pcap", "pcapng"])
+@pytest.mark.parametrize("step", [97, 1000, None])
+@pytest.mark.parametrize("available_now", [True, False])
+def test_stream_over_damaged_capture_equals_batch_read(tmp_path, kind, step, available_now):
+    """A growing damaged capture: the stream resynchronises as the batch read does (same
+    frames, each error counted once), whether the damage arrives whole or byte by byte."""
+    data = _damaged(kind, tmp_path)
+    whole = read_datagrams(data)
+    assert whole.errors == (1 if kind == "pcap" else 2)
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    cuts = list(range(step, len(data), step)) + [len(data)] if step else [len(data)]
+    frames, errors = _stream_rows(ring, f"a.{kind}", data, cuts, available_now)
+    assert sorted(frames) == whole.frame_number.tolist()
+    assert len(errors) == whole.errors
+
+
+def test_ring_file_truncated_or_replaced_under_its_name(tmp_path):
+    """tcpdump -W reuses names: a file shorter than what was read, or with other first bytes,
+    is a new file read from byte 0, and the old file's unread tail is one error row."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, read_stream_range
+
+    dealer = (CAPTURES / "dealer.pcap").read_bytes()
+    other = (CAPTURES / "safe_dealer.pcap").read_bytes()
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    live = ring / "r0.pcap"
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(ring), "split_bytes": "0"}, schema)
+
+    def batch(off):
+        end = reader.latestOffset(off, ReadAllAvailable())
+        rows = [b.to_pydict() for p in reader.partitions(off, end) for b in read_stream_range(p, schema)]
+        frames = [f for d in rows for f in d["frame_number"] if f is not None]
+        errors = [e for d in rows for f, e in zip(d["frame_number"], d["error"]) if f is None]
+        return end, frames, errors
+
+    live.write_bytes(dealer[:200_003])  # ends mid-record: 3+ bytes seen, not read
+    off, frames, errors = batch(reader.initialOffset())
+    unread = 200_003 - off["files"]["r0.pcap"][0]
+    assert frames and not errors and unread > 0
+    # truncated and rewritten shorter: a new file, the old tail counted
+    live.write_bytes(other[:50_000])
+    off, frames, errors = batch(off)
+    first = read_datagrams(other[:50_000])
+    assert frames == first.frame_number.tolist()
+    assert errors == [f"capture: replaced under the same name ({unread} bytes of the old file lost)"]
+    unread = 50_000 - off["files"]["r0.pcap"][0]
+    # rewritten longer than what was read (the size alone does not tell): the first bytes do
+    live.write_bytes(dealer)
+    off, frames, errors = batch(off)
+    assert frames == read_datagrams(dealer).frame_number.tolist()
+    assert errors == [f"capture: replaced under the same name ({unread} bytes of the old file lost)"]
+    # growing as before: not a replacement
+    off2, frames, errors = batch(off)
+    assert frames == [] and errors == [] and off2["files"]["r0.pcap"][:3] == off["files"]["r0.pcap"][:3]
+
+    # replaced again between planning and reading: the read sees other first bytes, one error row
+    live.write_bytes(other)
+    end = reader.latestOffset(off2, ReadAllAvailable())
+    parts = [p for p in reader.partitions(off2, end) if not p.error]
+    live.write_bytes(dealer)
+    rows = [b.to_pydict() for p in parts for b in read_stream_range(p, schema)]
+    assert [d["error"] for d in rows] == [[f"capture: replaced before it was read ({parts[0].end} bytes lost)"]]

@@ -28,8 +28,8 @@ class Boundary:
     Attributes:
         end: byte offset just past the last whole record (0: not even a whole file header yet).
         records: records (pcapng: packet blocks) before ``end``, damaged ones skipped.
-        damaged: True when the walk met a damaged header (pcap: skipped by resynchronising;
-            pcapng: the walk cannot go on, so ``end`` stops there until the file is read whole).
+        damaged: True when the walk stopped at damage it cannot decide on yet (``end`` waits
+            there until more bytes, or ``final``, decide it).
     """
 
     end: int
@@ -37,13 +37,23 @@ class Boundary:
     damaged: bool = False
 
 
-def whole_records(path: str, start: int = 0, records: int = 0) -> Boundary:
+def whole_records(path: str, start: int = 0, records: int = 0, final: bool = False) -> Boundary:
     """Walk the capture at ``path`` from the boundary ``start`` to its last whole record.
+
+    Damage is resynchronised past exactly as the batch readers do (issue 11 item 3: classic
+    pcap ``RecordScanner.walk``, pcapng ``walk_pcapng``), but a growing file's end must not
+    decide it: a resynchronisation the readers would confirm only because the bytes end there
+    (pcap: fewer than ``CONFIRM_HEADERS`` headers after the candidate; pcapng: a candidate block
+    not yet followed by a whole block) is not taken; ``end`` stays *before* the record that
+    owns the damage, so the batch that finally reads past it reads that record and counts the
+    damage's error row once (issue 14).
 
     Args:
         path: a pcap or pcapng file, possibly still growing.
         start: a record boundary found earlier (0: the start of the file), bytes.
         records: records before ``start``.
+        final: the file will not grow (rotated, or an ``availableNow`` run): its end decides
+            damage as the batch read of the same bytes does.
 
     Returns:
         The :class:`Boundary` at the file's current size (``start``/``records`` unchanged when
@@ -63,27 +73,56 @@ def whole_records(path: str, start: int = 0, records: int = 0) -> Boundary:
         if detect_format(cap.buf, cap.size) == "pcap":
             if cap.size < PCAP_FILE_HEADER_LEN:
                 return Boundary(start, records)
-            return _pcap(cap, max(start, PCAP_FILE_HEADER_LEN), records)
-        return _pcapng(cap, start, records)
+            return _pcap(cap, max(start, PCAP_FILE_HEADER_LEN), records, final)
+        return _pcapng(cap, start, records, final)
 
 
-def _pcap(cap: object, start: int, records: int) -> Boundary:
+def _pcap(cap: object, start: int, records: int, final: bool) -> Boundary:
+    import numpy as np
+
     from ...capture.files.errorlog import ErrorLog
     from ...capture.files.formats import parse_pcap_header
     from ...capture.files.records import RecordScanner
 
     header = parse_pcap_header(cap.buf, cap.size)  # type: ignore[attr-defined]
-    scanner = RecordScanner(cap.buf, cap.size, header)  # type: ignore[attr-defined]
-    log = ErrorLog()
-    offs = scanner.walk(start, cap.size, log)  # type: ignore[attr-defined]
+    size = cap.size  # type: ignore[attr-defined]
+    scanner = RecordScanner(cap.buf, size, header)  # type: ignore[attr-defined]
+    offs = scanner.walk(start, size, ErrorLog())
     if offs.size == 0:
-        return Boundary(start, records, log.count > 0)
-    last = int(offs[-1])
-    end = last + scanner.hl + scanner.header_at(last)[2]
-    return Boundary(end, records + int(offs.size), any("implausible" in r for r in log.reasons))
+        return Boundary(start, records)
+    hl = scanner.hl
+    ends = offs + hl + scanner.fields(offs)[2]
+    # a record not where its predecessor ends is where the walk resynchronised after damage
+    for j in (np.flatnonzero(ends[:-1] != offs[1:]) + 1).tolist():
+        if not final and not _confirmed_on_disk(scanner, int(offs[j])):
+            return Boundary(int(offs[j - 1]), records + j - 1, True)  # re-read the owner later
+    last_end = int(ends[-1])
+    if last_end + hl <= size:
+        sec, _frac, incl, _orig = scanner.header_at(last_end)
+        if incl > scanner.max_incl or sec < scanner.min_sec:  # damage, no resynchronisation yet
+            if final:  # the batch read ends here with the error: read to the end to count it
+                return Boundary(size, records + int(offs.size), True)
+            return Boundary(int(offs[-1]), records + int(offs.size) - 1, True)
+    return Boundary(last_end, records + int(offs.size))
 
 
-def _pcapng(cap: object, start: int, records: int) -> Boundary:
+def _confirmed_on_disk(scanner: object, pos: int) -> bool:
+    """True when all ``CONFIRM_HEADERS`` headers confirming ``pos`` are on disk (the readers'
+    confirmation did not lean on the end of the bytes, so more bytes cannot undo it)."""
+    from ...capture.files.records import CONFIRM_HEADERS
+
+    hl, size = scanner.hl, scanner.size  # type: ignore[attr-defined]
+    for _ in range(CONFIRM_HEADERS):
+        if pos + hl > size:
+            return False
+        pos += hl + scanner.header_at(pos)[2]  # type: ignore[attr-defined]
+    return True
+
+
+def _pcapng(cap: object, start: int, records: int, final: bool) -> Boundary:
+    """The pcapng block walk of ``walk_pcapng`` (same damage decisions) from ``start``."""
+    from ...capture.files import pcapng as ng
+
     buf, size = cap.buf, cap.size  # type: ignore[attr-defined]
     if size < 12:
         return Boundary(start, records)
@@ -96,14 +135,84 @@ def _pcapng(cap: object, start: int, records: int) -> Boundary:
             magic = bytes(buf[pos + 8 : pos + 12])
             order = "<" if magic == b"\x4d\x3c\x2b\x1a" else ">"
             (blen,) = struct.unpack_from(order + "I", buf, pos + 4)
-        if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
-            return Boundary(pos, records, True)
-        if pos + blen > size:
-            break
+        problem = ng._length_problem(buf, size, pos, blen, order)
+        if problem == "truncated block" and not final:
+            # the block being written, or a damaged leading length: only a settled block that
+            # the trailing copy frames decides now (as it will on any longer file)
+            nxt = _settled_resync(buf, size, pos, order)
+            if nxt is _WAIT or not ng._trailing_length(buf, pos, nxt, order):
+                break
+            problem = None
+            blen = nxt - pos
+        if problem is not None:
+            if final:
+                nxt = ng._resync(buf, size, pos, order)
+            else:
+                nxt = _settled_resync(buf, size, pos, order)
+                if nxt is _WAIT:
+                    return Boundary(pos, records, True)
+            if problem == ng._LENGTHS_DIFFER and (size if nxt is None else nxt) == pos + blen:
+                pass  # the leading length frames the block
+            elif nxt is None:  # the batch read ends here with the error: read to the end
+                return Boundary(size, records, True)
+            elif ng._trailing_length(buf, pos, nxt, order):
+                blen = nxt - pos
+            else:
+                records += btype in _PCAPNG_PACKET_BLOCKS  # a skipped packet keeps its number
+                pos = nxt
+                continue
         if btype in _PCAPNG_PACKET_BLOCKS:
             records += 1
         pos += blen
     return Boundary(pos, records)
+
+
+_WAIT = -1
+
+
+def _candidate(buf: object, size: int, pos: int, order: str) -> int | None:
+    """A resynchronisation candidate's block length; 0: not a block; None: not all on disk."""
+    from ...capture.files import pcapng as ng
+
+    if pos + 12 > size:
+        return None
+    btype, blen = struct.unpack_from(order + "II", buf, pos)  # type: ignore[call-overload]
+    if btype == _PCAPNG_SHB:
+        order = ng._shb_order(buf, size, pos) or order
+        (blen,) = struct.unpack_from(order + "I", buf, pos + 4)  # type: ignore[call-overload]
+    if btype not in ng._KNOWN_BLOCKS or blen < 12 or blen % 4 or blen > _MAX_BLOCK:
+        return 0
+    if pos + blen > size:
+        return None
+    return blen if struct.unpack_from(order + "I", buf, pos + blen - 4)[0] == blen else 0  # type: ignore[call-overload]
+
+
+def _settled_resync(buf: object, size: int, pos: int, order: str) -> int | None:
+    """``walk_pcapng``'s resynchronisation, when no later byte can change it, else ``_WAIT``.
+
+    The readers take the first plausible block after ``pos`` that is followed by another one
+    or by the end of the bytes; a candidate, or its follower, still running past the end
+    (or ending exactly there) may be decided otherwise once the file grows.
+    """
+    import numpy as np
+
+    from ...capture.files import pcapng as ng
+
+    dtype = np.dtype(np.uint32).newbyteorder(order)
+    known = np.array(sorted(ng._KNOWN_BLOCKS), np.uint32)
+    p = pos + 4
+    while p + 12 <= size:
+        n = min(1 << 14, (size - p - 8) // 4)
+        words = np.frombuffer(buf, dtype, count=n, offset=p)  # type: ignore[call-overload]
+        for k in np.flatnonzero(np.isin(words, known)).tolist():
+            c = p + 4 * k
+            blen = _candidate(buf, size, c, order)
+            if blen is None or c + blen == size:
+                return _WAIT
+            if blen and (follow := _candidate(buf, size, c + blen, order)) != 0:
+                return _WAIT if follow is None else c
+        p += 4 * n
+    return _WAIT
 
 
 def record_starts(path: str, start: int, end: int, target_bytes: int) -> list[tuple[int, int]]:

@@ -15,10 +15,16 @@ Each message's row is computed by the batch pipeline's own per-key step
 of the message seen so far in capture order, so a streamed row equals the batch row of the
 same frames. Rules, per peer:
 
-- A message is emitted the micro-batch it completes. Its id is then remembered (a tombstone)
-  for ``uncompleted_message_ttl`` of capture time; frames of it arriving later (resends after
-  completion) are counted in :class:`PeerMessages` ``late_frames``, not emitted again (the
-  batch table counts them in the row's ``frames`` / ``duplicates``: the one difference).
+- A completed message is held (its frames) until the watermark passes its completion (the
+  capture time of the frame that completed it) plus ``completed_grace`` (default: the
+  ``uncompleted_message_ttl``, the horizon within which the socket still sees a resend), and
+  frames of it arriving meanwhile (duplicates, resends) are added, so its row equals the
+  batch table's row of the same frames. The cost is latency: a message's row comes about
+  ``watermark + completed_grace`` of capture time after it completed (20 s with the
+  defaults); ``completed_grace=0`` emits it the micro-batch it completes, as before.
+  After emission its id is remembered (a tombstone) for ``uncompleted_message_ttl``; frames
+  of it arriving later are counted in :class:`PeerMessages` ``late_frames``, not emitted
+  again (the batch table would count them in the row's ``frames`` / ``duplicates``).
 - An incomplete message is kept in the state (its frames, payloads included) until the
   watermark passes its first frame's capture time plus ``uncompleted_message_ttl`` (seconds,
   default 10, the socket's), then emitted with ``complete = false``.
@@ -28,6 +34,9 @@ same frames. Rules, per peer:
   incomplete with all its frames counted as ``rejected``, as the socket refuses it.
 
 Watermark: on the frames' ``timestamp`` (capture time), ``watermark`` delay (default 10 s).
+The watermark only moves with newer frames, so the last messages of a finished capture stay
+held; the source's ``end_row`` option (an ``availableNow`` run over finished captures) adds one
+row after the data that moves the watermark past everything and flushes them.
 """
 
 from __future__ import annotations
@@ -80,12 +89,20 @@ class StreamMessageOptions:
         max_incomplete_bytes: budget of one peer's incomplete messages, bytes.
         max_message_size: larger claims are rejected, bytes (the batch table's default).
         watermark: how late a frame may arrive (Spark interval text), e.g. ``"10 seconds"``.
+        completed_grace: seconds of capture time a completed message is held for late frames
+            before its row is emitted (None: ``uncompleted_message_ttl``; 0: emit at once).
     """
 
     uncompleted_message_ttl: float = 10.0
     max_incomplete_bytes: int = 64 * 1024 * 1024
     max_message_size: int = _MAX_U32
     watermark: str = "10 seconds"
+    completed_grace: float | None = None
+
+    def grace_ns(self) -> int:
+        """``completed_grace`` in ns of capture time."""
+        grace = self.uncompleted_message_ttl if self.completed_grace is None else self.completed_grace
+        return int(grace * 1e9)
 
 
 def _signed(u: int) -> int:
@@ -101,8 +118,10 @@ class PeerMessages:
     """One peer's reassembly state between micro-batches (plain data; see :meth:`to_bytes`).
 
     Attributes:
-        pending: frames of incomplete messages (pandas, :data:`FRAME_COLUMNS`).
-        done: completed message id (signed int64) -> capture time of completion, ns.
+        pending: frames of held messages, incomplete or completed (pandas, :data:`FRAME_COLUMNS`).
+        held: completed, not yet emitted message id (signed int64) -> capture time of
+            completion, ns.
+        done: emitted completed message id (signed int64) -> capture time of completion, ns.
         late_frames: frames of already completed messages seen since (counted, dropped).
         dropped_budget: messages dropped because the peer's budget was full.
     """
@@ -111,6 +130,7 @@ class PeerMessages:
     done: dict[int, int] = field(default_factory=dict)
     late_frames: int = 0
     dropped_budget: int = 0
+    held: dict[int, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         """The state as Arrow IPC bytes (pending frames; ``done`` and counters as metadata)."""
@@ -120,6 +140,8 @@ class PeerMessages:
             b"done_ts": np.array(list(self.done.values()), np.int64).tobytes().hex().encode(),
             b"late": str(self.late_frames).encode(),
             b"dropped": str(self.dropped_budget).encode(),
+            b"held_ids": np.array(list(self.held), np.int64).tobytes().hex().encode(),
+            b"held_ts": np.array(list(self.held.values()), np.int64).tobytes().hex().encode(),
         }
         table = table.replace_schema_metadata(meta)
         sink = io.BytesIO()
@@ -134,11 +156,14 @@ class PeerMessages:
         meta = table.schema.metadata or {}
         ids = np.frombuffer(bytes.fromhex(meta.get(b"done_ids", b"").decode()), np.int64)
         ts = np.frombuffer(bytes.fromhex(meta.get(b"done_ts", b"").decode()), np.int64)
+        held_ids = np.frombuffer(bytes.fromhex(meta.get(b"held_ids", b"").decode()), np.int64)
+        held_ts = np.frombuffer(bytes.fromhex(meta.get(b"held_ts", b"").decode()), np.int64)
         return cls(
             table.to_pandas(),
             dict(zip(ids.tolist(), ts.tolist())),
             int(meta.get(b"late", b"0")),
             int(meta.get(b"dropped", b"0")),
+            dict(zip(held_ids.tolist(), held_ts.tolist())),
         )
 
     def advance(
@@ -154,7 +179,7 @@ class PeerMessages:
             key: ``(capture, session_id as u64, src)``.
             frames: new data frames of the peer (:data:`FRAME_COLUMNS`; may be None or empty).
             watermark_ns: the query's watermark, ns of capture time (0: none yet).
-            options: TTL, budget and size limit.
+            options: TTL, budget, size limit and the grace of completed messages.
 
         Returns:
             Rows in :data:`MESSAGE_ROW_FIELDS` order (ids as u64 ints, times in µs).
@@ -163,7 +188,9 @@ class PeerMessages:
 
         capture, sid, src = key
         ttl_ns = int(options.uncompleted_message_ttl * 1e9)
+        grace_ns = options.grace_ns()
         parts = [self.pending]
+        fresh: set[int] = set()
         if frames is not None and len(frames):
             new = frames[FRAME_COLUMNS]
             late = new["message_id"].isin(list(self.done)) if self.done else None
@@ -171,6 +198,7 @@ class PeerMessages:
                 self.late_frames += int(late.sum())
                 new = new[~late]
             parts.append(new)
+            fresh = set(new["message_id"].tolist())
         every = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else self.pending
         rows: list[tuple] = []
         keep: list[pd.DataFrame] = []
@@ -181,6 +209,10 @@ class PeerMessages:
             from ... import codec
 
             for mid, g in groups:
+                held_ns = self.held.get(int(mid))
+                if held_ns is not None and int(mid) not in fresh and not (watermark_ns and held_ns + grace_ns < watermark_ns):
+                    keep.append(g)  # held, nothing new, not due: its row is not needed yet
+                    continue
                 group = _Group((capture, sid, src, _unsigned(int(mid))), str(g["dst"].iloc[0]))
                 group.rows = list(
                     zip(*(g[c].tolist() for c in ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "ts_ns")))
@@ -188,10 +220,16 @@ class PeerMessages:
                 group.chunks = [memoryview(p) for p in g["payload"].tolist()]
                 row = _finish(group, False, options.max_message_size)
                 first_ns = int(g["ts_ns"].iloc[0])
-                if row[9]:
-                    rows.append(row)
-                    self.done[int(mid)] = int(g["ts_ns"].max())
+                if row[9]:  # complete: held for late frames until the grace has passed
+                    done_ns = self.held.pop(int(mid), int(g["ts_ns"].max()))
+                    if grace_ns and not (watermark_ns and done_ns + grace_ns < watermark_ns):
+                        self.held[int(mid)] = done_ns
+                        keep.append(g)
+                    else:
+                        rows.append(row)
+                        self.done[int(mid)] = done_ns
                     continue
+                self.held.pop(int(mid), None)  # a late frame the reassembly rejects: incomplete again
                 charge = int(g["message_size"].iloc[0]) + codec.MESSAGE_OVERHEAD
                 if charge > budget:
                     self.dropped_budget += 1
@@ -203,13 +241,15 @@ class PeerMessages:
                     keep.append(g)
         self.pending = pd.concat(keep, ignore_index=True) if keep else pd.DataFrame(columns=FRAME_COLUMNS)
         if watermark_ns:
-            self.done = {m: t for m, t in self.done.items() if t + ttl_ns >= watermark_ns}
+            self.done = {m: t for m, t in self.done.items() if t + grace_ns + ttl_ns >= watermark_ns}
         return rows
 
     def next_deadline_ns(self, options: StreamMessageOptions) -> int | None:
         """Capture time at which the watermark must wake this peer (expiry), ns; None: never."""
         ttl_ns = int(options.uncompleted_message_ttl * 1e9)
-        times = [t + ttl_ns for t in self.done.values()]
+        grace_ns = options.grace_ns()
+        times = [t + grace_ns + ttl_ns for t in self.done.values()]
+        times += [t + grace_ns for t in self.held.values()]
         if len(self.pending):
             times.append(int(self.pending.groupby("message_id")["ts_ns"].min().min()) + ttl_ns)
         return min(times) + 1 if times else None
@@ -270,7 +310,7 @@ def frames_for_messages(frames: DataFrame) -> DataFrame:
 
     # Control frames come too (zeros in the data columns, dropped by the step): they move the
     # watermark, so a peer's incomplete messages expire while only heartbeats flow.
-    return frames.where(F.col("error").isNull()).select(
+    return frames.where(_decoded_or_end()).select(
         "capture",
         signed("session_id"),
         addr_port("src_addr", "src_port").alias("src"),
@@ -280,6 +320,15 @@ def frames_for_messages(frames: DataFrame) -> DataFrame:
         *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in _DATA_FIELDS],
         "payload", "ts_ns", "frame_number", "timestamp",
     )
+
+
+def _decoded_or_end() -> Any:
+    """Decoded frames, and the source's end row (it moves the watermark; the steps drop it)."""
+    from pyspark.sql import functions as F
+
+    from .source import END_OF_DATA
+
+    return F.col("error").isNull() | (F.col("error") == F.lit(END_OF_DATA))
 
 
 def _dec(value: int) -> Any:

@@ -23,6 +23,7 @@ watermark's), so no window is emitted twice.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .messages import FRAME_COLUMNS, PeerMessages, StreamMessageOptions, _dec, _signed, _to_u64, _unsigned
+from .messages import (
+    FRAME_COLUMNS,
+    PeerMessages,
+    StreamMessageOptions,
+    _dec,
+    _decoded_or_end,
+    _signed,
+    _to_u64,
+    _unsigned,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -91,6 +101,7 @@ class SessionWindows:
             ``max_heartbeat_gap_s``), oldest first.
         """
         capture, sid = key
+        options = _at_completion(options)
         floor = watermark_ns  # a window ending at or before the watermark is closed
         senders: dict[str, pd.DataFrame] = {}
         now = watermark_ns
@@ -146,6 +157,7 @@ class SessionWindows:
     def next_deadline_ns(self, options: StreamMessageOptions) -> int | None:
         """Capture time at which the watermark must wake this session, ns; None: never."""
         times = [s + self.window_ns for s in self.windows]
+        options = _at_completion(options)
         for data in self.peers.values():
             t = PeerMessages.from_bytes(data).next_deadline_ns(options)
             if t is not None:
@@ -155,6 +167,12 @@ class SessionWindows:
     def empty(self) -> bool:
         """True when no window is open and no message is held (heartbeat times are dropped)."""
         return not self.windows and not self.peers
+
+
+def _at_completion(options: StreamMessageOptions) -> StreamMessageOptions:
+    """A window counts a message when it completes; frames of it after that are the
+    window's resends, so the sessions step does not hold completed messages."""
+    return dataclasses.replace(options, completed_grace=0.0)
 
 
 def frames_for_sessions(frames: DataFrame) -> DataFrame:
@@ -167,7 +185,7 @@ def frames_for_sessions(frames: DataFrame) -> DataFrame:
         c = F.col(name)
         return F.when(c >= _dec(1 << 63), c - _dec(1 << 64)).otherwise(c).cast("long").alias(name)
 
-    return frames.where(F.col("error").isNull()).select(
+    return frames.where(_decoded_or_end()).select(
         "capture",
         signed("session_id"),
         "kind",
@@ -209,8 +227,11 @@ def build_stream_sessions(
 
     def step(key: tuple, batches: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         session = pickle.loads(state.get[0]) if state.exists else SessionWindows(window_ns)
-        new = [b for b in batches if len(b)]
+        new = [b[b["kind"].notna()] for b in batches]  # the end row only moved the watermark
+        new = [b for b in new if len(b)]
         frames_pd = pd.concat(new, ignore_index=True) if new else None
+        if frames_pd is None and not state.exists:
+            return
         if frames_pd is not None:
             frames_pd["kind"] = frames_pd["kind"].astype(np.int64)
         watermark_ns = max(0, int(state.getCurrentWatermarkMs())) * 1_000_000

@@ -5,8 +5,9 @@ ring of pcap / pcapng files, the newest growing, the oldest deleted. Each micro-
 records added since the last one, as rows of :data:`nbmq.spark.schema.FRAMES_SCHEMA` (the batch
 source's rows, frame numbers included).
 
-Offsets (JSON, in the query's checkpoint): ``{"files": {name: [end, records]}}`` per capture
-file of the folder, ``end`` the byte offset just past the last *whole* record
+Offsets (JSON, in the query's checkpoint): ``{"files": {name: [end, records, ...]}}`` per
+capture file of the folder (:class:`~nbmq.spark.streaming.ringfiles.FileOffset`), ``end`` the
+byte offset just past the last *whole* record
 (:func:`~nbmq.spark.streaming.boundaries.whole_records`) and ``records`` the records before it.
 A record still being written is therefore read by the next batch, whole; a restarted query
 resumes at its checkpoint's offsets, so no frame is read twice or lost.
@@ -14,14 +15,28 @@ resumes at its checkpoint's offsets, so no frame is read twice or lost.
 Rotation: a file that disappears after it was read is dropped from the offsets. A file that
 disappears between planning and reading (the ring turned faster than the query) cannot be
 read: its partition yields one row whose ``error`` says ``capture: rotated away ...`` with the
-bytes lost, so the loss is visible. A pcapng file with a damaged block stops advancing at the
-damage (pcap files resynchronise past it, as the batch readers do).
+bytes lost, so the loss is visible. A file truncated or rewritten under the same name
+(``tcpdump -W``; shorter than its offset, or other first bytes) is a new file read from byte 0,
+and the old file's bytes seen but not read are one error row ``capture: replaced under the
+same name (N bytes of the old file lost)`` (:mod:`~nbmq.spark.streaming.ringfiles`).
+
+Damage: the offsets resynchronise past a damaged record or block as the batch readers do, so
+a stream over a damaged file gives the batch read's frames and one error row per damage. A
+decision that more bytes could still change waits at the damage until they come, or until
+the file is final: an ``availableNow`` run, or a file older (mtime) than the folder's newest.
+
+End of data: with ``end_row`` (``"true"``) an ``availableNow`` run adds, after the data, one
+row whose ``error`` is :data:`END_OF_DATA` and whose ``timestamp`` is :data:`END_TIMESTAMP`
+(2200-01-01): it moves the watermark of the streaming messages and sessions past everything,
+so they emit what they hold (completed messages waiting for late frames, incomplete ones,
+open windows). Use it over finished captures only: the watermark stays there, so the same
+checkpoint drops any later frame as late.
 
 Options: ``path`` (the folder; a file or glob also works), ``payload``, ``udp_ports``,
 ``batch_rows`` as for the batch source; ``split_bytes`` (default 16 MiB: a larger new range of
 one pcap file is cut at record boundaries into several partitions); ``max_bytes_per_trigger``
 (default unlimited: a batch takes whole files' new ranges, in name order, until it has this many
-bytes, at least one range).
+bytes, at least one range); ``end_row`` (default false, see above).
 """
 
 from __future__ import annotations
@@ -37,10 +52,15 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from ..datasource import DEFAULT_BATCH_ROWS, NbmqDataSource, expand_paths, frames_request
+from .ringfiles import FileOffset, fingerprint, replaced
 
 __all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range"]
 
 DEFAULT_STREAM_SPLIT_BYTES = 16 * 1024 * 1024
+#: ``error`` of the ``end_row`` option's row
+END_OF_DATA = "end of data"
+#: ``timestamp`` of the ``end_row`` option's row, seconds since the epoch (2200-01-01 UTC)
+END_TIMESTAMP = 7_258_118_400
 
 
 @dataclass(frozen=True)
@@ -52,12 +72,18 @@ class StreamRange(InputPartition):
         start: first byte (0: from the file header), a record boundary.
         end: byte offset just past the last whole record to read.
         first_frame: frame number of the first record at or after ``start``.
+        fp_len, fp_crc: the file's fingerprint when planned
+            (:func:`~nbmq.spark.streaming.ringfiles.fingerprint`; 0: not checked).
+        error: when set, the partition is this one error row (a loss found while planning).
     """
 
     path: str
     start: int
     end: int
     first_frame: int
+    fp_len: int = 0
+    fp_crc: int = 0
+    error: str = ""
 
 
 class NbmqStreamingDataSource(NbmqDataSource):
@@ -94,14 +120,20 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
         self.split_bytes = int(options.get("split_bytes", DEFAULT_STREAM_SPLIT_BYTES))
         self.max_bytes = int(options.get("max_bytes_per_trigger", 0))
+        self.end_row = str(options.get("end_row", "false")).lower() == "true"
         ports = options.get("udp_ports", "")
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
         self._target: dict[str, list[int]] | None = None
+        self._final = False
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         """``availableNow``: read up to the whole records on disk now, and no further."""
         self._target = None
-        self._target = self.latestOffset({"files": {}}, None)["files"]
+        self._final = True
+        try:
+            self._target = self.latestOffset({"files": {}}, None)["files"]
+        finally:
+            self._final = False
 
     def initialOffset(self) -> dict:  # noqa: N802
         return {"files": {}}
@@ -119,26 +151,40 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         budget = _byte_budget(limit)
         out: dict[str, list[int]] = {}
         folder = self._folder()
-        for path in _files(self.paths):
+        files = _files(self.paths)
+        mtimes = {p: _mtime(p) for p in files}
+        newest = max(mtimes.values(), default=0)
+        for path in files:
             name = os.path.relpath(path, folder)
-            end, records = known.get(name, [0, 0])
+            off = FileOffset.parse(known.get(name))
             if budget is not None and budget <= 0:
-                out[name] = [end, records]
+                out[name] = off.to_json()
                 continue
+            # a file older than the newest one will not grow (the ring moved on): its end decides
+            final = self._final or self._target is not None or mtimes[path] < newest
+            generation, lost, end, records = off.generation, 0, off.end, off.records
             try:
-                b = whole_records(path, end, records)
+                size = os.path.getsize(path)
+                if name in known and replaced(path, size, off):  # truncated or rewritten in place
+                    generation, lost, end, records = generation + 1, max(0, off.seen - off.end), 0, 0
+                b = whole_records(path, end, records, final=final)
+                fp_len, fp_crc = fingerprint(path, b.end)
             except (OSError, CaptureError):  # rotated away, or not (yet) a capture
                 if name in known:
-                    out[name] = [end, records]
+                    out[name] = off.to_json()
                 continue
             if self._target is not None:
                 cap = self._target.get(name, [0, 0])
                 b = b if b.end <= cap[0] else type(b)(cap[0], cap[1])
                 if b.end < end:
                     b = type(b)(end, records)
-            out[name] = [b.end, b.records]
+            out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, size, lost).to_json()
             if budget is not None:
                 budget -= b.end - end
+        if self.end_row and self._target is not None and all(
+            out.get(n, [0])[0] >= t[0] for n, t in self._target.items()
+        ):
+            return {"files": out, "end": 1}  # everything read: the end row comes with this batch
         return {"files": out}
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
@@ -147,18 +193,25 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         before = start.get("files", {})
         folder = self._folder()
         parts: list[StreamRange] = []
-        for name, (stop, records) in sorted(end.get("files", {}).items()):
-            first, first_records = before.get(name, [0, 0])
-            if stop <= first:
-                continue
+        if end.get("end") and not start.get("end"):
+            parts.append(StreamRange("", 0, 0, 0, error=END_OF_DATA))
+        for name, value in sorted(end.get("files", {}).items()):
+            to, since = FileOffset.parse(value), FileOffset.parse(before.get(name))
             path = os.path.join(folder, name)
+            if to.generation != since.generation:  # replaced under its name: a new file from 0
+                if to.lost:
+                    parts.append(StreamRange(path, 0, 0, 0, error=(
+                        f"capture: replaced under the same name ({to.lost} bytes of the old file lost)")))
+                since = FileOffset(0, 0)
+            if to.end <= since.end:
+                continue
             try:
-                pieces = record_starts(path, first, stop, self.split_bytes) if self.split_bytes > 0 else [(first, 0)]
+                pieces = record_starts(path, since.end, to.end, self.split_bytes) if self.split_bytes > 0 else [(since.end, 0)]
             except OSError:
-                pieces = [(first, 0)]
-            bounds = [p for p, _ in pieces[1:]] + [stop]
+                pieces = [(since.end, 0)]
+            bounds = [p for p, _ in pieces[1:]] + [to.end]
             for (lo, skip), hi in zip(pieces, bounds):
-                parts.append(StreamRange(path, lo, hi, first_records + skip + 1))
+                parts.append(StreamRange(path, lo, hi, since.records + skip + 1, to.fp_len, to.fp_crc))
         return parts
 
     def _folder(self) -> str:
@@ -179,6 +232,20 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the files belong to the capture tool."""
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _end_row(arrow_schema: pa.Schema) -> pa.RecordBatch:
+    values = {"capture": "", "error": END_OF_DATA, "timestamp": END_TIMESTAMP * 1_000_000,
+              "ts_ns": END_TIMESTAMP * 1_000_000_000}
+    columns = [pa.array([values.get(f.name)], f.type) for f in arrow_schema]
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
 
 def _byte_budget(limit: Any) -> int | None:
@@ -212,6 +279,12 @@ def read_stream_range(
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     capture = os.path.basename(part.path)
+    if part.error == END_OF_DATA:
+        yield _end_row(arrow_schema)
+        return
+    if part.error:
+        yield _capture_error_batch(capture, [part.error], 1, arrow_schema)
+        return
     try:
         fd = os.open(part.path, os.O_RDONLY)
     except FileNotFoundError:
@@ -226,10 +299,16 @@ def read_stream_range(
         return
     os.close(fd)
     view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
+    if part.fp_len and fingerprint(part.path, part.fp_len) != (part.fp_len, part.fp_crc):
+        lost = part.end - part.start
+        yield _capture_error_batch(capture, [f"capture: replaced before it was read ({lost} bytes lost)"], 1, arrow_schema)
+        return
 
     def read() -> Any:
         pcap = detect_format(view, part.end) == "pcap"
+        # part.start is a record of the whole-file walk: walking from it is exact (issue 11)
         return read_datagrams(view, start=part.start, udp_ports=udp_ports,
-                              first_frame=part.first_frame if pcap else None)
+                              first_frame=part.first_frame if pcap else None,
+                              walk_from=max(part.start, 24) if pcap else None)
 
     yield from read_frames_batches(capture, read, arrow_schema, batch_rows)
