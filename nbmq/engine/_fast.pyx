@@ -466,7 +466,222 @@ cdef inline void _flush(object counters, object recvq, object reassembler, Py_ss
 
 from nbmq.codec import parse_frame as _parse_frame
 from nbmq.engine.queues import PushResult
+from nbmq.codec import ack_hash as _ack_hash
 from nbmq.errors import DecodeError
 from nbmq.wire import DataFrame
 
 cdef object _DROPPED = PushResult.DROPPED
+
+
+# SafeDealer (issue 15, safecompiled): the batch receive with dedup and acks, compiled
+
+cdef object _receive_safe_py = None
+
+cdef enum:
+    ACK_FRAME = 18      # an Ack: version, kind, session id, the frame's 8-byte hash
+    ACK_KIND = 5        # FrameKind.ACK
+    MAX_CTRL = 65536    # connection.MAX_CONTROL_QUEUE
+
+
+def install_safe(receive_safe_py):
+    """Set the function :func:`receive_batch_safe` hands the cases it does not take to
+    (``SafeDealer._receive_datagrams_py``, the pure-Python twin; called once by the engine
+    module)."""
+    global _receive_safe_py
+    _receive_safe_py = receive_safe_py
+
+
+cdef inline bytes _ack_frame(uint64_t sid, uint64_t h):
+    """The 18-byte Ack control frame for a data frame of hash ``h`` (as ``_ACK_FRAME.pack``)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, ACK_FRAME)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+    o[0] = 1
+    o[1] = ACK_KIND
+    _put_be(o + 2, sid, 8)
+    _put_be(o + 10, h, 8)
+    return out
+
+
+def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
+    """Feed a ``recvmmsg`` batch to a SafeDealer (compiled twin of
+    ``SafeDealer._receive_datagrams_py``; same arguments and effects: datagram ``i`` is
+    ``buffer[offsets[i] : offsets[i] + lengths[i]]`` from ``addrs[i]``, ``now`` in seconds).
+    Never raises for bad input; queues acks and fast resends: flush with
+    :meth:`datagrams_to_send`, and drain :meth:`next_event`.
+
+    Taken here without a frame object: a valid data frame that is a whole one-frame message
+    (as :func:`receive_batch`) from a connected peer on its known path, of a message not
+    delivered within the dedup window, while ``recv_hwm`` is not reached (dedup entry, the
+    message queued, the Ack built in C: FNV-1a 64 of the frame); and an 18-byte Ack from such
+    a peer (``SendQueue.ack``). Other data frames of such a peer are reassembled as the
+    Python twin does; every other datagram goes to ``receive_datagram`` after the counters
+    summed so far are brought up to date (tests/engine/test_engine_safe_receive_fast.py)."""
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef const unsigned char* p
+    cdef Py_ssize_t i, total, off, length
+    cdef Py_ssize_t count = 0, nbytes = 0, whole = 0, completed = 0, acks_out = 0, queued = 0
+    cdef Py_ssize_t acks_in = 0
+    cdef int64_t room = 0, hwm
+    cdef uint64_t sid, cached_sid = 0
+    cdef bint whole_ok = False, stale = True
+    cdef object cached_addr = None, cached_peer = None, addr, peer, key, until
+    recvq = self._recvq
+    dedup = recvq._dedup
+    if self._closed or dedup is None or not _flat_bytes(buffer):
+        return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
+    total = min(len(offsets), len(lengths), len(addrs))
+    self._now = now
+    counters = self._counters
+    peers = self._peers
+    ready = recvq._ready
+    dedup_order = recvq._dedup_order
+    ttl = recvq.dedup_ttl
+    hwm = recvq.recv_hwm
+    reassembler = recvq.reassembler
+    sendq = self._sendq
+    ctrl = self._ctrl
+    slow = self.receive_datagram
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        i = 0
+        while i < total:
+            if stale:  # (re)read what the reassembler or a slow datagram may have changed
+                stale = False
+                room = _room(reassembler)
+                whole_ok = room >= 0
+            off = offsets[i]
+            length = lengths[i]
+            addr = addrs[i]
+            i += 1
+            if 0 <= off <= view.len - length and (length == ACK_FRAME or DATA_HEADER < length):
+                p = base + off
+                if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
+                    sid = _be(p + 2, 8)
+                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
+                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+                        if not _peer_ok(peer, addr):
+                            peer = None
+                        else:
+                            cached_peer, cached_sid, cached_addr = peer, sid, addr
+                    else:
+                        peer = cached_peer
+                    if peer is not None:
+                        peer._last_seen = now
+                        count += 1
+                        nbytes += length
+                        acks_in += 1
+                        sendq.ack(PyLong_FromUnsignedLongLong(sid),
+                                  PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
+                        continue
+                elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
+                        and _whole_frame(p, length, room)):
+                    sid = _be(p + 2, 8)
+                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
+                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+                        if not _peer_ok(peer, addr):
+                            peer = None
+                        else:
+                            cached_peer, cached_sid, cached_addr = peer, sid, addr
+                    else:
+                        peer = cached_peer
+                    if peer is not None:
+                        key = (PyLong_FromUnsignedLongLong(sid),
+                               PyLong_FromUnsignedLongLong(_be(p + 10, 8)))
+                        until = dedup.get(key)
+                        if until is None or until <= now:  # (a duplicate takes the slow path)
+                            peer._last_seen = now
+                            count += 1
+                            nbytes += length
+                            whole += 1
+                            ready.append([_part(p, length)])
+                            completed += 1
+                            until = now + ttl
+                            dedup[key] = until
+                            dedup_order.append((until, key))
+                            if len(ctrl) < MAX_CTRL:
+                                ctrl.append((_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
+                                queued += 1
+                            else:
+                                counters.control_dropped += 1
+                            acks_out += 1
+                            peer._last_sent = now
+                            continue
+            # the Python twin's loop body for any other data frame (a chunk of a larger
+            # message) of a connected peer on its known path
+            data = buffer[off : off + length]
+            try:
+                frame = _parse_frame(data)
+            except DecodeError:
+                frame = None
+            if type(frame) is DataFrame:
+                sid_o = (<tuple>frame)[0]
+                peer = peers.get(sid_o)
+                if _peer_ok(peer, addr) and <int64_t>len(ready) < hwm:
+                    key = (sid_o, (<tuple>frame)[1])
+                    until = dedup.get(key)
+                    if until is None or until <= now:
+                        peer._last_seen = now
+                        count += 1
+                        nbytes += length
+                        stale = True  # the reassembler may hold an incomplete message now
+                        evicted = reassembler.evicted
+                        try:
+                            parts = reassembler.add(frame, now, key)
+                        except DecodeError as exc:  # FrameTooLarge too: not acked
+                            self._data_result(recvq.push_failed(exc, evicted), frame)
+                            continue
+                        if reassembler.evicted != evicted:
+                            recvq._report_evicted()
+                        if parts is not None:
+                            ready.append(parts)
+                            completed += 1
+                            until = now + ttl
+                            dedup[key] = until
+                            dedup_order.append((until, key))
+                        if len(ctrl) < MAX_CTRL:
+                            ctrl.append((_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
+                                                    PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
+                                         addr))
+                            queued += 1
+                        else:
+                            counters.control_dropped += 1
+                        acks_out += 1
+                        peer._last_sent = now
+                        continue
+            _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
+                        acks_out, queued, acks_in)
+            count = nbytes = whole = completed = acks_out = queued = acks_in = 0
+            cached_peer = None
+            stale = True
+            slow(data, addr, now)
+            if self._closed or recvq.reassembler is not reassembler:
+                while i < total:  # the rest, one by one
+                    off = offsets[i]
+                    length = lengths[i]
+                    slow(buffer[off : off + length], addrs[i], now)
+                    i += 1
+                return
+            hwm = recvq.recv_hwm
+        _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
+                    acks_out, queued, acks_in)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef inline void _flush_safe(object self, object counters, object recvq, object reassembler,
+                             Py_ssize_t count, Py_ssize_t nbytes, Py_ssize_t whole,
+                             Py_ssize_t completed, Py_ssize_t acks_out, Py_ssize_t queued,
+                             Py_ssize_t acks_in) except *:
+    """:func:`_flush`, plus the ack counters: ``acks_out`` acked frames (``queued`` of them
+    queued) and ``acks_in`` Acks taken."""
+    _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
+    if acks_out:
+        counters.acks_out += acks_out
+    if acks_in:
+        counters.acks_in += acks_in
+        counters.control_frames_in += acks_in
+    if queued:
+        self._ctrl_out += queued
+        self._ctrl_bytes += ACK_FRAME * queued

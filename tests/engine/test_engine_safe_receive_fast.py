@@ -61,11 +61,13 @@ def _script(sid):
     return steps
 
 
-def _run(generic: bool):
+def _run(generic: bool, python: bool = False):
     engine = SafeDealer(OPTS, random.Random(7))
     engine.bind(S)
     if generic:
         engine.receive_datagrams = types.MethodType(Connection.receive_datagrams, engine)
+    elif python:  # the pure-Python twin of the compiled batch receive
+        engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
     log: list = []
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
     (reply, _), = engine.datagrams_to_send(1.0)
@@ -93,7 +95,7 @@ def _run(generic: bool):
         log.append(("out", [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]))
         while (event := engine.next_event()) is not None:
             log.append(("event", repr(event)))
-    peers = {sid: (p.addr, p.state) for sid, p in engine.peers.items()}
+    peers = {sid: (p.addr, p.state, p._last_seen, p._last_sent) for sid, p in engine.peers.items()}
     q = engine._sendq
     return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held)
 
@@ -113,7 +115,23 @@ def test_inlined_safe_receive_matches_the_generic_path():
     assert c["malformed"] == 2 and c["unknown_session"] == 1 and c["addr_changes"] == 1
     assert c["dropped_too_large"] == 1 and c["dropped_rejected"] == 1 and c["dropped_evicted"] >= 1
     assert fast_resends == 1 and in_flight == 0 and held == 0
-    assert peers and all(addr == B for addr, _ in peers.values())
+    assert peers and all(addr == B for addr, *_ in peers.values())
+
+
+def test_python_twin_matches_the_generic_path():
+    # with the extensions built, SafeDealer.receive_datagrams is compiled
+    # (_fast.receive_batch_safe); its Python twin must match the generic path too
+    fast = _run(generic=False, python=True)
+    slow = _run(generic=True)
+    assert fast == slow
+
+
+def test_compiled_safe_receive_in_use_when_built():
+    from nbmq.engine import sockets
+
+    if sockets._fast is None:
+        pytest.skip("extensions not built: the Python twin is in use")
+    assert SafeDealer.receive_datagrams is sockets._fast.receive_batch_safe
 
 
 @pytest.mark.parametrize("size", [1, 8, 9])
