@@ -115,7 +115,8 @@ def install(socket_send, receive_unacked):
 
 
 def send(self, parts, now):
-    """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer, compiled.
+    """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
+    compiled.
 
     A one-part ``bytes`` message of at most 466 bytes (one frame) is queued here as a
     :class:`SmallMessage`; any other message, a closed engine and ``reference_compat`` go to

@@ -712,6 +712,7 @@ class SafeDealer(Socket):
     receive_datagrams = _receive_datagrams_py
     if _fast is not None:  # the same, compiled (issue 15, safecompiled)
         receive_datagrams = _fast.receive_batch_safe
+        send = _fast.send
 
     def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
         result = self._recvq.push(frame, now)

@@ -147,3 +147,43 @@ def test_ack_frame_bytes_match_the_codec(size):
     frame = _data(sid, 2, size=size)
     engine.receive_datagrams(memoryview(frame), [0], [len(frame)], [A], 1.1)
     assert engine.datagrams_to_send(1.1) == [(_ack(sid, frame), A)]
+
+
+def _send_script(engine):
+    """Sends of every shape (the compiled small case and the rest), errors included, then
+    the frames handed out: the same for the compiled and the Python ``send``."""
+    log: list = []
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    for parts in ([b"a" * 100], (b"b" * 466,), [b"c" * 467], [b""], [bytearray(b"d")],
+                  [b"e", b"f"], [b"g" * 3], [b"h"], 5):
+        try:
+            engine.send(parts, 1.1)
+            log.append(("sent", engine._nonce))
+        except Exception as exc:  # the same errors, raised the same way
+            log.append(("error", type(exc).__name__, str(exc)))
+    log.append([(bytes(d), a) for d, a in engine.datagrams_to_send(1.1)])
+    engine.close(1.2)
+    try:
+        engine.send([b"late"], 1.2)
+    except Exception as exc:
+        log.append(("error", type(exc).__name__, str(exc)))
+    return log, engine.counters.as_dict(), engine._sendq.held
+
+
+def test_safe_send_compiled_matches_the_python_send():
+    from nbmq.engine import sockets
+    from nbmq.engine.sockets import Socket
+
+    opts = SocketOptions(send_hwm=6)
+    fast = _send_script(SafeDealer(opts, random.Random(7)))
+    python = SafeDealer(opts, random.Random(7))
+    python.send = types.MethodType(Socket.send, python)
+    assert fast == _send_script(python)
+    assert ("error", "WouldBlock", "send_hwm (6) messages held") in fast[0]
+    if sockets._fast is not None:
+        assert SafeDealer.send is sockets._fast.send
