@@ -573,8 +573,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         acks_in += 1
-                        sendq.ack(PyLong_FromUnsignedLongLong(sid),
-                                  PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
+                        ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
                         continue
                 elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
                         and _whole_frame(p, length, room)):
@@ -686,3 +685,102 @@ cdef inline void _flush_safe(object self, object counters, object recvq, object 
     if queued:
         self._ctrl_out += queued
         self._ctrl_bytes += ACK_FRAME * queued
+
+
+# SendQueue.ack of a safe queue with congestion control, compiled (issue 15, safecompiled)
+
+from nbmq.engine.congestion import DATAGRAM as _DATAGRAM_PY, DUPTHRESH as _DUPTHRESH_PY
+from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
+
+cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
+cdef double DATAGRAM_C = _DATAGRAM_PY
+cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
+cdef object _ack_py = SendQueue.ack
+
+
+def ack(sendq, uint64_t session_id, h, now, out):
+    """``SendQueue.ack(session_id, h, now, out)`` (same arguments, effects and result),
+    compiled for its common case: a frame in flight to ``session_id``, sent once, under
+    congestion control, ``now`` a float and ``out`` a list (``Window.acked`` / ``sample`` /
+    ``end_round`` inlined; a frame the ack shows lost goes to ``SendQueue._fast_resend``).
+    Every other case is ``SendQueue.ack`` itself
+    (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
+    cdef double t, rtt, srtt, rttvar, cwnd, x
+    cdef Py_ssize_t size, in_flight, tx, limit, otx
+    inflight = sendq._inflight
+    flight = inflight.get(h)
+    if flight is None or type(now) is not float or type(out) is not list:
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    msg = flight.msg
+    peer = msg.peer
+    win = flight.win
+    if (peer is None or win is None or flight.resends != 0 or flight.fast != 0
+            or type(peer._sid) is not int or PyLong_AsUnsignedLongLongMask(peer._sid) != session_id
+            or peer._sid < 0 or peer._sid > _U64_MAX):
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    del inflight[h]
+    t = now
+    flight.due = -1.0  # marks its resend-queue entries stale
+    # Window.acked(len(flight.view), now - flight.sent_at), inlined
+    size = len(flight.view)
+    in_flight = win.in_flight - size
+    win.in_flight = in_flight if in_flight > 0 else 0
+    rtt = t - <double>flight.sent_at
+    if not rtt > 0.0:  # max(0.0, rtt)
+        rtt = 0.0
+    win.backoff = 1.0
+    py_srtt = win.srtt
+    py_rttvar = win.rttvar
+    if py_srtt is None or py_rttvar is None:
+        srtt = rtt
+        rttvar = rtt / 2
+    else:
+        srtt = py_srtt
+        rttvar = py_rttvar
+        rttvar = 0.75 * rttvar + 0.25 * abs(srtt - rtt)
+        srtt = 0.875 * srtt + 0.125 * rtt
+    win.srtt = srtt
+    win.rttvar = rttvar
+    x = srtt + 4 * rttvar
+    floor = win.floor
+    win.rto = x if x > floor else floor
+    cwnd = win.cwnd
+    if cwnd < MAX_WINDOW_C:
+        if cwnd < win.ssthresh:
+            cwnd += size
+        else:
+            cwnd += DATAGRAM_C * size / cwnd
+        win.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
+    flight.win = None
+    sendq._blocked = False
+    win.round_acked += 1
+    tx = flight.tx
+    if tx >= win.round_end:
+        win.end_round()
+    order = win.order
+    limit = tx - DUPTHRESH_C
+    sent_before = None
+    while order:  # oldest transmissions first: skip the acked, resend the lost
+        entry = order[0]
+        otx = (<tuple>entry)[0]
+        other = (<tuple>entry)[1]
+        if other.tx != otx or other.win is None:
+            order.popleft()
+        elif otx <= limit:
+            if sent_before is None:
+                sent_before = now - win.reorder_wait()
+            if other.last_sent > sent_before:
+                break
+            order.popleft()
+            if not sendq._fast_resend(other, win, now, out):
+                order.appendleft(entry)  # left to its timer
+                break
+        else:
+            break
+    if msg.dropped:
+        return True
+    sendq.acked += 1
+    msg.unacked -= 1
+    if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
+        sendq._release(msg)
+    return True

@@ -97,7 +97,12 @@ def _run(generic: bool, python: bool = False):
             log.append(("event", repr(event)))
     peers = {sid: (p.addr, p.state, p._last_seen, p._last_sent) for sid, p in engine.peers.items()}
     q = engine._sendq
-    return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held)
+    windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
+    return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held), windows
+
+
+WINDOW_STATE = ("cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "rto", "backoff", "tx",
+                "round_end", "round_acked", "round_lost", "decreases")
 
 
 def test_inlined_safe_receive_matches_the_generic_path():
@@ -107,7 +112,8 @@ def test_inlined_safe_receive_matches_the_generic_path():
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2:] == slow[2:]
-    log, c, peers, (fast_resends, in_flight, held) = fast
+    log, c, peers, (fast_resends, in_flight, held), windows = fast
+    assert len(windows) == 1 and windows[0][3] is not None  # acks clocked it, RTT sampled
     # the script reaches every case it claims to
     assert sum(1 for kind, _ in log if kind == "msg") == 11
     assert c["acks_out"] >= 20 and c["acks_in"] == 15 and c["acks_unknown"] == 2
