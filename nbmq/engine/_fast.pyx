@@ -15,8 +15,14 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
   its part without building a frame object); every other datagram goes to
   ``receive_datagram`` itself.
 
+SafeDealer (issue 15, SafeDealer 100 B): :func:`send` too; :func:`receive_batch_safe` (twin of
+``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),
+:func:`ack` (``SendQueue.ack``'s common case) and :func:`take_safe` (``SendQueue._take_safe``'s
+small-message case, reached through :func:`take`).
+
 Counters, events, output and the order of everything are those of the Python code
-(tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py).
+(tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py,
+tests/engine/test_engine_safe_receive_fast.py).
 """
 
 cimport numpy as cnp
@@ -166,7 +172,9 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
     cdef bytes frame
     cdef object small, msg, peer = None, addr = None, last = None, mid
     cdef SmallMessage sm
-    if sendq.safe or not nring:
+    if sendq.safe:  # SafeDealer: its own compiled case
+        return take_safe(sendq, now, limit, out, ring)
+    if not nring:
         return _take_py(sendq, now, limit, out, ring)
     queue = sendq._queue
     rr = sendq._rr
@@ -784,3 +792,133 @@ def ack(sendq, uint64_t session_id, h, now, out):
     if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
         sendq._release(msg)
     return True
+
+
+# SendQueue._take_safe's small-message case, compiled (issue 15, safecompiled)
+
+from nbmq.engine.congestion import Window as _Window
+from nbmq.engine.queues import _Flight
+
+cdef object _take_safe_py = SendQueue._take_safe
+
+
+cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
+    """codec.encode_data_frame(sid, mid, 1, 0, size, size, 0, small): a whole one-frame message."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(small)
+    cdef bytes frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(frame)
+    o[0] = 1
+    o[1] = 0
+    _put_be(o + 2, sid, 8)
+    _put_be(o + 10, PyLong_AsUnsignedLongLongMask(mid), 8)
+    o[18] = 1
+    o[19] = 0
+    _put_be(o + 20, <uint64_t>size, 4)
+    _put_be(o + 24, <uint64_t>size, 4)
+    _put_be(o + 28, <uint64_t>size, 2)
+    _put_be(o + 30, 0, 4)
+    memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
+    return frame
+
+
+def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
+    """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
+
+    Runs the leading small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
+    not dropped) of a safe queue under congestion control: each goes to the next peer of
+    ``ring`` in turn as one frame, kept as a ``_Flight`` in the peer's transmission order,
+    while the peer's window has room. From the first other message (or a peer not connected,
+    or a full window) on, ``SendQueue._take_safe`` does the rest, from the same state."""
+    cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
+    cdef uint64_t sid = 0
+    cdef double cwnd = 0.0
+    cdef bytes frame
+    cdef object small, msg, peer, addr = None, last = None, win = None, order = None, due = None
+    cdef object h
+    cdef SmallMessage sm
+    if not sendq.congestion or not nring:
+        return _take_safe_py(sendq, now, limit, out, ring)
+    queue = sendq._queue
+    inflight = sendq._inflight
+    windows = sendq.windows
+    ivl = sendq.resend_ivl
+    rr = sendq._rr
+    popleft = queue.popleft
+    py_now = now
+    while queue and n < limit:
+        msg = queue[0]
+        if type(msg) is SmallMessage:
+            sm = <SmallMessage>msg
+            if sm.peer is not None or sm.frames is not None or sm.dropped:
+                break
+            small = sm.small
+        elif type(msg) is OutMessage:
+            small = msg.small
+            if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+                break
+        else:
+            break
+        if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
+            break
+        if rr >= nring:
+            rr = 0
+        peer = ring[rr]
+        if peer is not last and last is not None:
+            win.tx = tx
+            win.in_flight = in_flight
+        if peer._state is not _CONNECTED:
+            break  # (the Python code drops it, from the same state)
+        if peer is not last:
+            win = windows.get(peer)
+            if win is None:
+                win = windows[peer] = _Window(ivl)
+            if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
+                break  # full: the Python code blocks, from the same state
+            last = peer
+            sid = PyLong_AsUnsignedLongLongMask(peer._sid)
+            addr = peer._addr
+            order = win.order
+            rto = win.rto
+            due = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
+            tx = win.tx
+            in_flight = win.in_flight
+            cwnd = win.cwnd
+        elif in_flight > 0 and cwnd - in_flight <= 0:
+            break  # full, as above (win.tx / in_flight written back below)
+        rr += 1
+        frame = _small_frame(sid, msg.message_id, <bytes>small)
+        size = PyBytes_GET_SIZE(frame)
+        if type(msg) is SmallMessage:
+            sm.peer = peer
+            sm.frames = [frame]
+        else:
+            msg.peer = peer
+            msg.frames = [frame]
+        out.append((frame, addr))
+        nbytes += size
+        in_flight += size
+        h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size,
+                                             FNV_BASIS))
+        flight = _Flight(h, frame, msg, due, py_now, win)
+        inflight[h] = flight
+        flight.tx = tx  # transmission order: loss detection and the timer
+        order.append((tx, flight))
+        tx += 1
+        if type(msg) is SmallMessage:
+            sm.unacked += 1
+            sm.sent = 1
+        else:
+            msg.unacked += 1
+            msg.sent = 1
+        n += 1
+        peer._last_sent = py_now
+        popleft()
+    if last is not None:
+        win.tx = tx
+        win.in_flight = in_flight
+    sendq._rr = rr
+    sendq.frames_out += n
+    sendq.bytes_out += nbytes
+    if n < limit and queue:
+        n += _take_safe_py(sendq, now, limit - n, out, ring)
+    return n

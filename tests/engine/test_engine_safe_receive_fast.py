@@ -193,3 +193,85 @@ def test_safe_send_compiled_matches_the_python_send():
     assert ("error", "WouldBlock", "send_hwm (6) messages held") in fast[0]
     if sockets._fast is not None:
         assert SafeDealer.send is sockets._fast.send
+
+
+def _take_script(python: bool, monkeypatch):
+    """Small messages to two peers in turn through windows that fill, acks that open them, a
+    large message among them and a peer leaving with messages queued: the frames handed out,
+    windows, flights, events and counters."""
+    from nbmq.engine import sockets
+    from nbmq.engine.sockets import Socket
+
+    engine = SafeDealer(SocketOptions(send_hwm=40, max_tick_send=7), random.Random(7))
+    engine.bind(S)
+    if python:
+        monkeypatch.setattr(sockets, "_fast", None)  # _take_data: SendQueue.take -> _take_safe
+        engine.send = types.MethodType(Socket.send, engine)
+        engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
+    log: list = []
+    sids = {}
+    for addr in (A, B):
+        engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, 1.0)
+        (reply, _), = engine.datagrams_to_send(1.0)
+        sids[addr] = sid = codec.parse_frame(reply).session_id
+        engine.receive_datagram(_data(sid, 1), addr, 1.0)
+        engine.datagrams_to_send(1.0)  # its ack
+    q = engine._sendq
+    now = 1.0
+    sent: list = []
+
+    def flush():
+        out = [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]
+        sent.extend(out)
+        log.append(("out", out))
+        while (event := engine.next_event()) is not None:
+            log.append(("event", repr(event)))
+
+    def ack(frames):
+        for addr in (A, B):
+            acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
+            if acks:
+                buf = b"".join(acks)
+                engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
+                                         [18] * len(acks), [addr] * len(acks), now)
+
+    for i in range(12):
+        engine.send([bytes([i]) * (50 + i)], now)
+    engine.send([b"L" * 1000], now)  # three frames
+    for i in range(6):
+        engine.send([bytes([i]) * 466], now)
+    flush()
+    for win in q.windows.values():
+        win.cwnd = 700.0  # a few frames: the windows fill
+    for step in range(8):
+        now += 0.001
+        flush()
+        ack(sent[step * 3 : step * 3 + 5])
+        if step == 4:  # B leaves with messages queued
+            engine.receive_datagram(
+                codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
+            engine.send([b"after"], now)
+    flush()
+    now += 1.0  # past the resend timer: B's frames drop their messages (PEER_GONE)
+    flush()
+    windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
+    state = (q.held, q._rr, q._blocked, sorted(q._inflight), q.frames_out, q.bytes_out)
+    return log, engine.counters.as_dict(), windows, state
+
+
+def test_safe_take_compiled_matches_the_python_take(monkeypatch):
+    from nbmq.engine import sockets
+
+    fast = _take_script(False, monkeypatch)
+    with monkeypatch.context() as m:
+        slow = _take_script(True, m)
+    assert fast[0] == slow[0]
+    assert fast[1:] == slow[1:]
+    log, counters, windows, (held, rr, blocked, inflight, frames_out, _) = fast
+    # the script reaches what it claims to
+    assert frames_out > 20 and counters["acks_in"] > 10
+    outs = [len(out) for kind, out in log if kind == "out"]
+    assert any(0 < n < 7 for n in outs[1:6])  # windows full: fewer than max_tick_send out
+    assert any(kind == "event" and "PeerDisconnected" in text for kind, text in log)
+    if sockets._fast is not None:
+        assert sockets._fast.take_safe is not None
