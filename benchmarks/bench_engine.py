@@ -163,6 +163,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--direct", action="store_true",
                         help="engines alone, fed receive_datagrams batches (no simulator)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="sockets, comma-separated")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     args = parser.parse_args()
     from nbmq import codec
 
@@ -170,8 +172,8 @@ def main() -> None:
     print(f"codec: {codec.IMPLEMENTATION}; {how}; median of {args.rounds} rounds, CPU time")
     print(f"{'socket':<11} {'size':>7} {'msgs/s':>10} {'MB/s':>8}")
     run = measure_direct if args.direct else measure
-    for kind in KINDS:
-        for size in SIZES:
+    for kind in args.kinds.split(","):
+        for size in (int(x) for x in args.sizes.split(",")):
             rate = run(kind, size, args.batch, args.rounds)
             print(f"{kind:<11} {size:>7} {rate:>10,.0f} {rate * size / 1e6:>8.1f}")
 

@@ -15,8 +15,14 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
   its part without building a frame object); every other datagram goes to
   ``receive_datagram`` itself.
 
+SafeDealer (issue 15, SafeDealer 100 B): :func:`send` too; :func:`receive_batch_safe` (twin of
+``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),
+:func:`ack` (``SendQueue.ack``'s common case) and :func:`take_safe` (``SendQueue._take_safe``'s
+small-message case, reached through :func:`take`).
+
 Counters, events, output and the order of everything are those of the Python code
-(tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py).
+(tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py,
+tests/engine/test_engine_safe_receive_fast.py).
 """
 
 cimport numpy as cnp
@@ -115,7 +121,8 @@ def install(socket_send, receive_unacked):
 
 
 def send(self, parts, now):
-    """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer, compiled.
+    """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
+    compiled.
 
     A one-part ``bytes`` message of at most 466 bytes (one frame) is queued here as a
     :class:`SmallMessage`; any other message, a closed engine and ``reference_compat`` go to
@@ -165,7 +172,9 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
     cdef bytes frame
     cdef object small, msg, peer = None, addr = None, last = None, mid
     cdef SmallMessage sm
-    if sendq.safe or not nring:
+    if sendq.safe:  # SafeDealer: its own compiled case
+        return take_safe(sendq, now, limit, out, ring)
+    if not nring:
         return _take_py(sendq, now, limit, out, ring)
     queue = sendq._queue
     rr = sendq._rr
@@ -466,7 +475,450 @@ cdef inline void _flush(object counters, object recvq, object reassembler, Py_ss
 
 from nbmq.codec import parse_frame as _parse_frame
 from nbmq.engine.queues import PushResult
+from nbmq.codec import ack_hash as _ack_hash
 from nbmq.errors import DecodeError
 from nbmq.wire import DataFrame
 
 cdef object _DROPPED = PushResult.DROPPED
+
+
+# SafeDealer (issue 15, safecompiled): the batch receive with dedup and acks, compiled
+
+cdef object _receive_safe_py = None
+
+cdef enum:
+    ACK_FRAME = 18      # an Ack: version, kind, session id, the frame's 8-byte hash
+    ACK_KIND = 5        # FrameKind.ACK
+    MAX_CTRL = 65536    # connection.MAX_CONTROL_QUEUE
+
+
+def install_safe(receive_safe_py):
+    """Set the function :func:`receive_batch_safe` hands the cases it does not take to
+    (``SafeDealer._receive_datagrams_py``, the pure-Python twin; called once by the engine
+    module)."""
+    global _receive_safe_py
+    _receive_safe_py = receive_safe_py
+
+
+cdef inline bytes _ack_frame(uint64_t sid, uint64_t h):
+    """The 18-byte Ack control frame for a data frame of hash ``h`` (as ``_ACK_FRAME.pack``)."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, ACK_FRAME)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+    o[0] = 1
+    o[1] = ACK_KIND
+    _put_be(o + 2, sid, 8)
+    _put_be(o + 10, h, 8)
+    return out
+
+
+def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
+    """Feed a ``recvmmsg`` batch to a SafeDealer (compiled twin of
+    ``SafeDealer._receive_datagrams_py``; same arguments and effects: datagram ``i`` is
+    ``buffer[offsets[i] : offsets[i] + lengths[i]]`` from ``addrs[i]``, ``now`` in seconds).
+    Never raises for bad input; queues acks and fast resends: flush with
+    :meth:`datagrams_to_send`, and drain :meth:`next_event`.
+
+    Taken here without a frame object: a valid data frame that is a whole one-frame message
+    (as :func:`receive_batch`) from a connected peer on its known path, of a message not
+    delivered within the dedup window, while ``recv_hwm`` is not reached (dedup entry, the
+    message queued, the Ack built in C: FNV-1a 64 of the frame); and an 18-byte Ack from such
+    a peer (``SendQueue.ack``). Other data frames of such a peer are reassembled as the
+    Python twin does; every other datagram goes to ``receive_datagram`` after the counters
+    summed so far are brought up to date (tests/engine/test_engine_safe_receive_fast.py)."""
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef const unsigned char* p
+    cdef Py_ssize_t i, total, off, length
+    cdef Py_ssize_t count = 0, nbytes = 0, whole = 0, completed = 0, acks_out = 0, queued = 0
+    cdef Py_ssize_t acks_in = 0
+    cdef int64_t room = 0, hwm
+    cdef uint64_t sid, cached_sid = 0
+    cdef bint whole_ok = False, stale = True
+    cdef object cached_addr = None, cached_peer = None, addr, peer, key, until
+    recvq = self._recvq
+    dedup = recvq._dedup
+    if self._closed or dedup is None or not _flat_bytes(buffer):
+        return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
+    total = min(len(offsets), len(lengths), len(addrs))
+    self._now = now
+    counters = self._counters
+    peers = self._peers
+    ready = recvq._ready
+    dedup_order = recvq._dedup_order
+    ttl = recvq.dedup_ttl
+    hwm = recvq.recv_hwm
+    reassembler = recvq.reassembler
+    sendq = self._sendq
+    ctrl = self._ctrl
+    slow = self.receive_datagram
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        i = 0
+        while i < total:
+            if stale:  # (re)read what the reassembler or a slow datagram may have changed
+                stale = False
+                room = _room(reassembler)
+                whole_ok = room >= 0
+            off = offsets[i]
+            length = lengths[i]
+            addr = addrs[i]
+            i += 1
+            if 0 <= off <= view.len - length and (length == ACK_FRAME or DATA_HEADER < length):
+                p = base + off
+                if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
+                    sid = _be(p + 2, 8)
+                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
+                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+                        if not _peer_ok(peer, addr):
+                            peer = None
+                        else:
+                            cached_peer, cached_sid, cached_addr = peer, sid, addr
+                    else:
+                        peer = cached_peer
+                    if peer is not None:
+                        peer._last_seen = now
+                        count += 1
+                        nbytes += length
+                        acks_in += 1
+                        ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
+                        continue
+                elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
+                        and _whole_frame(p, length, room)):
+                    sid = _be(p + 2, 8)
+                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
+                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+                        if not _peer_ok(peer, addr):
+                            peer = None
+                        else:
+                            cached_peer, cached_sid, cached_addr = peer, sid, addr
+                    else:
+                        peer = cached_peer
+                    if peer is not None:
+                        key = (PyLong_FromUnsignedLongLong(sid),
+                               PyLong_FromUnsignedLongLong(_be(p + 10, 8)))
+                        until = dedup.get(key)
+                        if until is None or until <= now:  # (a duplicate takes the slow path)
+                            peer._last_seen = now
+                            count += 1
+                            nbytes += length
+                            whole += 1
+                            ready.append([_part(p, length)])
+                            completed += 1
+                            until = now + ttl
+                            dedup[key] = until
+                            dedup_order.append((until, key))
+                            if len(ctrl) < MAX_CTRL:
+                                ctrl.append((_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
+                                queued += 1
+                            else:
+                                counters.control_dropped += 1
+                            acks_out += 1
+                            peer._last_sent = now
+                            continue
+            # the Python twin's loop body for any other data frame (a chunk of a larger
+            # message) of a connected peer on its known path
+            data = buffer[off : off + length]
+            try:
+                frame = _parse_frame(data)
+            except DecodeError:
+                frame = None
+            if type(frame) is DataFrame:
+                sid_o = (<tuple>frame)[0]
+                peer = peers.get(sid_o)
+                if _peer_ok(peer, addr) and <int64_t>len(ready) < hwm:
+                    key = (sid_o, (<tuple>frame)[1])
+                    until = dedup.get(key)
+                    if until is None or until <= now:
+                        peer._last_seen = now
+                        count += 1
+                        nbytes += length
+                        stale = True  # the reassembler may hold an incomplete message now
+                        evicted = reassembler.evicted
+                        try:
+                            parts = reassembler.add(frame, now, key)
+                        except DecodeError as exc:  # FrameTooLarge too: not acked
+                            self._data_result(recvq.push_failed(exc, evicted), frame)
+                            continue
+                        if reassembler.evicted != evicted:
+                            recvq._report_evicted()
+                        if parts is not None:
+                            ready.append(parts)
+                            completed += 1
+                            until = now + ttl
+                            dedup[key] = until
+                            dedup_order.append((until, key))
+                        if len(ctrl) < MAX_CTRL:
+                            ctrl.append((_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
+                                                    PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
+                                         addr))
+                            queued += 1
+                        else:
+                            counters.control_dropped += 1
+                        acks_out += 1
+                        peer._last_sent = now
+                        continue
+            _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
+                        acks_out, queued, acks_in)
+            count = nbytes = whole = completed = acks_out = queued = acks_in = 0
+            cached_peer = None
+            stale = True
+            slow(data, addr, now)
+            if self._closed or recvq.reassembler is not reassembler:
+                while i < total:  # the rest, one by one
+                    off = offsets[i]
+                    length = lengths[i]
+                    slow(buffer[off : off + length], addrs[i], now)
+                    i += 1
+                return
+            hwm = recvq.recv_hwm
+        _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
+                    acks_out, queued, acks_in)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef inline void _flush_safe(object self, object counters, object recvq, object reassembler,
+                             Py_ssize_t count, Py_ssize_t nbytes, Py_ssize_t whole,
+                             Py_ssize_t completed, Py_ssize_t acks_out, Py_ssize_t queued,
+                             Py_ssize_t acks_in) except *:
+    """:func:`_flush`, plus the ack counters: ``acks_out`` acked frames (``queued`` of them
+    queued) and ``acks_in`` Acks taken."""
+    _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
+    if acks_out:
+        counters.acks_out += acks_out
+    if acks_in:
+        counters.acks_in += acks_in
+        counters.control_frames_in += acks_in
+    if queued:
+        self._ctrl_out += queued
+        self._ctrl_bytes += ACK_FRAME * queued
+
+
+# SendQueue.ack of a safe queue with congestion control, compiled (issue 15, safecompiled)
+
+from nbmq.engine.congestion import DATAGRAM as _DATAGRAM_PY, DUPTHRESH as _DUPTHRESH_PY
+from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
+
+cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
+cdef double DATAGRAM_C = _DATAGRAM_PY
+cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
+cdef object _ack_py = SendQueue.ack
+
+
+def ack(sendq, uint64_t session_id, h, now, out):
+    """``SendQueue.ack(session_id, h, now, out)`` (same arguments, effects and result),
+    compiled for its common case: a frame in flight to ``session_id``, sent once, under
+    congestion control, ``now`` a float and ``out`` a list (``Window.acked`` / ``sample`` /
+    ``end_round`` inlined; a frame the ack shows lost goes to ``SendQueue._fast_resend``).
+    Every other case is ``SendQueue.ack`` itself
+    (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
+    cdef double t, rtt, srtt, rttvar, cwnd, x
+    cdef Py_ssize_t size, in_flight, tx, limit, otx
+    inflight = sendq._inflight
+    flight = inflight.get(h)
+    if flight is None or type(now) is not float or type(out) is not list:
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    msg = flight.msg
+    peer = msg.peer
+    win = flight.win
+    if (peer is None or win is None or flight.resends != 0 or flight.fast != 0
+            or type(peer._sid) is not int or PyLong_AsUnsignedLongLongMask(peer._sid) != session_id
+            or peer._sid < 0 or peer._sid > _U64_MAX):
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    del inflight[h]
+    t = now
+    flight.due = -1.0  # marks its resend-queue entries stale
+    # Window.acked(len(flight.view), now - flight.sent_at), inlined
+    size = len(flight.view)
+    in_flight = win.in_flight - size
+    win.in_flight = in_flight if in_flight > 0 else 0
+    rtt = t - <double>flight.sent_at
+    if not rtt > 0.0:  # max(0.0, rtt)
+        rtt = 0.0
+    win.backoff = 1.0
+    py_srtt = win.srtt
+    py_rttvar = win.rttvar
+    if py_srtt is None or py_rttvar is None:
+        srtt = rtt
+        rttvar = rtt / 2
+    else:
+        srtt = py_srtt
+        rttvar = py_rttvar
+        rttvar = 0.75 * rttvar + 0.25 * abs(srtt - rtt)
+        srtt = 0.875 * srtt + 0.125 * rtt
+    win.srtt = srtt
+    win.rttvar = rttvar
+    x = srtt + 4 * rttvar
+    floor = win.floor
+    win.rto = x if x > floor else floor
+    cwnd = win.cwnd
+    if cwnd < MAX_WINDOW_C:
+        if cwnd < win.ssthresh:
+            cwnd += size
+        else:
+            cwnd += DATAGRAM_C * size / cwnd
+        win.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
+    flight.win = None
+    sendq._blocked = False
+    win.round_acked += 1
+    tx = flight.tx
+    if tx >= win.round_end:
+        win.end_round()
+    order = win.order
+    limit = tx - DUPTHRESH_C
+    sent_before = None
+    while order:  # oldest transmissions first: skip the acked, resend the lost
+        entry = order[0]
+        otx = (<tuple>entry)[0]
+        other = (<tuple>entry)[1]
+        if other.tx != otx or other.win is None:
+            order.popleft()
+        elif otx <= limit:
+            if sent_before is None:
+                sent_before = now - win.reorder_wait()
+            if other.last_sent > sent_before:
+                break
+            order.popleft()
+            if not sendq._fast_resend(other, win, now, out):
+                order.appendleft(entry)  # left to its timer
+                break
+        else:
+            break
+    if msg.dropped:
+        return True
+    sendq.acked += 1
+    msg.unacked -= 1
+    if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
+        sendq._release(msg)
+    return True
+
+
+# SendQueue._take_safe's small-message case, compiled (issue 15, safecompiled)
+
+from nbmq.engine.congestion import Window as _Window
+from nbmq.engine.queues import _Flight
+
+cdef object _take_safe_py = SendQueue._take_safe
+
+
+cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
+    """codec.encode_data_frame(sid, mid, 1, 0, size, size, 0, small): a whole one-frame message."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(small)
+    cdef bytes frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(frame)
+    o[0] = 1
+    o[1] = 0
+    _put_be(o + 2, sid, 8)
+    _put_be(o + 10, PyLong_AsUnsignedLongLongMask(mid), 8)
+    o[18] = 1
+    o[19] = 0
+    _put_be(o + 20, <uint64_t>size, 4)
+    _put_be(o + 24, <uint64_t>size, 4)
+    _put_be(o + 28, <uint64_t>size, 2)
+    _put_be(o + 30, 0, 4)
+    memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
+    return frame
+
+
+def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
+    """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
+
+    Runs the leading small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
+    not dropped) of a safe queue under congestion control: each goes to the next peer of
+    ``ring`` in turn as one frame, kept as a ``_Flight`` in the peer's transmission order,
+    while the peer's window has room. From the first other message (or a peer not connected,
+    or a full window) on, ``SendQueue._take_safe`` does the rest, from the same state."""
+    cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
+    cdef uint64_t sid = 0
+    cdef double cwnd = 0.0
+    cdef bytes frame
+    cdef object small, msg, peer, addr = None, last = None, win = None, order = None, due = None
+    cdef object h
+    cdef SmallMessage sm
+    if not sendq.congestion or not nring:
+        return _take_safe_py(sendq, now, limit, out, ring)
+    queue = sendq._queue
+    inflight = sendq._inflight
+    windows = sendq.windows
+    ivl = sendq.resend_ivl
+    rr = sendq._rr
+    popleft = queue.popleft
+    py_now = now
+    while queue and n < limit:
+        msg = queue[0]
+        if type(msg) is SmallMessage:
+            sm = <SmallMessage>msg
+            if sm.peer is not None or sm.frames is not None or sm.dropped:
+                break
+            small = sm.small
+        elif type(msg) is OutMessage:
+            small = msg.small
+            if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+                break
+        else:
+            break
+        if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
+            break
+        if rr >= nring:
+            rr = 0
+        peer = ring[rr]
+        if peer is not last and last is not None:
+            win.tx = tx
+            win.in_flight = in_flight
+        if peer._state is not _CONNECTED:
+            break  # (the Python code drops it, from the same state)
+        if peer is not last:
+            win = windows.get(peer)
+            if win is None:
+                win = windows[peer] = _Window(ivl)
+            if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
+                break  # full: the Python code blocks, from the same state
+            last = peer
+            sid = PyLong_AsUnsignedLongLongMask(peer._sid)
+            addr = peer._addr
+            order = win.order
+            rto = win.rto
+            due = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
+            tx = win.tx
+            in_flight = win.in_flight
+            cwnd = win.cwnd
+        elif in_flight > 0 and cwnd - in_flight <= 0:
+            break  # full, as above (win.tx / in_flight written back below)
+        rr += 1
+        frame = _small_frame(sid, msg.message_id, <bytes>small)
+        size = PyBytes_GET_SIZE(frame)
+        if type(msg) is SmallMessage:
+            sm.peer = peer
+            sm.frames = [frame]
+        else:
+            msg.peer = peer
+            msg.frames = [frame]
+        out.append((frame, addr))
+        nbytes += size
+        in_flight += size
+        h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size,
+                                             FNV_BASIS))
+        flight = _Flight(h, frame, msg, due, py_now, win)
+        inflight[h] = flight
+        flight.tx = tx  # transmission order: loss detection and the timer
+        order.append((tx, flight))
+        tx += 1
+        if type(msg) is SmallMessage:
+            sm.unacked += 1
+            sm.sent = 1
+        else:
+            msg.unacked += 1
+            msg.sent = 1
+        n += 1
+        peer._last_sent = py_now
+        popleft()
+    if last is not None:
+        win.tx = tx
+        win.in_flight = in_flight
+    sendq._rr = rr
+    sendq.frames_out += n
+    sendq.bytes_out += nbytes
+    if n < limit and queue:
+        n += _take_safe_py(sendq, now, limit - n, out, ring)
+    return n

@@ -598,7 +598,7 @@ class SafeDealer(Socket):
     SAFE = True
     FIRST_NONCE = 0
 
-    def receive_datagrams(
+    def _receive_datagrams_py(
         self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
     ) -> None:
         """SafeDealer's ``receive_datagrams`` (see :meth:`Connection.receive_datagrams`: the same
@@ -709,6 +709,11 @@ class SafeDealer(Socket):
         self._ctrl_bytes += 18 * queued
         recvq.completed += completed
 
+    receive_datagrams = _receive_datagrams_py
+    if _fast is not None:  # the same, compiled (issue 15, safecompiled)
+        receive_datagrams = _fast.receive_batch_safe
+        send = _fast.send
+
     def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
         result = self._recvq.push(frame, now)
         if result <= _DUPLICATE:  # INCOMPLETE, COMPLETE, DUPLICATE: ack it
@@ -729,6 +734,10 @@ class SafeDealer(Socket):
             self._reject(addr, "Ack payload is not 8 bytes")
             return
         self._sendq.ack(peer._sid, int.from_bytes(payload, "big"), now, self._ctrl)
+
+
+if _fast is not None:
+    _fast.install_safe(SafeDealer._receive_datagrams_py)
 
 
 class Radio(Socket):

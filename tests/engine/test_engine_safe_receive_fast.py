@@ -61,11 +61,13 @@ def _script(sid):
     return steps
 
 
-def _run(generic: bool):
+def _run(generic: bool, python: bool = False):
     engine = SafeDealer(OPTS, random.Random(7))
     engine.bind(S)
     if generic:
         engine.receive_datagrams = types.MethodType(Connection.receive_datagrams, engine)
+    elif python:  # the pure-Python twin of the compiled batch receive
+        engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
     log: list = []
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
     (reply, _), = engine.datagrams_to_send(1.0)
@@ -93,9 +95,14 @@ def _run(generic: bool):
         log.append(("out", [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]))
         while (event := engine.next_event()) is not None:
             log.append(("event", repr(event)))
-    peers = {sid: (p.addr, p.state) for sid, p in engine.peers.items()}
+    peers = {sid: (p.addr, p.state, p._last_seen, p._last_sent) for sid, p in engine.peers.items()}
     q = engine._sendq
-    return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held)
+    windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
+    return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held), windows
+
+
+WINDOW_STATE = ("cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "rto", "backoff", "tx",
+                "round_end", "round_acked", "round_lost", "decreases")
 
 
 def test_inlined_safe_receive_matches_the_generic_path():
@@ -105,7 +112,8 @@ def test_inlined_safe_receive_matches_the_generic_path():
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2:] == slow[2:]
-    log, c, peers, (fast_resends, in_flight, held) = fast
+    log, c, peers, (fast_resends, in_flight, held), windows = fast
+    assert len(windows) == 1 and windows[0][3] is not None  # acks clocked it, RTT sampled
     # the script reaches every case it claims to
     assert sum(1 for kind, _ in log if kind == "msg") == 11
     assert c["acks_out"] >= 20 and c["acks_in"] == 15 and c["acks_unknown"] == 2
@@ -113,7 +121,23 @@ def test_inlined_safe_receive_matches_the_generic_path():
     assert c["malformed"] == 2 and c["unknown_session"] == 1 and c["addr_changes"] == 1
     assert c["dropped_too_large"] == 1 and c["dropped_rejected"] == 1 and c["dropped_evicted"] >= 1
     assert fast_resends == 1 and in_flight == 0 and held == 0
-    assert peers and all(addr == B for addr, _ in peers.values())
+    assert peers and all(addr == B for addr, *_ in peers.values())
+
+
+def test_python_twin_matches_the_generic_path():
+    # with the extensions built, SafeDealer.receive_datagrams is compiled
+    # (_fast.receive_batch_safe); its Python twin must match the generic path too
+    fast = _run(generic=False, python=True)
+    slow = _run(generic=True)
+    assert fast == slow
+
+
+def test_compiled_safe_receive_in_use_when_built():
+    from nbmq.engine import sockets
+
+    if sockets._fast is None:
+        pytest.skip("extensions not built: the Python twin is in use")
+    assert SafeDealer.receive_datagrams is sockets._fast.receive_batch_safe
 
 
 @pytest.mark.parametrize("size", [1, 8, 9])
@@ -129,3 +153,125 @@ def test_ack_frame_bytes_match_the_codec(size):
     frame = _data(sid, 2, size=size)
     engine.receive_datagrams(memoryview(frame), [0], [len(frame)], [A], 1.1)
     assert engine.datagrams_to_send(1.1) == [(_ack(sid, frame), A)]
+
+
+def _send_script(engine):
+    """Sends of every shape (the compiled small case and the rest), errors included, then
+    the frames handed out: the same for the compiled and the Python ``send``."""
+    log: list = []
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    for parts in ([b"a" * 100], (b"b" * 466,), [b"c" * 467], [b""], [bytearray(b"d")],
+                  [b"e", b"f"], [b"g" * 3], [b"h"], 5):
+        try:
+            engine.send(parts, 1.1)
+            log.append(("sent", engine._nonce))
+        except Exception as exc:  # the same errors, raised the same way
+            log.append(("error", type(exc).__name__, str(exc)))
+    log.append([(bytes(d), a) for d, a in engine.datagrams_to_send(1.1)])
+    engine.close(1.2)
+    try:
+        engine.send([b"late"], 1.2)
+    except Exception as exc:
+        log.append(("error", type(exc).__name__, str(exc)))
+    return log, engine.counters.as_dict(), engine._sendq.held
+
+
+def test_safe_send_compiled_matches_the_python_send():
+    from nbmq.engine import sockets
+    from nbmq.engine.sockets import Socket
+
+    opts = SocketOptions(send_hwm=6)
+    fast = _send_script(SafeDealer(opts, random.Random(7)))
+    python = SafeDealer(opts, random.Random(7))
+    python.send = types.MethodType(Socket.send, python)
+    assert fast == _send_script(python)
+    assert ("error", "WouldBlock", "send_hwm (6) messages held") in fast[0]
+    if sockets._fast is not None:
+        assert SafeDealer.send is sockets._fast.send
+
+
+def _take_script(python: bool, monkeypatch):
+    """Small messages to two peers in turn through windows that fill, acks that open them, a
+    large message among them and a peer leaving with messages queued: the frames handed out,
+    windows, flights, events and counters."""
+    from nbmq.engine import sockets
+    from nbmq.engine.sockets import Socket
+
+    engine = SafeDealer(SocketOptions(send_hwm=40, max_tick_send=7), random.Random(7))
+    engine.bind(S)
+    if python:
+        monkeypatch.setattr(sockets, "_fast", None)  # _take_data: SendQueue.take -> _take_safe
+        engine.send = types.MethodType(Socket.send, engine)
+        engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
+    log: list = []
+    sids = {}
+    for addr in (A, B):
+        engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, 1.0)
+        (reply, _), = engine.datagrams_to_send(1.0)
+        sids[addr] = sid = codec.parse_frame(reply).session_id
+        engine.receive_datagram(_data(sid, 1), addr, 1.0)
+        engine.datagrams_to_send(1.0)  # its ack
+    q = engine._sendq
+    now = 1.0
+    sent: list = []
+
+    def flush():
+        out = [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]
+        sent.extend(out)
+        log.append(("out", out))
+        while (event := engine.next_event()) is not None:
+            log.append(("event", repr(event)))
+
+    def ack(frames):
+        for addr in (A, B):
+            acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
+            if acks:
+                buf = b"".join(acks)
+                engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
+                                         [18] * len(acks), [addr] * len(acks), now)
+
+    for i in range(12):
+        engine.send([bytes([i]) * (50 + i)], now)
+    engine.send([b"L" * 1000], now)  # three frames
+    for i in range(6):
+        engine.send([bytes([i]) * 466], now)
+    flush()
+    for win in q.windows.values():
+        win.cwnd = 700.0  # a few frames: the windows fill
+    for step in range(8):
+        now += 0.001
+        flush()
+        ack(sent[step * 3 : step * 3 + 5])
+        if step == 4:  # B leaves with messages queued
+            engine.receive_datagram(
+                codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
+            engine.send([b"after"], now)
+    flush()
+    now += 1.0  # past the resend timer: B's frames drop their messages (PEER_GONE)
+    flush()
+    windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
+    state = (q.held, q._rr, q._blocked, sorted(q._inflight), q.frames_out, q.bytes_out)
+    return log, engine.counters.as_dict(), windows, state
+
+
+def test_safe_take_compiled_matches_the_python_take(monkeypatch):
+    from nbmq.engine import sockets
+
+    fast = _take_script(False, monkeypatch)
+    with monkeypatch.context() as m:
+        slow = _take_script(True, m)
+    assert fast[0] == slow[0]
+    assert fast[1:] == slow[1:]
+    log, counters, windows, (held, rr, blocked, inflight, frames_out, _) = fast
+    # the script reaches what it claims to
+    assert frames_out > 20 and counters["acks_in"] > 10
+    outs = [len(out) for kind, out in log if kind == "out"]
+    assert any(0 < n < 7 for n in outs[1:6])  # windows full: fewer than max_tick_send out
+    assert any(kind == "event" and "PeerDisconnected" in text for kind, text in log)
+    if sockets._fast is not None:
+        assert sockets._fast.take_safe is not None
