@@ -75,10 +75,10 @@ def _burst(sender, receiver, count: int, size: int, timeout: float = 10.0) -> in
 
 @pytest.mark.network
 def test_pacing_lets_a_small_buffer_receiver_keep_up():
-    small = dict(rcvbuf=64 << 10, gro=False, recv_hwm=10_000, **FAST)
+    small = dict(rcvbuf=128 << 10, gro=False, recv_hwm=10_000, **FAST)
     server = Dealer.bind("127.0.0.1:0", **small)
     fast = Dealer.connect(server.local_address, send_hwm=10_000, **FAST)
-    paced = Dealer.connect(server.local_address, send_hwm=10_000, pace_rate=1_000_000,
+    paced = Dealer.connect(server.local_address, send_hwm=10_000, pace_rate=500_000,
                            pace_burst=8 << 10, **FAST)
     with server, fast, paced:
         assert pump(server, fast, paced, until=connected(server, fast, paced))
