@@ -28,6 +28,11 @@ GAP_FACTOR = 1.5
 _BINS = 120
 #: What :func:`collect` needs per capture before its other jobs: see :func:`span_columns`.
 SPAN_COLUMNS = ["capture", "t0", "t1", "control", "heartbeats"]
+#: Spark settings while the report's jobs run. The ack hash sends every data frame's chunk to a
+#: Python UDF through Arrow; with maxBytesPerBatch set Spark sizes the batch after every row.
+#: Rows are frames (<= ~500 bytes), so the 10,000-row cap alone keeps a batch to a few MB
+#: (as the pipeline's reassembly job, nbmq.spark.pipeline._MESSAGES_CONF).
+_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 _MAX_CONTROL_ROWS = 4000
 _MAX_GAPS = 200
 _MAX_SESSIONS = 5000
@@ -137,10 +142,15 @@ def collect(spark: SparkSession, tables: dict[str, str], spans: list[dict[str, A
     notes: list[str] = []
 
     jobs = _Jobs()
+    saved = {key: spark.conf.get(key, None) for key in _CONF}
+    for key, value in _CONF.items():
+        spark.conf.set(key, value)
     try:
         return _collect(spark, tables, jobs, frames, messages, sessions, notes, spans)
     finally:
         jobs.close()
+        for key, old in saved.items():
+            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
 
 
 def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: DataFrame, messages: DataFrame,
@@ -201,8 +211,10 @@ def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: D
 def _acked_sessions(sessions: pd.DataFrame) -> Any:
     """Spark condition: the frame's session acks (SafeDealer), so its data frames need a hash.
 
-    The hash is a Python UDF (~2 us a frame), so frames of sessions without a single Ack are
-    not hashed. ``sessions`` is the report's sessions table; when it was cut at
+    The hash is a Python UDF: the hashing is under 1 us a frame, but Spark's copy of each chunk
+    into Arrow for it is the report's largest cost (a pandas UDF reading only ``payload`` took
+    7.5 s on 443k data frames where one reading an int column took 1.4 s, local[2], load ~6),
+    so frames of sessions without a single Ack are not hashed. ``sessions`` is the report's sessions table; when it was cut at
     ``_MAX_SESSIONS`` rows the condition is true (every frame hashed, as before).
     """
     import decimal
@@ -289,18 +301,23 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     ]
     # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
     has_acks = bool(len(data.sessions)) and bool((data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0)
-    hashed = None
+    hashed = both = sent = None
     if has_acks and "payload" in frames.columns:
-        from .ackhash import frame_hash
+        from .ackhash import ack_value, frame_hash
 
-        hashed = f.where((F.col("kind") == 0) & valid & _acked_sessions(data.sessions)).select(
-            "capture", "session_id", t.alias("at_s"), binned.alias("bin"), frame_hash().alias("h")
+        # Data frames and Acks in one read of the payload column (the frames table's bulk): an
+        # Ack's hash is its 8-byte payload; the UDF also hashes the (few) Ack rows, unused.
+        is_ack = F.col("kind") == 5
+        both = f.where(valid & (((F.col("kind") == 0) & _acked_sessions(data.sessions))
+                                | (is_ack & (F.length("payload") == 8)))).select(
+            "capture", "session_id", is_ack.alias("ack"), t.alias("at_s"), binned.alias("bin"),
+            F.when(is_ack, ack_value()).otherwise(frame_hash()).alias("h"),
         ).persist()
-        acks = f.where((F.col("kind") == 5) & valid & (F.length("payload") == 8)).select(
-            "capture", "session_id", t.alias("acked_s"), F.conv(F.hex("payload"), 16, 10).cast("decimal(20,0)").alias("h")
-        )
+        hashed = both.where(~F.col("ack"))
+        acks = both.where(F.col("ack")).select("capture", "session_id", F.col("at_s").alias("acked_s"), "h")
+        # Persisted: both the resends and the ack latencies read it (one aggregation, not two).
         sent = hashed.groupBy("capture", "session_id", "h").agg(
-            F.min("at_s").alias("sent_s"), F.max("bin").alias("bin"), F.count(F.lit(1)).alias("sends"))
+            F.min("at_s").alias("sent_s"), F.max("bin").alias("bin"), F.count(F.lit(1)).alias("sends")).persist()
         first_ack = acks.groupBy("capture", "session_id", "h").agg(F.min("acked_s").alias("acked_s"))
         values.append(sent.join(first_ack, ["capture", "session_id", "h"]).select(
             "capture", F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"), (F.col("acked_s") - F.col("sent_s")).alias("v")))
@@ -356,7 +373,8 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     data.latency, data.histograms = _quantiles(hist_job.result())
     if hashed is not None:
         data.resends = resends_job.result()
-        hashed.unpersist()
+        sent.unpersist()  # after both jobs that read it (hist_job's result is in above)
+        both.unpersist()
     data.control = control_job.result()
     data.heartbeats = heartbeats_job.result()
     gaps = pd.DataFrame(columns=["capture", "session_id", "src", "at_s", "gap_s"])
