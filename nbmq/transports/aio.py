@@ -210,12 +210,7 @@ class Socket(OptionAttributes):
         self._unflushed = 0
         engine, link, loop = self.engine, self._link, self._loop
         now = loop.time()
-        if not link.has_pending or link.transmit([]):
-            limit = self.options.max_tick_send
-            while True:  # more than max_tick_send frames may be waiting: pull again
-                out = engine.datagrams_to_send(now)
-                if not out or not link.transmit(out) or len(out) < limit:
-                    break
+        engines.transmit_due(engine, link, now, self.options.max_tick_send)
         held = link.has_pending
         if held and not self.closed:
             self._wait_output()
@@ -227,16 +222,7 @@ class Socket(OptionAttributes):
                 self._timer.cancel()
             self._timer = None if deadline is None else loop.call_at(deadline, self._on_timer)
             self._timer_at = deadline
-        if (event := engine.next_event()) is not None:
-            events = self._events
-            while event is not None:
-                events.append(event)
-                event = engine.next_event()
-            excess = len(events) - self.options.max_events
-            if excess > 0:
-                for _ in range(excess):
-                    events.popleft()
-                engine.events_discarded(excess)
+        engines.collect_events(engine, self._events, self.options.max_events)
         waiters = self._waiters
         if waiters["send"] and engine.pending_messages < self.options.send_hwm:
             self._wake("send")

@@ -12,7 +12,10 @@ from typing import Any
 from .. import engine as _engine
 from ..options import SocketOptions
 
-__all__ = ["LiveOptions", "make_engine", "apply_option", "drained", "has_connected_peer"]
+__all__ = [
+    "LiveOptions", "make_engine", "apply_option", "drained", "has_connected_peer", "transmit_due",
+    "collect_events",
+]
 
 ENGINES = {
     "Dealer": _engine.Dealer,
@@ -73,3 +76,30 @@ def drained(engine: Any) -> bool:
 
 def has_connected_peer(engine: Any) -> bool:
     return bool(engine.connected_peers)
+
+
+def transmit_due(engine: Any, link: Any, now: float, limit: int) -> None:
+    """Hand ``link`` the datagrams ``engine`` has due at ``now`` (seconds): first what the link
+    still holds, then batches of up to ``limit`` (``max_tick_send``) until the engine has no
+    more, a batch is short, or the link holds output back (the OS or pacing refused it)."""
+    if not link.has_pending or link.transmit([]):
+        while True:  # more than max_tick_send frames may be waiting: pull again
+            out = engine.datagrams_to_send(now)
+            if not out or not link.transmit(out) or len(out) < limit:
+                break
+
+
+def collect_events(engine: Any, events: Any, max_events: int) -> None:
+    """Move ``engine``'s events to ``events`` (a deque), keeping the newest ``max_events``; the
+    oldest trimmed are counted through ``engine.events_discarded`` (loss is never silent)."""
+    event = engine.next_event()
+    if event is None:
+        return
+    while event is not None:
+        events.append(event)
+        event = engine.next_event()
+    excess = len(events) - max_events
+    if excess > 0:
+        for _ in range(excess):
+            events.popleft()
+        engine.events_discarded(excess)

@@ -129,23 +129,9 @@ class Socket(OptionAttributes):
 
     def _flush(self, now: float) -> None:
         self._unflushed = 0
-        link, engine = self._link, self.engine
-        if not link.has_pending or link.transmit([]):
-            limit = self.options.max_tick_send
-            while True:  # more than max_tick_send frames may be waiting: pull again
-                out = engine.datagrams_to_send(now)
-                if not out or not link.transmit(out) or len(out) < limit:
-                    break
-        if (event := engine.next_event()) is not None:
-            events = self._events
-            while event is not None:
-                events.append(event)
-                event = engine.next_event()
-            excess = len(events) - self.options.max_events
-            if excess > 0:
-                for _ in range(excess):
-                    events.popleft()
-                engine.events_discarded(excess)
+        options = self.options
+        engines.transmit_due(self.engine, self._link, now, options.max_tick_send)
+        engines.collect_events(self.engine, self._events, options.max_events)
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
