@@ -25,6 +25,7 @@ Counters, events, output and the order of everything are those of the Python cod
 tests/engine/test_engine_safe_receive_fast.py).
 """
 
+cimport cython
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -258,6 +259,39 @@ cdef inline bint _peer_ok(object peer, object addr):
             and peer._state is _CONNECTED)
 
 
+@cython.final
+cdef class _PeerCache:
+    """The peer of the last datagram a batch loop took (most datagrams of a batch come from
+    one peer): its session id and address, or ``peer`` None when nothing is cached."""
+    cdef object peer
+    cdef object addr
+    cdef uint64_t sid
+
+    cdef inline object get(self, dict peers, uint64_t sid, object addr, object now):
+        """The connected peer of session ``sid`` on its known path ``addr`` (a fresh lookup
+        sets its ``_last_seen`` to ``now`` and caches it), or None."""
+        if self.peer is not None and sid == self.sid and addr is self.addr:
+            return self.peer
+        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
+        if not _peer_ok(peer, addr):
+            return None
+        peer._last_seen = now
+        self.peer, self.sid, self.addr = peer, sid, addr
+        return peer
+
+
+cdef int _receive_rest(object slow, object buffer, object offsets, object lengths, object addrs,
+                       Py_ssize_t i, Py_ssize_t total, object now) except -1:
+    """Datagrams ``i`` to ``total`` of a batch, one by one through ``slow``
+    (``receive_datagram``): once a slow datagram closed the engine or replaced its queue."""
+    cdef Py_ssize_t off
+    while i < total:
+        off = offsets[i]
+        slow(buffer[off : off + lengths[i]], addrs[i], now)
+        i += 1
+    return 0
+
+
 cdef int64_t _room(object reassembler) except? -2:
     """The largest whole one-frame message the reassembler would complete at once (its
     ``max_message_size`` and incomplete-bytes budgets, less a message's overhead), or -1
@@ -356,9 +390,10 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef const unsigned char* p
     cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, whole = 0, completed = 0
     cdef int64_t room = 0, hwm
-    cdef uint64_t sid, cached_sid = 0
+    cdef uint64_t sid
     cdef bint whole_ok = False, stale = True
-    cdef object cached_addr = None, cached_peer = None, addr, peer, reassembler, ready
+    cdef object addr, peer, reassembler, ready
+    cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     recvq = self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
             or not _flat_bytes(buffer)):
@@ -389,15 +424,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                 if _whole_frame(p, length, room):
                     # a whole one-frame message: the compiled Reassembler's first case, here
                     sid = _be(p + 2, 8)
-                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
-                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
-                        if _peer_ok(peer, addr):
-                            peer._last_seen = now
-                            cached_peer, cached_sid, cached_addr = peer, sid, addr
-                        else:
-                            peer = None
-                    else:
-                        peer = cached_peer
+                    peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
                         count += 1
                         nbytes += length
@@ -442,15 +469,11 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     continue
             _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
             count = nbytes = whole = completed = 0
-            cached_peer = None
+            cache.peer = None
             stale = True
             slow(data, addr, now)
             if self._closed or recvq.reassembler is not reassembler:
-                while i < total:  # the rest, one by one
-                    off = offsets[i]
-                    length = lengths[i]
-                    slow(buffer[off : off + length], addrs[i], now)
-                    i += 1
+                _receive_rest(slow, buffer, offsets, lengths, addrs, i, total, now)
                 return
             hwm = recvq.recv_hwm
         _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
@@ -532,9 +555,10 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef Py_ssize_t count = 0, nbytes = 0, whole = 0, completed = 0, acks_out = 0, queued = 0
     cdef Py_ssize_t acks_in = 0
     cdef int64_t room = 0, hwm
-    cdef uint64_t sid, cached_sid = 0
+    cdef uint64_t sid
     cdef bint whole_ok = False, stale = True
-    cdef object cached_addr = None, cached_peer = None, addr, peer, key, until
+    cdef object addr, peer, key, until
+    cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     recvq = self._recvq
     dedup = recvq._dedup
     if self._closed or dedup is None or not _flat_bytes(buffer):
@@ -568,14 +592,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                 p = base + off
                 if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
                     sid = _be(p + 2, 8)
-                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
-                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
-                        if not _peer_ok(peer, addr):
-                            peer = None
-                        else:
-                            cached_peer, cached_sid, cached_addr = peer, sid, addr
-                    else:
-                        peer = cached_peer
+                    peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
                         peer._last_seen = now
                         count += 1
@@ -586,14 +603,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                 elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
                         and _whole_frame(p, length, room)):
                     sid = _be(p + 2, 8)
-                    if cached_peer is None or sid != cached_sid or addr is not cached_addr:
-                        peer = peers.get(PyLong_FromUnsignedLongLong(sid))
-                        if not _peer_ok(peer, addr):
-                            peer = None
-                        else:
-                            cached_peer, cached_sid, cached_addr = peer, sid, addr
-                    else:
-                        peer = cached_peer
+                    peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
                         key = (PyLong_FromUnsignedLongLong(sid),
                                PyLong_FromUnsignedLongLong(_be(p + 10, 8)))
@@ -661,15 +671,11 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
             _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
                         acks_out, queued, acks_in)
             count = nbytes = whole = completed = acks_out = queued = acks_in = 0
-            cached_peer = None
+            cache.peer = None
             stale = True
             slow(data, addr, now)
             if self._closed or recvq.reassembler is not reassembler:
-                while i < total:  # the rest, one by one
-                    off = offsets[i]
-                    length = lengths[i]
-                    slow(buffer[off : off + length], addrs[i], now)
-                    i += 1
+                _receive_rest(slow, buffer, offsets, lengths, addrs, i, total, now)
                 return
             hwm = recvq.recv_hwm
         _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
