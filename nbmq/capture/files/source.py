@@ -12,6 +12,7 @@ import mmap
 import os
 import tempfile
 import zlib
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Union
 
@@ -116,24 +117,10 @@ def _gunzip(buf: object, name: str, cap: int) -> mmap.mmap:
         CaptureError: nothing readable came out, or the output passes ``cap`` bytes (a
             decompression bomb, or a capture larger than ``NBMQ_MAX_GUNZIP_BYTES`` allows).
     """
-    view = memoryview(buf).cast("B")  # type: ignore[arg-type]
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
     written = 0
     with tempfile.TemporaryFile(prefix="nbmq-gunzip-") as out:
         try:
-            pos = 0
-            pending = b""
-            while True:
-                if not pending:
-                    if pos >= len(view):
-                        break
-                    pending = view[pos : pos + _STEP]
-                    pos += len(pending)
-                chunk = inflate.decompress(pending, _STEP)
-                pending = inflate.unconsumed_tail
-                if inflate.eof:
-                    pending = b""
-                    pos = len(view)  # trailing bytes after the member: ignored, as gzip -d warns
+            for chunk in _inflate_steps(memoryview(buf).cast("B")):  # type: ignore[arg-type]
                 written += len(chunk)
                 if written > cap:
                     raise CaptureError(
@@ -141,17 +128,29 @@ def _gunzip(buf: object, name: str, cap: int) -> mmap.mmap:
                         "(raise NBMQ_MAX_GUNZIP_BYTES to allow it)"
                     )
                 out.write(chunk)
-            tail = inflate.flush()
-            written += len(tail)
-            if written > cap:
-                raise CaptureError(
-                    f"{name}: gzip capture decompresses past {cap} bytes; not read "
-                    "(raise NBMQ_MAX_GUNZIP_BYTES to allow it)"
-                )
-            out.write(tail)
         except zlib.error:  # a cut or damaged stream: the readers count the cut record
             pass
         if not written:
             raise CaptureError(f"not a capture: {name} is a gzip file with nothing readable in it")
         out.flush()
         return mmap.mmap(out.fileno(), 0, access=mmap.ACCESS_READ)  # the map outlives the file
+
+
+def _inflate_steps(view: memoryview) -> Iterator[bytes]:
+    """The gzip member in ``view`` decompressed, at most ``_STEP`` bytes a chunk, fed
+    ``_STEP`` compressed bytes at a time; bytes after the member are ignored (as ``gzip -d``
+    warns). Raises zlib.error where the stream is damaged."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pos = 0
+    pending: bytes | memoryview = b""
+    while True:
+        if not pending:
+            if pos >= len(view):
+                break
+            pending = view[pos : pos + _STEP]
+            pos += len(pending)
+        yield inflate.decompress(pending, _STEP)
+        pending = inflate.unconsumed_tail
+        if inflate.eof:
+            break
+    yield inflate.flush()
