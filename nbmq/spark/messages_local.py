@@ -232,6 +232,14 @@ def _combine(batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bo
         hs.clear()
         return pa.RecordBatch.from_arrays([*b.columns, arr, pa.array(np.zeros(m, bool))], schema=with_h)
 
+    def settle(done: _Pending) -> None:  # a key's records are all in: its row, or a redo mark
+        row = _settle(done, parts, limit)
+        if row is None:
+            redo.append(done.h)
+        else:
+            out.add(row)
+            hs.append(done.h)
+
     def marks() -> pa.RecordBatch:
         m = len(redo)
         cols = [pa.nulls(m, f.type) for f in out_schema]
@@ -273,23 +281,13 @@ def _combine(batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bo
                 pending.records.extend(recs)
                 continue
             if pending is not None:
-                row = _settle(pending, parts, limit)
-                if row is None:
-                    redo.append(pending.h)
-                else:
-                    out.add(row)
-                    hs.append(pending.h)
-                    if out.full():
-                        yield flush()
+                settle(pending)
+                if out.full():
+                    yield flush()
             pending = _Pending(key, recs[0]["_h"])
             pending.records.extend(recs)
     if pending is not None:
-        row = _settle(pending, parts, limit)
-        if row is None:
-            redo.append(pending.h)
-        else:
-            out.add(row)
-            hs.append(pending.h)
+        settle(pending)
     if out.rows:
         yield flush()
     if redo:
