@@ -827,11 +827,17 @@ cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
     return frame
 
 
+cdef inline bint _one_bytes_frame(object frames):
+    """``frames`` is a list of one ``bytes`` frame (a small message's, made by the twin)."""
+    return type(frames) is list and len(<list>frames) == 1 and type((<list>frames)[0]) is bytes
+
+
 def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
 
     Runs the leading small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
-    not dropped) of a safe queue under congestion control: each goes to the next peer of
+    or a frame the twin made for a peer whose window was full, none sent; not dropped) of a
+    safe queue under congestion control: each goes to the next peer of
     ``ring`` in turn as one frame, kept as a ``_Flight`` in the peer's transmission order,
     while the peer's window has room. From the first other message (or a peer not connected,
     or a full window) on, ``SendQueue._take_safe`` does the rest, from the same state."""
@@ -853,9 +859,19 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     py_now = now
     while queue and n < limit:
         msg = queue[0]
+        frame = None
         if type(msg) is SmallMessage:
             sm = <SmallMessage>msg
-            if sm.peer is not None or sm.frames is not None or sm.dropped:
+            if sm.dropped:
+                break
+            if sm.frames is not None:
+                # its frame was made, but its window was full (the Python code assigns the
+                # peer and encodes before that check): send it as that code would
+                if sm.peer is None or sm.sent != 0 or not _one_bytes_frame(sm.frames):
+                    break
+                peer = sm.peer
+                frame = <bytes>(<list>sm.frames)[0]
+            elif sm.peer is not None:
                 break
             small = sm.small
         elif type(msg) is OutMessage:
@@ -866,9 +882,10 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             break
         if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
             break
-        if rr >= nring:
-            rr = 0
-        peer = ring[rr]
+        if frame is None:
+            if rr >= nring:
+                rr = 0
+            peer = ring[rr]
         if peer is not last and last is not None:
             win.tx = tx
             win.in_flight = in_flight
@@ -891,15 +908,16 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             cwnd = win.cwnd
         elif in_flight > 0 and cwnd - in_flight <= 0:
             break  # full, as above (win.tx / in_flight written back below)
-        rr += 1
-        frame = _small_frame(sid, msg.message_id, <bytes>small)
+        if frame is None:
+            rr += 1
+            frame = _small_frame(sid, msg.message_id, <bytes>small)
+            if type(msg) is SmallMessage:
+                sm.peer = peer
+                sm.frames = [frame]
+            else:
+                msg.peer = peer
+                msg.frames = [frame]
         size = PyBytes_GET_SIZE(frame)
-        if type(msg) is SmallMessage:
-            sm.peer = peer
-            sm.frames = [frame]
-        else:
-            msg.peer = peer
-            msg.frames = [frame]
         out.append((frame, addr))
         nbytes += size
         in_flight += size
