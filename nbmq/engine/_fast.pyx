@@ -598,7 +598,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         acks_in += 1
-                        ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
+                        _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
                         continue
                 elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
                         and _whole_frame(p, length, room)):
@@ -714,17 +714,25 @@ cdef object _ack_py = SendQueue.ack
 
 def ack(sendq, uint64_t session_id, h, now, out):
     """``SendQueue.ack(session_id, h, now, out)`` (same arguments, effects and result),
-    compiled for its common case: a frame in flight to ``session_id``, sent once, under
-    congestion control, ``now`` a float and ``out`` a list (``Window.acked`` / ``sample`` /
-    ``end_round`` inlined; a frame the ack shows lost goes to ``SendQueue._fast_resend``).
-    Every other case is ``SendQueue.ack`` itself
+    compiled for its common case: a :class:`Flight` in flight to ``session_id``, sent once,
+    under congestion control, ``now`` a float and ``out`` a list (``Window.acked`` /
+    ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
+    ``SendQueue._fast_resend``). Every other case is ``SendQueue.ack`` itself
     (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
+    return _ack(sendq, session_id, h, now, out)
+
+
+cdef object _ack(object sendq, uint64_t session_id, object h, object now, object out):
+    """:func:`ack`, called from C."""
     cdef double t, rtt, srtt, rttvar, cwnd, x
     cdef Py_ssize_t size, in_flight, tx, limit, otx
-    inflight = sendq._inflight
-    flight = inflight.get(h)
-    if flight is None or type(now) is not float or type(out) is not list:
+    cdef Flight flight
+    cdef SmallMessage sm
+    inflight = <dict>sendq._inflight
+    obj = inflight.get(h)
+    if type(obj) is not Flight or type(now) is not float or type(out) is not list:
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    flight = <Flight>obj
     msg = flight.msg
     peer = msg.peer
     win = flight.win
@@ -739,7 +747,7 @@ def ack(sendq, uint64_t session_id, h, now, out):
     size = len(flight.view)
     in_flight = win.in_flight - size
     win.in_flight = in_flight if in_flight > 0 else 0
-    rtt = t - <double>flight.sent_at
+    rtt = t - flight.sent_at
     if not rtt > 0.0:  # max(0.0, rtt)
         rtt = 0.0
     win.backoff = 1.0
@@ -778,9 +786,14 @@ def ack(sendq, uint64_t session_id, h, now, out):
         entry = order[0]
         otx = (<tuple>entry)[0]
         other = (<tuple>entry)[1]
-        if other.tx != otx or other.win is None:
+        if type(other) is Flight:
+            if (<Flight>other).tx != otx or (<Flight>other).win is None:
+                order.popleft()
+                continue
+        elif other.tx != otx or other.win is None:
             order.popleft()
-        elif otx <= limit:
+            continue
+        if otx <= limit:
             if sent_before is None:
                 sent_before = now - win.reorder_wait()
             if other.last_sent > sent_before:
@@ -791,6 +804,18 @@ def ack(sendq, uint64_t session_id, h, now, out):
                 break
         else:
             break
+    if type(msg) is SmallMessage:
+        sm = <SmallMessage>msg
+        if sm.dropped:
+            return True
+        sendq.acked += 1
+        sm.unacked -= 1
+        if sm.unacked == 0 and sm.frames is not None and sm.sent == len(sm.frames):
+            if sm.group is None:  # SendQueue._release
+                sendq.held -= 1
+            else:
+                sendq._release(msg)
+        return True
     if msg.dropped:
         return True
     sendq.acked += 1
@@ -803,7 +828,49 @@ def ack(sendq, uint64_t session_id, h, now, out):
 # SendQueue._take_safe's small-message case, compiled (issue 15, safecompiled)
 
 from nbmq.engine.congestion import Window as _Window
-from nbmq.engine.queues import _Flight
+
+
+@cython.final
+cdef class Flight:
+    """One SafeDealer frame awaiting its ack: the compiled twin of
+    ``nbmq.engine.queues._Flight`` (same attributes, constructor and ``forget``), made by
+    :func:`take_safe` without a Python ``__init__`` and read by :func:`ack` as C fields."""
+
+    cdef public object hash, view, msg, win
+    cdef public double due, sent_at, last_sent
+    cdef public Py_ssize_t resends, tx, fast
+
+    def __init__(self, h, view, msg, double due, double sent_at=0.0, win=None):
+        self.hash = h
+        self.view = view
+        self.msg = msg
+        self.due = due
+        self.resends = 0
+        self.sent_at = sent_at
+        self.win = win
+        self.tx = -1
+        self.last_sent = sent_at
+        self.fast = 0
+
+    def forget(self):
+        if self.win is not None:
+            self.win.forget(len(self.view))
+            self.win = None
+
+
+cdef inline Flight _flight(object h, bytes view, object msg, double due, double now, object win,
+                           Py_ssize_t tx):
+    """``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``."""
+    cdef Flight f = Flight.__new__(Flight)
+    f.hash = h
+    f.view = view
+    f.msg = msg
+    f.due = due
+    f.sent_at = now
+    f.last_sent = now
+    f.win = win
+    f.tx = tx
+    return f
 
 cdef object _take_safe_py = SendQueue._take_safe
 
@@ -838,14 +905,15 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     Runs the leading small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
     or a frame the twin made for a peer whose window was full, none sent; not dropped) of a
     safe queue under congestion control: each goes to the next peer of
-    ``ring`` in turn as one frame, kept as a ``_Flight`` in the peer's transmission order,
+    ``ring`` in turn as one frame, kept as a :class:`Flight` in the peer's transmission order,
     while the peer's window has room. From the first other message (or a peer not connected,
     or a full window) on, ``SendQueue._take_safe`` does the rest, from the same state."""
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
     cdef uint64_t sid = 0
-    cdef double cwnd = 0.0
+    cdef double cwnd = 0.0, due_c = 0.0
     cdef bytes frame
-    cdef object small, msg, peer, addr = None, last = None, win = None, order = None, due = None
+    cdef Flight flight
+    cdef object small, msg, peer, addr = None, last = None, win = None, order = None
     cdef object h
     cdef SmallMessage sm
     if not sendq.congestion or not nring:
@@ -902,7 +970,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             addr = peer._addr
             order = win.order
             rto = win.rto
-            due = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
+            due_c = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
             tx = win.tx
             in_flight = win.in_flight
             cwnd = win.cwnd
@@ -923,9 +991,8 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
         in_flight += size
         h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size,
                                              FNV_BASIS))
-        flight = _Flight(h, frame, msg, due, py_now, win)
+        flight = _flight(h, frame, msg, due_c, now, win, tx)  # tx: its place in win.order
         inflight[h] = flight
-        flight.tx = tx  # transmission order: loss detection and the timer
         order.append((tx, flight))
         tx += 1
         if type(msg) is SmallMessage:
