@@ -87,6 +87,7 @@ cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
     return _fnv(b, 8, h)
 
 
+@cython.no_gc  # it holds no object that could lead back to it: refcounting frees it
 cdef class SmallMessage:
     """A one-part message of at most 466 bytes queued by :func:`send`: the twin of
     ``OutMessage(None, message_id, None, None, small)`` (``SendQueue.push_small``) with the
@@ -896,6 +897,8 @@ cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
 
 cdef inline bint _one_bytes_frame(object frames):
     """``frames`` is a list of one ``bytes`` frame (a small message's, made by the twin)."""
+    if type(frames) is tuple:
+        return len(<tuple>frames) == 1 and type((<tuple>frames)[0]) is bytes
     return type(frames) is list and len(<list>frames) == 1 and type((<list>frames)[0]) is bytes
 
 
@@ -938,7 +941,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 if sm.peer is None or sm.sent != 0 or not _one_bytes_frame(sm.frames):
                     break
                 peer = sm.peer
-                frame = <bytes>(<list>sm.frames)[0]
+                frame = <bytes>sm.frames[0]
             elif sm.peer is not None:
                 break
             small = sm.small
@@ -981,7 +984,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             frame = _small_frame(sid, msg.message_id, <bytes>small)
             if type(msg) is SmallMessage:
                 sm.peer = peer
-                sm.frames = [frame]
+                sm.frames = (frame,)
             else:
                 msg.peer = peer
                 msg.frames = [frame]
