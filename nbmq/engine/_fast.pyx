@@ -34,6 +34,9 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
 from nbmq.engine.queues import OutMessage, SendQueue
@@ -569,7 +572,6 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     counters = self._counters
     peers = self._peers
     ready = recvq._ready
-    dedup_order = recvq._dedup_order
     ttl = recvq.dedup_ttl
     hwm = recvq.recv_hwm
     reassembler = recvq.reassembler
@@ -608,6 +610,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                     if peer is not None:
                         key = (PyLong_FromUnsignedLongLong(sid),
                                PyLong_FromUnsignedLongLong(_be(p + 10, 8)))
+                        # two ints: never in a cycle; untracked, the dedup dict stays
+                        # untracked too, and the collector never walks it
+                        PyObject_GC_UnTrack(<void*>key)
                         until = dedup.get(key)
                         if until is None or until <= now:  # (a duplicate takes the slow path)
                             peer._last_seen = now
@@ -616,9 +621,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             whole += 1
                             ready.append([_part(p, length)])
                             completed += 1
-                            until = now + ttl
-                            dedup[key] = until
-                            dedup_order.append((until, key))
+                            if until is not None:  # (RecvQueue.push: the dict in expiry order)
+                                del dedup[key]
+                            dedup[key] = now + ttl
                             if len(ctrl) < MAX_CTRL:
                                 ctrl.append((_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
                                 queued += 1
@@ -656,9 +661,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
-                            until = now + ttl
-                            dedup[key] = until
-                            dedup_order.append((until, key))
+                            if until is not None:
+                                del dedup[key]
+                            dedup[key] = now + ttl
                         if len(ctrl) < MAX_CTRL:
                             ctrl.append((_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
                                                     PyLong_AsUnsignedLongLongMask(_ack_hash(data))),

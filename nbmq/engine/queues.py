@@ -119,7 +119,6 @@ class RecvQueue:
         "reassembler",
         "_ready",
         "_dedup",
-        "_dedup_order",
         "_dedup_half",
         "_next_maint",
         "completed",
@@ -158,8 +157,10 @@ class RecvQueue:
         )
         self.on_drop = on_drop
         self._ready: deque[Parts] = deque()
+        # key -> until, in insertion order = expiry order (a renewed or re-added key moves to
+        # the end): maintain() forgets from the front, with no second per-message structure
+        # for the collector to walk (issue 15: SafeDealer 100 B)
         self._dedup: dict[tuple[int, int], float] | None = None if dedup_ttl is None else {}
-        self._dedup_order: deque[tuple[float, tuple[int, int]]] = deque()
         self._next_maint = 0.0
         self.completed = 0
         self._cleared = 0
@@ -205,9 +206,8 @@ class RecvQueue:
             if until is not None and until > now:
                 self.duplicates += 1
                 if until - now < self._dedup_half:  # a repeat renews the window: a resend
-                    until = now + self.dedup_ttl  # later than the ttl after delivery would
-                    dedup[key] = until  # otherwise be delivered twice
-                    self._dedup_order.append((until, key))
+                    del dedup[key]  # later than the ttl after delivery would otherwise be
+                    dedup[key] = now + self.dedup_ttl  # delivered twice (to the end: in order)
                 return PushResult.DUPLICATE
         ready = self._ready
         if self.refuse_when_full and len(ready) >= self.recv_hwm:
@@ -229,9 +229,9 @@ class RecvQueue:
         ready.append(parts)
         self.completed += 1
         if dedup is not None:
-            until = now + self.dedup_ttl  # type: ignore[operator]
-            dedup[key] = until
-            self._dedup_order.append((until, key))
+            if until is not None:  # expired but not yet forgotten: to the end, in order
+                del dedup[key]
+            dedup[key] = now + self.dedup_ttl  # type: ignore[operator]
         return PushResult.COMPLETE
 
     def push_failed(self, exc: DecodeError, evicted: int) -> PushResult:
@@ -285,12 +285,14 @@ class RecvQueue:
         dropped = cast("list[tuple[int, int]]", self.reassembler.expire(now - self.ttl))
         self.expired += len(dropped)
         dedup = self._dedup
-        if dedup is not None:
-            order = self._dedup_order
-            while order and order[0][0] <= now:
-                until, key = order.popleft()
-                if dedup.get(key) == until:
-                    del dedup[key]
+        if dedup:
+            expired = []
+            for key, until in dedup.items():  # oldest first (see __init__)
+                if until > now:
+                    break
+                expired.append(key)
+            for key in expired:
+                del dedup[key]
         return dropped
 
     def drop_session(self, session_id: int) -> list[tuple[int, int]]:
@@ -311,7 +313,7 @@ class RecvQueue:
 
     def next_deadline(self) -> float | None:
         """When :meth:`maintain` next has work (seconds), or None when nothing can expire."""
-        if len(self.reassembler) or self._dedup_order:
+        if len(self.reassembler) or self._dedup:
             return self._next_maint
         return None
 

@@ -622,7 +622,6 @@ class SafeDealer(Socket):
         counters = self._counters
         peers = self._peers
         ready = recvq._ready
-        dedup_order = recvq._dedup_order
         ttl = recvq.dedup_ttl
         reassembler = recvq.reassembler
         sendq = self._sendq
@@ -663,9 +662,9 @@ class SafeDealer(Socket):
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
-                            until = now + ttl  # type: ignore[operator]
-                            dedup[key] = until
-                            dedup_order.append((until, key))
+                            if until is not None:  # (RecvQueue.push: the dict in expiry order)
+                                del dedup[key]
+                            dedup[key] = now + ttl  # type: ignore[operator]
                         if len(ctrl) < MAX_CONTROL_QUEUE:
                             ctrl.append((pack(VERSION, _ACK, sid, ack_hash(data)), addr))
                             queued += 1
