@@ -538,6 +538,9 @@ cdef inline bytes _ack_frame(uint64_t sid, uint64_t h):
     return out
 
 
+cdef class _AckRun  # (below, with the ack)
+
+
 def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     """Feed a ``recvmmsg`` batch to a SafeDealer (compiled twin of
     ``SafeDealer._receive_datagrams_py``; same arguments and effects: datagram ``i`` is
@@ -563,6 +566,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef bint whole_ok = False, stale = True
     cdef object addr, peer, key, until
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
+    cdef _AckRun run = _AckRun.__new__(_AckRun)
     recvq = self._recvq
     dedup = recvq._dedup
     if self._closed or dedup is None or not _flat_bytes(buffer):
@@ -601,7 +605,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         acks_in += 1
-                        _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl)
+                        _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl,
+                             run)
                         continue
                 elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
                         and _whole_frame(p, length, room)):
@@ -634,6 +639,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             continue
             # the Python twin's loop body for any other data frame (a chunk of a larger
             # message) of a connected peer on its known path
+            run.store(sendq)
             data = buffer[off : off + length]
             try:
                 frame = _parse_frame(data)
@@ -687,6 +693,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
                     acks_out, queued, acks_in)
     finally:
+        run.store(sendq)  # (also before any slow datagram: see above)
         PyBuffer_Release(&view)
 
 
@@ -725,11 +732,70 @@ def ack(sendq, uint64_t session_id, h, now, out):
     ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
     ``SendQueue._fast_resend``). Every other case is ``SendQueue.ack`` itself
     (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
-    return _ack(sendq, session_id, h, now, out)
+    cdef _AckRun run = _AckRun.__new__(_AckRun)
+    try:
+        return _ack(sendq, session_id, h, now, out, run)
+    finally:
+        run.store(sendq)
 
 
-cdef object _ack(object sendq, uint64_t session_id, object h, object now, object out):
-    """:func:`ack`, called from C."""
+@cython.final
+cdef class _AckRun:
+    """The window state the acks of one batch change, kept in C between them (most acks of
+    a batch are for one peer's window) and written back by :meth:`store` before any Python
+    code could read it (``end_round``, ``reorder_wait``, ``_fast_resend``, the Python ack,
+    a slow datagram) and at the end of the batch; plus the queue's counters they change."""
+    cdef object win           # the Window cached, or None
+    cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
+    cdef Py_ssize_t in_flight, round_acked, round_end
+    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh
+    cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
+    cdef Py_ssize_t acked, released
+
+    cdef int load(self, object win) except -1:
+        self.win = win
+        self.in_flight = win.in_flight
+        self.round_acked = win.round_acked
+        self.round_end = win.round_end
+        srtt = win.srtt
+        rttvar = win.rttvar
+        self.srtt_obj = None if srtt is None or rttvar is None else srtt
+        if self.srtt_obj is not None:
+            self.srtt = srtt
+            self.rttvar = rttvar
+        self.rto = win.rto
+        self.floor = win.floor
+        self.cwnd = win.cwnd
+        self.ssthresh = win.ssthresh
+        self.sampled = False
+        return 0
+
+    cdef int store(self, object sendq) except -1:
+        win = self.win
+        if win is not None:
+            self.win = None
+            win.in_flight = self.in_flight
+            win.round_acked = self.round_acked
+            win.cwnd = self.cwnd
+            if self.sampled:
+                win.backoff = 1.0
+                win.srtt = self.srtt
+                win.rttvar = self.rttvar
+                win.rto = self.rto
+        if self.acked:
+            sendq.acked += self.acked
+            self.acked = 0
+            sendq._blocked = False
+        if self.released:
+            sendq.held -= self.released
+            self.released = 0
+        return 0
+
+
+cdef object _ack(object sendq, uint64_t session_id, object h, object now, object out,
+                 _AckRun run):
+    """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
+    ``run.store``: the caller stores it before other code reads the window or the queue)."""
     cdef double t, rtt, srtt, rttvar, cwnd, x
     cdef Py_ssize_t size, in_flight, tx, limit, otx
     cdef Flight flight
@@ -737,55 +803,63 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     inflight = <dict>sendq._inflight
     obj = inflight.get(h)
     if type(obj) is not Flight or type(now) is not float or type(out) is not list:
+        run.store(sendq)
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
     flight = <Flight>obj
     msg = flight.msg
-    peer = msg.peer
+    if type(msg) is not SmallMessage:
+        run.store(sendq)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    sm = <SmallMessage>msg
+    peer = sm.peer
     win = flight.win
     if (peer is None or win is None or flight.resends != 0 or flight.fast != 0
             or type(peer._sid) is not int or PyLong_AsUnsignedLongLongMask(peer._sid) != session_id
             or peer._sid < 0 or peer._sid > _U64_MAX):
+        run.store(sendq)
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    if win is not run.win:
+        run.store(sendq)
+        run.load(win)
     del inflight[h]
     t = now
     flight.due = -1.0  # marks its resend-queue entries stale
     # Window.acked(len(flight.view), now - flight.sent_at), inlined
     size = len(flight.view)
-    in_flight = win.in_flight - size
-    win.in_flight = in_flight if in_flight > 0 else 0
+    in_flight = run.in_flight - size
+    run.in_flight = in_flight if in_flight > 0 else 0
     rtt = t - flight.sent_at
     if not rtt > 0.0:  # max(0.0, rtt)
         rtt = 0.0
-    win.backoff = 1.0
-    py_srtt = win.srtt
-    py_rttvar = win.rttvar
-    if py_srtt is None or py_rttvar is None:
+    if run.srtt_obj is None:
         srtt = rtt
         rttvar = rtt / 2
+        run.srtt_obj = True
     else:
-        srtt = py_srtt
-        rttvar = py_rttvar
-        rttvar = 0.75 * rttvar + 0.25 * abs(srtt - rtt)
+        srtt = run.srtt
+        rttvar = 0.75 * run.rttvar + 0.25 * abs(srtt - rtt)
         srtt = 0.875 * srtt + 0.125 * rtt
-    win.srtt = srtt
-    win.rttvar = rttvar
+    run.srtt = srtt
+    run.rttvar = rttvar
     x = srtt + 4 * rttvar
-    floor = win.floor
-    win.rto = x if x > floor else floor
-    cwnd = win.cwnd
+    run.rto = x if x > run.floor else run.floor
+    run.sampled = True
+    cwnd = run.cwnd
     if cwnd < MAX_WINDOW_C:
-        if cwnd < win.ssthresh:
+        if cwnd < run.ssthresh:
             cwnd += size
         else:
             cwnd += DATAGRAM_C * size / cwnd
-        win.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
+        run.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
     flight.win = None
-    sendq._blocked = False
-    win.round_acked += 1
+    run.acked += 1  # (sendq._blocked = False at store)
+    run.round_acked += 1
     tx = flight.tx
-    if tx >= win.round_end:
-        win.end_round()
     order = win.order
+    if tx >= run.round_end:
+        run.store(sendq)
+        win.end_round()
+        run.load(win)
     limit = tx - DUPTHRESH_C
     sent_before = None
     while order:  # oldest transmissions first: skip the acked, resend the lost
@@ -800,6 +874,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
             order.popleft()
             continue
         if otx <= limit:
+            run.store(sendq)  # Python code reads the window from here on
             if sent_before is None:
                 sent_before = now - win.reorder_wait()
             if other.last_sent > sent_before:
@@ -810,24 +885,15 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
                 break
         else:
             break
-    if type(msg) is SmallMessage:
-        sm = <SmallMessage>msg
-        if sm.dropped:
-            return True
-        sendq.acked += 1
-        sm.unacked -= 1
-        if sm.unacked == 0 and sm.frames is not None and sm.sent == len(sm.frames):
-            if sm.group is None:  # SendQueue._release
-                sendq.held -= 1
-            else:
-                sendq._release(msg)
+    if sm.dropped:
         return True
-    if msg.dropped:
-        return True
-    sendq.acked += 1
-    msg.unacked -= 1
-    if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
-        sendq._release(msg)
+    sm.unacked -= 1
+    if sm.unacked == 0 and sm.frames is not None and sm.sent == len(sm.frames):
+        if sm.group is None:  # SendQueue._release
+            run.released += 1
+        else:
+            run.store(sendq)
+            sendq._release(msg)
     return True
 
 
