@@ -127,6 +127,47 @@ def test_recv_dedup_window_renewed_by_late_repeats():
     assert q.push(frames[0], 3.9) is PushResult.COMPLETE  # 1.1 s after the last repeat: new
 
 
+def test_recv_dedup_forgets_in_expiry_order_after_renewals_and_redelivery():
+    """The dedup entries expire oldest first although renewals and a redelivery after the
+    window change their order (issue 15: the dict itself is the expiry order, so a renewed
+    or re-added entry must move behind the others or it would hold them back)."""
+    q = RecvQueue(dedup_ttl=1.0, queue_maint_ivl=0.0)
+    (a,), _ = frames_of([b"a"], nonce=1)
+    (b,), _ = frames_of([b"b"], nonce=2)
+    (c,), _ = frames_of([b"c"], nonce=3)
+    assert q.push(a, 0.0) is PushResult.COMPLETE  # until 1.0
+    assert q.push(b, 0.1) is PushResult.COMPLETE  # until 1.1
+    assert q.push(a, 0.6) is PushResult.DUPLICATE  # renewed: until 1.6
+    q.maintain(1.2)
+    assert q.remembered == 1  # b forgotten, a (renewed, older insertion) kept
+    assert q.push(b, 1.2) is PushResult.COMPLETE  # b again, a new delivery: until 2.2
+    assert q.push(c, 1.3) is PushResult.COMPLETE  # until 2.3
+    q.maintain(1.7)
+    assert q.remembered == 2  # a (1.6) forgotten; b and c kept
+    assert q.push(a, 1.7) is PushResult.COMPLETE  # until 2.7 (a re-added at the end)
+    q.maintain(2.25)
+    assert q.remembered == 2  # b (2.2) gone; c (2.3) and a (2.7) kept
+    q.maintain(2.5)
+    assert q.remembered == 1
+    q.maintain(2.7)
+    assert q.remembered == 0 and q.next_deadline() is None
+    assert len(q) == 5
+
+
+def test_recv_dedup_expired_entry_not_yet_forgotten_moves_to_the_end():
+    """A message delivered again after its window passed but before maintain() forgot it
+    gets a fresh entry behind the younger ones, so maintain() still forgets those in time."""
+    q = RecvQueue(dedup_ttl=1.0, queue_maint_ivl=0.0)
+    (a,), _ = frames_of([b"a"], nonce=1)
+    (b,), _ = frames_of([b"b"], nonce=2)
+    assert q.push(a, 0.0) is PushResult.COMPLETE  # until 1.0
+    assert q.push(b, 0.5) is PushResult.COMPLETE  # until 1.5
+    assert q.push(a, 1.2) is PushResult.COMPLETE  # a's window passed: until 2.2
+    q.maintain(1.6)
+    assert q.remembered == 1  # b forgotten although a was inserted before it
+    assert q.push(b, 1.6) is PushResult.COMPLETE and q.push(a, 1.6) is PushResult.DUPLICATE
+
+
 def test_recv_without_dedup_delivers_whole_repeats_again():
     """Reference pull(): no de-duplication (vector recv_whole_message_repeated_pull)."""
     q = RecvQueue()

@@ -275,3 +275,75 @@ def test_safe_take_compiled_matches_the_python_take(monkeypatch):
     assert any(kind == "event" and "PeerDisconnected" in text for kind, text in log)
     if sockets._fast is not None:
         assert sockets._fast.take_safe is not None
+
+
+def test_compiled_flight_is_the_python_flight():
+    """_fast.Flight (made by the compiled take) against queues._Flight: the same attributes
+    after construction and after forget() (issue 15: the flight record in C)."""
+    from nbmq.engine import sockets
+    from nbmq.engine.congestion import Window
+    from nbmq.engine.queues import _Flight
+
+    if sockets._fast is None:
+        pytest.skip("nbmq.engine._fast is not built")
+    names = ("hash", "view", "msg", "due", "resends", "sent_at", "win", "tx", "last_sent", "fast")
+    wins = []
+    states = []
+    for cls in (_Flight, sockets._fast.Flight):
+        win = Window(0.2)
+        win.in_flight = 1000
+        msg = object()
+        flight = cls(12345, b"v" * 134, msg, 1.25, 1.0, win)
+        state = [getattr(flight, n) for n in names]
+        assert flight.msg is msg and flight.win is win
+        flight.tx, flight.resends, flight.fast, flight.last_sent, flight.due = 7, 1, 2, 1.5, -1.0
+        state += [getattr(flight, n) for n in names if n not in ("msg", "win")]
+        flight.forget()
+        flight.forget()  # a second forget does nothing
+        state += [flight.win, win.in_flight]
+        states.append(state[:2] + state[3:6] + state[7:])
+        wins.append(win)
+    assert states[0] == states[1]
+    assert wins[0].in_flight == wins[1].in_flight == 1000 - 134
+
+
+def test_compiled_take_keeps_going_after_a_full_window():
+    """Once a peer's window filled (the Python take then makes the waiting message's frame),
+    the compiled take still sends the messages after it when acks open the window: every
+    flight it makes is a _fast.Flight (it once handed the whole rest of the queue to the
+    Python take after the first full window)."""
+    from nbmq.engine import sockets
+
+    if sockets._fast is None:
+        pytest.skip("nbmq.engine._fast is not built")
+    engine = SafeDealer(SocketOptions(send_hwm=200, max_tick_send=1000), random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)  # the handshake completes
+    engine.datagrams_to_send(1.0)  # its ack
+    q = engine._sendq
+    now = 1.0
+    engine.send([b"first"], now)
+    engine.datagrams_to_send(now)
+    (win,) = q.windows.values()
+    win.cwnd = 700.0  # five 134-byte frames
+    for i in range(120):
+        engine.send([bytes([i]) * 100], now)
+    rounds = []
+    kinds = set()
+    for _ in range(60):
+        now += 0.001
+        out = [bytes(d) for d, _ in engine.datagrams_to_send(now)]
+        kinds.update(type(f).__name__ for f in q._inflight.values())
+        rounds.append(sum(1 for d in out if d[1] == 0))
+        acks = [_ack(sid, d) for d in out if d[1] == 0]
+        if not acks:
+            break
+        buf = b"".join(acks)
+        engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
+                                 [18] * len(acks), [A] * len(acks), now)
+    assert sum(rounds) == 121 and q.held == 0 and q.in_flight == 0
+    assert len([n for n in rounds if n]) >= 4  # the window filled, round after round
+    assert kinds == {"Flight"}
