@@ -564,7 +564,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef int64_t room = 0, hwm
     cdef uint64_t sid
     cdef bint whole_ok = False, stale = True
-    cdef object addr, peer, key, until
+    cdef object addr, peer, key, until, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
     recvq = self._recvq
@@ -599,9 +599,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                 p = base + off
                 if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
                     sid = _be(p + 2, 8)
-                    peer = cache.get(peers, sid, addr, now)
+                    peer = cache.get(peers, sid, addr, now)  # (sets _last_seen)
                     if peer is not None:
-                        peer._last_seen = now
                         count += 1
                         nbytes += length
                         acks_in += 1
@@ -620,8 +619,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         PyObject_GC_UnTrack(<void*>key)
                         until = dedup.get(key)
                         if until is None or until <= now:  # (a duplicate takes the slow path)
-                            peer._last_seen = now
-                            count += 1
+                            count += 1  # (cache.get set _last_seen: now, for this batch)
                             nbytes += length
                             whole += 1
                             ready.append([_part(p, length)])
@@ -635,7 +633,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             else:
                                 counters.control_dropped += 1
                             acks_out += 1
-                            peer._last_sent = now
+                            if peer is not sent_to:  # (now, for the whole batch)
+                                peer._last_sent = now
+                                sent_to = peer
                             continue
             # the Python twin's loop body for any other data frame (a chunk of a larger
             # message) of a connected peer on its known path
@@ -1031,7 +1031,8 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
         if peer is not last and last is not None:
             win.tx = tx
             win.in_flight = in_flight
-        if peer._state is not _CONNECTED:
+            last._last_sent = py_now  # (the Python code sets it per frame: the same value)
+        if peer is not last and peer._state is not _CONNECTED:
             break  # (the Python code drops it, from the same state)
         if peer is not last:
             win = windows.get(peer)
@@ -1052,7 +1053,8 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             break  # full, as above (win.tx / in_flight written back below)
         if frame is None:
             rr += 1
-            frame = _small_frame(sid, msg.message_id, <bytes>small)
+            frame = _small_frame(sid, sm.message_id if type(msg) is SmallMessage
+                                 else msg.message_id, <bytes>small)
             if type(msg) is SmallMessage:
                 sm.peer = peer
                 sm.frames = (frame,)
@@ -1076,11 +1078,11 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             msg.unacked += 1
             msg.sent = 1
         n += 1
-        peer._last_sent = py_now
         popleft()
     if last is not None:
         win.tx = tx
         win.in_flight = in_flight
+        last._last_sent = py_now
     sendq._rr = rr
     sendq.frames_out += n
     sendq.bytes_out += nbytes
