@@ -903,10 +903,16 @@ from nbmq.engine.congestion import Window as _Window
 
 
 @cython.final
+@cython.no_gc
 cdef class Flight:
     """One SafeDealer frame awaiting its ack: the compiled twin of
     ``nbmq.engine.queues._Flight`` (same attributes, constructor and ``forget``), made by
-    :func:`take_safe` without a Python ``__init__`` and read by :func:`ack` as C fields."""
+    :func:`take_safe` without a Python ``__init__`` and read by :func:`ack` as C fields.
+
+    Not tracked by the cycle collector (one per message in flight: the 100 B sender's
+    collections walked them all, issue 15). Its one cycle, window -> ``order`` -> flight ->
+    ``win``, is broken by ``SendQueue.clear`` and ``SendQueue.__del__``; an ack or
+    ``forget`` breaks it for each flight."""
 
     cdef public object hash, view, msg, win
     cdef public double due, sent_at, last_sent

@@ -1022,6 +1022,17 @@ class SendQueue:
         self._queue.clear()
         self._inflight.clear()
         self._resend.clear()
+        self._break_cycles()
         self.windows.clear()
         self._blocked = False
         return self.dropped - before
+
+    def _break_cycles(self) -> None:
+        """Empty every window's transmission order: a compiled flight (``nbmq.engine._fast.
+        Flight``) is not tracked by the cycle collector, so window -> order -> flight -> window
+        is broken here, not by the collector."""
+        for win in self.windows.values():
+            win.order.clear()
+
+    def __del__(self) -> None:
+        self._break_cycles()  # (also when a forgotten engine's cycle is collected)

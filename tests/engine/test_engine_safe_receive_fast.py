@@ -347,3 +347,32 @@ def test_compiled_take_keeps_going_after_a_full_window():
     assert sum(rounds) == 121 and q.held == 0 and q.in_flight == 0
     assert len([n for n in rounds if n]) >= 4  # the window filled, round after round
     assert kinds == {"Flight"}
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_flights_in_flight_are_freed_with_their_engine(close):
+    """Compiled flights are not tracked by the cycle collector: a window and its flights
+    still in flight are freed when the engine is closed, or dropped without closing."""
+    import gc
+    import weakref
+
+    engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    for i in range(20):
+        engine.send([bytes([i]) * 100], 1.0)
+    assert len(engine.datagrams_to_send(1.0)) == 20
+    q = engine._sendq
+    (win,) = q.windows.values()
+    assert len(win.order) == 20 and q.in_flight == 20
+    order = weakref.ref(win.order)  # (a deque: Window and the flights take no weakrefs)
+    del win, q
+    if close:
+        engine.close(1.0)
+    del engine
+    gc.collect()
+    assert order() is None
