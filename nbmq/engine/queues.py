@@ -1035,4 +1035,5 @@ class SendQueue:
             win.order.clear()
 
     def __del__(self) -> None:
-        self._break_cycles()  # (also when a forgotten engine's cycle is collected)
+        if hasattr(self, "windows"):  # (not when __init__ failed before setting it)
+            self._break_cycles()  # also when a forgotten engine's cycle is collected
