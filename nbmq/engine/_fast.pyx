@@ -754,6 +754,8 @@ cdef class _AckRun:
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
     cdef Py_ssize_t acked, released
+    cdef object sid_obj       # the last peer session id found a u64 int, and its value
+    cdef uint64_t sid
 
     cdef int load(self, object win) except -1:
         self.win = win
@@ -816,9 +818,17 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     sm = <SmallMessage>msg
     peer = sm.peer
     win = flight.win
-    if (peer is None or win is None or flight.resends != 0 or flight.fast != 0
-            or type(peer._sid) is not int or PyLong_AsUnsignedLongLongMask(peer._sid) != session_id
-            or peer._sid < 0 or peer._sid > _U64_MAX):
+    if peer is None or win is None or flight.resends != 0 or flight.fast != 0:
+        run.store(sendq)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    sid_obj = peer._sid
+    if sid_obj is not run.sid_obj:  # (checked once per peer of the batch)
+        if type(sid_obj) is not int or sid_obj < 0 or sid_obj > _U64_MAX:
+            run.store(sendq)
+            return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        run.sid_obj = sid_obj
+        run.sid = PyLong_AsUnsignedLongLongMask(sid_obj)
+    if run.sid != session_id:
         run.store(sendq)
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
     if win is not run.win:
@@ -828,7 +838,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     t = now
     flight.due = -1.0  # marks its resend-queue entries stale
     # Window.acked(len(flight.view), now - flight.sent_at), inlined
-    size = len(flight.view)
+    view = flight.view
+    size = PyBytes_GET_SIZE(view) if type(view) is bytes else len(view)
     in_flight = run.in_flight - size
     run.in_flight = in_flight if in_flight > 0 else 0
     rtt = t - flight.sent_at
