@@ -743,6 +743,8 @@ def ack(sendq, uint64_t session_id, h, now, out):
     if not rtt > 0.0:  # max(0.0, rtt)
         rtt = 0.0
     win.backoff = 1.0
+    if rtt < <double>win.min_rtt:
+        win.min_rtt = rtt
     py_srtt = win.srtt
     py_rttvar = win.rttvar
     if py_srtt is None or py_rttvar is None:
@@ -773,7 +775,7 @@ def ack(sendq, uint64_t session_id, h, now, out):
         win.end_round()
     order = win.order
     limit = tx - DUPTHRESH_C
-    sent_before = None
+    sent_before = max(flight.last_sent - win.reorder_window(), now - win.reorder_wait())  # SendQueue.ack
     while order:  # oldest transmissions first: skip the acked, resend the lost
         entry = order[0]
         otx = (<tuple>entry)[0]
@@ -781,8 +783,6 @@ def ack(sendq, uint64_t session_id, h, now, out):
         if other.tx != otx or other.win is None:
             order.popleft()
         elif otx <= limit:
-            if sent_before is None:
-                sent_before = now - win.reorder_wait()
             if other.last_sent > sent_before:
                 break
             order.popleft()
