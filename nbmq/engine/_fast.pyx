@@ -719,7 +719,7 @@ def ack(sendq, uint64_t session_id, h, now, out):
     ``end_round`` inlined; a frame the ack shows lost goes to ``SendQueue._fast_resend``).
     Every other case is ``SendQueue.ack`` itself
     (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
-    cdef double t, rtt, srtt, rttvar, cwnd, x
+    cdef double t, rtt, srtt, rttvar, cwnd, x, reo
     cdef Py_ssize_t size, in_flight, tx, limit, otx
     inflight = sendq._inflight
     flight = inflight.get(h)
@@ -775,7 +775,7 @@ def ack(sendq, uint64_t session_id, h, now, out):
         win.end_round()
     order = win.order
     limit = tx - DUPTHRESH_C
-    sent_before = max(flight.last_sent - win.reorder_window(), now - win.reorder_wait())  # SendQueue.ack
+    sent_before = None
     while order:  # oldest transmissions first: skip the acked, resend the lost
         entry = order[0]
         otx = (<tuple>entry)[0]
@@ -783,6 +783,16 @@ def ack(sendq, uint64_t session_id, h, now, out):
         if other.tx != otx or other.win is None:
             order.popleft()
         elif otx <= limit:
+            if sent_before is None:  # (SendQueue.ack; Window.reorder_window / reorder_wait inlined)
+                reo = <double>win.reo_mult * <double>win.min_rtt / 4
+                if reo > srtt:
+                    reo = srtt
+                x = srtt / 4
+                if 2 * rttvar > x:
+                    x = 2 * rttvar
+                reo = <double>flight.last_sent - reo
+                x = t - (srtt + x)
+                sent_before = reo if reo > x else x
             if other.last_sent > sent_before:
                 break
             order.popleft()

@@ -833,18 +833,20 @@ class SendQueue:
                 win.end_round()
             order = win.order
             limit = -1
-            sent_before = 0.0
+            sent_before = None
             if (out is not None and now is not None and win.srtt is not None
                     and (rtt is not None or now - flight.last_sent >= win.min_rtt)):
                 # (an ack sooner than min_rtt after a resend: the first send's; a tail loss
                 # probe's ack shows every older frame lost, as none was sent after it)
                 limit = tx - (1 if flight is win.probe else DUPTHRESH)
-                sent_before = max(flight.last_sent - win.reorder_window(), now - win.reorder_wait())
             while order:  # oldest transmissions first: skip the acked, resend the lost
                 otx, other = order[0]
                 if other.tx != otx or other.win is None:
                     order.popleft()
                 elif otx <= limit:
+                    if sent_before is None:  # (most acks find no candidate: computed once seen)
+                        sent_before = max(flight.last_sent - win.reorder_window(),
+                                          now - win.reorder_wait())  # type: ignore[operator]
                     if other.last_sent > sent_before:
                         break
                     order.popleft()
