@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 __all__ = [
     "Window", "DATAGRAM", "INITIAL_WINDOW", "MIN_WINDOW", "MAX_WINDOW", "BETA", "DUPTHRESH",
@@ -111,7 +112,7 @@ class Window:
         self.reo_mult = 1
         self.spurious_resends = 0
         self.probed_tx = -1
-        self.probe = None
+        self.probe: Any = None
         self.probes = 0
         self.floor = floor
         self.rto = floor
@@ -160,7 +161,7 @@ class Window:
         srtt = self.srtt
         return window if srtt is None or window < srtt else srtt
 
-    def probe_candidate(self) -> tuple[float, object] | None:
+    def probe_candidate(self) -> tuple[float, Any] | None:
         """The tail loss probe due next (RFC 8985 section 7, RACK-TLP): ``(when, flight)``,
         the newest transmission still unacked (among the ``PROBE_SCAN`` newest) and the time
         ``max(2 * srtt, PROBE_FLOOR)`` seconds after it went out; None before an RTT sample,
