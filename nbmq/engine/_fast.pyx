@@ -751,7 +751,7 @@ cdef class _AckRun:
     cdef object win           # the Window cached, or None
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
-    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh
+    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
     cdef Py_ssize_t acked, released
     cdef object sid_obj       # the last peer session id found a u64 int, and its value
@@ -772,6 +772,7 @@ cdef class _AckRun:
         self.floor = win.floor
         self.cwnd = win.cwnd
         self.ssthresh = win.ssthresh
+        self.min_rtt = win.min_rtt
         self.sampled = False
         return 0
 
@@ -783,6 +784,7 @@ cdef class _AckRun:
             win.round_acked = self.round_acked
             win.cwnd = self.cwnd
             if self.sampled:
+                win.min_rtt = self.min_rtt
                 win.backoff = 1.0
                 win.srtt = self.srtt
                 win.rttvar = self.rttvar
@@ -801,7 +803,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
                  _AckRun run):
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
-    cdef double t, rtt, srtt, rttvar, cwnd, x
+    cdef double t, rtt, srtt, rttvar, cwnd, x, reo
     cdef Py_ssize_t size, in_flight, tx, limit, otx
     cdef Flight flight
     cdef SmallMessage sm
@@ -845,6 +847,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     rtt = t - flight.sent_at
     if not rtt > 0.0:  # max(0.0, rtt)
         rtt = 0.0
+    if rtt < run.min_rtt:
+        run.min_rtt = rtt
     if run.srtt_obj is None:
         srtt = rtt
         rttvar = rtt / 2
@@ -889,8 +893,16 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
             continue
         if otx <= limit:
             run.store(sendq)  # Python code reads the window from here on
-            if sent_before is None:
-                sent_before = now - win.reorder_wait()
+            if sent_before is None:  # (SendQueue.ack; Window.reorder_window / reorder_wait inlined)
+                reo = <double>win.reo_mult * <double>win.min_rtt / 4
+                if reo > srtt:
+                    reo = srtt
+                x = srtt / 4
+                if 2 * rttvar > x:
+                    x = 2 * rttvar
+                reo = <double>flight.last_sent - reo
+                x = t - (srtt + x)
+                sent_before = reo if reo > x else x
             if other.last_sent > sent_before:
                 break
             order.popleft()

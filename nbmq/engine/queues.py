@@ -799,7 +799,8 @@ class SendQueue:
 
         With congestion control, ``now`` and an output list ``out``, the frames this ack shows
         lost (still unacked, last sent ``DUPTHRESH`` or more transmissions before the acked
-        one and longer than ``Window.reorder_wait()`` seconds ago) are resent at once, appended as ``(frame, addr)`` to ``out`` (counted in
+        one and ``Window.reorder_window()`` seconds or more before it, or longer than
+        ``Window.reorder_wait()`` seconds ago; see :mod:`~.congestion`) are resent at once, appended as ``(frame, addr)`` to ``out`` (counted in
         ``resends`` and ``fast_resends``; a frame at its resend limit, or whose message was
         dropped or whose peer left, is left to :meth:`resend_due`).
 
@@ -823,6 +824,9 @@ class SendQueue:
             rtt = (now - flight.sent_at if now is not None and flight.resends == 0
                    and flight.fast == 0 else None)
             win.acked(len(flight.view), rtt)
+            if (rtt is None and flight.fast and flight is not win.probe and now is not None
+                    and now - flight.last_sent < win.min_rtt):
+                win.spurious()  # its first send arrived: reordering, not loss
             flight.win = None
             self._blocked = False
             win.round_acked += 1
@@ -831,16 +835,20 @@ class SendQueue:
                 win.end_round()
             order = win.order
             limit = -1
-            if out is not None and now is not None and win.srtt is not None:
-                limit = tx - DUPTHRESH
             sent_before = None
+            if (out is not None and now is not None and win.srtt is not None
+                    and (rtt is not None or now - flight.last_sent >= win.min_rtt)):
+                # (an ack sooner than min_rtt after a resend: the first send's; a tail loss
+                # probe's ack shows every older frame lost, as none was sent after it)
+                limit = tx - (1 if flight is win.probe else DUPTHRESH)
             while order:  # oldest transmissions first: skip the acked, resend the lost
                 otx, other = order[0]
                 if other.tx != otx or other.win is None:
                     order.popleft()
                 elif otx <= limit:
-                    if sent_before is None:
-                        sent_before = now - win.reorder_wait()  # type: ignore[operator]
+                    if sent_before is None:  # (most acks find no candidate: computed once seen)
+                        sent_before = max(flight.last_sent - win.reorder_window(),
+                                          now - win.reorder_wait())  # type: ignore[operator]
                     if other.last_sent > sent_before:
                         break
                     order.popleft()
@@ -857,12 +865,14 @@ class SendQueue:
             self._release(msg)
         return True
 
-    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram]) -> bool:
+    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram],
+                     lost: bool = True) -> bool:
         """Resend ``flight``, found lost by an ack, now (see :meth:`ack`); or forget it when
         its message was dropped, or drop its message when its peer is gone, as its timer
         would. False: not resent, left to its timer (it had ``resend_limit`` fast resends;
         only the timer's resends count against the limit, so that spurious fast resends on a
-        reordering path cannot drop a message early)."""
+        reordering path cannot drop a message early). ``lost``: False for a tail loss probe
+        (not counted in the round's losses)."""
         msg = flight.msg
         peer = msg.peer
         if msg.dropped or peer is None or peer._state is not _CONNECTED:
@@ -874,7 +884,8 @@ class SendQueue:
             return True
         if flight.fast >= self.resend_limit:
             return False
-        win.round_lost += 1
+        if lost:
+            win.round_lost += 1
         flight.fast += 1
         flight.due = now + max(win.rto, self.resend_ivl)  # its timer: its place in win.order
         flight.tx = tx = win.tx
@@ -990,6 +1001,17 @@ class SendQueue:
                 if not msg.dropped:
                     gone = peer._state is not _CONNECTED
                     self._drop(msg, DropReason.PEER_GONE if gone else DropReason.RESEND_LIMIT)
+            probe = win.probe_candidate() if order else None
+            if probe is not None and probe[0] <= now:
+                flight = probe[1]
+                n0 = len(out)
+                resent = self._fast_resend(flight, win, now, out, lost=False) and len(out) > n0
+                win.probed_tx = flight.tx  # one probe per quiet spell, then the timer
+                if resent:
+                    win.probe = flight
+                    win.probes += 1
+                    self.resends -= 1  # (_fast_resend counted it; counted below with the rest)
+                    n += 1
             if not order and peer._state is not _CONNECTED:
                 del windows[peer]
         return n
@@ -1010,6 +1032,9 @@ class SendQueue:
                 due = flight.last_sent + max(wait, self.resend_ivl)
                 if best is None or due < best:
                     best = due
+                probe = win.probe_candidate()
+                if probe is not None and (best is None or probe[0] < best):
+                    best = probe[0]
         return best
 
     def clear(self, reason: DropReason) -> int:

@@ -106,19 +106,10 @@ class Socket(OptionAttributes):
         return self
 
     def _option_changed(self, name: str, value: Any) -> None:
-        engines.apply_option(self.engine, name, value)
-        link, options = self._link, self.options
-        if name in ("sndbuf", "rcvbuf"):
-            link.set_buffers(options)
-        elif name == "gso" and hasattr(link, "set_gso"):
-            link.set_gso(value)
-        elif name in ("pace_rate", "pace_burst") and hasattr(link, "set_pacing"):
-            link.set_pacing(options.pace_rate, options.pace_burst)
-            self._transmit_soon()
-        if name in ("gro", "recv_hwm") and hasattr(link, "set_gro"):
-            # a GRO read may hold 64 datagrams: below that recv_hwm could never be read into
-            link.set_gro(options.gro and options.recv_hwm >= 64)
-        if name == "recv_hwm" and not self.closed:
+        engines.apply_live_option(self.engine, self._link, self.options, name, value)
+        if name in ("pace_rate", "pace_burst") and hasattr(self._link, "set_pacing"):
+            self._transmit_soon()  # what pacing held may go now
+        elif name == "recv_hwm" and not self.closed:
             self._update_reading()
 
     # --- receive: bounded by the room under recv_hwm ----------------------------------------------

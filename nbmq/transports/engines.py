@@ -13,7 +13,7 @@ from .. import engine as _engine
 from ..options import SocketOptions
 
 __all__ = [
-    "LiveOptions", "make_engine", "apply_option", "drained", "has_connected_peer", "transmit_due",
+    "LiveOptions", "make_engine", "apply_option", "apply_live_option", "drained", "has_connected_peer", "transmit_due",
     "collect_events",
 ]
 
@@ -67,6 +67,23 @@ def apply_option(engine: Any, name: str, value: Any) -> None:
     """Make a changed option take effect in a running engine (its ``set_option``; transport
     options are only recorded there)."""
     engine.set_option(name, value)
+
+
+def apply_live_option(engine: Any, link: Any, options: Any, name: str, value: Any) -> None:
+    """Make option ``name``, just changed to ``value``, take effect in a running socket (the
+    blocking and the asyncio one alike): the engine's ``set_option``, then what the link
+    (``options`` is the socket's :class:`LiveOptions`) holds of it: socket buffers, GSO,
+    pacing (bytes/s, burst bytes), or GRO, which stays off while ``recv_hwm`` < 64 (one GRO read
+    may hold 64 datagrams: below that the receive queue could never take a read)."""
+    apply_option(engine, name, value)
+    if name in ("sndbuf", "rcvbuf"):
+        link.set_buffers(options)
+    elif name == "gso" and hasattr(link, "set_gso"):
+        link.set_gso(value)
+    elif name in ("pace_rate", "pace_burst") and hasattr(link, "set_pacing"):
+        link.set_pacing(options.pace_rate, options.pace_burst)
+    elif name in ("gro", "recv_hwm") and hasattr(link, "set_gro"):
+        link.set_gro(options.gro and options.recv_hwm >= 64)
 
 
 def drained(engine: Any) -> bool:

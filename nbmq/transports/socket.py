@@ -94,16 +94,7 @@ class Socket(OptionAttributes):
         return cls(address, False, options)
 
     def _option_changed(self, name: str, value: Any) -> None:
-        engines.apply_option(self.engine, name, value)
-        if name in ("sndbuf", "rcvbuf"):
-            self._link.set_buffers(self.options)
-        elif name == "gso" and hasattr(self._link, "set_gso"):
-            self._link.set_gso(value)
-        elif name in ("pace_rate", "pace_burst") and hasattr(self._link, "set_pacing"):
-            self._link.set_pacing(self.options.pace_rate, self.options.pace_burst)
-        elif name in ("gro", "recv_hwm") and hasattr(self._link, "set_gro"):
-            # a GRO read may hold 64 datagrams: below that recv_hwm could never be read into
-            self._link.set_gro(self.options.gro and self.options.recv_hwm >= 64)
+        engines.apply_live_option(self.engine, self._link, self.options, name, value)
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:

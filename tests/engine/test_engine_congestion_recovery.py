@@ -49,11 +49,18 @@ def test_fast_retransmit_after_the_threshold_once_per_round_trip():
     for i in range(5, 9):  # at most once per round trip: its resend is newer than these
         assert _ack(q, frames[i], 0.010 + 0.005 * i) == []
     assert q.ack(SID, codec.ack_hash(frames[1]), 0.040, [])
-    assert q.next_resend() == pytest.approx(0.045 + 0.2)  # frame 9's timer: the backstop
+    # frames 9-11 are never acked and nothing sent later can show them lost: 2 srtt after the
+    # newest went out it is resent once (tail loss probe), and its ack shows the others lost
+    win = q.windows[peer]
+    probe = q.next_resend()
+    assert probe == pytest.approx(0.055 + 2 * win.srtt)
     resent: list = []
-    assert q.resend_due(0.26, resent) == 1  # frame 9 was never acked: its timer, backed off
-    assert q.fast_resends == 1 and q.resends == 2 and q.windows[peer].decreases == 1
-    assert q.next_resend() == pytest.approx(0.05 + 0.4)  # frame 10 waits for the longer timer
+    assert q.resend_due(probe, resent) == 1 and bytes(resent[0][0]) == bytes(frames[11])
+    assert win.probes == 1 and q.fast_resends == 2 and win.decreases == 0
+    assert q.next_resend() == pytest.approx(0.045 + 0.2)  # one probe, then frame 9's timer
+    lost = _ack(q, frames[11], probe + 0.015)
+    assert sorted(lost) == sorted([bytes(frames[9]), bytes(frames[10])])
+    assert q.fast_resends == 4 and q.resends == 4 and win.decreases == 0
 
 
 def test_no_fast_retransmit_on_reordering():
@@ -65,7 +72,7 @@ def test_no_fast_retransmit_on_reordering():
     # reordered by more than DUPTHRESH transmissions, within the reordering allowance
     q2, _, frames2 = _sent(10, spacing=0.0005)
     assert _ack(q2, frames2[0], 0.010) == []
-    late = 1 + DUPTHRESH + 2
+    late = 1 + DUPTHRESH + 1  # frame 5 went out 2 ms after frame 1: within min_rtt / 4
     for i in range(2, late + 1):
         assert _ack(q2, frames2[i], 0.0105 + 0.0005 * i) == []
     assert _ack(q2, frames2[1], 0.0125) == []
@@ -115,14 +122,18 @@ def test_random_loss_within_tolerance_keeps_the_window():
 def test_the_timer_is_still_the_backstop_for_a_tail_loss():
     q, peer, frames = _sent(6)
     for i in range(5):  # the last frame is lost: nothing after it can be acked
-        assert _ack(q, frames[i], 0.01) == []
+        assert _ack(q, frames[i], 0.005 * i + 0.004) == []  # srtt 4 ms
     resent: list = []
-    assert q.resend_due(0.224, resent) == 0  # sent at 25 ms: due at 225 ms
-    assert q.resend_due(0.225, resent) == 1 and bytes(resent[0][0]) == bytes(frames[5])
-    assert q.fast_resends == 0 and q.windows[peer].decreases == 1
+    assert q.resend_due(0.034, resent) == 0  # sent at 25 ms: probed 10 ms later (PROBE_FLOOR)
+    assert q.resend_due(0.035, resent) == 1 and bytes(resent[0][0]) == bytes(frames[5])
+    assert q.fast_resends == 1 and q.windows[peer].decreases == 0
+    # the probe is lost too: the timer, 225 ms after it went out, no second probe
+    assert q.resend_due(0.234, resent) == 0
+    assert q.resend_due(0.2351, resent) == 1 and bytes(resent[1][0]) == bytes(frames[5])
+    assert q.fast_resends == 1 and q.windows[peer].decreases == 1
 
 
-@pytest.mark.parametrize("jitter", [0.0, 0.001])
+@pytest.mark.parametrize("jitter", [0.0, 0.0005, 0.001])
 def test_lossy_link_recovers_fast_with_few_resends(jitter):
     # 5% loss each way: nearly every 64 KiB message loses a frame. Every message arrives once,
     # resends stay within 2x the datagrams the link lost, and recovery does not wait for the

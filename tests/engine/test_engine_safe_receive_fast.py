@@ -101,7 +101,7 @@ def _run(generic: bool, python: bool = False):
     return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held), windows
 
 
-WINDOW_STATE = ("cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "rto", "backoff", "tx",
+WINDOW_STATE = ("cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "min_rtt", "rto", "backoff", "tx",
                 "round_end", "round_acked", "round_lost", "decreases")
 
 
