@@ -29,9 +29,10 @@ _BINS = 120
 #: What :func:`collect` needs per capture before its other jobs: see :func:`span_columns`.
 SPAN_COLUMNS = ["capture", "t0", "t1", "control", "heartbeats"]
 #: Spark settings while the report's jobs run. On a frames table without the ``ack_hash`` column
-#: the ack hash sends every data frame's chunk to a Python UDF through Arrow; with maxBytesPerBatch set Spark sizes the batch after every row.
-#: Rows are frames (<= ~500 bytes), so the 10,000-row cap alone keeps a batch to a few MB
-#: (as the pipeline's reassembly job, nbmq.spark.pipeline._MESSAGES_CONF).
+#: the ack hash sends every data frame's chunk to a Python UDF through Arrow; with
+#: maxBytesPerBatch set Spark sizes the batch after every row. Rows are frames (<= ~500 bytes),
+#: so the 10,000-row cap alone keeps a batch to a few MB (as the pipeline's reassembly job,
+#: nbmq.spark.pipeline._MESSAGES_CONF).
 _CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 _MAX_CONTROL_ROWS = 4000
 _MAX_GAPS = 200
