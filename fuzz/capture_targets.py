@@ -5,7 +5,9 @@ and gather, ``nbmq.capture.datagrams._decode`` packet decoder and address table)
 Python / numpy paths, and compares every column, counter and error reason; the dpkt engine
 (the packet-at-a-time reference, ``read_datagrams(engine="dpkt")``) must agree as well. ``capture_split``
 checks the ``plan_splits`` contract (nbmq/capture/files/splits.py): reading each byte range gives,
-together, exactly the whole-file read, errors included.
+together, exactly the whole-file read, errors included. ``ack_hashes`` checks the frames table's
+``ack_hash`` column (nbmq/capture/datagrams/ack_hashes.py, issue 14): compiled loop against numpy,
+and each value against ``codec.ack_hash`` of the datagram or the Ack's payload.
 """
 
 from __future__ import annotations
@@ -15,19 +17,24 @@ import zlib
 from collections.abc import Iterator
 
 
+import numpy as np
+
+from nbmq import _codec_py
 from nbmq.capture import DatagramBatch, first_frames, plan_splits, read_datagrams
+from nbmq.capture.datagrams import ack_hashes as hashes
 from nbmq.capture.datagrams import assemble, batch, decode_fast
 from nbmq.capture.files import records
 from nbmq.capture.files.errorlog import MAX_ERROR_REASONS
 from nbmq.errors import CaptureError
 
+from .framing import split_pieces
 from .twins import Finding, check_same
 
-__all__ = ["capture_twins", "capture_split", "python_paths", "picture"]
+__all__ = ["capture_twins", "capture_split", "ack_hashes", "python_paths", "picture"]
 
 # (module, attribute) of every compiled helper the readers pick at import time
 _COMPILED = ((records, "_walk_chain"), (records, "_walk_fields"), (batch, "_native_gather"),
-             (decode_fast, "_decode"), (assemble, "_factorize"))
+             (decode_fast, "_decode"), (assemble, "_factorize"), (hashes, "_native_fnv"))
 
 
 def _require_compiled() -> None:
@@ -127,3 +134,34 @@ def _summary(b: DatagramBatch) -> str:
             f"reasons={b.error_reasons} frames={frames if len(frames) < 40 else frames[:40]}")
 
 
+
+
+def ack_hashes(data: bytes) -> None:
+    """Datagrams laid out as for ``parse_frames`` (``framing.split_pieces``), ``gap`` junk bytes
+    (byte 0 mod 8) between them: the ``ack_hash`` column by the compiled loop and by numpy, and
+    every value by its rule (a valid data frame: ``ack_hash`` of its datagram; a valid Ack with
+    8 payload bytes: those bytes, big-endian; anything else: null)."""
+    grams = split_pieces(data[1:])
+    gap = data[0] % 8 if data else 0
+    buf, offsets = bytearray(), []
+    for g in grams:
+        buf += b"\xee" * gap
+        offsets.append(len(buf))
+        buf += g
+    buffer = np.frombuffer(bytes(buf), np.uint8)
+    lengths = np.array([len(g) for g in grams], np.int64)
+    rows = _codec_py.parse_frames(buffer, np.array(offsets, np.int64), lengths)
+    compiled = [a.tolist() for a in hashes.ack_hashes(buffer, rows, compiled=True)]
+    numpy_ = [a.tolist() for a in hashes.ack_hashes(buffer, rows, compiled=False)]
+    check_same("ack_hashes (compiled vs numpy)", numpy_, compiled)
+    for i, g in enumerate(grams):
+        ok = rows["error"][i] == 0
+        if ok and g[1] == 0:
+            want = _codec_py.ack_hash(g)
+        elif ok and g[1] == 5 and len(g) == 18:
+            want = int.from_bytes(g[10:], "big")
+        else:
+            want = None
+        got = compiled[0][i] % 2**64 if compiled[1][i] else None
+        if got != want:
+            raise Finding(f"ack_hashes row {i} ({g.hex()}): {got} != {want}")

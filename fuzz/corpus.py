@@ -10,6 +10,7 @@ Per target (layouts in ``fuzz.framing``):
   frames added, duplicated, batched, expired and dropped.
 - bqsp_decoder, rqueue_decoder: each TCP direction of ``examples/streams/*.pcap`` fed segment by
   segment, whole, and in 7-byte feeds.
+- ack_hashes: as parse_frames (SafeDealer data frames and their Acks among them).
 - capture_twins, capture_split: the head and middle records of every bundled capture (pcap,
   pcapng), and the same datagrams rewritten in other link types, nanosecond and big-endian
   files, a snaplen cut, and IPv6.
@@ -219,6 +220,7 @@ def seeds() -> dict[str, list[bytes]]:
         "rqueue_decoder": _stream_seeds("rqueue"),
         "capture_twins": captures,
         "capture_split": captures,
+        "ack_hashes": _parse_frames_seeds(grams),  # the same layout (the first byte sets the gap)
     }
 
 

@@ -22,6 +22,7 @@ TARGETS: dict[str, str] = {
     "rqueue_decoder": "fuzz.codec_targets:rqueue_decoder",
     "capture_twins": "fuzz.capture_targets:capture_twins",
     "capture_split": "fuzz.capture_targets:capture_split",
+    "ack_hashes": "fuzz.capture_targets:ack_hashes",
 }
 
 #: targets whose property fails on main today, with the reason (kept out of DEFAULT)

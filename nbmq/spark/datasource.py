@@ -403,4 +403,8 @@ def frames_batches(
             cols["payload"] = _gather(buffer, starts, plen)
         if want("error"):
             cols["error"] = _dictionary(error, ~ok, error_names)
+        if want("ack_hash"):  # from the bytes here, so readers of the table need no payload (issue 14)
+            from ..capture.datagrams.ack_hashes import ack_hashes
+
+            cols["ack_hash"] = _masked(*ack_hashes(buffer, r), pa.int64())
         yield pa.RecordBatch.from_arrays([cols[f.name] for f in arrow_schema], schema=arrow_schema)

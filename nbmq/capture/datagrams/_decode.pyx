@@ -304,3 +304,68 @@ def factorize_addresses(const uint8_t[::1] family, const uint8_t[:, ::1] src, co
             else:
                 dc[i] = code
     return src_code, dst_code, ufam_arr[:k].copy(), uaddr_arr[:k].copy()
+
+
+def fnv1a64_ranges(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths,
+                   uint64_t[::1] out):
+    """FNV-1a 64 of every ``buf[starts[i] : starts[i] + lengths[i]]`` into ``out[i]`` (see
+    ``nbmq.capture.datagrams.ack_hashes.fnv1a64_ranges``, its numpy twin).
+
+    Args:
+        buf: uint8 (m,); starts, lengths: int64 (n,), every range inside ``buf``.
+        out: uint64 (n,), written in place.
+
+    Raises:
+        ValueError: lengths of the arrays differ, or a range outside ``buf``.
+    """
+    cdef Py_ssize_t n = starts.shape[0], i, k
+    cdef int64_t size = buf.shape[0], j, common
+    if lengths.shape[0] != n or out.shape[0] != n:
+        raise ValueError("column lengths differ")
+    for i in range(n):
+        if starts[i] < 0 or lengths[i] < 0 or starts[i] > size - lengths[i]:
+            raise ValueError("range outside the buffer")
+    if n == 0:
+        return
+    cdef const uint8_t* base = &buf[0]
+    cdef const uint8_t* p0
+    cdef const uint8_t* p1
+    cdef const uint8_t* p2
+    cdef const uint8_t* p3
+    cdef uint64_t h0, h1, h2, h3
+    cdef uint64_t basis = 0xCBF29CE484222325ULL, prime = 0x100000001B3ULL  # nbmq.codec.fnv1a64
+    with nogil:
+        i = 0
+        # Four ranges at once: one range is a chain of dependent multiplies (about 4 cycles a
+        # byte); four independent chains keep the multiplier busy (issue 14: ~2.3 GB at 5M).
+        while i + 4 <= n:
+            p0 = base + starts[i]
+            p1 = base + starts[i + 1]
+            p2 = base + starts[i + 2]
+            p3 = base + starts[i + 3]
+            h0 = h1 = h2 = h3 = basis
+            common = min(min(lengths[i], lengths[i + 1]), min(lengths[i + 2], lengths[i + 3]))
+            for j in range(common):
+                h0 = (h0 ^ p0[j]) * prime
+                h1 = (h1 ^ p1[j]) * prime
+                h2 = (h2 ^ p2[j]) * prime
+                h3 = (h3 ^ p3[j]) * prime
+            for j in range(common, lengths[i]):
+                h0 = (h0 ^ p0[j]) * prime
+            for j in range(common, lengths[i + 1]):
+                h1 = (h1 ^ p1[j]) * prime
+            for j in range(common, lengths[i + 2]):
+                h2 = (h2 ^ p2[j]) * prime
+            for j in range(common, lengths[i + 3]):
+                h3 = (h3 ^ p3[j]) * prime
+            out[i] = h0
+            out[i + 1] = h1
+            out[i + 2] = h2
+            out[i + 3] = h3
+            i += 4
+        for k in range(i, n):
+            p0 = base + starts[k]
+            h0 = basis
+            for j in range(lengths[k]):
+                h0 = (h0 ^ p0[j]) * prime
+            out[k] = h0

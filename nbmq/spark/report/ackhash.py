@@ -1,5 +1,8 @@
 """The SafeDealer ack hash of each data frame of a frames table, as a Spark pandas UDF.
 
+Only for frames tables written before their ``ack_hash`` column (issue 14): the decoder computes
+that column now (``nbmq.capture.datagrams.ack_hashes``) and the report reads it instead.
+
 A receiver acks FNV-1a 64 over the data frame's exact bytes (``codec.ack_hash``, seed 000); the
 frames table keeps every header field and the chunk, so the 34-byte header is rebuilt
 (big-endian, the layout in :mod:`nbmq.wire`) and hashed. No ``from __future__ import

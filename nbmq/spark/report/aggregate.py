@@ -28,10 +28,11 @@ GAP_FACTOR = 1.5
 _BINS = 120
 #: What :func:`collect` needs per capture before its other jobs: see :func:`span_columns`.
 SPAN_COLUMNS = ["capture", "t0", "t1", "control", "heartbeats"]
-#: Spark settings while the report's jobs run. The ack hash sends every data frame's chunk to a
-#: Python UDF through Arrow; with maxBytesPerBatch set Spark sizes the batch after every row.
-#: Rows are frames (<= ~500 bytes), so the 10,000-row cap alone keeps a batch to a few MB
-#: (as the pipeline's reassembly job, nbmq.spark.pipeline._MESSAGES_CONF).
+#: Spark settings while the report's jobs run. On a frames table without the ``ack_hash`` column
+#: the ack hash sends every data frame's chunk to a Python UDF through Arrow; with
+#: maxBytesPerBatch set Spark sizes the batch after every row. Rows are frames (<= ~500 bytes),
+#: so the 10,000-row cap alone keeps a batch to a few MB (as the pipeline's reassembly job,
+#: nbmq.spark.pipeline._MESSAGES_CONF).
 _CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 _MAX_CONTROL_ROWS = 4000
 _MAX_GAPS = 200
@@ -130,8 +131,10 @@ def collect(spark: SparkSession, tables: dict[str, str], spans: list[dict[str, A
             more Spark job computes it.
 
     Returns:
-        A :class:`ReportData`. SafeDealer ack round trips need the frames' ``payload`` column
-        (the ack hash covers the whole frame); without it they are left out and a note says so.
+        A :class:`ReportData`. SafeDealer ack round trips match data frames and Acks on the
+        frames' ``ack_hash`` column (issue 14; ``--no-payload`` tables have it too); a frames table
+        written before that column is hashed from its ``payload`` column, and one with neither
+        leaves them out, with a note that says so.
     """
     import pandas as pd
     from pyspark.sql import functions as F
@@ -209,13 +212,14 @@ def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: D
 
 
 def _acked_sessions(sessions: pd.DataFrame) -> Any:
-    """Spark condition: the frame's session acks (SafeDealer), so its data frames need a hash.
+    """Spark condition: the frame's session acks (SafeDealer), so its data frames are matched to Acks.
 
-    The hash is a Python UDF: the hashing is under 1 us a frame, but Spark's copy of each chunk
-    into Arrow for it is the report's largest cost (a pandas UDF reading only ``payload`` took
-    7.5 s on 443k data frames where one reading an int column took 1.4 s, local[2], load ~6),
-    so frames of sessions without a single Ack are not hashed. ``sessions`` is the report's sessions table; when it was cut at
-    ``_MAX_SESSIONS`` rows the condition is true (every frame hashed, as before).
+    Fewer rows into the matching's shuffle; and on a frames table without the ``ack_hash``
+    column the hash is a Python UDF whose copy of each chunk into Arrow is the report's largest
+    cost (a pandas UDF reading only ``payload`` took 7.5 s on 443k data frames where one reading
+    an int column took 1.4 s, local[2], load ~6), so frames of sessions without a single Ack are
+    left out. ``sessions`` is the report's sessions table; when it was cut at ``_MAX_SESSIONS``
+    rows the condition is true (every frame matched, as before).
     """
     import decimal
 
@@ -302,16 +306,19 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
     # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
     has_acks = bool(len(data.sessions)) and bool((data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0)
     hashed = both = sent = None
-    if has_acks and "payload" in frames.columns:
-        from .ackhash import ack_value, frame_hash
-
-        # Data frames and Acks in one read of the payload column (the frames table's bulk): an
-        # Ack's hash is its 8-byte payload; the UDF also hashes the (few) Ack rows, unused.
+    if has_acks and ("ack_hash" in frames.columns or "payload" in frames.columns):
         is_ack = F.col("kind") == 5
-        both = f.where(valid & (((F.col("kind") == 0) & _acked_sessions(data.sessions))
-                                | (is_ack & (F.length("payload") == 8)))).select(
-            "capture", "session_id", is_ack.alias("ack"), t.alias("at_s"), binned.alias("bin"),
-            F.when(is_ack, ack_value()).otherwise(frame_hash()).alias("h"),
+        if "ack_hash" in frames.columns:
+            # The decoder's column (issue 14): a data frame's hash and the hash an Ack carries,
+            # so no payload is read (it was most of the report's time at 5M datagrams).
+            hashed_ack, h = is_ack & F.col("ack_hash").isNotNull(), F.col("ack_hash")
+        else:  # a frames table written before the column: hash the payload (report/ackhash.py)
+            from .ackhash import ack_value, frame_hash
+
+            # The UDF also hashes the (few) Ack rows, unused.
+            hashed_ack, h = is_ack & (F.length("payload") == 8), F.when(is_ack, ack_value()).otherwise(frame_hash())
+        both = f.where(valid & (((F.col("kind") == 0) & _acked_sessions(data.sessions)) | hashed_ack)).select(
+            "capture", "session_id", is_ack.alias("ack"), t.alias("at_s"), binned.alias("bin"), h.alias("h"),
         ).persist()
         hashed = both.where(~F.col("ack"))
         acks = both.where(F.col("ack")).select("capture", "session_id", F.col("at_s").alias("acked_s"), "h")
@@ -327,7 +334,8 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
         )
     elif has_acks:
         resends_job = None
-        data.notes.append("SafeDealer ack round trips need the frames' payload column (run without --no-payload).")
+        data.notes.append("SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
+                          "written before it, the payload column).")
     union = values[0]
     for v in values[1:]:
         union = union.unionByName(v)
