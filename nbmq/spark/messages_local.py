@@ -63,6 +63,74 @@ def _data(frames: DataFrame) -> DataFrame:
     )
 
 
+#: columns of the frames table the local pass reads (``_data``'s inputs)
+_READ_COLS = ["capture", "session_id", "src_addr", "src_port", "message_id", "dst_addr", "dst_port",
+              "part_count", "part_index", "message_size", "part_size", "chunk_offset", "payload", "ts_ns",
+              "frame_number", "kind", "error"]
+
+
+def _parquet_pieces(frames: DataFrame) -> list[tuple[str, int]] | None:
+    """(local path, row group) of every row group of ``frames`` if it is a bare scan of local
+    Parquet files (``spark.read.parquet(dir)``, as the pipeline reads ``frames/``), else None.
+
+    The local pass then reads those files with pyarrow in the Python workers: Spark never
+    decodes the frames into rows (the JVM's Parquet -> row -> Arrow conversion of every payload
+    was most of the step's time on the shuffled path as on the local one).
+    """
+    from urllib.parse import unquote, urlparse
+
+    import pyarrow.parquet as pq
+
+    try:
+        plan = frames._jdf.queryExecution().optimizedPlan()
+        if plan.getClass().getSimpleName() != "LogicalRelation":
+            return None
+        rel = plan.relation()
+        if rel.getClass().getSimpleName() != "HadoopFsRelation" or rel.fileFormat().toString() != "Parquet":
+            return None
+        if not rel.partitionSchema().isEmpty() or not set(_READ_COLS) <= set(frames.columns):
+            return None
+        pieces = []
+        for uri in frames.inputFiles():
+            url = urlparse(uri)
+            if url.scheme not in ("file", ""):
+                return None
+            path = unquote(url.path)
+            pieces += [(path, i) for i in range(pq.ParquetFile(path).metadata.num_row_groups)]
+        return pieces
+    except Exception:  # noqa: BLE001 -- any doubt (Spark Connect, another plan shape): the Spark read
+        return None
+
+
+def _read_pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """(path, row_group) rows -> the data frames of those row groups, as ``_data`` selects them."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    def addr_port_pa(addr: pa.Array, port: pa.Array) -> pa.Array:  # addr_port's rule, in Arrow
+        text = pc.cast(port, pa.string())
+        v6 = pc.binary_join_element_wise("[", addr, "]:", text, "")
+        v4 = pc.binary_join_element_wise(addr, ":", text, "")
+        return pc.if_else(pc.match_substring(addr, ":"), v6, v4)
+
+    for task in batches:
+        for path, group in zip(task.column("path").to_pylist(), task.column("row_group").to_pylist()):
+            f = pq.ParquetFile(path)
+            for b in f.iter_batches(batch_size=65536, row_groups=[group], columns=_READ_COLS):
+                keep = pc.and_(pc.is_null(b.column("error")), pc.fill_null(pc.equal(b.column("kind"), 0), False))
+                b = b.filter(keep)
+                if b.num_rows == 0:
+                    continue
+                c = b.column
+                yield pa.RecordBatch.from_arrays(
+                    [c("capture"), c("session_id"), addr_port_pa(c("src_addr"), c("src_port")), c("message_id"),
+                     addr_port_pa(c("dst_addr"), c("dst_port")), c("part_count"), c("part_index"),
+                     c("message_size"), c("part_size"), c("chunk_offset"), c("payload"), c("ts_ns"),
+                     c("frame_number")],
+                    names=["capture", "session_id", "src", "message_id", "dst", "part_count", "part_index",
+                           "message_size", "part_size", "chunk_offset", "payload", "ts_ns", "frame_number"])
+
+
 def _record_schema(parts: bool) -> Any:
     """Spark schema of the local pass's records: message row columns, order columns, frame columns."""
     from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
@@ -401,8 +469,19 @@ def build_messages_local(
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
     flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
+    pieces = _parquet_pieces(frames)
+    if pieces:
+        spark = frames.sparkSession
+        tasks = spark.sparkContext.parallelize(pieces, len(pieces)).toDF("path string, row_group int")
+
+        def local_read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            yield from _local_pass(_read_pieces(batches), rec_schema, want_parts, limit, out_schema, segment)
+
+        records = tasks.mapInArrow(local_read, rec_spark)
+    else:
+        records = _data(frames).mapInArrow(local, rec_spark)
     rows = (
-        _data(frames).mapInArrow(local, rec_spark)
+        records
         .withColumn("_h", F.xxhash64(*KEY))
         .repartition("_h")
         .sortWithinPartitions("_h", *KEY, *_ORDER)
