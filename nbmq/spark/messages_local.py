@@ -1,31 +1,31 @@
-"""The messages table reading the frames once: reassembly inside each frames partition (issue 14, item 5).
+"""The messages table without shuffling the frames: reassembly inside each frames partition (issue 14, item 5).
 
 :func:`nbmq.spark.messages.build_messages` shuffles every data frame (payload included) by its
 key. Most keys, though, live in one frames partition (one file, or one byte range of a large
-pcap). :func:`build_messages_local` gives the same rows with one read of ``frames``:
+pcap). :func:`build_messages_local` gives the same rows shuffling only small records:
 
-1. **Local pass** (``mapInArrow``, no shuffle): each partition sorts its data frames by key and
-   capture order and runs the batch step :func:`nbmq.spark.messages.reassemble_batches`. A key
-   whose frames complete its message here becomes one *row record* (the message row, plus the
-   (ts_ns, frame_number) of its first and last frame). A key left incomplete sends its frames
-   as *frame records* (payload included): it may continue in another partition.
-2. **Find the keys to combine**: the records are kept on the executors (``localCheckpoint``,
-   so the frames are never read again); a JVM aggregate collects the key hashes with more
-   than one record or a frame record (keys cut by a range boundary, late resends, incomplete
-   messages). Every other row record is final as it is.
-3. **Combine** those keys only (shuffle by key hash, sort by key and capture order,
-   ``mapInArrow``): frame records only are reassembled exactly as ``build_messages`` does; a
-   row record followed, strictly later in capture order, by other records of its key becomes
-   the row with those frames added as duplicates (today's rule: a frame after completion is a
-   duplicate).
-4. **Redo** (rare): any other mix with a row record (earlier frames of the key in another
+1. **Local pass** (``mapInArrow``, no shuffle of the frames). When ``frames`` is a bare scan of
+   local Parquet files (``spark.read.parquet(dir)``, the pipeline's ``frames/``), the Python
+   workers read its row groups themselves with pyarrow, so Spark never turns the payloads into
+   rows and Arrow; any other ``frames`` goes through Spark as usual. The data frames are taken
+   in segments of ``segment_rows`` (file order), each sorted by key and capture order and run
+   through the batch step :func:`nbmq.spark.messages.reassemble_batches`. A key complete there
+   becomes one *row record* (the message row, plus the (ts_ns, frame_number) of its first and
+   last frame). An incomplete key carries its frames into the next segment while new frames of
+   it keep coming; otherwise, and at the partition's end, it leaves as *frame records*
+   (payload included): it may continue in another partition.
+2. **Combine** (shuffle of the records by key hash, sort by key and capture order,
+   ``mapInArrow``): a key with one row record passes as it is; frame records only are
+   reassembled exactly as ``build_messages`` does; a row record followed, strictly later in
+   capture order, by other records of its key becomes the row with those frames added as
+   duplicates (today's rule: a frame after completion is a duplicate). The combined rows are
+   kept on the executors (``localCheckpoint``).
+3. **Redo** (rare): any other mix with a row record (earlier frames of the key in another
    partition, interleaved capture times) cannot be finished without the row record's frames.
-   Such key hashes are collected, every combined row under them is dropped (two keys may
+   Such key hashes come back as marks, every combined row under them is dropped (two keys may
    share a hash) and ``build_messages`` recomputes them from ``frames`` filtered to them.
 
-Only the combined keys' records are shuffled. Measured (README): slower than the shuffled path
-on ``local[2]`` so far, so ``nbmq pipeline`` keeps ``build_messages`` by default.
-"""
+Measured in README (``benchmarks/bench_pipeline.py --messages``)."""
 
 from __future__ import annotations
 
@@ -441,10 +441,11 @@ def build_messages_local(
 
     Returns:
         A DataFrame of :func:`nbmq.spark.schema.messages_schema` with exactly the rows of
-        :func:`nbmq.spark.messages.build_messages` (in another order). Building it runs jobs:
-        the local pass (kept in executor storage, memory then disk, for as long as the
-        DataFrame is used; a lost executor loses it, as any local checkpoint), the aggregate,
-        and the combine of the few keys found (the hash lists go through the driver).
+        :func:`nbmq.spark.messages.build_messages` (in another order). Building it runs one job:
+        the local pass, shuffle and combine, whose rows (one per message) are kept in executor
+        storage, memory then disk, for as long as the DataFrame is used (a lost executor loses
+        them, as any local checkpoint); the redo marks go through the driver. With a bare
+        local Parquet ``frames``, the executors read its files by path (they must see them).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
