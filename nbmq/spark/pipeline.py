@@ -248,8 +248,8 @@ def run(
         parts: add the ``parts`` column (the message bytes) to ``messages/``.
         messages: ``"shuffle"`` (default): :func:`nbmq.spark.messages.build_messages`, every
             data frame shuffled by key; ``"local"``: :func:`nbmq.spark.messages_local.build_messages_local`,
-            one read of the frames, reassembly inside each partition (slower on local[2] so far,
-            see README). Same table (issue 14, item 5).
+            reassembly inside each frames partition, only message rows shuffled (about as fast on
+            local[2], see README). Same table (issue 14, item 5).
         pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
             ``dealer.pcap``, so its messages and sessions appear twice under another name).
         split_bytes: byte-range split size for large classic pcap files (default: one range per
