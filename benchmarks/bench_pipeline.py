@@ -303,8 +303,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _tree_cpu() -> float:
+    """CPU seconds (user + system, reaped children included) of this process's descendants: the
+    Spark JVM and its Python workers. Steadier than wall time on a shared machine."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[tuple[int, list[str]]]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append((int(name), fields))
+    total, stack = 0.0, [os.getpid()]
+    while stack:
+        for pid, fields in children.get(stack.pop(), []):
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+            stack.append(pid)
+    return total
+
+
 def _bench_messages(spark, path: str, tmp: Path, split: int, repeat: int, warmup: int, console) -> None:  # type: ignore[no-untyped-def]
-    """Messages step only: shuffled vs partition-local on the Parquet frames, interleaved runs."""
+    """Messages step only: shuffled vs partition-local on the Parquet frames, interleaved runs
+    (wall seconds and the CPU seconds of the JVM and its Python workers)."""
     import os
 
     from nbmq.spark.messages import build_messages
@@ -316,24 +341,32 @@ def _bench_messages(spark, path: str, tmp: Path, split: int, repeat: int, warmup
     frames = spark.read.parquet(frames_dir)
     ways = {"shuffle (build_messages)": build_messages, "local (build_messages_local)": build_messages_local}
     times: dict[str, list[float]] = {k: [] for k in ways}
+    cpus: dict[str, list[float]] = {k: [] for k in ways}
     rows: dict[str, int] = {}
+    cpu_ok = Path("/proc/self/stat").exists()
     with _session_conf(spark, _MESSAGES_CONF):
         for i in range(warmup + repeat):
             for label, build in ways.items():
                 out = str(tmp / f"messages-{len(rows)}")
+                c = _tree_cpu() if cpu_ok else 0.0
                 t = time.perf_counter()
                 build(frames).write.mode("overwrite").parquet(out)
                 dt = time.perf_counter() - t
+                dc = _tree_cpu() - c if cpu_ok else float("nan")
                 rows[label] = spark.read.parquet(out).count()
                 if i >= warmup:
                     times[label].append(dt)
-                console.print(f"{label}: {dt:.2f} s{' (warm-up)' if i < warmup else ''}, "
+                    cpus[label].append(dc)
+                console.print(f"{label}: {dt:.2f} s, cpu {dc:.1f} s{' (warm-up)' if i < warmup else ''}, "
                               f"load {os.getloadavg()[0]:.1f}")
     base = statistics.median(times["shuffle (build_messages)"])
+    base_cpu = statistics.median(cpus["shuffle (build_messages)"])
     for label, ts in times.items():
         med = statistics.median(ts)
-        print(f"{label}: median {med:.2f} s of {[round(x, 2) for x in ts]}, {rows[label]:,} rows, "
-              f"{base / med:.2f}x the shuffled path")
+        cpu = statistics.median(cpus[label])
+        print(f"{label}: median {med:.2f} s of {[round(x, 2) for x in ts]}, cpu median {cpu:.1f} s of "
+              f"{[round(x, 1) for x in cpus[label]]}, {rows[label]:,} rows, {base / med:.2f}x the shuffled "
+              f"path (cpu {base_cpu / cpu:.2f}x)")
 
 
 if __name__ == "__main__":

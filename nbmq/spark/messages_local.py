@@ -1,31 +1,31 @@
-"""The messages table reading the frames once: reassembly inside each frames partition (issue 14, item 5).
+"""The messages table without shuffling the frames: reassembly inside each frames partition (issue 14, item 5).
 
 :func:`nbmq.spark.messages.build_messages` shuffles every data frame (payload included) by its
 key. Most keys, though, live in one frames partition (one file, or one byte range of a large
-pcap). :func:`build_messages_local` gives the same rows with one read of ``frames``:
+pcap). :func:`build_messages_local` gives the same rows shuffling only small records:
 
-1. **Local pass** (``mapInArrow``, no shuffle): each partition sorts its data frames by key and
-   capture order and runs the batch step :func:`nbmq.spark.messages.reassemble_batches`. A key
-   whose frames complete its message here becomes one *row record* (the message row, plus the
-   (ts_ns, frame_number) of its first and last frame). A key left incomplete sends its frames
-   as *frame records* (payload included): it may continue in another partition.
-2. **Find the keys to combine**: the records are kept on the executors (``localCheckpoint``,
-   so the frames are never read again); a JVM aggregate collects the key hashes with more
-   than one record or a frame record (keys cut by a range boundary, late resends, incomplete
-   messages). Every other row record is final as it is.
-3. **Combine** those keys only (shuffle by key hash, sort by key and capture order,
-   ``mapInArrow``): frame records only are reassembled exactly as ``build_messages`` does; a
-   row record followed, strictly later in capture order, by other records of its key becomes
-   the row with those frames added as duplicates (today's rule: a frame after completion is a
-   duplicate).
-4. **Redo** (rare): any other mix with a row record (earlier frames of the key in another
+1. **Local pass** (``mapInArrow``, no shuffle of the frames). When ``frames`` is a bare scan of
+   local Parquet files (``spark.read.parquet(dir)``, the pipeline's ``frames/``), the Python
+   workers read its row groups themselves with pyarrow, so Spark never turns the payloads into
+   rows and Arrow; any other ``frames`` goes through Spark as usual. The data frames are taken
+   in segments of ``segment_rows`` (file order), each sorted by key and capture order and run
+   through the batch step :func:`nbmq.spark.messages.reassemble_batches`. A key complete there
+   becomes one *row record* (the message row, plus the (ts_ns, frame_number) of its first and
+   last frame). An incomplete key carries its frames into the next segment while new frames of
+   it keep coming; otherwise, and at the partition's end, it leaves as *frame records*
+   (payload included): it may continue in another partition.
+2. **Combine** (shuffle of the records by key hash, sort by key and capture order,
+   ``mapInArrow``): a key with one row record passes as it is; frame records only are
+   reassembled exactly as ``build_messages`` does; a row record followed, strictly later in
+   capture order, by other records of its key becomes the row with those frames added as
+   duplicates (today's rule: a frame after completion is a duplicate). The combined rows are
+   kept on the executors (``localCheckpoint``).
+3. **Redo** (rare): any other mix with a row record (earlier frames of the key in another
    partition, interleaved capture times) cannot be finished without the row record's frames.
-   Such key hashes are collected, every combined row under them is dropped (two keys may
+   Such key hashes come back as marks, every combined row under them is dropped (two keys may
    share a hash) and ``build_messages`` recomputes them from ``frames`` filtered to them.
 
-Only the combined keys' records are shuffled. Measured (README): slower than the shuffled path
-on ``local[2]`` so far, so ``nbmq pipeline`` keeps ``build_messages`` by default.
-"""
+Measured in README (``benchmarks/bench_pipeline.py --messages``)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,74 @@ def _data(frames: DataFrame) -> DataFrame:
     )
 
 
+#: columns of the frames table the local pass reads (``_data``'s inputs)
+_READ_COLS = ["capture", "session_id", "src_addr", "src_port", "message_id", "dst_addr", "dst_port",
+              "part_count", "part_index", "message_size", "part_size", "chunk_offset", "payload", "ts_ns",
+              "frame_number", "kind", "error"]
+
+
+def _parquet_pieces(frames: DataFrame) -> list[tuple[str, int]] | None:
+    """(local path, row group) of every row group of ``frames`` if it is a bare scan of local
+    Parquet files (``spark.read.parquet(dir)``, as the pipeline reads ``frames/``), else None.
+
+    The local pass then reads those files with pyarrow in the Python workers: Spark never
+    decodes the frames into rows (the JVM's Parquet -> row -> Arrow conversion of every payload
+    was most of the step's time on the shuffled path as on the local one).
+    """
+    from urllib.parse import unquote, urlparse
+
+    import pyarrow.parquet as pq
+
+    try:
+        plan = frames._jdf.queryExecution().optimizedPlan()
+        if plan.getClass().getSimpleName() != "LogicalRelation":
+            return None
+        rel = plan.relation()
+        if rel.getClass().getSimpleName() != "HadoopFsRelation" or rel.fileFormat().toString() != "Parquet":
+            return None
+        if not rel.partitionSchema().isEmpty() or not set(_READ_COLS) <= set(frames.columns):
+            return None
+        pieces = []
+        for uri in frames.inputFiles():
+            url = urlparse(uri)
+            if url.scheme not in ("file", ""):
+                return None
+            path = unquote(url.path)
+            pieces += [(path, i) for i in range(pq.ParquetFile(path).metadata.num_row_groups)]
+        return pieces
+    except Exception:  # noqa: BLE001 -- any doubt (Spark Connect, another plan shape): the Spark read
+        return None
+
+
+def _read_pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """(path, row_group) rows -> the data frames of those row groups, as ``_data`` selects them."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    def addr_port_pa(addr: pa.Array, port: pa.Array) -> pa.Array:  # addr_port's rule, in Arrow
+        text = pc.cast(port, pa.string())
+        v6 = pc.binary_join_element_wise("[", addr, "]:", text, "")
+        v4 = pc.binary_join_element_wise(addr, ":", text, "")
+        return pc.if_else(pc.match_substring(addr, ":"), v6, v4)
+
+    for task in batches:
+        for path, group in zip(task.column("path").to_pylist(), task.column("row_group").to_pylist()):
+            f = pq.ParquetFile(path)
+            for b in f.iter_batches(batch_size=65536, row_groups=[group], columns=_READ_COLS):
+                keep = pc.and_(pc.is_null(b.column("error")), pc.fill_null(pc.equal(b.column("kind"), 0), False))
+                b = b.filter(keep)
+                if b.num_rows == 0:
+                    continue
+                c = b.column
+                yield pa.RecordBatch.from_arrays(
+                    [c("capture"), c("session_id"), addr_port_pa(c("src_addr"), c("src_port")), c("message_id"),
+                     addr_port_pa(c("dst_addr"), c("dst_port")), c("part_count"), c("part_index"),
+                     c("message_size"), c("part_size"), c("chunk_offset"), c("payload"), c("ts_ns"),
+                     c("frame_number")],
+                    names=["capture", "session_id", "src", "message_id", "dst", "part_count", "part_index",
+                           "message_size", "part_size", "chunk_offset", "payload", "ts_ns", "frame_number"])
+
+
 def _record_schema(parts: bool) -> Any:
     """Spark schema of the local pass's records: message row columns, order columns, frame columns."""
     from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
@@ -92,25 +160,73 @@ def _key_change(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     return out
 
 
+#: frames per local-pass segment: a segment is sorted and reassembled at once; keys still
+#: incomplete at its end carry their frames into the next one (memory: one segment, not a partition)
+_SEGMENT_ROWS = 131072
+
+
 def _local_pass(batches: Iterator[pa.RecordBatch], record_schema: pa.Schema, parts: bool, limit: int,
-                out_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    got = [b for b in batches if b.num_rows]
-    if not got:
-        return
-    table = pa.Table.from_batches(got)
-    order = [(c, "ascending") for c in ("capture", "session_id", "src", "message_id", "ts_ns", "frame_number")]
-    table = table.sort_by(order).combine_chunks()
+                out_schema: pa.Schema, segment_rows: int = _SEGMENT_ROWS) -> Iterator[pa.RecordBatch]:
+    """One frames partition, in file order, -> row records and frame records (module docstring, step 1).
+
+    The frames are taken in segments of about ``_SEGMENT_ROWS``; a key left incomplete by a
+    segment is tried again with the next one (its frames carried over) while new frames of it
+    keep coming, otherwise (and at the partition's end) it leaves as frame records.
+    """
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    carry: pa.Table | None = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= segment_rows:
+            carry = yield from _segment(pending, carry, False, record_schema, parts, limit, out_schema)
+            pending, count = [], 0
+    if pending or carry is not None:
+        yield from _segment(pending, carry, True, record_schema, parts, limit, out_schema)
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Integer codes of a string column (equal strings, equal codes; one dictionary for all chunks)."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(column)
+    if isinstance(enc, pa.ChunkedArray):
+        return np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks]) if enc.num_chunks \
+            else np.zeros(0, np.int64)
+    return enc.indices.to_numpy(zero_copy_only=False)
+
+
+def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, record_schema: pa.Schema,
+             parts: bool, limit: int, out_schema: pa.Schema):  # type: ignore[no-untyped-def]
+    """Reassemble one segment (carried frames first, then ``new``); yield its records and
+    return the frames to carry into the next segment (None if none)."""
+    tables = ([carry] if carry is not None else []) + ([pa.Table.from_batches(new)] if new else [])
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    n_old = carry.num_rows if carry is not None else 0
     n = table.num_rows
-    starts = np.flatnonzero(_key_change(table))
-    ends = np.append(starts[1:], n) - 1
+    if n == 0:
+        return None
+    sid = _u64(table.column("session_id"))
+    mid = _u64(table.column("message_id"))
+    cap = _codes(table.column("capture"))
+    src = _codes(table.column("src"))
     ts = table.column("ts_ns").to_numpy()
     fn = table.column("frame_number").to_numpy()
+    order = np.lexsort((fn, ts, mid, sid, src, cap))
+    sid, mid, cap, src, ts, fn = sid[order], mid[order], cap[order], src[order], ts[order], fn[order]
+    table = table.take(pa.array(order)).combine_chunks()
+    change = np.ones(n, dtype=bool)
+    change[1:] = (sid[1:] != sid[:-1]) | (mid[1:] != mid[:-1]) | (cap[1:] != cap[:-1]) | (src[1:] != src[:-1])
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n) - 1
+    fresh = np.maximum.reduceat((order >= n_old).astype(np.int8), starts) > 0  # a frame from this segment
     groups = pa.table({
         "capture": table.column("capture").take(starts), "src": table.column("src").take(starts),
-        "_sid": pa.array(_u64(table.column("session_id"))[starts]),
-        "_mid": pa.array(_u64(table.column("message_id"))[starts]),
-        "_t0": ts[starts], "_f0": fn[starts], "_t1": ts[ends], "_f1": fn[ends],
-        "_start": starts, "_count": ends - starts + 1,
+        "_sid": pa.array(sid[starts]), "_mid": pa.array(mid[starts]),
+        "_g": np.arange(starts.size),
     })
     rows = pa.Table.from_batches(
         list(reassemble_batches(iter(table.to_batches()), out_schema, parts=parts, max_message_size=limit)),
@@ -123,45 +239,58 @@ def _local_pass(batches: Iterator[pa.RecordBatch], record_schema: pa.Schema, par
                      "_ri": np.arange(rows.num_rows)})
     link = keys.join(groups, keys=["capture", "src", "_sid", "_mid"], join_type="inner")
     ri = link.column("_ri").to_numpy()
-    info = {c: link.column(c).to_numpy() for c in ("_t0", "_f0", "_t1", "_f1", "_start", "_count")}
+    g = link.column("_g").to_numpy()
     complete = rows.column("complete").to_numpy(zero_copy_only=False)[ri]
     sel = np.flatnonzero(complete)
-    done = rows.take(ri[sel])
-    m = done.num_rows
+    m = sel.size
     if m:
-        cols = {f.name: done.column(f.name) for f in out_schema}
+        done = rows.take(pa.array(ri[sel]))
+        gs = g[sel]
+        cols: dict[str, Any] = {f.name: done.column(f.name) for f in out_schema}
         cols["_kind"] = pa.array(np.full(m, ROW, np.int64))
-        for c in _ORDER + ["_t1", "_f1"]:
-            cols[c] = pa.array(info[c][sel])
-        for f in record_schema:
-            if f.name not in cols:
-                cols[f.name] = pa.nulls(m, f.type)
-        yield pa.RecordBatch.from_arrays(
-            [cols[f.name].combine_chunks().cast(f.type) if isinstance(cols[f.name], pa.ChunkedArray)
-             else cols[f.name].cast(f.type) for f in record_schema], schema=record_schema)
-    # the incomplete keys' frames, in sorted order
-    todo = np.flatnonzero(~complete)
-    if todo.size == 0:
-        return
-    first, count = info["_start"][todo], info["_count"][todo]
-    idx = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-    frames = table.take(np.sort(idx))
-    k = frames.num_rows
-    cols = {c: frames.column(c) for c in ("capture", "session_id", "src", "dst", "message_id")}
-    cols["_kind"] = pa.array(np.full(k, FRAME, np.int64))
-    cols["_t0"] = cols["_t1"] = frames.column("ts_ns")
-    cols["_f0"] = cols["_f1"] = frames.column("frame_number")
-    for c in _FRAME_COLS:
-        cols["f_" + c] = frames.column(c)
-    for f in record_schema:
-        if f.name not in cols:
-            cols[f.name] = pa.nulls(k, f.type)
+        for c, v in (("_t0", ts[starts[gs]]), ("_f0", fn[starts[gs]]), ("_t1", ts[ends[gs]]), ("_f1", fn[ends[gs]])):
+            cols[c] = pa.array(v)
+        yield _record_batch(cols, m, record_schema)
+    # incomplete keys: carried while fresh frames come, else out as frame records
+    todo = g[~complete]
+    keep = np.zeros(starts.size, dtype=bool)
+    if not final:
+        keep[todo[fresh[todo]]] = True
+    out = np.zeros(starts.size, dtype=bool)
+    out[todo] = True
+    out &= ~keep
+    carried = None
+    if keep.any():
+        carried = table.take(pa.array(_rows_of(starts, ends, np.flatnonzero(keep))))
+    if out.any():
+        frames = table.take(pa.array(_rows_of(starts, ends, np.flatnonzero(out))))
+        k = frames.num_rows
+        cols = {c: frames.column(c) for c in ("capture", "session_id", "src", "dst", "message_id")}
+        cols["_kind"] = pa.array(np.full(k, FRAME, np.int64))
+        cols["_t0"] = cols["_t1"] = frames.column("ts_ns")
+        cols["_f0"] = cols["_f1"] = frames.column("frame_number")
+        for c in _FRAME_COLS:
+            cols["f_" + c] = frames.column(c)
+        yield _record_batch(cols, k, record_schema)
+    return carried
+
+
+def _rows_of(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Row indices of the given groups (contiguous ranges starts[g]..ends[g]), in order."""
+    first, count = starts[groups], ends[groups] - starts[groups] + 1
+    return np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+
+
+def _record_batch(cols: dict[str, Any], m: int, record_schema: pa.Schema) -> pa.RecordBatch:
+    """Columns by name (missing ones null) -> a record batch of ``record_schema``."""
     arrays = []
     for f in record_schema:
-        a = cols[f.name]
+        a = cols.get(f.name)
+        if a is None:
+            a = pa.nulls(m, f.type)
         a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
         arrays.append(a if a.type == f.type else a.cast(f.type))
-    yield pa.RecordBatch.from_arrays(arrays, schema=record_schema)
+    return pa.RecordBatch.from_arrays(arrays, schema=record_schema)
 
 
 def _py_key(batch: pa.RecordBatch, i: int) -> tuple:
@@ -299,6 +428,7 @@ def build_messages_local(
     *,
     parts: bool = False,
     max_message_size: int = _MAX_U32,
+    segment_rows: int = _SEGMENT_ROWS,
 ) -> DataFrame:
     """The messages table of ``frames``, reading ``frames`` once (twice only for redone keys).
 
@@ -306,13 +436,16 @@ def build_messages_local(
         frames: a frames table (the ``nbmq`` source or its Parquet copy) with ``payload``.
         parts: add the ``parts`` column (array<binary>).
         max_message_size: larger claimed messages are rejected, bytes.
+        segment_rows: frames the local pass sorts and reassembles at once (its memory bound;
+            smaller values only move more keys to the carry-over, for tests).
 
     Returns:
         A DataFrame of :func:`nbmq.spark.schema.messages_schema` with exactly the rows of
-        :func:`nbmq.spark.messages.build_messages` (in another order). Building it runs jobs:
-        the local pass (kept in executor storage, memory then disk, for as long as the
-        DataFrame is used; a lost executor loses it, as any local checkpoint), the aggregate,
-        and the combine of the few keys found (the hash lists go through the driver).
+        :func:`nbmq.spark.messages.build_messages` (in another order). Building it runs one job:
+        the local pass, shuffle and combine, whose rows (one per message) are kept in executor
+        storage, memory then disk, for as long as the DataFrame is used (a lost executor loses
+        them, as any local checkpoint); the redo marks go through the driver. With a bare
+        local Parquet ``frames``, the executors read its files by path (they must see them).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -323,38 +456,44 @@ def build_messages_local(
     out_schema = to_arrow_schema(schema, timezone="UTC")
     rec_spark = _record_schema(parts)
     rec_schema = to_arrow_schema(rec_spark, timezone="UTC")
-    want_parts, limit = parts, max_message_size
+    want_parts, limit, segment = parts, max_message_size, segment_rows
 
     def local(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _local_pass(batches, rec_schema, want_parts, limit, out_schema)
+        yield from _local_pass(batches, rec_schema, want_parts, limit, out_schema, segment)
 
     def combine(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _combine(batches, out_schema, want_parts, limit)
 
-    # one job reads the frames: the records (message rows, incomplete keys' frames) stay on the
-    # executors; every later step reads them, never the frames again (Spark would otherwise
-    # recompute the local pass for each use)
-    records = _data(frames).mapInArrow(local, rec_spark).withColumn("_h", F.xxhash64(*KEY)).localCheckpoint(eager=True)
-    # hashes with more than one record or any frame record need the combine step (usually few:
-    # keys cut by a range boundary, late resends, incomplete messages)
-    multi = [r[0] for r in records.groupBy("_h").agg(F.count(F.lit(1)).alias("n"), F.max("_kind").alias("k"))
-             .where((F.col("n") > 1) | (F.col("k") == FRAME)).select("_h").collect()]
-    single = records.where(F.col("_kind") == ROW)
-    if multi:
-        single = single.where(~F.col("_h").isin(multi))
-    single = single.select(*schema.names)
-    if not multi:
-        return single
-    grouped = records.where(F.col("_h").isin(multi)).repartition("_h").sortWithinPartitions("_h", *KEY, *_ORDER)
+    # One job: the local pass (no shuffle of the frames), then only its records -- a row per
+    # message done in its partition, the frames of keys that were not -- are shuffled by key
+    # hash and combined; the combined rows (a row per key, or a redo mark) stay on the executors.
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
     flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
-    rows = grouped.mapInArrow(combine, flagged)
+    pieces = _parquet_pieces(frames)
+    if pieces:
+        spark = frames.sparkSession
+        tasks = spark.sparkContext.parallelize(pieces, len(pieces)).toDF("path string, row_group int")
+
+        def local_read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            yield from _local_pass(_read_pieces(batches), rec_schema, want_parts, limit, out_schema, segment)
+
+        records = tasks.mapInArrow(local_read, rec_spark)
+    else:
+        records = _data(frames).mapInArrow(local, rec_spark)
+    rows = (
+        records
+        .withColumn("_h", F.xxhash64(*KEY))
+        .repartition("_h")
+        .sortWithinPartitions("_h", *KEY, *_ORDER)
+        .mapInArrow(combine, flagged)
+        .localCheckpoint(eager=True)
+    )
     marked = [r[0] for r in rows.where(F.col("_redo")).select("_h").distinct().collect()]
     kept = rows.where(~F.col("_redo"))
     if marked:  # a marked hash drops every row under it (two keys may share it)
         kept = kept.where(~F.col("_h").isin(marked))
-    out = single.unionByName(kept.select(*schema.names))
+    out = kept.select(*schema.names)
     if not marked:
         return out
     key_hash = F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id")

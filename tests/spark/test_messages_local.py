@@ -78,6 +78,50 @@ def test_local_reassembly_equals_the_shuffled_one(spark, tmp_path):
     assert _rows(build_messages_local(late, parts=True)) == _rows(build_messages(late, parts=True))
 
 
+@pytest.mark.spark
+def test_local_reassembly_reads_parquet_frames_itself(spark, tmp_path):
+    """The pipeline's case: frames/ as Parquet (here eight files). The local pass reads the row
+    groups with pyarrow, in segments of 50 frames (keys carried across segments, and across
+    files as frame records): same rows as the shuffled path."""
+    from nbmq.spark.messages import build_messages
+    from nbmq.spark.messages_local import _parquet_pieces, build_messages_local
+
+    _late_capture(tmp_path / "late.pcap")
+    paths = [str(CAPTURES / "safe_dealer.pcap"), str(tmp_path / "late.pcap")]
+    spark.read.format("nbmq").load(paths).repartition(8).write.parquet(str(tmp_path / "frames"))
+    frames = spark.read.parquet(str(tmp_path / "frames"))
+    pieces = _parquet_pieces(frames)
+    assert pieces is not None and len(pieces) == 8
+    assert _parquet_pieces(frames.where("kind = 0")) is None  # not a bare scan: Spark reads it
+    want = _rows(build_messages(frames))
+    assert len(want) > 300
+    assert _rows(build_messages_local(frames, segment_rows=50)) == want
+
+
+def test_parquet_read_keeps_data_frames_and_the_addr_port_rule(tmp_path):
+    """``_read_pieces``: only valid data frames, ``addr:port`` and ``[addr]:port`` for IPv6,
+    as the Spark path's ``addr_port``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nbmq.spark.messages_local import _READ_COLS, _read_pieces
+
+    n = 4
+    cols = {c: pa.array([1] * n, pa.int64()) for c in _READ_COLS}
+    cols.update(capture=pa.array(["c"] * n), src_addr=pa.array(["10.0.0.1", "::1", "fe80::2", "10.0.0.9"]),
+                dst_addr=pa.array(["::2", "10.0.0.2", "10.0.0.2", "10.0.0.2"]),
+                src_port=pa.array([40000, 1, 2, 3], pa.int32()), dst_port=pa.array([5555] * n, pa.int32()),
+                kind=pa.array([0, 0, 1, None], pa.int32()), error=pa.array([None, None, None, None], pa.string()),
+                payload=pa.array([b"x"] * n), frame_number=pa.array([1, 2, 3, 4], pa.int64()))
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table(cols), path)
+    task = pa.RecordBatch.from_pydict({"path": [str(path)], "row_group": [0]})
+    got = pa.Table.from_batches(list(_read_pieces(iter([task]))))
+    assert got.column("frame_number").to_pylist() == [1, 2]  # control frame and null kind left out
+    assert got.column("src").to_pylist() == ["10.0.0.1:40000", "[::1]:1"]
+    assert got.column("dst").to_pylist() == ["[::2]:5555", "10.0.0.2:5555"]
+
+
 # The combine step's rule per key, without Spark (records as the local pass makes them).
 
 def _records(frames, t0=1_000, kind=None):
@@ -147,9 +191,9 @@ def test_settle_leaves_earlier_or_interleaved_frames_to_the_redo_path():
 
 
 @pytest.mark.spark
-def test_pipeline_messages_local_writes_the_same_tables(spark, bundled_run, tmp_path):
-    """``nbmq pipeline --messages local`` on the bundled captures: messages/ and sessions/ equal
-    the default (shuffled) run's."""
+def test_pipeline_messages_shuffle_writes_the_same_tables(spark, bundled_run, tmp_path):
+    """``nbmq pipeline --messages shuffle`` on the bundled captures: messages/ and sessions/ equal
+    the default (partition-local) run's."""
     import contextlib
     import io
 
@@ -159,7 +203,7 @@ def test_pipeline_messages_local_writes_the_same_tables(spark, bundled_run, tmp_
     assert code == 0
     out = tmp_path / "out"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["--out", str(out), "--quiet", "--messages", "local", "--no-report"]) == 0
+        assert main(["--out", str(out), "--quiet", "--messages", "shuffle", "--no-report"]) == 0
     for table in ("messages", "sessions"):
         got = _rows(spark.read.parquet(str(out / table)))
         assert got and got == _rows(spark.read.parquet(str(default_out / table)))
