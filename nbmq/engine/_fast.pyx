@@ -42,7 +42,7 @@ cdef extern from "Python.h":
 
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
-from nbmq.engine.queues import OutMessage, SendQueue
+from nbmq.engine.queues import OutMessage, SendQueue, _frames_of
 from nbmq.errors import WouldBlock
 
 cnp.import_array()
@@ -962,7 +962,7 @@ cdef class Flight:
             self.win = None
 
 
-cdef inline Flight _flight(object h, bytes view, object msg, double due, double now, object win,
+cdef inline Flight _flight(object h, object view, object msg, double due, double now, object win,
                            Py_ssize_t tx):
     """``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``."""
     cdef Flight f = Flight.__new__(Flight)
@@ -977,6 +977,7 @@ cdef inline Flight _flight(object h, bytes view, object msg, double due, double 
     return f
 
 cdef object _take_safe_py = SendQueue._take_safe
+cdef object _frames_of_py = _frames_of
 
 
 cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
@@ -1008,19 +1009,27 @@ cdef inline bint _one_bytes_frame(object frames):
 def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
 
-    Runs the leading small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
-    or a frame the twin made for a peer whose window was full, none sent; not dropped) of a
-    safe queue under congestion control: each goes to the next peer of
-    ``ring`` in turn as one frame, kept as a :class:`Flight` in the peer's transmission order,
-    while the peer's window has room. From the first other message (or a peer not connected,
-    or a full window) on, ``SendQueue._take_safe`` does the rest, from the same state."""
+    Runs the leading messages of a safe queue under congestion control while the peer's
+    window has room: small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
+    or a frame the twin made for a peer whose window was full, none sent; not dropped) each go
+    to the next peer of ``ring`` in turn as one frame; sharded (multi-frame) messages go to
+    their fixed peer or the next of ``ring``, frame after frame (each a memoryview into the
+    message's buffer, its session id written in), up to the window (at least one frame per
+    message when the window has room at its start, as the twin; issue 15, bigtake). Each frame
+    is kept as a :class:`Flight` in the peer's transmission order. From the first other
+    message (dropped, a peer not connected, a full window) on, ``SendQueue._take_safe`` does
+    the rest, from the same state."""
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
+    cdef Py_ssize_t i, j, end, total
     cdef uint64_t sid = 0
-    cdef double cwnd = 0.0, due_c = 0.0
+    cdef double cwnd = 0.0, due_c = 0.0, room
+    cdef bint multi, rest
+    cdef const unsigned char* p
+    cdef Py_buffer* b
     cdef bytes frame
     cdef Flight flight
     cdef object small, msg, peer, addr = None, last = None, win = None, order = None
-    cdef object h
+    cdef object h, frames, view
     cdef SmallMessage sm
     if not sendq.congestion or not nring:
         return _take_safe_py(sendq, now, limit, out, ring)
@@ -1034,6 +1043,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     while queue and n < limit:
         msg = queue[0]
         frame = None
+        multi = False
         if type(msg) is SmallMessage:
             sm = <SmallMessage>msg
             if sm.dropped:
@@ -1050,20 +1060,41 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             small = sm.small
         elif type(msg) is OutMessage:
             small = msg.small
-            if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+            if small is None:  # sharded: its peer and frames made as the twin makes them
+                if msg.dropped or msg.sharded is None:
+                    break
+                frames = msg.frames
+                peer = msg.peer
+                if frames is None:
+                    if peer is None:
+                        if rr >= nring:
+                            rr = 0
+                        peer = ring[rr]
+                        rr += 1
+                        msg.peer = peer
+                        frames = _frames_of_py(msg.sharded, peer._sid)
+                    else:
+                        frames = _frames_of_py(msg.sharded, None)
+                    msg.frames = frames
+                if type(frames) is not list or peer is None:
+                    break
+                multi = True
+            elif msg.peer is not None or msg.frames is not None or msg.dropped:
                 break
         else:
             break
-        if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
-            break
-        if frame is None:
-            if rr >= nring:
-                rr = 0
-            peer = ring[rr]
+        if not multi:
+            if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
+                break
+            if frame is None:
+                if rr >= nring:
+                    rr = 0
+                peer = ring[rr]
         if peer is not last and last is not None:
             win.tx = tx
             win.in_flight = in_flight
-            last._last_sent = py_now  # (the Python code sets it per frame: the same value)
+            last._last_sent = py_now  # (the Python code sets it per message: the same value)
+            last = None  # (written back: a break below must not write it into another window)
         if peer is not last and peer._state is not _CONNECTED:
             break  # (the Python code drops it, from the same state)
         if peer is not last:
@@ -1083,6 +1114,44 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             cwnd = win.cwnd
         elif in_flight > 0 and cwnd - in_flight <= 0:
             break  # full, as above (win.tx / in_flight written back below)
+        if multi:
+            # the twin's frame loop: room as it counts it, at least one frame
+            i = msg.sent
+            total = len(<list>frames)
+            end = total if total < i + limit - n else i + limit - n
+            room = cwnd - in_flight
+            rest = False
+            j = i
+            while j < end and (room > 0 or j == i):
+                view = (<list>frames)[j]
+                if type(view) is bytes:
+                    p = <const unsigned char*>PyBytes_AS_STRING(view)
+                    size = PyBytes_GET_SIZE(view)
+                elif _flat_bytes(view) and type(view) is memoryview:
+                    b = PyMemoryView_GET_BUFFER(view)
+                    p = <const unsigned char*>b.buf
+                    size = b.len
+                else:
+                    rest = True  # (not made by _frames_of: the twin hashes it)
+                    break
+                out.append((view, addr))
+                nbytes += size
+                room -= size
+                in_flight += size
+                h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
+                flight = _flight(h, view, msg, due_c, now, win, tx)
+                inflight[h] = flight
+                order.append((tx, flight))
+                tx += 1
+                j += 1
+            msg.unacked += j - i
+            n += j - i
+            msg.sent = j
+            if j == total:
+                popleft()
+            if rest:
+                break
+            continue
         if frame is None:
             rr += 1
             frame = _small_frame(sid, sm.message_id if type(msg) is SmallMessage
