@@ -999,6 +999,49 @@ cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
     return frame
 
 
+cdef list _frames(object sharded, object session_id):
+    """``queues._frames_of(sharded, session_id)``: memoryviews of each frame in
+    ``sharded.buffer``, the session id (u64, big-endian, at byte 2) written into each when
+    ``session_id`` is not None; anything the C loop does not cover (a read-only or strided
+    buffer, a session id not a u64, a frame past the buffer) takes ``_frames_of``."""
+    cdef Py_ssize_t k, count, o, size
+    cdef Py_buffer* b
+    cdef unsigned char* base
+    cdef uint64_t sid = 0
+    cdef list offsets, lengths, frames
+    view = memoryview(sharded.buffer)
+    if not _flat_bytes(view):
+        return _frames_of_py(sharded, session_id)
+    b = PyMemoryView_GET_BUFFER(view)
+    if session_id is not None:
+        if type(session_id) is not int or session_id < 0 or session_id > _U64_MAX or b.readonly:
+            return _frames_of_py(sharded, session_id)
+        sid = PyLong_AsUnsignedLongLongMask(session_id)
+    base = <unsigned char*>b.buf
+    lengths = sharded.lengths.tolist()
+    count = len(lengths)
+    if count == 1:
+        if session_id is not None:
+            if b.len < 10:
+                return _frames_of_py(sharded, session_id)
+            _put_be(base + 2, sid, 8)
+        return [view]
+    offsets = sharded.offsets.tolist()
+    if len(offsets) != count:
+        return _frames_of_py(sharded, session_id)
+    frames = [None] * count
+    for k in range(count):
+        o = offsets[k]
+        size = lengths[k]
+        if o < 0 or size < 10 or o + size > b.len:
+            return _frames_of_py(sharded, session_id)
+        frames[k] = view[o : o + size]
+    if session_id is not None:
+        for k in range(count):
+            _put_be(base + <Py_ssize_t>offsets[k] + 2, sid, 8)
+    return frames
+
+
 cdef inline bint _one_bytes_frame(object frames):
     """``frames`` is a list of one ``bytes`` frame (a small message's, made by the twin)."""
     if type(frames) is tuple:
@@ -1072,9 +1115,9 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                         peer = ring[rr]
                         rr += 1
                         msg.peer = peer
-                        frames = _frames_of_py(msg.sharded, peer._sid)
+                        frames = _frames(msg.sharded, peer._sid)
                     else:
-                        frames = _frames_of_py(msg.sharded, None)
+                        frames = _frames(msg.sharded, None)
                     msg.frames = frames
                 if type(frames) is not list or peer is None:
                     break
