@@ -814,11 +814,15 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
     flight = <Flight>obj
     msg = flight.msg
-    if type(msg) is not SmallMessage:
+    if type(msg) is SmallMessage:
+        sm = <SmallMessage>msg
+        peer = sm.peer
+    elif type(msg) is OutMessage:  # a sharded message's frame (issue 15, bigtake)
+        sm = None
+        peer = msg.peer
+    else:
         run.store(sendq)
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
-    sm = <SmallMessage>msg
-    peer = sm.peer
     win = flight.win
     if peer is None or win is None or flight.resends != 0 or flight.fast != 0:
         run.store(sendq)
@@ -911,6 +915,21 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
                 break
         else:
             break
+    if sm is None:  # (OutMessage: the same, on its slots)
+        if msg.dropped:  # (SendQueue.ack counts no ack of a dropped message's frame)
+            run.acked -= 1
+            sendq._blocked = False
+            return True
+        unacked = msg.unacked - 1
+        msg.unacked = unacked
+        frames = msg.frames
+        if unacked == 0 and frames is not None and msg.sent == len(frames):
+            if msg.group is None:  # SendQueue._release
+                run.released += 1
+            else:
+                run.store(sendq)
+                sendq._release(msg)
+        return True
     if sm.dropped:
         return True
     sm.unacked -= 1
