@@ -471,6 +471,15 @@ def _big_take_script(python: bool, monkeypatch):
     now += 0.001
     ack([f for f in sent if f[1] == A])
     flush()
+    log.append(("held", q.held))  # (B's, not yet dropped)
+    send([b"k" * (chunk * 3 + 1)])  # no loss: each message's last frame acked as first sent
+    send([b"l" * (chunk * 2)])
+    for _ in range(4):
+        now += 0.001
+        start = len(sent)
+        flush()
+        ack(sent[start:])
+    log.append(("held", q.held))
     windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
     state = (q.held, q._rr, q._blocked, sorted(q._inflight), q.frames_out, q.bytes_out,
              q.resends, q.acked)
@@ -498,6 +507,8 @@ def test_safe_take_of_multi_frame_messages_compiled_matches_the_python_take(monk
     assert any(entry[0] == "would block" for entry in log)
     assert any(entry[0] == "event" and "PeerDisconnected" in entry[1] for entry in log)
     assert counters["dropped_peer_gone"] > 0
+    held_before = [entry for entry in log if entry[0] == "held"][0]
+    assert log[-1] == held_before  # the last two messages released by their acks
     states = [entry for entry in log if entry[0] == "state"]
     assert any(msgs and msgs[0][1] > 0 for _, _, _, msgs, *_ in states)  # a message part sent
 
