@@ -18,7 +18,8 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
 SafeDealer (issue 15, SafeDealer 100 B): :func:`send` too; :func:`receive_batch_safe` (twin of
 ``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),
 :func:`ack` (``SendQueue.ack``'s common case; in a batch, the acks of one window keep its
-state in C) and :func:`take_safe` (``SendQueue._take_safe``'s small-message case, reached
+state in C; issue 15, bigtake: a sharded message's frames too) and :func:`take_safe`
+(``SendQueue._take_safe`` under congestion control for small and sharded messages, reached
 through :func:`take`), whose frames awaiting acks are :class:`Flight` records (the twin of
 ``queues._Flight``). :class:`SmallMessage` and :class:`Flight` are not tracked by the cycle
 collector (issue 15: its collections were a quarter of the 100 B sender's time).
@@ -730,7 +731,8 @@ cdef object _ack_py = SendQueue.ack
 
 def ack(sendq, uint64_t session_id, h, now, out):
     """``SendQueue.ack(session_id, h, now, out)`` (same arguments, effects and result),
-    compiled for its common case: a :class:`Flight` in flight to ``session_id``, sent once,
+    compiled for its common case: a :class:`Flight` (of a small or a sharded message) in
+    flight to ``session_id``, sent once,
     under congestion control, ``now`` a float and ``out`` a list (``Window.acked`` /
     ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
     ``SendQueue._fast_resend``). Every other case is ``SendQueue.ack`` itself
@@ -942,7 +944,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     return True
 
 
-# SendQueue._take_safe's small-message case, compiled (issue 15, safecompiled)
+# SendQueue._take_safe under congestion control, compiled (issue 15: safecompiled for small
+# messages, bigtake for sharded ones)
 
 from nbmq.engine.congestion import Window as _Window
 
