@@ -489,9 +489,7 @@ def _big_take_script(python: bool, monkeypatch):
 def test_safe_take_of_multi_frame_messages_compiled_matches_the_python_take(monkeypatch):
     """The compiled take of sharded messages (issue 15, bigtake) against ``_take_safe``: the
     same frames, flights (hash, due, sent_at, tx), transmission orders, windows, queue and
-    counters at every step; the compiled run keeps its multi-frame frames as _fast.Flight."""
-    from nbmq.engine import sockets
-
+    counters at every step, and the compiled ack of those frames against ``SendQueue.ack``."""
     fast = _big_take_script(False, monkeypatch)
     with monkeypatch.context() as m:
         slow = _big_take_script(True, m)
