@@ -540,3 +540,31 @@ def test_compiled_take_keeps_multi_frame_messages_as_compiled_flights():
     txs = [tx for tx, _ in win.order]
     assert txs == list(range(txs[0], txs[0] + len(frames) + 1))
     assert win.in_flight == sum(len(d) for d in frames) + 39
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_multi_frame_flights_in_flight_are_freed_with_their_engine(close):
+    """The compiled flights of a sharded message (memoryviews into its buffer; issue 15,
+    bigtake) are freed with their engine, closed or dropped without closing."""
+    import gc
+    import weakref
+
+    engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    engine.send([b"z" * 5000], 1.0)  # eleven frames
+    assert len(engine.datagrams_to_send(1.0)) == 11
+    q = engine._sendq
+    (win,) = q.windows.values()
+    assert len(win.order) == 11
+    order = weakref.ref(win.order)
+    del win, q
+    if close:
+        engine.close(1.0)
+    del engine
+    gc.collect()
+    assert order() is None
