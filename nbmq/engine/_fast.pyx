@@ -18,7 +18,8 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
 SafeDealer (issue 15, SafeDealer 100 B): :func:`send` too; :func:`receive_batch_safe` (twin of
 ``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),
 :func:`ack` (``SendQueue.ack``'s common case; in a batch, the acks of one window keep its
-state in C) and :func:`take_safe` (``SendQueue._take_safe``'s small-message case, reached
+state in C; issue 15, bigtake: a sharded message's frames too) and :func:`take_safe`
+(``SendQueue._take_safe`` under congestion control for small and sharded messages, reached
 through :func:`take`), whose frames awaiting acks are :class:`Flight` records (the twin of
 ``queues._Flight``). :class:`SmallMessage` and :class:`Flight` are not tracked by the cycle
 collector (issue 15: its collections were a quarter of the 100 B sender's time).
@@ -42,7 +43,7 @@ cdef extern from "Python.h":
 
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
-from nbmq.engine.queues import OutMessage, SendQueue
+from nbmq.engine.queues import OutMessage, SendQueue, _frames_of
 from nbmq.errors import WouldBlock
 
 cnp.import_array()
@@ -730,7 +731,8 @@ cdef object _ack_py = SendQueue.ack
 
 def ack(sendq, uint64_t session_id, h, now, out):
     """``SendQueue.ack(session_id, h, now, out)`` (same arguments, effects and result),
-    compiled for its common case: a :class:`Flight` in flight to ``session_id``, sent once,
+    compiled for its common case: a :class:`Flight` (of a small or a sharded message) in
+    flight to ``session_id``, sent once,
     under congestion control, ``now`` a float and ``out`` a list (``Window.acked`` /
     ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
     ``SendQueue._fast_resend``). Every other case is ``SendQueue.ack`` itself
@@ -814,11 +816,15 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
     flight = <Flight>obj
     msg = flight.msg
-    if type(msg) is not SmallMessage:
+    if type(msg) is SmallMessage:
+        sm = <SmallMessage>msg
+        peer = sm.peer
+    elif type(msg) is OutMessage:  # a sharded message's frame (issue 15, bigtake)
+        sm = None
+        peer = msg.peer
+    else:
         run.store(sendq)
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
-    sm = <SmallMessage>msg
-    peer = sm.peer
     win = flight.win
     if peer is None or win is None or flight.resends != 0 or flight.fast != 0:
         run.store(sendq)
@@ -911,6 +917,21 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
                 break
         else:
             break
+    if sm is None:  # (OutMessage: the same, on its slots)
+        if msg.dropped:  # (SendQueue.ack counts no ack of a dropped message's frame)
+            run.acked -= 1
+            sendq._blocked = False
+            return True
+        unacked = msg.unacked - 1
+        msg.unacked = unacked
+        frames = msg.frames
+        if unacked == 0 and frames is not None and msg.sent == len(frames):
+            if msg.group is None:  # SendQueue._release
+                run.released += 1
+            else:
+                run.store(sendq)
+                sendq._release(msg)
+        return True
     if sm.dropped:
         return True
     sm.unacked -= 1
@@ -923,7 +944,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     return True
 
 
-# SendQueue._take_safe's small-message case, compiled (issue 15, safecompiled)
+# SendQueue._take_safe under congestion control, compiled (issue 15: safecompiled for small
+# messages, bigtake for sharded ones)
 
 from nbmq.engine.congestion import Window as _Window
 
@@ -962,7 +984,7 @@ cdef class Flight:
             self.win = None
 
 
-cdef inline Flight _flight(object h, bytes view, object msg, double due, double now, object win,
+cdef inline Flight _flight(object h, object view, object msg, double due, double now, object win,
                            Py_ssize_t tx):
     """``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``."""
     cdef Flight f = Flight.__new__(Flight)
@@ -977,6 +999,7 @@ cdef inline Flight _flight(object h, bytes view, object msg, double due, double 
     return f
 
 cdef object _take_safe_py = SendQueue._take_safe
+cdef object _frames_of_py = _frames_of
 
 
 cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
@@ -998,6 +1021,49 @@ cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
     return frame
 
 
+cdef list _frames(object sharded, object session_id):
+    """``queues._frames_of(sharded, session_id)``: memoryviews of each frame in
+    ``sharded.buffer``, the session id (u64, big-endian, at byte 2) written into each when
+    ``session_id`` is not None; anything the C loop does not cover (a read-only or strided
+    buffer, a session id not a u64, a frame past the buffer) takes ``_frames_of``."""
+    cdef Py_ssize_t k, count, o, size
+    cdef Py_buffer* b
+    cdef unsigned char* base
+    cdef uint64_t sid = 0
+    cdef list offsets, lengths, frames
+    view = memoryview(sharded.buffer)
+    if not _flat_bytes(view):
+        return _frames_of_py(sharded, session_id)
+    b = PyMemoryView_GET_BUFFER(view)
+    if session_id is not None:
+        if type(session_id) is not int or session_id < 0 or session_id > _U64_MAX or b.readonly:
+            return _frames_of_py(sharded, session_id)
+        sid = PyLong_AsUnsignedLongLongMask(session_id)
+    base = <unsigned char*>b.buf
+    lengths = sharded.lengths.tolist()
+    count = len(lengths)
+    if count == 1:
+        if session_id is not None:
+            if b.len < 10:
+                return _frames_of_py(sharded, session_id)
+            _put_be(base + 2, sid, 8)
+        return [view]
+    offsets = sharded.offsets.tolist()
+    if len(offsets) != count:
+        return _frames_of_py(sharded, session_id)
+    frames = [None] * count
+    for k in range(count):
+        o = offsets[k]
+        size = lengths[k]
+        if o < 0 or size < 10 or o + size > b.len:
+            return _frames_of_py(sharded, session_id)
+        frames[k] = view[o : o + size]
+    if session_id is not None:
+        for k in range(count):
+            _put_be(base + <Py_ssize_t>offsets[k] + 2, sid, 8)
+    return frames
+
+
 cdef inline bint _one_bytes_frame(object frames):
     """``frames`` is a list of one ``bytes`` frame (a small message's, made by the twin)."""
     if type(frames) is tuple:
@@ -1008,19 +1074,27 @@ cdef inline bint _one_bytes_frame(object frames):
 def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
 
-    Runs the leading small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
-    or a frame the twin made for a peer whose window was full, none sent; not dropped) of a
-    safe queue under congestion control: each goes to the next peer of
-    ``ring`` in turn as one frame, kept as a :class:`Flight` in the peer's transmission order,
-    while the peer's window has room. From the first other message (or a peer not connected,
-    or a full window) on, ``SendQueue._take_safe`` does the rest, from the same state."""
+    Runs the leading messages of a safe queue under congestion control while the peer's
+    window has room: small messages (``push_small``: one ``bytes`` part, no peer or frame yet,
+    or a frame the twin made for a peer whose window was full, none sent; not dropped) each go
+    to the next peer of ``ring`` in turn as one frame; sharded (multi-frame) messages go to
+    their fixed peer or the next of ``ring``, frame after frame (each a memoryview into the
+    message's buffer, its session id written in), up to the window (at least one frame per
+    message when the window has room at its start, as the twin; issue 15, bigtake). Each frame
+    is kept as a :class:`Flight` in the peer's transmission order. From the first other
+    message (dropped, a peer not connected, a full window) on, ``SendQueue._take_safe`` does
+    the rest, from the same state."""
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
+    cdef Py_ssize_t i, j, end, total
     cdef uint64_t sid = 0
-    cdef double cwnd = 0.0, due_c = 0.0
+    cdef double cwnd = 0.0, due_c = 0.0, room
+    cdef bint multi, rest
+    cdef const unsigned char* p
+    cdef Py_buffer* b
     cdef bytes frame
     cdef Flight flight
     cdef object small, msg, peer, addr = None, last = None, win = None, order = None
-    cdef object h
+    cdef object h, frames, view
     cdef SmallMessage sm
     if not sendq.congestion or not nring:
         return _take_safe_py(sendq, now, limit, out, ring)
@@ -1034,6 +1108,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     while queue and n < limit:
         msg = queue[0]
         frame = None
+        multi = False
         if type(msg) is SmallMessage:
             sm = <SmallMessage>msg
             if sm.dropped:
@@ -1050,20 +1125,41 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             small = sm.small
         elif type(msg) is OutMessage:
             small = msg.small
-            if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
+            if small is None:  # sharded: its peer and frames made as the twin makes them
+                if msg.dropped or msg.sharded is None:
+                    break
+                frames = msg.frames
+                peer = msg.peer
+                if frames is None:
+                    if peer is None:
+                        if rr >= nring:
+                            rr = 0
+                        peer = ring[rr]
+                        rr += 1
+                        msg.peer = peer
+                        frames = _frames(msg.sharded, peer._sid)
+                    else:
+                        frames = _frames(msg.sharded, None)
+                    msg.frames = frames
+                if type(frames) is not list or peer is None:
+                    break
+                multi = True
+            elif msg.peer is not None or msg.frames is not None or msg.dropped:
                 break
         else:
             break
-        if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
-            break
-        if frame is None:
-            if rr >= nring:
-                rr = 0
-            peer = ring[rr]
+        if not multi:
+            if type(small) is not bytes or PyBytes_GET_SIZE(small) > MAX_CHUNK:
+                break
+            if frame is None:
+                if rr >= nring:
+                    rr = 0
+                peer = ring[rr]
         if peer is not last and last is not None:
             win.tx = tx
             win.in_flight = in_flight
-            last._last_sent = py_now  # (the Python code sets it per frame: the same value)
+            last._last_sent = py_now  # (the Python code sets it per message: the same value)
+            last = None  # (written back: a break below must not write it into another window)
         if peer is not last and peer._state is not _CONNECTED:
             break  # (the Python code drops it, from the same state)
         if peer is not last:
@@ -1083,6 +1179,44 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             cwnd = win.cwnd
         elif in_flight > 0 and cwnd - in_flight <= 0:
             break  # full, as above (win.tx / in_flight written back below)
+        if multi:
+            # the twin's frame loop: room as it counts it, at least one frame
+            i = msg.sent
+            total = len(<list>frames)
+            end = total if total < i + limit - n else i + limit - n
+            room = cwnd - in_flight
+            rest = False
+            j = i
+            while j < end and (room > 0 or j == i):
+                view = (<list>frames)[j]
+                if type(view) is bytes:
+                    p = <const unsigned char*>PyBytes_AS_STRING(view)
+                    size = PyBytes_GET_SIZE(view)
+                elif _flat_bytes(view) and type(view) is memoryview:
+                    b = PyMemoryView_GET_BUFFER(view)
+                    p = <const unsigned char*>b.buf
+                    size = b.len
+                else:
+                    rest = True  # (not made by _frames_of: the twin hashes it)
+                    break
+                out.append((view, addr))
+                nbytes += size
+                room -= size
+                in_flight += size
+                h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
+                flight = _flight(h, view, msg, due_c, now, win, tx)
+                inflight[h] = flight
+                order.append((tx, flight))
+                tx += 1
+                j += 1
+            msg.unacked += j - i
+            n += j - i
+            msg.sent = j
+            if j == total:
+                popleft()
+            if rest:
+                break
+            continue
         if frame is None:
             rr += 1
             frame = _small_frame(sid, sm.message_id if type(msg) is SmallMessage

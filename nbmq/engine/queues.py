@@ -688,7 +688,9 @@ class SendQueue:
         its resend timer (and, with congestion control, its place in its peer's transmission
         order, within the peer's window: ``take`` stops at the first frame whose peer's window
         is full until an ack or a timeout opens it). Per-peer state is looked up once per run
-        of messages to the same peer (issue 15: the SafeDealer 100 B path)."""
+        of messages to the same peer (issue 15: the SafeDealer 100 B path). With congestion
+        control this is the pure-Python twin of ``nbmq.engine._fast.take_safe`` (small and
+        sharded messages, issue 15 bigtake; tests/engine/test_engine_safe_receive_fast.py)."""
         queue = self._queue
         n = 0
         nbytes = 0

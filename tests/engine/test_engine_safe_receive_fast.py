@@ -376,3 +376,195 @@ def test_flights_in_flight_are_freed_with_their_engine(close):
     del engine
     gc.collect()
     assert order() is None
+
+
+def _big_take_script(python: bool, monkeypatch):
+    """Multi-frame messages (issue 15, bigtake) to two peers in turn, with small ones between
+    them, through windows that fill mid-message and max_tick_send cutting messages, acks that
+    open the windows, send_hwm refusals, a peer leaving mid-message and the resend timer: the
+    frames handed out, every flight (hash, frame, message, due, sent_at, tx), each window's
+    transmission order and state, the queued messages, events and counters."""
+    from nbmq.engine import sockets
+    from nbmq.engine.sockets import Socket
+    from nbmq.errors import WouldBlock
+
+    engine = SafeDealer(SocketOptions(send_hwm=9, max_tick_send=11), random.Random(7))
+    engine.bind(S)
+    if python:
+        monkeypatch.setattr(sockets, "_fast", None)  # _take_data: SendQueue.take -> _take_safe
+        engine.send = types.MethodType(Socket.send, engine)
+        engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
+    log: list = []
+    sids = {}
+    for addr in (A, B):
+        engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, 1.0)
+        (reply, _), = engine.datagrams_to_send(1.0)
+        sids[addr] = sid = codec.parse_frame(reply).session_id
+        engine.receive_datagram(_data(sid, 1), addr, 1.0)
+        engine.datagrams_to_send(1.0)  # its ack
+    q = engine._sendq
+    peers = {id(p): a for a, p in ((A, engine._peers.get(sids[A])), (B, engine._peers.get(sids[B])))}
+    now = 1.0
+    sent: list = []
+
+    def send(parts):
+        try:
+            engine.send(parts, now)
+            log.append(("sent", len(parts)))
+        except WouldBlock as exc:
+            log.append(("would block", str(exc)))
+
+    def snapshot():
+        wins = {peers.get(id(p)): w for p, w in q.windows.items()}
+        name = {id(w): a for a, w in wins.items()}
+        flights = sorted(
+            (f.hash, bytes(f.view), f.msg.message_id, f.due, f.sent_at, f.last_sent, f.tx,
+             f.resends, f.fast, name.get(id(f.win)))
+            for f in q._inflight.values())
+        orders = {a: [(tx, f.hash) for tx, f in w.order] for a, w in wins.items()}
+        msgs = [(m.message_id, m.sent, m.unacked, m.dropped, peers.get(id(m.peer))) for m in q._queue]
+        log.append(("state", flights, orders, msgs, q._rr, q._blocked, q.held))
+
+    def flush():
+        out = [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]
+        sent.extend(out)
+        log.append(("out", out))
+        while (event := engine.next_event()) is not None:
+            log.append(("event", repr(event)))
+        snapshot()
+
+    def ack(frames):
+        for addr in (A, B):
+            acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
+            if acks:
+                buf = b"".join(acks)
+                engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
+                                         [18] * len(acks), [addr] * len(acks), now)
+
+    chunk = codec.MAX_CHUNK_SIZE
+    send([b"a" * (chunk * 6 + 7)])  # seven frames
+    send([b"s" * 60])
+    send([b"b" * (chunk * 4), b"c" * 100, b"d" * 3])  # three parts, six frames
+    send([b"e" * (chunk * 9)])
+    for i in range(3):
+        send([bytes([i]) * (40 + i)])
+    send([b"f" * (chunk * 5 + 1)])
+    send([b"g" * 1000])  # send_hwm (9) reached: refused
+    flush()
+    for win in q.windows.values():
+        win.cwnd = 1700.0  # three and a half frames: the windows fill mid-message
+    for step in range(10):
+        now += 0.001
+        flush()
+        batch = sent[step * 4 : step * 4 + 6]
+        ack([f for k, f in enumerate(batch) if (step * 4 + k) % 7 != 3])  # some lost
+        if step == 2:
+            send([b"h" * (chunk * 3)])
+            send([b"i" * 10])
+        if step == 5:  # B leaves with a message part sent and messages queued
+            engine.receive_datagram(
+                codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
+            send([b"j" * (chunk * 2 + 5)])
+    flush()
+    now += 3.0  # past the resend timer: resends
+    flush()
+    now += 0.001
+    ack([f for f in sent if f[1] == A])
+    flush()
+    log.append(("held", q.held))  # (B's, not yet dropped)
+    send([b"k" * (chunk * 3 + 1)])  # no loss: each message's last frame acked as first sent
+    send([b"l" * (chunk * 2)])
+    for _ in range(4):
+        now += 0.001
+        start = len(sent)
+        flush()
+        ack(sent[start:])
+    log.append(("held", q.held))
+    windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
+    state = (q.held, q._rr, q._blocked, sorted(q._inflight), q.frames_out, q.bytes_out,
+             q.resends, q.acked)
+    return log, engine.counters.as_dict(), windows, state
+
+
+def test_safe_take_of_multi_frame_messages_compiled_matches_the_python_take(monkeypatch):
+    """The compiled take of sharded messages (issue 15, bigtake) against ``_take_safe``: the
+    same frames, flights (hash, due, sent_at, tx), transmission orders, windows, queue and
+    counters at every step, and the compiled ack of those frames against ``SendQueue.ack``."""
+    fast = _big_take_script(False, monkeypatch)
+    with monkeypatch.context() as m:
+        slow = _big_take_script(True, m)
+    for a, b in zip(fast[0], slow[0]):
+        assert a == b
+    assert len(fast[0]) == len(slow[0])
+    assert fast[1:] == slow[1:]
+    log, counters, windows, (held, rr, blocked, inflight, frames_out, _, resends, acked) = fast
+    # the script reaches what it claims to
+    outs = [len(entry[1]) for entry in log if entry[0] == "out"]
+    assert frames_out >= 40 and acked > 25 and resends > 0
+    assert any(0 < n < 11 for n in outs[1:8])  # windows full mid-message
+    assert any(entry[0] == "would block" for entry in log)
+    assert any(entry[0] == "event" and "PeerDisconnected" in entry[1] for entry in log)
+    assert counters["dropped_peer_gone"] > 0
+    held_before = [entry for entry in log if entry[0] == "held"][0]
+    assert log[-1] == held_before  # the last two messages released by their acks
+    states = [entry for entry in log if entry[0] == "state"]
+    assert any(msgs and msgs[0][1] > 0 for _, _, _, msgs, *_ in states)  # a message part sent
+
+
+def test_compiled_take_keeps_multi_frame_messages_as_compiled_flights():
+    """A 64 KiB SafeDealer message is taken by the compiled take: its frames (memoryviews
+    into the message's buffer) are kept as _fast.Flight, each hashed as the codec hashes it."""
+    from nbmq.engine import sockets
+
+    if sockets._fast is None:
+        pytest.skip("nbmq.engine._fast is not built")
+    engine = SafeDealer(SocketOptions(send_hwm=4, max_tick_send=1000), random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    q = engine._sendq
+    engine.send([b"first"], 1.0)
+    engine.datagrams_to_send(1.0)
+    (win,) = q.windows.values()
+    win.cwnd = 1e9
+    engine.send([bytes(range(256)) * 256], 1.0)
+    out = engine.datagrams_to_send(1.0)
+    frames = [d for d, _ in out if bytes(d)[1] == 0]
+    assert len(frames) == len(q._inflight) - 1 > 100  # (and "first")
+    for d in frames:
+        f = q._inflight[codec.ack_hash(d)]
+        assert bytes(f.view) == bytes(d) and f.win is win and type(f).__name__ == "Flight"
+    txs = [tx for tx, _ in win.order]
+    assert txs == list(range(txs[0], txs[0] + len(frames) + 1))
+    assert win.in_flight == sum(len(d) for d in frames) + 39
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_multi_frame_flights_in_flight_are_freed_with_their_engine(close):
+    """The compiled flights of a sharded message (memoryviews into its buffer; issue 15,
+    bigtake) are freed with their engine, closed or dropped without closing."""
+    import gc
+    import weakref
+
+    engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    (reply, _), = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    engine.send([b"z" * 5000], 1.0)  # eleven frames
+    assert len(engine.datagrams_to_send(1.0)) == 11
+    q = engine._sendq
+    (win,) = q.windows.values()
+    assert len(win.order) == 11
+    order = weakref.ref(win.order)
+    del win, q
+    if close:
+        engine.close(1.0)
+    del engine
+    gc.collect()
+    assert order() is None
