@@ -49,6 +49,10 @@ def test_record_starts_cut_at_boundaries():
     size = whole_records(path).end
     pieces = record_starts(path, 0, size, 256 * 1024)
     assert len(pieces) > 5 and pieces[0] == (0, 0)
+    walked = whole_records(path).starts  # the planner's walk, reused: the same cuts
+    assert walked is not None and record_starts(path, 0, size, 256 * 1024, walked) == pieces
+    mid = pieces[3][0]
+    assert record_starts(path, 0, mid, 100_000, walked) == record_starts(path, 0, mid, 100_000)
     full = read_datagrams(path)
     total = 0
     for (lo, skip), hi in zip(pieces, [p for p, _ in pieces[1:]] + [size]):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["Boundary", "whole_records", "record_starts"]
 
@@ -30,11 +31,15 @@ class Boundary:
         records: records (pcapng: packet blocks) before ``end``, damaged ones skipped.
         damaged: True when the walk stopped at damage it cannot decide on yet (``end`` waits
             there until more bytes, or ``final``, decide it).
+        starts: classic pcap, undamaged walk only: the int64 offsets of the records the walk
+            found in ``[start, end)`` (one per record counted), which :func:`record_starts`
+            takes instead of walking the range again; None otherwise.
     """
 
     end: int
     records: int
     damaged: bool = False
+    starts: Any = field(default=None, compare=False, repr=False)
 
 
 def whole_records(path: str, start: int = 0, records: int = 0, final: bool = False) -> Boundary:
@@ -103,7 +108,8 @@ def _pcap(cap: object, start: int, records: int, final: bool) -> Boundary:
             if final:  # the batch read ends here with the error: read to the end to count it
                 return Boundary(size, records + int(offs.size), True)
             return Boundary(int(offs[-1]), records + int(offs.size) - 1, True)
-    return Boundary(last_end, records + int(offs.size))
+    clean = offs.size == 1 or not bool((ends[:-1] != offs[1:]).any())
+    return Boundary(last_end, records + int(offs.size), starts=offs if clean else None)
 
 
 def _confirmed_on_disk(scanner: object, pos: int) -> bool:
@@ -215,12 +221,14 @@ def _settled_resync(buf: object, size: int, pos: int, order: str) -> int | None:
     return _WAIT
 
 
-def record_starts(path: str, start: int, end: int, target_bytes: int) -> list[tuple[int, int]]:
+def record_starts(path: str, start: int, end: int, target_bytes: int, walked: Any = None) -> list[tuple[int, int]]:
     """Cut ``[start, end)`` of a classic pcap file at record boundaries into pieces of about
     ``target_bytes``; returns ``(piece_start, records_before_piece_relative_to_start)`` pairs.
 
     ``start`` must be a record boundary (or 0) and ``end`` the end of a whole record. pcapng
-    ranges are not cut (one piece).
+    ranges are not cut (one piece). ``walked``: the record offsets :func:`whole_records`
+    found from ``start`` (``Boundary.starts``, a walk without damage) -- the planner's walk is
+    reused instead of walking the range a second time (the walk was half of the planning).
     """
     from ...capture.files.errorlog import ErrorLog
     from ...capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
@@ -229,11 +237,19 @@ def record_starts(path: str, start: int, end: int, target_bytes: int) -> list[tu
 
     if end - start <= target_bytes:
         return [(start, 0)]
+    if walked is not None:
+        import numpy as np
+
+        return _cut(walked[: int(np.searchsorted(walked, end))], start, end, target_bytes)
     with OpenedCapture(path) as cap:
         if detect_format(cap.buf, cap.size) != "pcap":
             return [(start, 0)]
         scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
         offs = scanner.walk(max(start, PCAP_FILE_HEADER_LEN), end, ErrorLog())
+    return _cut(offs, start, end, target_bytes)
+
+
+def _cut(offs: Any, start: int, end: int, target_bytes: int) -> list[tuple[int, int]]:
     pieces = [(start, 0)]
     if offs.size == 0:
         return pieces

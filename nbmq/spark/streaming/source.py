@@ -125,6 +125,8 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
         self._target: dict[str, list[int]] | None = None
         self._final = False
+        # name -> (start, Boundary) of the last walk, for partitions() of the same range
+        self._walked: dict[str, tuple[int, Any]] = {}
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         """``availableNow``: read up to the whole records on disk now, and no further."""
@@ -168,6 +170,7 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if name in known and replaced(path, size, off):  # truncated or rewritten in place
                     generation, lost, end, records = generation + 1, max(0, off.seen - off.end), 0, 0
                 b = whole_records(path, end, records, final=final)
+                self._walked[name] = (end, b)
                 fp_len, fp_crc = fingerprint(path, b.end)
             except (OSError, CaptureError):  # rotated away, or not (yet) a capture
                 if name in known:
@@ -205,8 +208,11 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 since = FileOffset(0, 0)
             if to.end <= since.end:
                 continue
+            walked = self._walked.get(name)
+            starts = walked[1].starts if walked and walked[0] == since.end and walked[1].end >= to.end else None
             try:
-                pieces = record_starts(path, since.end, to.end, self.split_bytes) if self.split_bytes > 0 else [(since.end, 0)]
+                pieces = (record_starts(path, since.end, to.end, self.split_bytes, starts)
+                          if self.split_bytes > 0 else [(since.end, 0)])
             except OSError:
                 pieces = [(since.end, 0)]
             bounds = [p for p, _ in pieces[1:]] + [to.end]
