@@ -24,6 +24,11 @@ Damage: the offsets resynchronise past a damaged record or block as the batch re
 a stream over a damaged file gives the batch read's frames and one error row per damage. A
 decision that more bytes could still change waits at the damage until they come, or until
 the file is final: an ``availableNow`` run, or a file older (mtime) than the folder's newest.
+A pcapng reader maps the size the planner walked, so it words damage from the same bytes. A
+pcapng block whose both lengths are wrong and whose leading one runs past the bytes on disk is
+skipped once four whole blocks follow a settled resynchronisation (the frames behind it are not
+held back); its error row comes in the batch where the file reaches the claimed end (``block
+lengths differ``) or turns final (``truncated block``), the batch read's wording (issue 14).
 
 End of data: with ``end_row`` (``"true"``) an ``availableNow`` run adds, after the data, one
 row whose ``error`` is :data:`END_OF_DATA` and whose ``timestamp`` is :data:`END_TIMESTAMP`
@@ -190,7 +195,7 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 b = b if b.end <= cap[0] else type(b)(cap[0], cap[1])
                 if b.end < end:
                     b = type(b)(end, records)
-            d = b.deferred if self._target is None or b.deferred is None or b.deferred.at < b.end else None
+            d = b.deferred
             out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, max(size, b.size), lost,
                                    *((d.at, d.to, d.trailing) if d else ())).to_json()
             if budget is not None:
