@@ -319,17 +319,18 @@ def read_stream_range(
         lost = part.end - part.start
         yield _capture_error_batch(capture, [f"capture: rotated away before it was read ({lost} bytes lost)"], 1, arrow_schema)
         return
+    pcap, mapped = True, part.end
     try:
         try:
             pcap = detect_format(os.pread(fd, 4, 0), 4) == "pcap"
         except CaptureError:  # not a capture: the read below words the error row
-            pcap = True
+            pass
         # pcapng: the planner's bytes, so damage is decided (and its text worded) as planned
         mapped = part.end if pcap or part.size < part.end else part.size
         mm = mmap.mmap(fd, mapped, prot=mmap.PROT_READ)
     except (OSError, ValueError) as exc:  # shorter than planned: truncated or replaced
         os.close(fd)
-        yield _capture_error_batch(capture, [f"capture: cannot map {part.end} bytes: {exc}"], 1, arrow_schema)
+        yield _capture_error_batch(capture, [f"capture: cannot map {mapped} bytes: {exc}"], 1, arrow_schema)
         return
     os.close(fd)
     view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
