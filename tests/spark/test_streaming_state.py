@@ -49,6 +49,10 @@ def test_record_starts_cut_at_boundaries():
     size = whole_records(path).end
     pieces = record_starts(path, 0, size, 256 * 1024)
     assert len(pieces) > 5 and pieces[0] == (0, 0)
+    walked = whole_records(path).starts  # the planner's walk, reused: the same cuts
+    assert walked is not None and record_starts(path, 0, size, 256 * 1024, walked) == pieces
+    mid = pieces[3][0]
+    assert record_starts(path, 0, mid, 100_000, walked) == record_starts(path, 0, mid, 100_000)
     full = read_datagrams(path)
     total = 0
     for (lo, skip), hi in zip(pieces, [p for p, _ in pieces[1:]] + [size]):
@@ -228,7 +232,90 @@ def test_stream_over_damaged_capture_equals_batch_read(tmp_path, kind, step, ava
     cuts = list(range(step, len(data), step)) + [len(data)] if step else [len(data)]
     frames, errors = _stream_rows(ring, f"a.{kind}", data, cuts, available_now)
     assert sorted(frames) == whole.frame_number.tolist()
-    assert len(errors) == whole.errors
+    # the same rows, worded alike: a growth that cut the damaged block must not make the
+    # stream say "truncated block" where the batch read says "block lengths differ" (gap a)
+    assert sorted(errors) == sorted(f"capture: {r}" for r in whole.error_reasons)
+
+
+def _both_lengths_wrong(tmp_path, claim):
+    """A pcapng of 2000 packets whose 100th packet block claims ``claim`` more bytes than it
+    has and whose trailing length is wrong too; returns (bytes, damage offset, claimed end)."""
+    import random
+    import struct
+
+    from nbmq.capture import write_pcapng
+
+    rng = random.Random(2)
+    rows = [(1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
+            for i in range(2000)]
+    write_pcapng(tmp_path / "src.pcapng", rows)
+    data = bytearray((tmp_path / "src.pcapng").read_bytes())
+    pos, epbs = 0, []
+    while pos + 8 <= len(data):
+        btype, blen = struct.unpack_from("<II", data, pos)
+        epbs += [pos] if btype == 6 else []
+        pos += blen
+    at = epbs[100]
+    blen = struct.unpack_from("<I", data, at + 4)[0]
+    struct.pack_into("<I", data, at + 4, blen + claim)
+    struct.pack_into("<I", data, at + blen - 4, 8)
+    return bytes(data), at, at + blen + claim
+
+
+@pytest.mark.parametrize("reaches", [True, False])
+def test_growing_pcapng_resynchronises_past_a_length_running_past_the_bytes(tmp_path, reaches):
+    """Gap b (issue 14): a packet block whose leading length runs past the bytes on disk and
+    whose trailing copy disagrees no longer holds the frames behind it back until its claimed
+    end is written or the file is final: once whole blocks follow the resynchronisation, the
+    stream reads on. Its error row waits for the size to word it as the batch read does:
+    ``block lengths differ`` once the file reaches the claimed end, ``truncated block`` when
+    the file ends (final) before it."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from nbmq.spark.schema import frames_schema
+    from nbmq.spark.streaming.source import NbmqStreamReader, read_stream_range
+
+    claim = 100_000 if reaches else 10 << 20  # the file is ~380 KB
+    data, at, claimed_end = _both_lengths_wrong(tmp_path, claim)
+    whole = read_datagrams(data)
+    assert whole.error_reasons == [f"offset {at}: {'block lengths differ' if reaches else 'truncated block'}"]
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    path = ring / "a.pcapng"
+    schema = frames_schema(payload=False)
+    reader = NbmqStreamReader({"path": str(ring)}, schema)
+    off = reader.initialOffset()
+    frames, errors = [], []
+
+    def batch():
+        nonlocal off
+        end = reader.latestOffset(off, ReadAllAvailable())
+        for part in reader.partitions(off, end):
+            for b in read_stream_range(part, schema):
+                d = b.to_pydict()
+                frames.extend(f for f in d["frame_number"] if f is not None)
+                errors.extend(e for f, e in zip(d["frame_number"], d["error"]) if f is None)
+        off = end
+
+    early = at + 20_000  # well short of the claimed end, ~100 blocks past the damage
+    assert early < claimed_end
+    path.write_bytes(data[:early])
+    batch()
+    after = [f for f in frames if f > 101]
+    assert after, "the frames behind the damage are read before its claimed end is written"
+    assert errors == []  # its row waits: the size decides its wording
+    path.write_bytes(data)
+    batch()
+    if reaches:  # the claimed end is on disk: worded now, once
+        assert errors == [f"capture: {whole.error_reasons[0]}"]
+    else:
+        assert errors == []
+        reader.prepareForTriggerAvailableNow()  # the file is final: its end words the row
+        batch()
+        assert errors == [f"capture: {whole.error_reasons[0]}"]
+    reader.prepareForTriggerAvailableNow()
+    batch()
+    assert sorted(frames) == whole.frame_number.tolist() and len(errors) == 1
 
 
 def test_ring_file_truncated_or_replaced_under_its_name(tmp_path):

@@ -12,13 +12,36 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["Boundary", "whole_records", "record_starts"]
+__all__ = ["Boundary", "Deferred", "whole_records", "record_starts"]
 
 _PCAPNG_SHB = 0x0A0D0D0A
 _PCAPNG_PACKET_BLOCKS = (2, 3, 6)
 _MAX_BLOCK = 64 << 20
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A pcapng damage the stream has resynchronised past whose error *text* the file's final
+    size decides: a block whose leading length runs past the bytes on disk, the trailing copy
+    disagreeing. The batch read says ``truncated block`` when the file ends before ``to`` and
+    ``block lengths differ`` when it reaches it (issue 14 gap a), so the row waits for that.
+
+    Attributes:
+        at: byte offset of the damaged block; to: where its leading length says it ends;
+        trailing: 1 when its trailing length copy framed it (``; trailing length copy used``).
+    """
+
+    at: int
+    to: int
+    trailing: int = 0
+
+    def text(self, size: int) -> str:
+        """The batch read's reason for this damage in a file of ``size`` bytes."""
+        problem = "block lengths differ" if size >= self.to else "truncated block"
+        return f"offset {self.at}: {problem}" + ("; trailing length copy used" if self.trailing else "")
 
 
 @dataclass(frozen=True)
@@ -30,14 +53,26 @@ class Boundary:
         records: records (pcapng: packet blocks) before ``end``, damaged ones skipped.
         damaged: True when the walk stopped at damage it cannot decide on yet (``end`` waits
             there until more bytes, or ``final``, decide it).
+        starts: classic pcap, undamaged walk only: the int64 offsets of the records the walk
+            found in ``[start, end)`` (one per record counted), which :func:`record_starts`
+            takes instead of walking the range again; None otherwise.
+        deferred: the damage passed but whose error text is not decided yet (None: none).
+        told: the reason (``"offset N: ..."``) of the ``pending`` damage given to
+            :func:`whole_records`, decided by this walk (None: none decided).
+        size: the file's size the walk decided on, bytes (0: not known).
     """
 
     end: int
     records: int
     damaged: bool = False
+    starts: Any = field(default=None, compare=False, repr=False)
+    deferred: Deferred | None = None
+    told: str | None = None
+    size: int = 0
 
 
-def whole_records(path: str, start: int = 0, records: int = 0, final: bool = False) -> Boundary:
+def whole_records(path: str, start: int = 0, records: int = 0, final: bool = False,
+                  pending: Deferred | None = None) -> Boundary:
     """Walk the capture at ``path`` from the boundary ``start`` to its last whole record.
 
     Damage is resynchronised past exactly as the batch readers do (issue 11 item 3: classic
@@ -54,6 +89,14 @@ def whole_records(path: str, start: int = 0, records: int = 0, final: bool = Fal
         records: records before ``start``.
         final: the file will not grow (rotated, or an ``availableNow`` run): its end decides
             damage as the batch read of the same bytes does.
+        pending: the :class:`Deferred` damage of the last walk (``Boundary.deferred``): its
+            text is decided once the file reaches ``pending.to`` or is final (``told``);
+            while it waits, a second such damage holds the walk (one pending per file).
+
+    A pcapng block whose leading length runs past the bytes on disk and whose trailing copy
+    disagrees is passed as soon as the resynchronisation after it is settled (it no longer
+    holds the frames behind it back until its claimed end is written, issue 14 gap b); its
+    error row waits as ``deferred`` until its text is decided (gap a).
 
     Returns:
         The :class:`Boundary` at the file's current size (``start``/``records`` unchanged when
@@ -66,15 +109,25 @@ def whole_records(path: str, start: int = 0, records: int = 0, final: bool = Fal
     from ...capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format
     from ...capture.files.source import OpenedCapture
 
+    import dataclasses
+
+    def decide(size: int) -> tuple[Deferred | None, str | None]:
+        if pending is not None and (size >= pending.to or final):
+            return None, pending.text(size)
+        return pending, None
+
     size = os.path.getsize(path)
     if size < 4 or size <= start:
-        return Boundary(start, records)
+        still, told = decide(size)
+        return Boundary(start, records, deferred=still, told=told, size=size)
     with OpenedCapture(path) as cap:
         if detect_format(cap.buf, cap.size) == "pcap":
             if cap.size < PCAP_FILE_HEADER_LEN:
                 return Boundary(start, records)
             return _pcap(cap, max(start, PCAP_FILE_HEADER_LEN), records, final)
-        return _pcapng(cap, start, records, final)
+        still, told = decide(cap.size)  # the bytes the walk sees decide, as in the reader
+        b = _pcapng(cap, start, records, final, held=still is not None)
+        return dataclasses.replace(b, deferred=still or b.deferred, told=told, size=cap.size)
 
 
 def _pcap(cap: object, start: int, records: int, final: bool) -> Boundary:
@@ -103,7 +156,8 @@ def _pcap(cap: object, start: int, records: int, final: bool) -> Boundary:
             if final:  # the batch read ends here with the error: read to the end to count it
                 return Boundary(size, records + int(offs.size), True)
             return Boundary(int(offs[-1]), records + int(offs.size) - 1, True)
-    return Boundary(last_end, records + int(offs.size))
+    clean = offs.size == 1 or not bool((ends[:-1] != offs[1:]).any())
+    return Boundary(last_end, records + int(offs.size), starts=offs if clean else None)
 
 
 def _confirmed_on_disk(scanner: object, pos: int) -> bool:
@@ -119,8 +173,9 @@ def _confirmed_on_disk(scanner: object, pos: int) -> bool:
     return True
 
 
-def _pcapng(cap: object, start: int, records: int, final: bool) -> Boundary:
-    """The pcapng block walk of ``walk_pcapng`` (same damage decisions) from ``start``."""
+def _pcapng(cap: object, start: int, records: int, final: bool, held: bool = False) -> Boundary:
+    """The pcapng block walk of ``walk_pcapng`` (same damage decisions) from ``start``;
+    ``held``: a deferred damage still waits (a second one stops the walk)."""
     from ...capture.files import pcapng as ng
 
     buf, size = cap.buf, cap.size  # type: ignore[attr-defined]
@@ -129,6 +184,7 @@ def _pcapng(cap: object, start: int, records: int, final: bool) -> Boundary:
     magic = bytes(buf[8:12])
     order = "<" if magic == b"\x4d\x3c\x2b\x1a" else ">"
     pos = start
+    deferred = None
     while pos + 12 <= size:
         btype, blen = struct.unpack_from(order + "II", buf, pos)
         if btype == _PCAPNG_SHB:
@@ -137,12 +193,21 @@ def _pcapng(cap: object, start: int, records: int, final: bool) -> Boundary:
             (blen,) = struct.unpack_from(order + "I", buf, pos + 4)
         problem = ng._length_problem(buf, size, pos, blen, order)
         if problem == "truncated block" and not final:
-            # the block being written, or a damaged leading length: only a settled block that
-            # the trailing copy frames decides now (as it will on any longer file)
+            # the block being written, or a damaged leading length: a settled resynchronisation
+            # decides the frames now (as it will on any longer file), the text waits (Deferred)
             nxt = _settled_resync(buf, size, pos, order)
-            if nxt is _WAIT or not ng._trailing_length(buf, pos, nxt, order):
+            if nxt is _WAIT:
                 break
-            problem = None
+            if not ng._trailing_length(buf, pos, nxt, order):
+                # both lengths wrong (or the block being written, until whole blocks after it
+                # say otherwise): skip it now, its row waits for the size to word it
+                if held or deferred is not None or _chained(buf, size, nxt, order) < EVIDENCE_BLOCKS:
+                    break
+                deferred = Deferred(pos, pos + blen)
+                records += btype in _PCAPNG_PACKET_BLOCKS  # a skipped packet keeps its number
+                pos = nxt
+                continue
+            problem = None  # framed by its trailing copy: the reader words it from the same bytes
             blen = nxt - pos
         if problem is not None:
             if final:
@@ -164,10 +229,26 @@ def _pcapng(cap: object, start: int, records: int, final: bool) -> Boundary:
         if btype in _PCAPNG_PACKET_BLOCKS:
             records += 1
         pos += blen
-    return Boundary(pos, records)
+    return Boundary(pos, records, deferred=deferred)
 
 
 _WAIT = -1
+#: whole blocks chained from a settled resynchronisation that show a block whose leading
+#: length runs past the bytes on disk is damaged, not being written (its payload would have
+#: to hold this many valid blocks in a row)
+EVIDENCE_BLOCKS = 4
+
+
+def _chained(buf: object, size: int, pos: int, order: str) -> int:
+    """Whole plausible blocks in a row from ``pos`` (at most ``EVIDENCE_BLOCKS``)."""
+    n = 0
+    while n < EVIDENCE_BLOCKS:
+        blen = _candidate(buf, size, pos, order)
+        if not blen:
+            break
+        n += 1
+        pos += blen
+    return n
 
 
 def _candidate(buf: object, size: int, pos: int, order: str) -> int | None:
@@ -215,12 +296,14 @@ def _settled_resync(buf: object, size: int, pos: int, order: str) -> int | None:
     return _WAIT
 
 
-def record_starts(path: str, start: int, end: int, target_bytes: int) -> list[tuple[int, int]]:
+def record_starts(path: str, start: int, end: int, target_bytes: int, walked: Any = None) -> list[tuple[int, int]]:
     """Cut ``[start, end)`` of a classic pcap file at record boundaries into pieces of about
     ``target_bytes``; returns ``(piece_start, records_before_piece_relative_to_start)`` pairs.
 
     ``start`` must be a record boundary (or 0) and ``end`` the end of a whole record. pcapng
-    ranges are not cut (one piece).
+    ranges are not cut (one piece). ``walked``: the record offsets :func:`whole_records`
+    found from ``start`` (``Boundary.starts``, a walk without damage) -- the planner's walk is
+    reused instead of walking the range a second time (the walk was half of the planning).
     """
     from ...capture.files.errorlog import ErrorLog
     from ...capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
@@ -229,11 +312,19 @@ def record_starts(path: str, start: int, end: int, target_bytes: int) -> list[tu
 
     if end - start <= target_bytes:
         return [(start, 0)]
+    if walked is not None:
+        import numpy as np
+
+        return _cut(walked[: int(np.searchsorted(walked, end))], start, end, target_bytes)
     with OpenedCapture(path) as cap:
         if detect_format(cap.buf, cap.size) != "pcap":
             return [(start, 0)]
         scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
         offs = scanner.walk(max(start, PCAP_FILE_HEADER_LEN), end, ErrorLog())
+    return _cut(offs, start, end, target_bytes)
+
+
+def _cut(offs: Any, start: int, end: int, target_bytes: int) -> list[tuple[int, int]]:
     pieces = [(start, 0)]
     if offs.size == 0:
         return pieces

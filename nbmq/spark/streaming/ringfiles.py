@@ -32,6 +32,9 @@ class FileOffset:
         seen: the file's size when this offset was planned, bytes.
         lost: bytes of the previous file of this name seen but never read (set in the offset
             that found the replacement only).
+        defer_at, defer_to, defer_trailing: a pcapng damage read past whose error row waits
+            for the file's size to decide its text
+            (:class:`~nbmq.spark.streaming.boundaries.Deferred`; ``defer_at`` 0: none).
     """
 
     end: int
@@ -41,6 +44,9 @@ class FileOffset:
     fp_crc: int = 0
     seen: int = 0
     lost: int = 0
+    defer_at: int = 0
+    defer_to: int = 0
+    defer_trailing: int = 0
 
     @classmethod
     def parse(cls, value: list[int] | None) -> FileOffset:

@@ -24,6 +24,11 @@ Damage: the offsets resynchronise past a damaged record or block as the batch re
 a stream over a damaged file gives the batch read's frames and one error row per damage. A
 decision that more bytes could still change waits at the damage until they come, or until
 the file is final: an ``availableNow`` run, or a file older (mtime) than the folder's newest.
+A pcapng reader maps the size the planner walked, so it words damage from the same bytes. A
+pcapng block whose both lengths are wrong and whose leading one runs past the bytes on disk is
+skipped once four whole blocks follow a settled resynchronisation (the frames behind it are not
+held back); its error row comes in the batch where the file reaches the claimed end (``block
+lengths differ``) or turns final (``truncated block``), the batch read's wording (issue 14).
 
 End of data: with ``end_row`` (``"true"``) an ``availableNow`` run adds, after the data, one
 row whose ``error`` is :data:`END_OF_DATA` and whose ``timestamp`` is :data:`END_TIMESTAMP`
@@ -75,6 +80,11 @@ class StreamRange(InputPartition):
         fp_len, fp_crc: the file's fingerprint when planned
             (:func:`~nbmq.spark.streaming.ringfiles.fingerprint`; 0: not checked).
         error: when set, the partition is this one error row (a loss found while planning).
+        size: pcapng: the file's size the planner walked, bytes; the reader maps that much
+            and reads the blocks starting in ``[start, end)``, so it decides damage on the
+            planner's bytes (0: map ``end`` bytes).
+        defer_at: a damage in the range whose error row waits for its text (not emitted
+            here: a later batch's error partition says it; 0: none).
     """
 
     path: str
@@ -84,6 +94,8 @@ class StreamRange(InputPartition):
     fp_len: int = 0
     fp_crc: int = 0
     error: str = ""
+    size: int = 0
+    defer_at: int = 0
 
 
 class NbmqStreamingDataSource(NbmqDataSource):
@@ -125,6 +137,8 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
         self._target: dict[str, list[int]] | None = None
         self._final = False
+        # name -> (start, Boundary) of the last walk, for partitions() of the same range
+        self._walked: dict[str, tuple[int, Any]] = {}
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         """``availableNow``: read up to the whole records on disk now, and no further."""
@@ -145,7 +159,7 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         files keep their old boundary until a later batch.
         """
         from ...errors import CaptureError
-        from .boundaries import whole_records
+        from .boundaries import Deferred, whole_records
 
         known: dict[str, list[int]] = dict((start or {}).get("files", {}))
         budget = _byte_budget(limit)
@@ -163,11 +177,14 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # a file older than the newest one will not grow (the ring moved on): its end decides
             final = self._final or self._target is not None or mtimes[path] < newest
             generation, lost, end, records = off.generation, 0, off.end, off.records
+            pending = Deferred(off.defer_at, off.defer_to, off.defer_trailing) if off.defer_at else None
             try:
                 size = os.path.getsize(path)
                 if name in known and replaced(path, size, off):  # truncated or rewritten in place
                     generation, lost, end, records = generation + 1, max(0, off.seen - off.end), 0, 0
-                b = whole_records(path, end, records, final=final)
+                    pending = None  # the old file's damage: its bytes are counted lost
+                b = whole_records(path, end, records, final=final, pending=pending)
+                self._walked[name] = (end, b)
                 fp_len, fp_crc = fingerprint(path, b.end)
             except (OSError, CaptureError):  # rotated away, or not (yet) a capture
                 if name in known:
@@ -178,7 +195,9 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 b = b if b.end <= cap[0] else type(b)(cap[0], cap[1])
                 if b.end < end:
                     b = type(b)(end, records)
-            out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, size, lost).to_json()
+            d = b.deferred
+            out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, max(size, b.size), lost,
+                                   *((d.at, d.to, d.trailing) if d else ())).to_json()
             if budget is not None:
                 budget -= b.end - end
         if self.end_row and self._target is not None and all(
@@ -188,7 +207,7 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"files": out}
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
-        from .boundaries import record_starts
+        from .boundaries import Deferred, record_starts
 
         before = start.get("files", {})
         folder = self._folder()
@@ -203,15 +222,23 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     parts.append(StreamRange(path, 0, 0, 0, error=(
                         f"capture: replaced under the same name ({to.lost} bytes of the old file lost)")))
                 since = FileOffset(0, 0)
+            if since.defer_at and to.defer_at != since.defer_at and to.generation == since.generation:
+                told = Deferred(since.defer_at, since.defer_to, since.defer_trailing).text(to.seen)
+                parts.append(StreamRange(path, 0, 0, 0, error=f"capture: {told}"))  # decided now
             if to.end <= since.end:
                 continue
+            defer = to.defer_at if to.defer_at != since.defer_at and since.end <= to.defer_at < to.end else 0
+            walked = self._walked.get(name)
+            starts = walked[1].starts if walked and walked[0] == since.end and walked[1].end >= to.end else None
             try:
-                pieces = record_starts(path, since.end, to.end, self.split_bytes) if self.split_bytes > 0 else [(since.end, 0)]
+                pieces = (record_starts(path, since.end, to.end, self.split_bytes, starts)
+                          if self.split_bytes > 0 else [(since.end, 0)])
             except OSError:
                 pieces = [(since.end, 0)]
             bounds = [p for p, _ in pieces[1:]] + [to.end]
             for (lo, skip), hi in zip(pieces, bounds):
-                parts.append(StreamRange(path, lo, hi, since.records + skip + 1, to.fp_len, to.fp_crc))
+                parts.append(StreamRange(path, lo, hi, since.records + skip + 1, to.fp_len, to.fp_crc,
+                                         size=to.seen, defer_at=defer))
         return parts
 
     def _folder(self) -> str:
@@ -275,6 +302,7 @@ def read_stream_range(
 
     from ...capture import read_datagrams
     from ...capture.files.formats import detect_format
+    from ...errors import CaptureError
     from ..datasource import _capture_error_batch, read_frames_batches
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -291,11 +319,18 @@ def read_stream_range(
         lost = part.end - part.start
         yield _capture_error_batch(capture, [f"capture: rotated away before it was read ({lost} bytes lost)"], 1, arrow_schema)
         return
+    pcap, mapped = True, part.end
     try:
-        mm = mmap.mmap(fd, part.end, prot=mmap.PROT_READ)
+        try:
+            pcap = detect_format(os.pread(fd, 4, 0), 4) == "pcap"
+        except CaptureError:  # not a capture: the read below words the error row
+            pass
+        # pcapng: the planner's bytes, so damage is decided (and its text worded) as planned
+        mapped = part.end if pcap or part.size < part.end else part.size
+        mm = mmap.mmap(fd, mapped, prot=mmap.PROT_READ)
     except (OSError, ValueError) as exc:  # shorter than planned: truncated or replaced
         os.close(fd)
-        yield _capture_error_batch(capture, [f"capture: cannot map {part.end} bytes: {exc}"], 1, arrow_schema)
+        yield _capture_error_batch(capture, [f"capture: cannot map {mapped} bytes: {exc}"], 1, arrow_schema)
         return
     os.close(fd)
     view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
@@ -305,10 +340,14 @@ def read_stream_range(
         return
 
     def read() -> Any:
-        pcap = detect_format(view, part.end) == "pcap"
         # part.start is a record of the whole-file walk: walking from it is exact (issue 11)
-        return read_datagrams(view, start=part.start, udp_ports=udp_ports,
-                              first_frame=part.first_frame if pcap else None,
-                              walk_from=max(part.start, 24) if pcap else None)
+        batch = read_datagrams(view, start=part.start, end=None if pcap else part.end, udp_ports=udp_ports,
+                               first_frame=part.first_frame if pcap else None,
+                               walk_from=max(part.start, 24) if pcap else None)
+        if part.defer_at:  # its row comes once its text is decided (a later batch)
+            kept = [r for r in batch.error_reasons if not r.startswith(f"offset {part.defer_at}: ")]
+            batch.errors -= len(batch.error_reasons) - len(kept)
+            batch.error_reasons = kept
+        return batch
 
     yield from read_frames_batches(capture, read, arrow_schema, batch_rows)
