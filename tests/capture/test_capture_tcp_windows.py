@@ -16,10 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbmq.capture import write_pcap_packets
+from nbmq.capture import plan_splits, range_starts, write_pcap_packets
 from nbmq.capture.files.errorlog import ErrorLog
 from nbmq.capture.files.formats import parse_pcap_header
 from nbmq.capture.files.records import RecordScanner
+from nbmq.capture.files import splits
 from nbmq.capture.files.source import OpenedCapture
 from nbmq.capture.tcp import segments
 from nbmq.capture.tcp.segments import has_tcp_traffic, iter_tcp_segments
@@ -34,7 +35,7 @@ def _whole_walk(data: bytes) -> tuple[np.ndarray, ErrorLog]:
 
 
 def _windowed(data: bytes, window: int, monkeypatch) -> tuple[np.ndarray, np.ndarray, ErrorLog]:
-    monkeypatch.setattr(segments, "WALK_WINDOW", window)
+    monkeypatch.setattr(splits, "WALK_WINDOW", window)
     log = ErrorLog()
     with OpenedCapture(data) as cap:
         chunks = list(segments._records(cap, log))
@@ -68,6 +69,20 @@ def test_windows_give_the_whole_walk_under_damage(dealer_bytes, ops, window, mon
     assert got_log.count == log.count
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_DAMAGE, max_size=3), window=st.integers(64, 20_000), target=st.integers(64, 20_000))
+def test_range_starts_same_through_windows(dealer_bytes, ops, window, target, monkeypatch):
+    damaged = _damage(dealer_bytes, ops)
+    ranges = plan_splits(damaged, target)
+    whole = range_starts(damaged, ranges)  # one window: the file is smaller than the default
+    monkeypatch.setattr(splits, "WALK_WINDOW", window)
+    assert range_starts(damaged, ranges) == whole
+    starts, _log = _whole_walk(damaged)  # the rule itself: the record before, the frame number
+    for (start, _end), (record, frame) in zip(ranges, whole):
+        j = int(np.searchsorted(starts - 16, start))
+        assert (record, frame) == ((int(starts[j - 1]) - 16 if j else 24), j + 1)
+
+
 def _udp_frame(size: int) -> bytes:
     udp = dpkt.udp.UDP(sport=5555, dport=5556, data=bytes(size))
     udp.ulen = 8 + size
@@ -96,7 +111,7 @@ def _big_capture(path, records: int, last: bytes | None = None) -> str:
 
 
 def test_has_tcp_traffic_unchanged_through_windows(tmp_path, monkeypatch):
-    monkeypatch.setattr(segments, "WALK_WINDOW", 64 * 1024)
+    monkeypatch.setattr(splits, "WALK_WINDOW", 64 * 1024)
     udp_only = _big_capture(tmp_path / "udp.pcap", 2000)
     late_tcp = _big_capture(tmp_path / "tcp.pcap", 2000, last=_tcp_frame(6567))
     assert not has_tcp_traffic(udp_only, [6567])
@@ -121,7 +136,7 @@ def _rss_file() -> int:
                     reason="Linux /proc and madvise needed")
 def test_walk_keeps_resident_pages_bounded(tmp_path, monkeypatch):
     window = 2 << 20
-    monkeypatch.setattr(segments, "WALK_WINDOW", window)
+    monkeypatch.setattr(splits, "WALK_WINDOW", window)
     path = _big_capture(tmp_path / "big.pcap", 40_000)  # ~58 MB, pages in the page cache
     assert os.path.getsize(path) > 50 << 20
     base = _rss_file()

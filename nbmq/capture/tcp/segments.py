@@ -16,7 +16,6 @@ header cannot be read is logged (``frame N: bad TCP header``); link / IP damage 
 
 from __future__ import annotations
 
-import mmap
 import socket
 import struct
 from collections.abc import Iterable, Iterator
@@ -32,6 +31,7 @@ from ..files.errorlog import ErrorLog
 from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
 from ..files.pcapng import walk_pcapng
 from ..files.records import RecordScanner
+from ..files.splits import walk_windows
 from ..files.source import CaptureSource, OpenedCapture
 
 if TYPE_CHECKING:
@@ -41,8 +41,6 @@ __all__ = ["TcpSegment", "iter_tcp_segments", "has_tcp_traffic", "decode_tcp", "
 
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 _CHUNK = 1 << 16  # records pre-filtered per numpy pass: bounds temporary arrays on big files
-#: Bytes of a classic pcap capture walked per step; the pages behind a step are dropped.
-WALK_WINDOW = 32 << 20
 _IP6_EXT = np.array([0, 43, 44, 50, 51, 60], np.int64)  # extension headers dpkt walks
 
 
@@ -82,30 +80,21 @@ def endpoint(addr: bytes, port: int) -> str:
 def _records(cap: OpenedCapture, log: ErrorLog) -> Iterator[tuple[np.ndarray, ...]]:
     """Yield (frame numbers, data starts, caplens, ts_ns, linktypes) int64 chunks, in file order.
 
-    Classic pcap is walked ``WALK_WINDOW`` bytes at a time (``RecordScanner.walk_range``: the
-    windows add up to the whole-file walk, damage included), and once a window's chunks are
-    consumed the mapped pages behind it are dropped (``_drop_pages``), so memory stays flat in
-    the capture's size (issue 14: the whole walk of a 2.1 GB capture kept 2.2 GB resident).
+    Classic pcap is walked in windows (``nbmq.capture.files.splits.walk_windows``: they add
+    up to the whole-file walk, damage included, and the mapped pages behind are dropped), so
+    memory stays flat in the capture's size (issue 14: the whole walk of a 2.1 GB capture kept
+    2.2 GB resident).
     """
     if detect_format(cap.buf, cap.size) == "pcap":
         hdr = parse_pcap_header(cap.buf, cap.size)
         scan = RecordScanner(cap.buf, cap.size, hdr)
-        begin = PCAP_FILE_HEADER_LEN  # a record of the whole-file walk at or before the window
-        dropped = 0
-        frame = 1
-        for lo in range(PCAP_FILE_HEADER_LEN, cap.size, WALK_WINDOW):
-            offs, _ = scan.walk_range(lo, min(lo + WALK_WINDOW, cap.size), log, begin=begin)
+        for _lo, _hi, offs, frame, _from in walk_windows(cap, scan, log, PCAP_FILE_HEADER_LEN):
             for c in range(0, offs.size, _CHUNK):
                 o = offs[c : c + _CHUNK]
                 sec, frac, incl = scan.fields(o)
                 ts = sec * 1_000_000_000 + frac * hdr.ns_per_frac
-                yield np.arange(frame, frame + o.size, dtype=np.int64), o + scan.hl, incl, ts, np.full(
-                    o.size, hdr.linktype, np.int64
-                )
-                frame += o.size
-            if offs.size:
-                begin = int(offs[-1])
-            dropped = _drop_pages(cap, dropped, begin)
+                frames = np.arange(frame + c, frame + c + o.size, dtype=np.int64)
+                yield frames, o + scan.hl, incl, ts, np.full(o.size, hdr.linktype, np.int64)
         return
     pk = walk_pcapng(cap, 0, cap.size, log)
     cols = [np.array(c, np.int64) for c in (pk.frames, pk.data_starts, pk.caplens, pk.ts_ns, pk.linktypes)]
@@ -114,21 +103,6 @@ def _records(cap: OpenedCapture, log: ErrorLog) -> Iterator[tuple[np.ndarray, ..
         yield tuple(c[lo : lo + _CHUNK] for c in cols)
 
 
-def _drop_pages(cap: OpenedCapture, lo: int, hi: int) -> int:
-    """Drop the resident pages of ``[lo, hi)`` of a memory-mapped capture (rounded inwards to
-    pages); they are read again from the page cache if touched. Returns the new low mark.
-
-    Only a file mapping is touched (``OpenedCapture`` of a path or a gzip capture); bytes given
-    by the caller, or a platform without ``madvise(MADV_DONTNEED)``, are left alone.
-    """
-    advice = getattr(mmap, "MADV_DONTNEED", None)
-    if not isinstance(cap.buf, mmap.mmap) or advice is None:
-        return lo
-    hi -= hi % mmap.PAGESIZE
-    if hi - lo < WALK_WINDOW // 2:  # one call per half window or so: madvise is not free
-        return lo
-    cap.buf.madvise(advice, lo, hi - lo)
-    return hi
 def _candidates(
     views: ByteViews, starts: np.ndarray, caplens: np.ndarray, linktype: int, ports: np.ndarray | None
 ) -> np.ndarray:
