@@ -7,6 +7,8 @@ No Spark session: ``read_partition`` is what each task runs.
 from __future__ import annotations
 
 import dataclasses
+import os
+import struct
 
 import pyarrow as pa
 import pytest
@@ -86,3 +88,34 @@ def test_window_option_is_read(tmp_path):
     reader = NbmqReader({"path": str(CAPTURES / "dealer.pcap"), "window_bytes": "1234"}, frames_schema(payload=False))
     assert reader.window_bytes == 1234
     assert dataclasses.asdict(reader.partitions()[0])["path"].endswith("dealer.pcap")
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(key)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux /proc needed")
+@pytest.mark.parametrize("window", [0, 2 << 20])
+def test_windowed_read_keeps_memory_bounded(tmp_path, window):
+    from nbmq.capture import write_pcap_packets
+
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 28 + 1400, 0, 0, 64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+    frame = bytes(12) + b"\x08\x00" + ip + struct.pack(">HHHH", 5555, 5556, 8 + 1400, 0) + bytes(1400)
+    path = str(tmp_path / "big.pcap")
+    write_pcap_packets(path, ((1.0 + i * 1e-6, frame) for i in range(40_000)))  # ~58 MB of UDP datagrams
+    schema = frames_schema(payload=True)
+    base = _status("VmRSS")
+    peak = rows = 0
+    for batch in read_partition(CapturePartition(path), schema, 4096, None, window):
+        rows += batch.num_rows
+        peak = max(peak, _status("VmRSS") - base)
+        del batch
+    assert rows == 40_000
+    if window:
+        assert peak < 24 << 20  # about a window's payload, Arrow copy and mapped pages
+    else:
+        assert peak > 58 << 20  # the whole range at once: what the windows avoid
