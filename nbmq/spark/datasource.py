@@ -256,7 +256,9 @@ def _windows(partition: CapturePartition, window_bytes: int) -> Iterator[tuple[i
     from ..capture.files.splits import walk_windows
 
     path, start = partition.path, partition.start
-    first_frame = partition.first_frame if partition.first_frame is not None else (1 if start <= 24 else None)
+    first_frame = partition.first_frame
+    if first_frame is None and start <= PCAP_FILE_HEADER_LEN:
+        first_frame = 1  # the whole file, or a range from its first record
     if window_bytes <= 0 or first_frame is None or "://" in path or not splittable(path):
         return None
     try:
@@ -269,10 +271,13 @@ def _windows(partition: CapturePartition, window_bytes: int) -> Iterator[tuple[i
         if head[:2] == GZIP_MAGIC:
             return None
         cap = OpenedCapture(path)
-        if detect_format(cap.buf, cap.size) != "pcap":
+        try:
+            if detect_format(cap.buf, cap.size) != "pcap":
+                raise ValueError("not a classic pcap")
+            scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
+        except Exception:
             cap.close()
-            return None
-        scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
+            raise
     except Exception:  # noqa: BLE001 -- the whole-range read reports why, as an error row
         return None
     begin = partition.walk_from if partition.walk_from is not None else PCAP_FILE_HEADER_LEN
