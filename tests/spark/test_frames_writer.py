@@ -31,3 +31,19 @@ def test_arrow_writer_refuses_remote_paths(spark):
 
     with pytest.raises(ValueError, match="local paths only"):
         write_frames_arrow(spark, {"paths": str(CAPTURES / "dealer.pcap")}, True, "hdfs://x/frames")
+
+
+def test_pipeline_tables_same_with_arrow_writer(spark, bundled_run, tmp_path):
+    from nbmq.spark.pipeline import run
+
+    code, out, _ = bundled_run
+    assert code == 0
+    summary = run(None, tmp_path / "out", spark=spark, frames_writer="arrow", report=False, progress=False,
+                  print_summary=False)
+    before = __import__("json").loads((out / "summary.json").read_text())
+    assert summary["totals"] == before["totals"]
+    for table in ("frames", "messages", "sessions"):
+        ours = spark.read.parquet(str(tmp_path / "out" / table))
+        theirs = spark.read.parquet(str(out / table))
+        assert ours.schema == theirs.schema, table
+        assert ours.exceptAll(theirs).count() == 0 and theirs.exceptAll(ours).count() == 0, table
