@@ -23,6 +23,9 @@ Options (all strings, as Spark passes them):
   never splits.
 - ``udp_ports``: comma-separated UDP ports; only datagrams from or to one of them are read.
 - ``batch_rows`` (65536): rows per Arrow record batch handed to Spark.
+- ``window_bytes`` (32 MiB): a local classic pcap range is decoded this many bytes at a time
+  (same rows, same order; memory about one window per task, issue 14). ``0`` decodes each
+  range whole.
 
 A ``.schema(...)`` naming a subset of the frames columns (same types) builds only those columns:
 Python data sources get no column pruning from Spark, so this is how to make a narrow read cheap.
@@ -64,6 +67,8 @@ __all__ = ["NbmqDataSource", "CapturePartition", "CAPTURE_SUFFIXES", "expand_pat
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 DEFAULT_BATCH_ROWS = 65536
+#: Bytes of a classic pcap range decoded at a time (``window_bytes`` option).
+DEFAULT_WINDOW_BYTES = 32 * 1024 * 1024
 
 _KIND_NAMES = ["data", "connect", "connected", "disconnected", "heartbeat", "ack"]
 
@@ -151,6 +156,7 @@ class NbmqReader(DataSourceReader):
         self.schema = schema
         self.split_bytes = int(options.get("split_bytes", DEFAULT_SPLIT_BYTES))
         self.batch_rows = max(1, int(options.get("batch_rows", DEFAULT_BATCH_ROWS)))
+        self.window_bytes = int(options.get("window_bytes", DEFAULT_WINDOW_BYTES))
         ports = options.get("udp_ports", "")
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
 
@@ -168,7 +174,7 @@ class NbmqReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, CapturePartition)
-        yield from read_partition(partition, self.schema, self.batch_rows, self.udp_ports)
+        yield from read_partition(partition, self.schema, self.batch_rows, self.udp_ports, self.window_bytes)
 
 
 def _plan(path: str, split_bytes: int) -> list[CapturePartition]:
@@ -192,48 +198,143 @@ def read_partition(
     schema: StructType,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     udp_ports: Sequence[int] | None = None,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Read one partition and yield Arrow record batches of ``schema`` (runs on executors)."""
+    """Read one partition and yield Arrow record batches of ``schema`` (runs on executors).
+
+    A local classic pcap range is read ``window_bytes`` at a time (``_windows``): the same rows
+    in the same order, the capture-error rows still last, but memory stays about one window
+    whatever the range's size, and Spark gets the first rows after one window's decoding
+    instead of the whole range's (issue 14: a 1 GB range held ~1.2 GB per worker).
+    """
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from ..capture import read_datagrams
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     capture = partition.capture or os.path.basename(partition.path)
-    yield from read_frames_batches(
-        capture,
-        lambda: read_datagrams(
-            capture_source(partition.path),
-            start=partition.start,
-            end=partition.end,
-            udp_ports=udp_ports,
-            first_frame=partition.first_frame,
-            walk_from=partition.walk_from,
-        ),
-        arrow_schema,
-        batch_rows,
-    )
+    windows = _windows(partition, window_bytes)
+    if windows is None:
+        yield from read_frames_batches(
+            capture,
+            lambda: read_datagrams(
+                capture_source(partition.path),
+                start=partition.start,
+                end=partition.end,
+                udp_ports=udp_ports,
+                first_frame=partition.first_frame,
+                walk_from=partition.walk_from,
+            ),
+            arrow_schema,
+            batch_rows,
+        )
+        return
+    damage = _Damage()
+    for lo, hi, frame, walk_from in windows:
+        yield from read_frames_batches(
+            capture,
+            lambda lo=lo, hi=hi, frame=frame, walk_from=walk_from: read_datagrams(
+                partition.path, start=lo, end=hi, udp_ports=udp_ports, first_frame=frame, walk_from=walk_from
+            ),
+            arrow_schema,
+            batch_rows,
+            damage,
+        )
+    if damage.count:  # one error batch at the end, as a read of the whole range gives it
+        yield _capture_error_batch(capture, damage.reasons, damage.count, arrow_schema)
+
+
+def _windows(partition: CapturePartition, window_bytes: int) -> Iterator[tuple[int, int, int, int]] | None:
+    """``(start, end, first_frame, walk_from)`` of the windows of a local classic pcap range
+    (``nbmq.capture.files.splits.walk_windows``: together exactly the range's records and
+    framing errors); None when the range is read whole (pcapng, gzip, a remote file, a range
+    within one window, no frame number known, or a file that does not open as a pcap)."""
+    from ..capture.files.errorlog import ErrorLog
+    from ..capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
+    from ..capture.files.records import RecordScanner
+    from ..capture.files.source import GZIP_MAGIC, OpenedCapture
+    from ..capture.files.splits import walk_windows
+
+    path, start = partition.path, partition.start
+    first_frame = partition.first_frame
+    if first_frame is None and start <= PCAP_FILE_HEADER_LEN:
+        first_frame = 1  # the whole file, or a range from its first record
+    if window_bytes <= 0 or first_frame is None or "://" in path or not splittable(path):
+        return None
+    try:
+        size = os.path.getsize(path)
+        end = size if partition.end is None else min(partition.end, size)
+        if end - start <= window_bytes:
+            return None
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head[:2] == GZIP_MAGIC:
+            return None
+        cap = OpenedCapture(path)
+        try:
+            if detect_format(cap.buf, cap.size) != "pcap":
+                raise ValueError("not a classic pcap")
+            scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
+        except Exception:
+            cap.close()
+            raise
+    except Exception:  # noqa: BLE001 -- the whole-range read reports why, as an error row
+        return None
+    begin = partition.walk_from if partition.walk_from is not None else PCAP_FILE_HEADER_LEN
+
+    def steps() -> Iterator[tuple[int, int, int, int]]:
+        nonlocal scanner
+        try:
+            for lo, hi, _offs, frame, walk_from in walk_windows(
+                cap, scanner, ErrorLog(), start, end, begin=begin, first_frame=first_frame, window=window_bytes
+            ):
+                yield lo, hi, frame, walk_from
+        finally:
+            del scanner  # its views of the mapping go before the file is closed
+            cap.close()
+
+    return steps()
+
+
+class _Damage:
+    """Capture damage summed over a range's windows: the exact count and the first reasons."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.reasons: list[str] = []
+
+    def add(self, count: int, reasons: Sequence[str]) -> None:
+        from ..capture.files.errorlog import MAX_ERROR_REASONS
+
+        self.count += count
+        self.reasons = (self.reasons + [f"capture: {r}" for r in reasons])[:MAX_ERROR_REASONS]
 
 
 def read_frames_batches(
-    capture: str, read: Callable[[], Any], arrow_schema: pa.Schema, batch_rows: int
+    capture: str, read: Callable[[], Any], arrow_schema: pa.Schema, batch_rows: int, damage: _Damage | None = None
 ) -> Iterator[pa.RecordBatch]:
     """Run ``read`` (returns a ``DatagramBatch``) and yield its frames rows, then one row for
     the capture damage it counted; an unreadable capture is one error row, never a failed task.
 
     Args:
         capture: the ``capture`` column's value; arrow_schema: the rows' schema;
-        batch_rows: most rows per Arrow batch.
+        batch_rows: most rows per Arrow batch; damage: if given, the damage is added to it
+            instead of yielded (a windowed read yields it once, at the end).
     """
     from ..errors import NbmqError
 
     try:
         batch = read()
     except (NbmqError, OSError, ValueError, struct.error) as exc:
+        if damage is not None:
+            damage.add(1, [str(exc)])
+            return
         yield _capture_error_batch(capture, [f"capture: {exc}"], 1, arrow_schema)
         return
     yield from frames_batches(capture, batch, arrow_schema, batch_rows)
-    if batch.errors:
+    if batch.errors and damage is not None:
+        damage.add(batch.errors, batch.error_reasons)
+    elif batch.errors:
         yield _capture_error_batch(
             capture, [f"capture: {r}" for r in batch.error_reasons], batch.errors, arrow_schema
         )

@@ -231,6 +231,7 @@ def run(
     print_summary: bool = True,
     bqsp_ports: Sequence[int] | None = None,
     rqueue_ports: Sequence[int] | None = DEFAULT_RQUEUE_PORTS,
+    frames_writer: str = "spark",
 ) -> dict[str, Any]:
     """Run the pipeline.
 
@@ -263,6 +264,10 @@ def run(
         rqueue_ports: TCP ports decoded as rqueue into ``rqueue/`` (default 6567; None or
             empty: no rqueue table). Either table is written only when some capture holds TCP
             traffic on its ports.
+        frames_writer: ``"spark"`` (default): Spark writes ``frames/`` from the ``nbmq``
+            source; ``"arrow"``: each task writes its partition with pyarrow
+            (:mod:`nbmq.spark.frames_writer`, local output directories only; the same table,
+            a fraction of the JVM time; issue 14).
 
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
@@ -273,7 +278,8 @@ def run(
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
-        ValueError: ``messages`` is neither ``"local"`` nor ``"shuffle"``.
+        ValueError: ``messages`` is neither ``"local"`` nor ``"shuffle"``; ``frames_writer`` is
+            neither ``"spark"`` nor ``"arrow"``.
         NotADirectoryError: ``out_dir`` is a local path naming an existing non-directory.
     """
     from .messages import build_messages
@@ -282,6 +288,8 @@ def run(
 
     if messages not in ("local", "shuffle"):
         raise ValueError(f"messages must be 'local' or 'shuffle', got {messages!r}")
+    if frames_writer not in ("spark", "arrow"):
+        raise ValueError(f"frames_writer must be 'spark' or 'arrow', got {frames_writer!r}")
     build = build_messages_local if messages == "local" else build_messages
     started = time.perf_counter()
     lap = _Laps()
@@ -315,7 +323,13 @@ def run(
         reader = reader.option("split_bytes", str(int(split_bytes)))
         source = reader.load()
         steps.step(f"decoding {len(files)} capture(s) -> frames/")
-        (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
+        if frames_writer == "arrow":
+            from .frames_writer import write_frames_arrow
+
+            options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
+            write_frames_arrow(spark, options, payload, tables["frames"])
+        else:
+            (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
         frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")

@@ -75,6 +75,25 @@ class OpenedCapture:
         """Return the whole capture as a read-only uint8 array, shape (size,), without copying."""
         return np.frombuffer(self.buf, dtype=np.uint8)
 
+    def release(self, lo: int, hi: int) -> None:
+        """Drop the resident pages of bytes ``[lo, hi)``, both rounded down to a page (the caller
+        is done with every byte below ``hi``; rounding ``lo`` down leaves no page behind mapped,
+        which on kernels with large page-cache folios kept a whole folio resident per call).
+
+        A walk over a big mapped capture touches every page; dropping the pages behind it keeps
+        the process's resident memory flat in the capture's size (issue 14). Pages are read
+        again (from the page cache) if touched later. Does nothing for bytes given by the
+        caller or where ``madvise(MADV_DONTNEED)`` is missing.
+        """
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if self._mmap is None or advice is None:
+            return
+        lo -= lo % mmap.PAGESIZE
+        hi = min(hi, self.size)
+        hi -= hi % mmap.PAGESIZE
+        if hi > lo:
+            self._mmap.madvise(advice, lo, hi - lo)
+
     def close(self) -> None:
         """Unmap the file. Views still exported (arrays, memoryviews) keep it mapped until freed."""
         if self._mmap is not None:

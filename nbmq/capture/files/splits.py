@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -12,7 +12,59 @@ from .pcapng import walk_pcapng
 from .records import RecordScanner
 from .source import CaptureSource, OpenedCapture
 
-__all__ = ["plan_splits", "first_frames", "range_starts"]
+__all__ = ["plan_splits", "first_frames", "range_starts", "walk_windows", "WALK_WINDOW"]
+
+#: Bytes of a classic pcap walked per window by ``walk_windows``; the pages behind are dropped.
+WALK_WINDOW = 32 << 20
+
+
+def walk_windows(
+    cap: OpenedCapture,
+    scanner: RecordScanner,
+    log: ErrorLog,
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    begin: int = PCAP_FILE_HEADER_LEN,
+    first_frame: int = 1,
+    window: int | None = None,
+) -> Iterator[tuple[int, int, np.ndarray, int, int]]:
+    """Walk a classic pcap's records in byte windows, dropping the mapped pages behind.
+
+    The windows add up to ``scanner.walk_range(start, stop, log, begin=begin)`` exactly
+    (records and framing errors, damage included): each window is walked from a record of the
+    whole-file walk at or before it (the previous window's last record), as byte ranges are.
+    Once the consumer resumes the generator after a window, the pages before that window's
+    last record are released (``OpenedCapture.release``), so resident memory stays about one
+    window whatever the capture's size (issue 14).
+
+    Args:
+        cap: the opened capture; scanner: its ``RecordScanner``; log: receives framing errors.
+        start, stop: byte range whose record starts are walked (stop None: the end).
+        begin: a record of the whole-file walk at or before the range's first record
+            (``range_starts``' ``walk_from``; 24: the first record).
+        first_frame: frame number of the range's first record.
+        window: bytes per window (default ``WALK_WINDOW``, read at call time).
+
+    Yields:
+        ``(lo, hi, offsets, frame, walk_from)`` per window ``[lo, hi)``: the int64 record
+        offsets starting in it, the frame number of its first record, and the record the
+        window's walk started from (pass ``first_frame=frame, walk_from=walk_from`` to
+        ``read_datagrams(start=lo, end=hi)`` to read exactly this window).
+    """
+    stop = cap.size if stop is None else min(stop, cap.size)
+    window = max(1, WALK_WINDOW if window is None else window)
+    released = 0
+    for lo in range(max(start, 0), stop, window):
+        hi = min(lo + window, stop)
+        offs, _ = scanner.walk_range(lo, hi, log, begin=begin)
+        yield lo, hi, offs, first_frame, begin
+        first_frame += offs.size
+        if offs.size:
+            begin = int(offs[-1])
+        if begin - released >= window // 2 or hi >= stop:  # one madvise per half window or so
+            cap.release(released, begin)
+            released = begin
 
 
 def plan_splits(source: CaptureSource, target_bytes: int) -> list[tuple[int, int]]:
@@ -86,16 +138,24 @@ def range_starts(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> li
                 out.append((start, int(frames[j]) if j < frames.size else int(frames[-1]) + 1 if frames.size else 1))
             return out
         scanner = RecordScanner(cap.buf, cap.size, parse_pcap_header(cap.buf, cap.size))
-        offsets = scanner.walk(PCAP_FILE_HEADER_LEN, cap.size, ErrorLog())
+        # a range owns the whole-file walk's records starting in it and the errors they own
+        # (RecordScanner.walk_range); walking from the record before it also meets a record of
+        # the range that is cut by the end of the file, which the walk's offsets leave out.
+        # The walk goes window by window (flat memory on big files: issue 14).
+        starts = sorted({s for s, _e in splits})
+        found: dict[int, tuple[int, int]] = {}
+        k = 0
+        last, frame = PCAP_FILE_HEADER_LEN, 1  # record before the window, and its successor's frame
+        for lo, hi, offs, frame, _from in walk_windows(cap, scanner, ErrorLog(), PCAP_FILE_HEADER_LEN):
+            while k < len(starts) and starts[k] < hi:
+                j = int(np.searchsorted(offs, starts[k]))
+                found[starts[k]] = (int(offs[j - 1]) if j else last, frame + j)
+                k += 1
+            if offs.size:
+                last = int(offs[-1])
+            frame += offs.size
         del scanner
-    # a range owns the whole-file walk's records starting in it and the errors they own
-    # (RecordScanner.walk_range); walking from the record before it also meets a record of
-    # the range that is cut by the end of the file, which the walk's offsets leave out
-    result = []
-    for start, _end in splits:
-        j = int(np.searchsorted(offsets, start))
-        result.append((int(offsets[j - 1]) if j else PCAP_FILE_HEADER_LEN, 1 + j))
-    return result
+    return [found.get(s, (last, frame)) for s, _e in splits]
 
 
 def first_frames(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> list[int]:
