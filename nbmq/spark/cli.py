@@ -45,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-payload", dest="payload", action="store_false", help="leave payload out of frames/")
     parser.add_argument("--parts", action="store_true", help="keep each message's parts (bytes) in messages/")
     parser.add_argument(
-        "--messages", choices=("shuffle", "local"), default="local",
-        help="messages step: reassemble inside each frames partition and shuffle only message rows "
-        "(local, default), or shuffle every data frame by key (shuffle); same table",
+        "--messages", choices=("shuffle", "local"), default="shuffle",
+        help="messages step: shuffle every data frame by key (shuffle, default), or read the frames "
+        "once and reassemble inside each partition, combining only keys seen in several (local); same table",
     )
     parser.add_argument(
         "--frames-writer", choices=("spark", "arrow"), default="spark",
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             master=args.master,
             payload=args.payload,
             parts=args.parts,
-            messages=getattr(args, "messages", "local"),
+            messages=getattr(args, "messages", "shuffle"),
             frames_writer=getattr(args, "frames_writer", "spark"),
             pcapng=args.pcapng,
             split_bytes=int(args.split_mb * 1024 * 1024),

@@ -222,7 +222,7 @@ def run(
     spark: SparkSession | None = None,
     payload: bool = True,
     parts: bool = False,
-    messages: str = "local",
+    messages: str = "shuffle",
     pcapng: bool = False,
     split_bytes: int | None = None,
     conf: dict[str, str] | None = None,
@@ -247,10 +247,10 @@ def run(
         spark: use this session instead of building one (``master`` and ``conf`` then ignored).
         payload: keep the ``payload`` column in ``frames/``.
         parts: add the ``parts`` column (the message bytes) to ``messages/``.
-        messages: ``"local"`` (default): :func:`nbmq.spark.messages_local.build_messages_local`,
-            reassembly inside each frames partition, only message rows shuffled; ``"shuffle"``:
-            :func:`nbmq.spark.messages.build_messages`, every data frame shuffled by key (the
-            default before issue 14 item 5; see README for both figures). Same table.
+        messages: ``"shuffle"`` (default): :func:`nbmq.spark.messages.build_messages`, every
+            data frame shuffled by key; ``"local"``: :func:`nbmq.spark.messages_local.build_messages_local`,
+            reassembly inside each frames partition, only message rows shuffled (about as fast on
+            local[2], see README). Same table (issue 14, item 5).
         pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
             ``dealer.pcap``, so its messages and sessions appear twice under another name).
         split_bytes: byte-range split size for large classic pcap files (default: one range per

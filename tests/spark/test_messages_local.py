@@ -191,9 +191,9 @@ def test_settle_leaves_earlier_or_interleaved_frames_to_the_redo_path():
 
 
 @pytest.mark.spark
-def test_pipeline_messages_shuffle_writes_the_same_tables(spark, bundled_run, tmp_path):
-    """``nbmq pipeline --messages shuffle`` on the bundled captures: messages/ and sessions/ equal
-    the default (partition-local) run's."""
+def test_pipeline_messages_local_writes_the_same_tables(spark, bundled_run, tmp_path):
+    """``nbmq pipeline --messages local`` on the bundled captures: messages/ and sessions/ equal
+    the default (shuffled) run's."""
     import contextlib
     import io
 
@@ -203,7 +203,7 @@ def test_pipeline_messages_shuffle_writes_the_same_tables(spark, bundled_run, tm
     assert code == 0
     out = tmp_path / "out"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["--out", str(out), "--quiet", "--messages", "shuffle", "--no-report"]) == 0
+        assert main(["--out", str(out), "--quiet", "--messages", "local", "--no-report"]) == 0
     for table in ("messages", "sessions"):
         got = _rows(spark.read.parquet(str(out / table)))
         assert got and got == _rows(spark.read.parquet(str(default_out / table)))
