@@ -195,20 +195,18 @@ def test_safe_send_compiled_matches_the_python_send():
         assert SafeDealer.send is sockets._fast.send
 
 
-def _take_script(python: bool, monkeypatch):
-    """Small messages to two peers in turn through windows that fill, acks that open them, a
-    large message among them and a peer leaving with messages queued: the frames handed out,
-    windows, flights, events and counters."""
+def _two_peer_engine(options: SocketOptions, python: bool, monkeypatch) -> tuple:
+    """A bound SafeDealer (the Python twin's take, send and receive when ``python``) with
+    peers A and B connected and one message received from each: ``(engine, {addr: sid})``."""
     from nbmq.engine import sockets
     from nbmq.engine.sockets import Socket
 
-    engine = SafeDealer(SocketOptions(send_hwm=40, max_tick_send=7), random.Random(7))
+    engine = SafeDealer(options, random.Random(7))
     engine.bind(S)
     if python:
         monkeypatch.setattr(sockets, "_fast", None)  # _take_data: SendQueue.take -> _take_safe
         engine.send = types.MethodType(Socket.send, engine)
         engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
-    log: list = []
     sids = {}
     for addr in (A, B):
         engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, 1.0)
@@ -216,6 +214,15 @@ def _take_script(python: bool, monkeypatch):
         sids[addr] = sid = codec.parse_frame(reply).session_id
         engine.receive_datagram(_data(sid, 1), addr, 1.0)
         engine.datagrams_to_send(1.0)  # its ack
+    return engine, sids
+
+
+def _take_script(python: bool, monkeypatch):
+    """Small messages to two peers in turn through windows that fill, acks that open them, a
+    large message among them and a peer leaving with messages queued: the frames handed out,
+    windows, flights, events and counters."""
+    engine, sids = _two_peer_engine(SocketOptions(send_hwm=40, max_tick_send=7), python, monkeypatch)
+    log: list = []
     q = engine._sendq
     now = 1.0
     sent: list = []
@@ -384,24 +391,10 @@ def _big_take_script(python: bool, monkeypatch):
     open the windows, send_hwm refusals, a peer leaving mid-message and the resend timer: the
     frames handed out, every flight (hash, frame, message, due, sent_at, tx), each window's
     transmission order and state, the queued messages, events and counters."""
-    from nbmq.engine import sockets
-    from nbmq.engine.sockets import Socket
     from nbmq.errors import WouldBlock
 
-    engine = SafeDealer(SocketOptions(send_hwm=9, max_tick_send=11), random.Random(7))
-    engine.bind(S)
-    if python:
-        monkeypatch.setattr(sockets, "_fast", None)  # _take_data: SendQueue.take -> _take_safe
-        engine.send = types.MethodType(Socket.send, engine)
-        engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
+    engine, sids = _two_peer_engine(SocketOptions(send_hwm=9, max_tick_send=11), python, monkeypatch)
     log: list = []
-    sids = {}
-    for addr in (A, B):
-        engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, 1.0)
-        (reply, _), = engine.datagrams_to_send(1.0)
-        sids[addr] = sid = codec.parse_frame(reply).session_id
-        engine.receive_datagram(_data(sid, 1), addr, 1.0)
-        engine.datagrams_to_send(1.0)  # its ack
     q = engine._sendq
     peers = {id(p): a for a, p in ((A, engine._peers.get(sids[A])), (B, engine._peers.get(sids[B])))}
     now = 1.0
