@@ -195,6 +195,26 @@ def test_safe_send_compiled_matches_the_python_send():
         assert SafeDealer.send is sockets._fast.send
 
 
+def _drain(engine, now: float, sent: list, log: list) -> None:
+    """The engine's datagrams due at ``now`` (appended to ``sent`` and ``log``), then its events."""
+    out = [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]
+    sent.extend(out)
+    log.append(("out", out))
+    while (event := engine.next_event()) is not None:
+        log.append(("event", repr(event)))
+
+
+def _feed_acks(engine, sids: dict, frames: list, now: float) -> None:
+    """One Ack for each data frame of ``frames`` (``(datagram, addr)``), fed back as one
+    ``receive_datagrams`` batch per peer."""
+    for addr in (A, B):
+        acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
+        if acks:
+            buf = b"".join(acks)
+            engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
+                                     [18] * len(acks), [addr] * len(acks), now)
+
+
 def _two_peer_engine(options: SocketOptions, python: bool, monkeypatch) -> tuple:
     """A bound SafeDealer (the Python twin's take, send and receive when ``python``) with
     peers A and B connected and one message received from each: ``(engine, {addr: sid})``."""
@@ -228,19 +248,10 @@ def _take_script(python: bool, monkeypatch):
     sent: list = []
 
     def flush():
-        out = [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]
-        sent.extend(out)
-        log.append(("out", out))
-        while (event := engine.next_event()) is not None:
-            log.append(("event", repr(event)))
+        _drain(engine, now, sent, log)
 
     def ack(frames):
-        for addr in (A, B):
-            acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
-            if acks:
-                buf = b"".join(acks)
-                engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
-                                         [18] * len(acks), [addr] * len(acks), now)
+        _feed_acks(engine, sids, frames, now)
 
     for i in range(12):
         engine.send([bytes([i]) * (50 + i)], now)
@@ -419,20 +430,11 @@ def _big_take_script(python: bool, monkeypatch):
         log.append(("state", flights, orders, msgs, q._rr, q._blocked, q.held))
 
     def flush():
-        out = [(bytes(d), a) for d, a in engine.datagrams_to_send(now)]
-        sent.extend(out)
-        log.append(("out", out))
-        while (event := engine.next_event()) is not None:
-            log.append(("event", repr(event)))
+        _drain(engine, now, sent, log)
         snapshot()
 
     def ack(frames):
-        for addr in (A, B):
-            acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
-            if acks:
-                buf = b"".join(acks)
-                engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
-                                         [18] * len(acks), [addr] * len(acks), now)
+        _feed_acks(engine, sids, frames, now)
 
     chunk = codec.MAX_CHUNK_SIZE
     send([b"a" * (chunk * 6 + 7)])  # seven frames
