@@ -13,21 +13,15 @@ the two (and ``codec.ack_hash``) to identical values.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ...wire import DATA_HEADER_SIZE, FNV_OFFSET_BASIS, FNV_PRIME, FrameError, FrameKind
+from .decode_fast import _decode
 
 __all__ = ["ack_hashes", "fnv1a64_ranges", "COMPILED"]
 
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from ._decode import fnv1a64_ranges as _native_fnv
-    except ImportError:  # not built (pure-Python install): numpy does the work
-        _native_fnv = None
-else:
-    _native_fnv = None
+# the compiled decoder module, as decode_fast gates it (None when not built or NBMQ_NO_EXTENSIONS)
+_native_fnv = None if _decode is None else _decode.fnv1a64_ranges
 
 #: True when :func:`fnv1a64_ranges` uses the compiled loop by default.
 COMPILED = _native_fnv is not None
