@@ -382,7 +382,6 @@ def main(argv: list[str] | None = None) -> None:
     d, r = args.duration, args.repeat
     from nbmq import codec
     from nbmq.transports import batch
-    from nbmq.wire import MAX_CHUNK_SIZE
 
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     print(f"codec={codec.IMPLEMENTATION} batch_io={'recvmmsg' if batch.NATIVE else 'recvfrom'} "

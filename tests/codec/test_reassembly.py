@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from nbmq.errors import DecodeError, FrameTooLarge
-from nbmq.wire import DataFrame
 
 
 def frames_of(codec, parts, session_id=1, message_id=2) -> list[bytes]:

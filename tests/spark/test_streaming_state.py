@@ -13,7 +13,6 @@ from nbmq.examples import CAPTURE_DIR as CAPTURES
 pytest.importorskip("pandas")
 pytest.importorskip("pyspark")
 
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from nbmq.capture import read_datagrams  # noqa: E402

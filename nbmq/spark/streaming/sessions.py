@@ -32,7 +32,6 @@ import numpy as np
 import pandas as pd
 
 from .messages import (
-    FRAME_COLUMNS,
     PeerMessages,
     StreamMessageOptions,
     _dec,
