@@ -251,15 +251,13 @@ def _decimal_u64(values: np.ndarray, type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(wide)])
 
 
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+#: the two lowercase hex digits of every byte value, as one uint16 (memory order: high digit first)
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
 
 
 def _hex(digests: np.ndarray) -> pa.Array:
     """uint8 (m, 32) sha256 digests -> their lowercase hex, a string array of m values."""
-    raw = digests.reshape(-1)
-    text = np.empty(2 * raw.size, np.uint8)
-    text[0::2] = _HEX[raw >> 4]
-    text[1::2] = _HEX[raw & 15]
+    text = _HEX[digests.reshape(-1)]
     m = len(digests)
     offsets = np.arange(m + 1, dtype=np.int32) * 64
     return pa.StringArray.from_buffers(m, pa.py_buffer(offsets), pa.py_buffer(text))
@@ -272,6 +270,7 @@ def group_rows(
     arrow_schema: pa.Schema,
     parts: bool,
     limit: int,
+    complete_only: bool = False,
 ) -> tuple[np.ndarray, dict[str, pa.Array]]:
     """Reassemble every group of ``frames`` at once and build its message row column-wise.
 
@@ -282,9 +281,11 @@ def group_rows(
         arrow_schema: the messages schema (its ``parts`` field, if any, is filled when ``parts``).
         parts: fill ``parts`` with the completed parts.
         limit: ``max_message_size``, bytes.
+        complete_only: build the columns of the completed groups only.
 
     Returns:
-        (bool (g,) complete flags, the message row's columns by name, one value per group).
+        (bool (g,) complete flags of every group, the message row's columns by name: one value
+        per group, or per completed group with ``complete_only``).
     """
     n = frames.num_rows
 
@@ -299,11 +300,26 @@ def group_rows(
     (complete, count, size, dups, rejected, missing, slots, slot_size, slot_start, digests, data) = _KERNEL(
         bounds, sorted_("part_count"), sorted_("part_index"), sorted_("message_size"), sorted_("part_size"),
         sorted_("chunk_offset"), buffers, ids, cstart, clen, limit, parts)
-    done = complete.astype(bool)
-    g = len(starts)
-    firsts = starts if order is None else order[starts]
-    take = pa.array(firsts)
+    flags = done = complete.astype(bool)
     ts = sorted_("ts_ns")
+    g = len(starts)
+    per_group = np.diff(slots)
+    first_ts = np.minimum.reduceat(ts, starts) // 1000 if g else ts[:0]
+    last_ts = np.maximum.reduceat(ts, starts) // 1000 if g else ts[:0]
+    nframes = np.diff(bounds)
+    firsts = starts if order is None else order[starts]
+    if complete_only and not done.all():  # leave the others out before building any column
+        sel = np.flatnonzero(done)
+        slot_keep = np.repeat(done, per_group)
+        slot_size, slot_start, digests = slot_size[slot_keep], slot_start[slot_keep], digests[slot_keep]
+        count, size, dups, rejected, missing = count[sel], size[sel], dups[sel], rejected[sel], missing[sel]
+        first_ts, last_ts, nframes, firsts, per_group = first_ts[sel], last_ts[sel], nframes[sel], firsts[sel], \
+            per_group[sel]
+        done = done[sel]
+        g = sel.size
+        slots = np.zeros(g + 1, np.int64)
+        np.cumsum(per_group, out=slots[1:])
+    take = pa.array(firsts)
     field = {f.name: f.type for f in arrow_schema}
     cols: dict[str, pa.Array] = {}
     for name in ("capture", "src", "dst"):
@@ -316,20 +332,23 @@ def group_rows(
     cols["message_size"] = pa.array(size, pa.int64())
     cols["part_sizes"] = pa.ListArray.from_arrays(slot_offsets, pa.array(slot_size, pa.int64(), mask=slot_size < 0))
     # complete groups' slots only: their parts, back to back in ``data``
-    per = np.where(done, np.diff(slots), 0)
-    done_offsets = np.zeros(g + 1, np.int32)
-    np.cumsum(per, out=done_offsets[1:])
-    mask = pa.array(~done)
-    keep = np.repeat(done, np.diff(slots))
-    d_start, d_size = slot_start[keep], slot_size[keep]
-    cols["part_sha256"] = pa.ListArray.from_arrays(pa.array(done_offsets), _hex(digests[keep]), mask=mask)
+    if done.all():
+        done_offsets, mask, d_start, d_size, d_digests = slot_offsets, None, slot_start, slot_size, digests
+    else:
+        done_offsets = np.zeros(g + 1, np.int32)
+        np.cumsum(np.where(done, per_group, 0), out=done_offsets[1:])
+        done_offsets = pa.array(done_offsets)
+        mask = pa.array(~done)
+        keep = np.repeat(done, per_group)
+        d_start, d_size, d_digests = slot_start[keep], slot_size[keep], digests[keep]
+    cols["part_sha256"] = pa.ListArray.from_arrays(done_offsets, _hex(d_digests), mask=mask)
     cols["complete"] = pa.array(done)
     cols["missing_bytes"] = pa.array(missing, pa.int64())
-    cols["frames"] = pa.array(np.diff(bounds), pa.int64())
+    cols["frames"] = pa.array(nframes, pa.int64())
     cols["duplicates"] = pa.array(dups, pa.int64())
     cols["rejected"] = pa.array(rejected, pa.int64())
-    cols["first_ts"] = pa.array(np.minimum.reduceat(ts, starts) // 1000 if g else ts[:0]).cast(field["first_ts"])
-    cols["last_ts"] = pa.array(np.maximum.reduceat(ts, starts) // 1000 if g else ts[:0]).cast(field["last_ts"])
+    cols["first_ts"] = pa.array(first_ts).cast(field["first_ts"])
+    cols["last_ts"] = pa.array(last_ts).cast(field["last_ts"])
     if "parts" in field:
         if parts:
             blob_offsets = np.append(d_start, d_start[-1] + d_size[-1] if d_size.size else 0)
@@ -339,13 +358,13 @@ def group_rows(
             else:
                 blobs = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(d_size), [
                     None, pa.py_buffer(blob_offsets), pa.py_buffer(data)]).cast(pa.binary())
-            cols["parts"] = pa.ListArray.from_arrays(pa.array(done_offsets), blobs, mask=mask)
+            cols["parts"] = pa.ListArray.from_arrays(done_offsets, blobs, mask=mask)
         else:
             cols["parts"] = pa.nulls(g, field["parts"])
     for name, type_ in field.items():
         if cols[name].type != type_:
             cols[name] = cols[name].cast(type_)
-    return done, cols
+    return flags, cols
 
 
 def _finish(group: _Group, want_parts: bool, max_message_size: int) -> tuple:

@@ -225,15 +225,11 @@ def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, rec
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n) - 1
     fresh = np.maximum.reduceat((order >= n_old).astype(np.int8), starts) > 0  # a frame from this segment
-    complete, rows = group_rows(table, order, starts, out_schema, parts, limit)
+    complete, rows = group_rows(table, order, starts, out_schema, parts, limit, complete_only=True)
     sel = np.flatnonzero(complete)
     m = sel.size
     if m:
-        if m == starts.size:
-            cols: dict[str, Any] = {f.name: rows[f.name] for f in out_schema}
-        else:
-            take = pa.array(sel)
-            cols = {f.name: rows[f.name].take(take) for f in out_schema}
+        cols: dict[str, Any] = dict(rows)
         cols["_kind"] = pa.array(np.full(m, ROW, np.int64))
         for c, v in (("_t0", ts[starts[sel]]), ("_f0", fn[starts[sel]]), ("_t1", ts[ends[sel]]),
                      ("_f1", fn[ends[sel]])):
