@@ -2,8 +2,11 @@
 
 Frames are shuffled by (a hash of) that key and sorted by key and capture time inside each
 Spark partition (``repartition`` + ``sortWithinPartitions``); ``mapInArrow`` then walks each partition's Arrow
-batches once, cutting groups where the key changes (a group may span batches) and feeding each
-group's frames, in capture order, to the codec's ``Reassembler``.
+batches once, cutting groups where the key changes (a group may span batches). The groups of a
+batch are reassembled in one call of ``reassemble_groups``: the compiled loop
+(``nbmq.spark._reassemble``, the codec ``Reassembler``'s rules in C, payloads read in place) or
+its Python twin (``nbmq.spark._reassemble_py``, the reference: each group's frames, in capture
+order, fed to the codec's ``Reassembler``); a test keeps the two equal.
 
 Counting rules:
 

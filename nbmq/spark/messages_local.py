@@ -8,8 +8,10 @@ pcap). :func:`build_messages_local` gives the same rows shuffling only small rec
    local Parquet files (``spark.read.parquet(dir)``, the pipeline's ``frames/``), the Python
    workers read its row groups themselves with pyarrow, so Spark never turns the payloads into
    rows and Arrow; any other ``frames`` goes through Spark as usual. The data frames are taken
-   in segments of ``segment_rows`` (file order), each sorted by key and capture order and run
-   through the batch step :func:`nbmq.spark.messages.reassemble_batches`. A key complete there
+   in segments of ``segment_rows`` (file order), each sorted by key and capture order (as
+   indices: the payloads stay where they are) and reassembled by the batch step's group loop
+   (:func:`nbmq.spark.messages.group_rows`, as :func:`~nbmq.spark.messages.reassemble_batches`
+   uses it). A key complete there
    becomes one *row record* (the message row, plus the (ts_ns, frame_number) of its first and
    last frame). An incomplete key carries its frames into the next segment while new frames of
    it keep coming; otherwise, and at the partition's end, it leaves as *frame records*
