@@ -208,3 +208,17 @@ def test_local_pass_is_the_same_with_either_loop(monkeypatch, parts):
         ref = by_key[(int(r["message_id"]), r["src"])]
         if ref["complete"] and ref["frames"] == r["frames"]:
             assert r == ref
+
+
+@compiled
+def test_twins_have_the_same_signature():
+    """Names, order and defaults of the parameters (annotations live in the twin only)."""
+    import inspect
+
+    from nbmq.spark import _reassemble
+
+    def shape(f):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+    assert shape(_reassemble.reassemble_groups) == shape(_reassemble_py.reassemble_groups)
+    assert _reassemble.DIGEST in ("openssl", "hashlib")
