@@ -13,6 +13,7 @@ EXTENSIONS = [
     ("nbmq.engine._fast", ["nbmq/engine/_fast.pyx"], False),
     ("nbmq.capture.files._records", ["nbmq/capture/files/_records.pyx"], False),
     ("nbmq.capture.datagrams._decode", ["nbmq/capture/datagrams/_decode.pyx"], False),
+    ("nbmq.spark._reassemble", ["nbmq/spark/_reassemble.pyx"], False),
 ]
 
 

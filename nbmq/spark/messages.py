@@ -2,8 +2,11 @@
 
 Frames are shuffled by (a hash of) that key and sorted by key and capture time inside each
 Spark partition (``repartition`` + ``sortWithinPartitions``); ``mapInArrow`` then walks each partition's Arrow
-batches once, cutting groups where the key changes (a group may span batches) and feeding each
-group's frames, in capture order, to the codec's ``Reassembler``.
+batches once, cutting groups where the key changes (a group may span batches). The groups of a
+batch are reassembled in one call of ``reassemble_groups``: the compiled loop
+(``nbmq.spark._reassemble``, the codec ``Reassembler``'s rules in C, payloads read in place) or
+its Python twin (``nbmq.spark._reassemble_py``, the reference: each group's frames, in capture
+order, fed to the codec's ``Reassembler``); a test keeps the two equal.
 
 Counting rules:
 
@@ -27,12 +30,15 @@ Counting rules:
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from ._reassemble_py import _coverage, reassemble_group
+from ._reassemble_py import reassemble_groups as _reassemble_groups_py
 from .schema import messages_schema
 
 if TYPE_CHECKING:
@@ -43,6 +49,19 @@ __all__ = ["KEY", "build_messages", "reassemble_batches", "addr_port"]
 KEY = ["capture", "session_id", "src", "message_id"]
 _MAX_U32 = 0xFFFFFFFF
 _OUT_ROWS = 4096
+
+if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
+    try:
+        from ._reassemble import reassemble_groups as _reassemble_groups_c
+    except ImportError:  # not built (pure-Python install): the Python twin does the work
+        _reassemble_groups_c = None
+else:
+    _reassemble_groups_c = None
+
+#: True when the groups are reassembled by the compiled loop (``nbmq.spark._reassemble``).
+COMPILED = _reassemble_groups_c is not None
+#: ``reassemble_groups`` in use: the compiled one, else the Python twin (the reference)
+_KERNEL = _reassemble_groups_c if _reassemble_groups_c is not None else _reassemble_groups_py
 
 
 def addr_port(addr_col: str, port_col: str) -> Any:
@@ -144,10 +163,9 @@ def reassemble_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Reassemble frames sorted by (capture, session_id, src, message_id, ts_ns, frame_number).
 
-    Groups (one key's frames) that ``_bulk_reassemble`` completes in one step become message
-    rows column-wise (one record batch per input batch); the others -- duplicates, rejections,
-    incomplete messages, groups that continue in the next batch -- go frame by frame through
-    ``_finish``. Both give the same rows (tests compare them); only the row order differs.
+    The groups (one key's frames) of each batch are reassembled at once by
+    ``reassemble_groups`` (compiled, or its Python twin, the reference) and become message rows
+    column-wise; the last group of a batch waits for the next batch, which may continue it.
 
     Args:
         batches: Arrow batches with the columns :func:`build_messages` selects.
@@ -158,155 +176,203 @@ def reassemble_batches(
     Yields:
         Record batches of ``arrow_schema``, one row per key.
     """
-    import pyarrow.compute as pc
-
-    out = _Output(arrow_schema, parts)
-    group: _Group | None = None
+    pending: list[pa.RecordBatch] = []
+    pending_key: tuple | None = None
     for batch in batches:
         n = batch.num_rows
         if n == 0:
             continue
-        col = batch.column
-        names = batch.schema.names
-        capture = col(names.index("capture"))
-        src = col(names.index("src"))
-        sid = _u64(col(names.index("session_id")))
-        mid = _u64(col(names.index("message_id")))
-        # Group boundaries, vectorised: a row starts a group when its key differs from the row before.
-        starts = np.zeros(n, dtype=bool)
-        starts[0] = True
-        if n > 1:
-            changed = (sid[1:] != sid[:-1]) | (mid[1:] != mid[:-1])
-            changed |= pc.not_equal(capture.slice(1), capture.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-            changed |= pc.not_equal(src.slice(1), src.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-            starts[1:] = changed
-        bounds = np.flatnonzero(starts).tolist() + [n]
-        data, offsets = _binary_views(col(names.index("payload")))
-        first_key = (capture[0].as_py(), int(sid[0]), src[0].as_py(), int(mid[0]))
-        cont = group is not None and group.key == first_key
-        bulk = _bulk_reassemble(batch, names, sid, mid, data, offsets, bounds, cont, max_message_size)
-        if bulk:
-            yield _bulk_rows(batch, names, bounds, bulk, arrow_schema, parts)
-        slow = [g for g in range(len(bounds) - 1) if g not in bulk]
-        if not slow:
-            continue
-        firsts = [bounds[g] for g in slow]
-        capture_l = capture.take(firsts).to_pylist()
-        src_l = src.take(firsts).to_pylist()
-        dst_l = col(names.index("dst")).take(firsts).to_pylist()
-        sid_l = sid[firsts].tolist()
-        mid_l = mid[firsts].tolist()
-        fields = [
-            col(names.index(c)).to_numpy(zero_copy_only=False)
-            for c in ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "ts_ns")
-        ]
-        for j, g in enumerate(slow):
-            a, b = bounds[g], bounds[g + 1]
-            key = (capture_l[j], sid_l[j], src_l[j], mid_l[j])
-            rows = list(zip(*(f[a:b].tolist() for f in fields)))
-            offs = offsets[a : b + 1].tolist()
-            # a view per chunk: Arrow buffers are never reused, so views stay valid across batches
-            chunks = [data[x:y] for x, y in zip(offs[:-1], offs[1:])]
-            if group is not None and group.key == key:
-                group.rows.extend(rows)
-                group.chunks.extend(chunks)
-                continue
-            if group is not None:
-                out.add(_finish(group, parts, max_message_size))
-                if out.full():
-                    yield out.flush()
-            group = _Group(key, dst_l[j])
-            group.rows.extend(rows)
-            group.chunks.extend(chunks)
-    if group is not None:
-        out.add(_finish(group, parts, max_message_size))
-    if out.rows:
-        yield out.flush()
+        bounds = np.append(np.flatnonzero(_key_starts(batch)), n)
+        first = 0
+        if pending and _row_key(batch, 0) == pending_key:
+            pending.append(batch.slice(0, int(bounds[1])))
+            if len(bounds) == 2:
+                continue  # the whole batch continues the open group
+            first = int(bounds[1])
+        if pending:
+            yield _rows_batch(pa.Table.from_batches(pending), arrow_schema, parts, max_message_size)
+        last = int(bounds[-2])
+        if last > first:
+            yield _rows_batch(batch.slice(first, last - first), arrow_schema, parts, max_message_size)
+        pending, pending_key = [batch.slice(last)], _row_key(batch, last)
+    if pending:
+        yield _rows_batch(pa.Table.from_batches(pending), arrow_schema, parts, max_message_size)
 
 
-def _bulk_rows(
-    batch: pa.RecordBatch,
-    names: list[str],
-    bounds: list[int],
-    done: dict[int, list[Any]],
+def _row_key(batch: pa.RecordBatch, i: int) -> tuple:
+    return (batch.column("capture")[i].as_py(), int(_u64(batch.column("session_id"))[i]),
+            batch.column("src")[i].as_py(), int(_u64(batch.column("message_id"))[i]))
+
+
+def _key_starts(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Bool per row of frames sorted by key: its key differs from the row before's (row 0: True)."""
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        sid, mid = _u64(batch.column("session_id")), _u64(batch.column("message_id"))
+        changed = (sid[1:] != sid[:-1]) | (mid[1:] != mid[:-1])
+        for name in ("capture", "src"):
+            c = batch.column(name)
+            changed |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+        starts[1:] = changed
+    return starts
+
+
+def _rows_batch(frames: pa.Table | pa.RecordBatch, arrow_schema: pa.Schema, parts: bool, limit: int) -> pa.RecordBatch:
+    """Frames sorted by key and capture order -> their message rows (one per key), a record batch."""
+    starts = np.flatnonzero(_key_starts(frames))
+    _, cols = group_rows(frames, None, starts, arrow_schema, parts, limit)
+    return pa.RecordBatch.from_arrays([cols[f.name] for f in arrow_schema], schema=arrow_schema)
+
+
+def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return column.to_numpy() if isinstance(column, pa.ChunkedArray) else column.to_numpy(zero_copy_only=False)
+
+
+def _payload_ranges(column: pa.Array | pa.ChunkedArray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """A binary column -> (its data buffers, buffer index, start and length of every value)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    buffers, ids, starts, lengths = [], [], [], []
+    for i, arr in enumerate(chunks):
+        data, offsets = _binary_views(arr)
+        buffers.append(data)
+        offsets = offsets.astype(np.int64)
+        starts.append(offsets[:-1])
+        lengths.append(np.diff(offsets))
+        ids.append(np.full(len(arr), i, np.int64))
+    if not chunks:
+        return [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return buffers, np.concatenate(ids), np.concatenate(starts), np.concatenate(lengths)
+
+
+def _decimal_u64(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """uint64 values -> decimal128(20, 0) (the low 8 bytes of each 16-byte value)."""
+    wide = np.zeros((len(values), 2), dtype="<u8")
+    wide[:, 0] = values
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(wide)])
+
+
+#: the two lowercase hex digits of every byte value, as one uint16 (memory order: high digit first)
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
+
+
+def _hex(digests: np.ndarray) -> pa.Array:
+    """uint8 (m, 32) sha256 digests -> their lowercase hex, a string array of m values."""
+    text = _HEX[digests.reshape(-1)]
+    m = len(digests)
+    offsets = np.arange(m + 1, dtype=np.int32) * 64
+    return pa.StringArray.from_buffers(m, pa.py_buffer(offsets), pa.py_buffer(text))
+
+
+def group_rows(
+    frames: pa.Table | pa.RecordBatch,
+    order: np.ndarray | None,
+    starts: np.ndarray,
     arrow_schema: pa.Schema,
-    want_parts: bool,
-) -> pa.RecordBatch:
-    """The message rows of groups completed with no duplicate or rejection, built column-wise.
+    parts: bool,
+    limit: int,
+    complete_only: bool = False,
+) -> tuple[np.ndarray, dict[str, pa.Array]]:
+    """Reassemble every group of ``frames`` at once and build its message row column-wise.
 
-    Same values as ``_complete_row`` per group: the key columns and ``dst`` from the group's
-    first frame, part sizes and sha256 of the completed parts, first/last capture time.
+    Args:
+        frames: data frames with the columns :func:`build_messages` selects (any row order).
+        order: int64 (n,), the rows in key and capture order (None: already in that order).
+        starts: int64 (g,), where each group (key) starts in that order (``starts[0] == 0``).
+        arrow_schema: the messages schema (its ``parts`` field, if any, is filled when ``parts``).
+        parts: fill ``parts`` with the completed parts.
+        limit: ``max_message_size``, bytes.
+        complete_only: build the columns of the completed groups only.
+
+    Returns:
+        (bool (g,) complete flags of every group, the message row's columns by name: one value
+        per group, or per completed group with ``complete_only``).
     """
-    col = batch.column
-    groups = sorted(done)
-    b = np.asarray(bounds, dtype=np.int64)
-    gi = np.asarray(groups, dtype=np.int64)
-    firsts = b[gi]
-    m = len(groups)
-    ts = col(names.index("ts_ns")).to_numpy(zero_copy_only=False)
-    first_ts = np.minimum.reduceat(ts, b[:-1])[gi] // 1000
-    last_ts = np.maximum.reduceat(ts, b[:-1])[gi] // 1000
-    flat = [p for g in groups for p in done[g]]
-    counts = np.fromiter((len(done[g]) for g in groups), np.int64, m)
-    list_offsets = np.zeros(m + 1, dtype=np.int32)
-    np.cumsum(counts, out=list_offsets[1:])
-    sizes = np.fromiter((len(p) for p in flat), np.int64, len(flat))
-    message_size = np.add.reduceat(sizes, list_offsets[:-1]) if len(flat) else np.zeros(m, np.int64)
-    message_size[counts == 0] = 0
-    sha = pa.array([hashlib.sha256(p).hexdigest() for p in flat], pa.string())
-    zeros = pa.array(np.zeros(m, np.int64))
+    n = frames.num_rows
+
+    def sorted_(name: str) -> np.ndarray:
+        values = _numpy(frames.column(name))
+        return values if order is None else values[order]
+
+    buffers, ids, cstart, clen = _payload_ranges(frames.column("payload"))
+    if order is not None:
+        ids, cstart, clen = ids[order], cstart[order], clen[order]
+    bounds = np.append(np.asarray(starts, np.int64), n)
+    (complete, count, size, dups, rejected, missing, slots, slot_size, slot_start, digests, data) = _KERNEL(
+        bounds, sorted_("part_count"), sorted_("part_index"), sorted_("message_size"), sorted_("part_size"),
+        sorted_("chunk_offset"), buffers, ids, cstart, clen, limit, parts)
+    flags = done = complete.astype(bool)
+    ts = sorted_("ts_ns")
+    g = len(starts)
+    per_group = np.diff(slots)
+    first_ts = np.minimum.reduceat(ts, starts) // 1000 if g else ts[:0]
+    last_ts = np.maximum.reduceat(ts, starts) // 1000 if g else ts[:0]
+    nframes = np.diff(bounds)
+    firsts = starts if order is None else order[starts]
+    if complete_only and not done.all():  # leave the others out before building any column
+        sel = np.flatnonzero(done)
+        slot_keep = np.repeat(done, per_group)
+        slot_size, slot_start, digests = slot_size[slot_keep], slot_start[slot_keep], digests[slot_keep]
+        count, size, dups, rejected, missing = count[sel], size[sel], dups[sel], rejected[sel], missing[sel]
+        first_ts, last_ts, nframes, firsts, per_group = first_ts[sel], last_ts[sel], nframes[sel], firsts[sel], \
+            per_group[sel]
+        done = done[sel]
+        g = sel.size
+        slots = np.zeros(g + 1, np.int64)
+        np.cumsum(per_group, out=slots[1:])
     take = pa.array(firsts)
-    cols: dict[str, pa.Array] = {
-        "capture": col(names.index("capture")).take(take),
-        "session_id": col(names.index("session_id")).take(take),
-        "src": col(names.index("src")).take(take),
-        "dst": col(names.index("dst")).take(take),
-        "message_id": col(names.index("message_id")).take(take),
-        "part_count": pa.array(counts.astype(np.int32)),
-        "message_size": pa.array(message_size),
-        "part_sizes": pa.ListArray.from_arrays(pa.array(list_offsets), pa.array(sizes)),
-        "part_sha256": pa.ListArray.from_arrays(pa.array(list_offsets), sha),
-        "complete": pa.array(np.ones(m, bool)),
-        "missing_bytes": zeros,
-        "frames": pa.array(np.diff(b)[gi]),
-        "duplicates": zeros,
-        "rejected": zeros,
-        "first_ts": pa.array(first_ts),
-        "last_ts": pa.array(last_ts),
-    }
-    if "parts" in arrow_schema.names:
-        if want_parts:
-            blobs = pa.array([bytes(p) for p in flat], pa.binary())
-            cols["parts"] = pa.ListArray.from_arrays(pa.array(list_offsets), blobs)
+    field = {f.name: f.type for f in arrow_schema}
+    cols: dict[str, pa.Array] = {}
+    for name in ("capture", "src", "dst"):
+        c = frames.column(name).take(take)
+        cols[name] = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+    for name in ("session_id", "message_id"):
+        cols[name] = _decimal_u64(_u64(frames.column(name))[firsts], field[name])
+    slot_offsets = pa.array(slots.astype(np.int32))
+    cols["part_count"] = pa.array(count, pa.int32())
+    cols["message_size"] = pa.array(size, pa.int64())
+    cols["part_sizes"] = pa.ListArray.from_arrays(slot_offsets, pa.array(slot_size, pa.int64(), mask=slot_size < 0))
+    # complete groups' slots only: their parts, back to back in ``data``
+    if done.all():
+        done_offsets, mask, d_start, d_size, d_digests = slot_offsets, None, slot_start, slot_size, digests
+    else:
+        done_offsets = np.zeros(g + 1, np.int32)
+        np.cumsum(np.where(done, per_group, 0), out=done_offsets[1:])
+        done_offsets = pa.array(done_offsets)
+        mask = pa.array(~done)
+        keep = np.repeat(done, per_group)
+        d_start, d_size, d_digests = slot_start[keep], slot_size[keep], digests[keep]
+    cols["part_sha256"] = pa.ListArray.from_arrays(done_offsets, _hex(d_digests), mask=mask)
+    cols["complete"] = pa.array(done)
+    cols["missing_bytes"] = pa.array(missing, pa.int64())
+    cols["frames"] = pa.array(nframes, pa.int64())
+    cols["duplicates"] = pa.array(dups, pa.int64())
+    cols["rejected"] = pa.array(rejected, pa.int64())
+    cols["first_ts"] = pa.array(first_ts).cast(field["first_ts"])
+    cols["last_ts"] = pa.array(last_ts).cast(field["last_ts"])
+    if "parts" in field:
+        if parts:
+            blob_offsets = np.append(d_start, d_start[-1] + d_size[-1] if d_size.size else 0)
+            if blob_offsets[-1] < 2**31:
+                blobs = pa.BinaryArray.from_buffers(pa.binary(), len(d_size), [
+                    None, pa.py_buffer(blob_offsets.astype(np.int32)), pa.py_buffer(data)])
+            else:
+                blobs = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(d_size), [
+                    None, pa.py_buffer(blob_offsets), pa.py_buffer(data)]).cast(pa.binary())
+            cols["parts"] = pa.ListArray.from_arrays(done_offsets, blobs, mask=mask)
         else:
-            cols["parts"] = pa.nulls(m, arrow_schema.field("parts").type)
-    arrays = [cols[f.name].cast(f.type) if cols[f.name].type != f.type else cols[f.name] for f in arrow_schema]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-
-
-def _coverage(rows: list[tuple], chunks: list) -> tuple[dict[int, int], int]:
-    """Per part index its size (first frame seen), and the distinct bytes the frames cover."""
-    sizes: dict[int, int] = {}
-    ranges: dict[int, list[tuple[int, int]]] = {}
-    for (_, index, _, psize, offset, _), chunk in zip(rows, chunks):
-        sizes.setdefault(index, psize)
-        if psize != sizes[index]:
-            continue
-        end = min(offset + len(chunk), psize)
-        if end > offset:
-            ranges.setdefault(index, []).append((offset, end))
-    covered = 0
-    for spans in ranges.values():
-        spans.sort()
-        reach = 0
-        for a, b in spans:
-            if b > reach:
-                covered += b - max(a, reach)
-                reach = b
-    return sizes, covered
+            cols["parts"] = pa.nulls(g, field["parts"])
+    for name, type_ in field.items():
+        if cols[name].type != type_:
+            cols[name] = cols[name].cast(type_)
+    return flags, cols
 
 
 def _finish(group: _Group, want_parts: bool, max_message_size: int) -> tuple:
+    """One key's frames (``group``, in capture order) -> its messages row as a tuple (the reference
+    rule, ``reassemble_group``; the streaming messages use it)."""
     capture, sid, src, mid = group.key
     rows = group.rows
     chunks = group.chunks
@@ -316,29 +382,8 @@ def _finish(group: _Group, want_parts: bool, max_message_size: int) -> tuple:
     else:
         ts = [r[5] for r in rows]
         first, last = min(ts), max(ts)
-    done: list[Any] | None = None
-    duplicates = 0
-    rejected = 0
-    if (
-        len(rows) == 1
-        and part_count == 1
-        and rows[0][4] == 0
-        and len(chunks[0]) == rows[0][3] == message_size <= max_message_size
-    ):
-        done = [chunks[0]]  # a whole message in one frame (the codec checked its header)
-    elif sum(len(c) for c in chunks) >= message_size:
-        done, duplicates, rejected = _reassemble(sid, mid, rows, chunks, max_message_size)
-    else:
-        # Can never complete: duplicates are exact repeats of (part, offset, bytes).
-        seen: set[tuple[int, int, bytes]] = set()
-        for (_, pindex, _, _, coffset, _), chunk in zip(rows, chunks):
-            ident = (pindex, coffset, bytes(chunk))
-            if ident in seen:
-                duplicates += 1
-            seen.add(ident)
+    done, duplicates, rejected = reassemble_group(rows, chunks, max_message_size)
     if done is not None:
-        if duplicates == rejected == 0:
-            return _complete_row(group.key, group.dst, rows, done, want_parts)
         part_sizes: list[int | None] = [len(p) for p in done]
         sha = [hashlib.sha256(p).hexdigest() for p in done]
         missing = 0
@@ -356,208 +401,6 @@ def _finish(group: _Group, want_parts: bool, max_message_size: int) -> tuple:
         done is not None, missing, len(rows), duplicates, rejected, first // 1000, last // 1000,
         parts,
     )
-
-
-def _complete_row(key: tuple, dst: str, rows: list[tuple], done: list[Any], want_parts: bool) -> tuple:
-    """The messages row of a key whose frames completed ``done`` with no duplicate or rejection."""
-    capture, sid, src, mid = key
-    if len(rows) == 1:
-        first = last = rows[0][5]
-    else:
-        ts = [r[5] for r in rows]
-        first, last = min(ts), max(ts)
-    part_sizes = [len(p) for p in done]
-    return (
-        capture, sid, src, dst, mid, len(done), sum(part_sizes), part_sizes,
-        [hashlib.sha256(p).hexdigest() for p in done], True, 0, len(rows), 0, 0,
-        first // 1000, last // 1000, [bytes(p) for p in done] if want_parts else None,
-    )
-
-
-#: struct of a data frame's header (``nbmq.wire``: version, kind, session_id, message_id,
-#: part_count, part_index, message_size, part_size, chunk_size, chunk_offset), 34 bytes.
-_DATA_HEADER = np.dtype([
-    ("version", "u1"), ("kind", "u1"), ("session_id", ">u8"), ("message_id", ">u8"),
-    ("part_count", "u1"), ("part_index", "u1"), ("message_size", ">u4"), ("part_size", ">u4"),
-    ("chunk_size", ">u2"), ("chunk_offset", ">u4"),
-])
-
-
-def _bulk_reassemble(
-    batch: pa.RecordBatch,
-    names: list[str],
-    sid: np.ndarray,
-    mid: np.ndarray,
-    data: memoryview,
-    offsets: np.ndarray,
-    bounds: list[int],
-    continues: bool,
-    max_message_size: int,
-) -> dict[int, list[Any]]:
-    """Complete the plain groups of one batch at once: whole one-frame messages as they are,
-    multi-frame groups with one ``add_datagrams`` call.
-
-    A one-frame group qualifies when its frame is the whole message (one part, offset 0,
-    chunk = part = message size, at most ``max_message_size``; the codec checked the header
-    when the frames table was decoded). Any other group qualifies when it lies wholly inside the batch (not the first one if it continues
-    the previous batch's last group, never the last one, which may continue in the next),
-    is not such a one-frame message (a single frame of several parts qualifies: the reference
-    sends no frame for an empty part), no two frames with the same (part_index, chunk_offset), chunks adding
-    up exactly to its message_size (at most ``max_message_size``), and a (session_id,
-    message_id) no other qualifying group of the batch has. Such a group completes at its last
-    frame with no duplicate, or a frame is rejected; the frames are rebuilt as datagrams
-    (34-byte header + chunk, vectorised) and fed in row order, each group completing before
-    the next starts. If the counters show anything else (a duplicate, a rejection, a group not
-    completing once), every held message is dropped and the batch's groups take the frame at a
-    time path (``_finish``), which gives the reference results; otherwise the results are the
-    same by the argument above.
-
-    Returns:
-        Group index -> the completed parts, for the groups done here.
-    """
-    n_groups = len(bounds) - 1
-    if n_groups < 3 and not (n_groups == 2 and not continues):
-        return {}
-    b = np.asarray(bounds, dtype=np.int64)
-    firsts, nframes = b[:-1], np.diff(b)
-    col = batch.column
-    num = {c: col(names.index(c)).to_numpy(zero_copy_only=False) for c in (
-        "part_count", "part_index", "message_size", "part_size", "chunk_offset")}
-    lengths = np.diff(offsets).astype(np.int64)
-    glen = np.add.reduceat(lengths, firsts)
-    msize = num["message_size"][firsts].astype(np.int64)
-    edge = np.zeros(n_groups, dtype=bool)  # may continue in the next / from the previous batch
-    edge[-1] = True
-    edge[0] |= continues
-    # a whole message in one frame (one part, at offset 0, all of it): done as it is
-    whole = (
-        (nframes == 1) & ~edge & (num["part_count"][firsts] == 1) & (num["chunk_offset"][firsts] == 0)
-        & (lengths[firsts] == msize) & (num["part_size"][firsts] == msize) & (msize <= max_message_size)
-    )
-    singles: dict[int, list[Any]] = {
-        g: [data[x : x + k]] for g, x, k in zip(
-            np.flatnonzero(whole).tolist(), offsets[firsts[whole]].tolist(), lengths[firsts[whole]].tolist()
-        )
-    }
-    cand = ~whole & (glen == msize) & (msize <= max_message_size) & ~edge
-    if not cand.any():
-        return singles
-    gid = np.repeat(np.arange(n_groups), nframes)
-    # repeated (part_index, chunk_offset) inside a group: leave the group to the frame path
-    order = np.lexsort((num["chunk_offset"], num["part_index"], gid))
-    g_s, p_s, c_s = gid[order], num["part_index"][order], num["chunk_offset"][order]
-    rep = (g_s[1:] == g_s[:-1]) & (p_s[1:] == p_s[:-1]) & (c_s[1:] == c_s[:-1])
-    cand[g_s[1:][rep]] = False
-    # a (session_id, message_id) shared by two candidate groups: both take the frame path
-    cg = np.flatnonzero(cand)
-    ks, km = sid[firsts[cg]], mid[firsts[cg]]
-    order = np.lexsort((km, ks))
-    same = (ks[order][1:] == ks[order][:-1]) & (km[order][1:] == km[order][:-1])
-    if same.any():
-        cand[cg[order[1:][same]]] = False
-        cand[cg[order[:-1][same]]] = False
-        cg = np.flatnonzero(cand)
-    if cg.size == 0:
-        return singles
-    rows = np.flatnonzero(cand[gid])
-    m = rows.size
-    hdr = np.zeros(m, dtype=_DATA_HEADER)
-    hdr["version"] = 1
-    hdr["session_id"] = sid[rows]
-    hdr["message_id"] = mid[rows]
-    for name in ("part_count", "part_index", "message_size", "part_size", "chunk_offset"):
-        hdr[name] = num[name][rows]
-    lens = lengths[rows]
-    hdr["chunk_size"] = lens
-    size = _DATA_HEADER.itemsize
-    dlen = lens + size
-    doff = np.zeros(m, dtype=np.int64)
-    np.cumsum(dlen[:-1], out=doff[1:])
-    from ..capture.datagrams.batch import gather_ranges
-
-    # header i then chunk i, for every row: one memcpy per range out of [headers | batch payload]
-    # (only the batch's own span of the payload buffer: a sliced batch shares a larger one)
-    heads = hdr.view(np.uint8)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    source = np.concatenate([heads, np.frombuffer(data, dtype=np.uint8)[lo:hi]])
-    ranges = np.empty(2 * m, dtype=np.int64)
-    ranges[0::2] = np.arange(m, dtype=np.int64) * size
-    ranges[1::2] = heads.shape[0] - lo + offsets[:-1][rows].astype(np.int64)
-    widths = np.empty(2 * m, dtype=np.int64)
-    widths[0::2] = size
-    widths[1::2] = lens
-    buf = gather_ranges(source, ranges, widths)
-
-    reassembler = _reassembler(max_message_size)
-    reassembler.drop(0)
-    counters = ("duplicates", "rejected", "malformed", "dropped_too_large")
-    before = [getattr(reassembler, c) for c in counters]
-    held = len(reassembler)
-    done = reassembler.add_datagrams(buf, doff, dlen)
-    keys = list(zip(sid[firsts[cg]].tolist(), mid[firsts[cg]].tolist()))
-    by_key = dict(zip(keys, cg.tolist()))
-    clean = (
-        [getattr(reassembler, c) for c in counters] == before
-        and len(reassembler) == held
-        and len(done) == len(keys)
-        and len({k for k, _ in done}) == len(keys)
-        and all(k in by_key for k, _ in done)
-    )
-    if not clean:
-        for key in keys:
-            reassembler.drop(key)
-        return singles
-    singles.update({by_key[k]: p for k, p in done})
-    return singles
-
-
-def _reassemble(
-    sid: int, mid: int, rows: list[tuple], chunks: list[memoryview], max_message_size: int
-) -> tuple[list[Any] | None, int, int]:
-    """Feed one key's frames, in capture order, to the codec's Reassembler.
-
-    Returns:
-        (parts or None, duplicates, rejected). Frames after completion count as duplicates.
-    """
-    from ..errors import DecodeError
-    from ..wire import DataFrame
-
-    reassembler = _reassembler(max_message_size)
-    reassembler.drop(0)  # whatever a rejected or incomplete predecessor left
-    before = reassembler.duplicates
-    done = None
-    duplicates = rejected = 0
-    for (pcount, pindex, msize, psize, coffset, _), chunk in zip(rows, chunks):
-        if done is not None:
-            duplicates += 1
-            continue
-        try:
-            result = reassembler.add(DataFrame(sid, mid, pcount, pindex, msize, psize, coffset, chunk), 0.0, 0)
-        except DecodeError:
-            rejected += 1
-            continue
-        if result is not None:
-            done = result
-    if done is None:
-        reassembler.drop(0)
-    return done, duplicates + reassembler.duplicates - before, rejected
-
-
-_REASSEMBLERS: dict[int, Any] = {}
-
-
-def _reassembler(max_message_size: int) -> Any:
-    """One Reassembler per worker and size limit, reused for every key (key 0, one at a time)."""
-    found = _REASSEMBLERS.get(max_message_size)
-    if found is None:
-        from .. import codec
-
-        found = codec.Reassembler(
-            max_message_size=max_message_size,
-            max_incomplete_bytes=max_message_size + codec.MESSAGE_OVERHEAD,
-        )
-        _REASSEMBLERS[max_message_size] = found
-    return found
 
 
 class _Output:

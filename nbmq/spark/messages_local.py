@@ -8,8 +8,10 @@ pcap). :func:`build_messages_local` gives the same rows shuffling only small rec
    local Parquet files (``spark.read.parquet(dir)``, the pipeline's ``frames/``), the Python
    workers read its row groups themselves with pyarrow, so Spark never turns the payloads into
    rows and Arrow; any other ``frames`` goes through Spark as usual. The data frames are taken
-   in segments of ``segment_rows`` (file order), each sorted by key and capture order and run
-   through the batch step :func:`nbmq.spark.messages.reassemble_batches`. A key complete there
+   in segments of ``segment_rows`` (file order), each sorted by key and capture order (as
+   indices: the payloads stay where they are) and reassembled by the batch step's group loop
+   (:func:`nbmq.spark.messages.group_rows`, as :func:`~nbmq.spark.messages.reassemble_batches`
+   uses it). A key complete there
    becomes one *row record* (the message row, plus the (ts_ns, frame_number) of its first and
    last frame). An incomplete key carries its frames into the next segment while new frames of
    it keep coming; otherwise, and at the partition's end, it leaves as *frame records*
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .messages import _MAX_U32, _Group, _Output, _finish, _u64, addr_port, reassemble_batches
+from .messages import _MAX_U32, _Group, _Output, _finish, _u64, addr_port, group_rows
 from .schema import messages_schema
 
 if TYPE_CHECKING:
@@ -202,7 +204,10 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, record_schema: pa.Schema,
              parts: bool, limit: int, out_schema: pa.Schema):  # type: ignore[no-untyped-def]
     """Reassemble one segment (carried frames first, then ``new``); yield its records and
-    return the frames to carry into the next segment (None if none)."""
+    return the frames to carry into the next segment (None if none).
+
+    The segment is sorted by key and capture order as indices only: the payloads are read in
+    place (``group_rows``), and only the frames of incomplete keys are taken out."""
     tables = ([carry] if carry is not None else []) + ([pa.Table.from_batches(new)] if new else [])
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     n_old = carry.num_rows if carry is not None else 0
@@ -217,42 +222,23 @@ def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, rec
     fn = table.column("frame_number").to_numpy()
     order = np.lexsort((fn, ts, mid, sid, src, cap))
     sid, mid, cap, src, ts, fn = sid[order], mid[order], cap[order], src[order], ts[order], fn[order]
-    table = table.take(pa.array(order)).combine_chunks()
     change = np.ones(n, dtype=bool)
     change[1:] = (sid[1:] != sid[:-1]) | (mid[1:] != mid[:-1]) | (cap[1:] != cap[:-1]) | (src[1:] != src[:-1])
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n) - 1
     fresh = np.maximum.reduceat((order >= n_old).astype(np.int8), starts) > 0  # a frame from this segment
-    groups = pa.table({
-        "capture": table.column("capture").take(starts), "src": table.column("src").take(starts),
-        "_sid": pa.array(sid[starts]), "_mid": pa.array(mid[starts]),
-        "_g": np.arange(starts.size),
-    })
-    rows = pa.Table.from_batches(
-        list(reassemble_batches(iter(table.to_batches()), out_schema, parts=parts, max_message_size=limit)),
-        schema=out_schema,
-    )
-    # which group each row is: join the keys only (Acero joins no list columns)
-    keys = pa.table({"capture": rows.column("capture"), "src": rows.column("src"),
-                     "_sid": pa.array(_u64(rows.column("session_id"))),
-                     "_mid": pa.array(_u64(rows.column("message_id"))),
-                     "_ri": np.arange(rows.num_rows)})
-    link = keys.join(groups, keys=["capture", "src", "_sid", "_mid"], join_type="inner")
-    ri = link.column("_ri").to_numpy()
-    g = link.column("_g").to_numpy()
-    complete = rows.column("complete").to_numpy(zero_copy_only=False)[ri]
+    complete, rows = group_rows(table, order, starts, out_schema, parts, limit, complete_only=True)
     sel = np.flatnonzero(complete)
     m = sel.size
     if m:
-        done = rows.take(pa.array(ri[sel]))
-        gs = g[sel]
-        cols: dict[str, Any] = {f.name: done.column(f.name) for f in out_schema}
+        cols: dict[str, Any] = dict(rows)
         cols["_kind"] = pa.array(np.full(m, ROW, np.int64))
-        for c, v in (("_t0", ts[starts[gs]]), ("_f0", fn[starts[gs]]), ("_t1", ts[ends[gs]]), ("_f1", fn[ends[gs]])):
+        for c, v in (("_t0", ts[starts[sel]]), ("_f0", fn[starts[sel]]), ("_t1", ts[ends[sel]]),
+                     ("_f1", fn[ends[sel]])):
             cols[c] = pa.array(v)
         yield _record_batch(cols, m, record_schema)
     # incomplete keys: carried while fresh frames come, else out as frame records
-    todo = g[~complete]
+    todo = np.flatnonzero(~complete)
     keep = np.zeros(starts.size, dtype=bool)
     if not final:
         keep[todo[fresh[todo]]] = True
@@ -261,9 +247,9 @@ def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, rec
     out &= ~keep
     carried = None
     if keep.any():
-        carried = table.take(pa.array(_rows_of(starts, ends, np.flatnonzero(keep))))
+        carried = table.take(pa.array(order[_rows_of(starts, ends, np.flatnonzero(keep))])).combine_chunks()
     if out.any():
-        frames = table.take(pa.array(_rows_of(starts, ends, np.flatnonzero(out))))
+        frames = table.take(pa.array(order[_rows_of(starts, ends, np.flatnonzero(out))]))
         k = frames.num_rows
         cols = {c: frames.column(c) for c in ("capture", "session_id", "src", "dst", "message_id")}
         cols["_kind"] = pa.array(np.full(k, FRAME, np.int64))
