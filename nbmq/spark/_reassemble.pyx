@@ -11,7 +11,7 @@ never complete) goes to the Python reference (``reassemble_group``), so the resu
 cimport cython
 from cpython.buffer cimport PyBUF_READ
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from libc.stdint cimport int64_t, uint8_t, uintptr_t
+from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from ._reassemble_py import _coverage, group_frames, reassemble_group
 
-__all__ = ["reassemble_groups", "DIGEST"]
+__all__ = ["reassemble_groups"]
 
 cdef int64_t U32 = 0xFFFFFFFF
 
@@ -36,89 +36,9 @@ cdef struct Part:
 cdef object _sha256 = hashlib.sha256
 cdef char _nothing = 0
 
-# libcrypto's EVP digest calls, taken from the library hashlib itself loaded (``_openssl``): the
-# same SHA-256 without a Python object per part. Checked against hashlib at import; else hashlib.
-ctypedef void* (*_ctx_new_t)() noexcept nogil
-ctypedef int (*_init_t)(void*, const void*, void*) noexcept nogil
-ctypedef int (*_update_t)(void*, const void*, size_t) noexcept nogil
-ctypedef int (*_final_t)(void*, unsigned char*, unsigned int*) noexcept nogil
-ctypedef const void* (*_md_t)() noexcept nogil
-ctypedef const void* (*_fetch_t)(void*, const char*, const char*) noexcept nogil
-cdef void* _ctx = NULL
-cdef const void* _md = NULL
-cdef _init_t _init = NULL
-cdef _update_t _update = NULL
-cdef _final_t _final = NULL
-
-
-def _openssl():
-    """Addresses of libcrypto's EVP_MD_CTX_new, EVP_DigestInit_ex, EVP_DigestUpdate,
-    EVP_DigestFinal_ex, EVP_sha256 and EVP_MD_fetch (0 when absent), from the libcrypto this
-    process loaded for hashlib (Linux: /proc/self/maps), or None."""
-    try:
-        import ctypes
-
-        import _hashlib  # noqa: F401 -- loads the library whose functions are taken
-
-        with open("/proc/self/maps") as maps:
-            paths = [line.split()[-1] for line in maps if "libcrypto" in line and "/" in line]
-        if not paths:
-            return None
-        lib = ctypes.CDLL(paths[0])
-        names = ["EVP_MD_CTX_new", "EVP_DigestInit_ex", "EVP_DigestUpdate", "EVP_DigestFinal_ex", "EVP_sha256"]
-        found = [ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names]
-        fetch = getattr(lib, "EVP_MD_fetch", None)
-        return found + [ctypes.cast(fetch, ctypes.c_void_p).value if fetch is not None else 0]
-    except Exception:  # noqa: BLE001 -- any doubt: hashlib
-        return None
-
-
-cdef bint _evp(const uint8_t* data, int64_t size, uint8_t* out) noexcept nogil:
-    cdef unsigned int n = 0
-    return (_init(_ctx, _md, NULL) == 1 and _update(_ctx, data if size else <const uint8_t*> &_nothing, size) == 1
-            and _final(_ctx, out, &n) == 1 and n == 32)
-
-
-def _use_openssl():
-    """Set up the EVP calls; True when they give hashlib's digests (a known-answer check)."""
-    global _ctx, _md, _init, _update, _final
-    found = _openssl()
-    if not found or not all(found[:5]):
-        return False
-    cdef uintptr_t a
-    a = found[1]
-    _init = <_init_t> a
-    a = found[2]
-    _update = <_update_t> a
-    a = found[3]
-    _final = <_final_t> a
-    a = found[0]
-    _ctx = (<_ctx_new_t> a)()
-    a = found[5]
-    if a:
-        _md = (<_fetch_t> a)(NULL, b"SHA256", NULL)
-    if _md == NULL:
-        a = found[4]
-        _md = (<_md_t> a)()
-    cdef unsigned char got[32]
-    for sample in (b"", b"abc", bytes(range(256)) * 5):
-        if _ctx == NULL or _md == NULL or not _evp(<const uint8_t*> <const char*> sample, len(sample), got):
-            _ctx = NULL
-            return False
-        if bytes(got[:32]) != hashlib.sha256(sample).digest():
-            _ctx = NULL
-            return False
-    return True
-
-
-#: which SHA-256 the loop calls: "openssl" (libcrypto's EVP functions, directly) or "hashlib"
-DIGEST = "openssl" if _use_openssl() else "hashlib"
-
 
 cdef int _digest(const uint8_t* data, int64_t size, uint8_t[:, ::1] out, Py_ssize_t slot) except -1:
-    """sha256 of ``data[:size]`` into ``out[slot]`` (the same digest as hashlib's, the reference)."""
-    if _ctx != NULL and _evp(data, size, &out[slot, 0]):
-        return 0
+    """sha256 of ``data[:size]`` into ``out[slot]`` (hashlib's: the digest stays the reference's)."""
     cdef bytes d = _sha256(PyMemoryView_FromMemory(<char*> data if size else &_nothing, size, PyBUF_READ)).digest()
     memcpy(&out[slot, 0], <const char*> d, 32)
     return 0
