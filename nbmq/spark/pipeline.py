@@ -408,7 +408,8 @@ def _prestart(
     else ``_split_for`` with the cores of ``spark`` or of a local ``master`` (a cluster's are
     known only once the session is up: no planning then).
     """
-    from .prestart import Prestart, cores_of_master
+    from .prestart import Prestart
+    from .session import cores_of_master
 
     if split_bytes is not None:
         cores: int | None = None

@@ -17,12 +17,10 @@ serial run would; a failed import or plan is simply redone, and reported, by the
 from __future__ import annotations
 
 import importlib
-import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-__all__ = ["Prestart", "PREFETCH_MODULES", "REPORT_MODULES", "cores_of_master"]
+__all__ = ["Prestart", "PREFETCH_MODULES", "REPORT_MODULES"]
 
 #: Modules every pipeline run imports after the session is up (the steps' and the sources').
 PREFETCH_MODULES = (
@@ -38,41 +36,6 @@ PREFETCH_MODULES = (
 #: ... and with a report (``charts`` imports matplotlib lazily; pyplot itself is left to it, as
 #: importing it picks a backend).
 REPORT_MODULES = ("nbmq.spark.report", "matplotlib.figure", "matplotlib.backends.backend_agg")
-
-_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
-_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
-
-
-def cores_of_master(master: str | None, conf: Mapping[str, str] | None = None) -> int | None:
-    """The ``defaultParallelism`` a new session on ``master`` will have, known before it starts.
-
-    Args:
-        master: ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``, ``local-cluster[N,C,M]``;
-            anything else (a cluster, None under spark-submit) is not known in advance.
-        conf: the session's settings; ``spark.default.parallelism`` there wins.
-
-    Returns:
-        The number of cores (int >= 1), or None when only the running session can tell.
-    """
-    if conf and "spark.default.parallelism" in conf:
-        try:
-            return max(1, int(conf["spark.default.parallelism"]))
-        except ValueError:
-            return None
-    if master is None:
-        return None
-    m = _LOCAL.match(master.strip())
-    if m:
-        if m.group(1) is None:
-            return 1
-        if m.group(1) == "*":  # the JVM counts the CPUs this process may run on
-            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, int(m.group(1)))
-    c = _LOCAL_CLUSTER.match(master.strip())
-    if c:
-        return max(1, int(c.group(1)) * int(c.group(2)))
-    return None
-
 
 def _import_all(names: Sequence[str]) -> None:
     for name in names:

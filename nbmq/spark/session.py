@@ -16,12 +16,16 @@ What it sets, and why (each measured on a plain ``pip install pyspark``):
 - A class-data-sharing archive for the driver JVM (:func:`class_archive_options`): Spark loads
   ~15,000 classes from 280 jars at start-up; mapped from an archive written by an earlier run
   they load 3-5 s faster on 2 busy cores (issue 14; ``NBMQ_SPARK_CDS=0`` turns it off).
+- Local masters: a driver heap of 384 MiB + 128 MiB per core (:func:`local_driver_memory`,
+  ``640m`` on ``local[2]``) and ``-XX:MaxDirectMemorySize=1g``, so the JVM's memory stops
+  following the capture's size (issue 14); a ``spark.driver.memory`` of yours wins.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 import tempfile
 import time
@@ -32,7 +36,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ARROW_UNCHECKED", "DEFAULT_MASTER", "build_session", "class_archive_options", "is_local_master"]
+__all__ = [
+    "ARROW_UNCHECKED", "DEFAULT_MASTER", "build_session", "class_archive_options", "cores_of_master",
+    "is_local_master", "local_driver_memory", "session_settings",
+]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -175,6 +182,76 @@ def _spark_home() -> str | None:
     return os.environ["SPARK_HOME"]
 
 
+_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
+
+
+def cores_of_master(master: str | None, conf: Mapping[str, str] | None = None) -> int | None:
+    """The ``defaultParallelism`` a new session on ``master`` will have, known before it starts.
+
+    Args:
+        master: ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``, ``local-cluster[N,C,M]``;
+            anything else (a cluster, None under spark-submit) is not known in advance.
+        conf: the session's settings; ``spark.default.parallelism`` there wins.
+
+    Returns:
+        The number of cores (int >= 1), or None when only the running session can tell.
+    """
+    if conf and "spark.default.parallelism" in conf:
+        try:
+            return max(1, int(conf["spark.default.parallelism"]))
+        except ValueError:
+            return None
+    if master is None:
+        return None
+    m = _LOCAL.match(master.strip())
+    if m:
+        if m.group(1) is None:
+            return 1
+        if m.group(1) == "*":  # the JVM counts the CPUs this process may run on
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, int(m.group(1)))
+    c = _LOCAL_CLUSTER.match(master.strip())
+    if c:
+        return max(1, int(c.group(1)) * int(c.group(2)))
+    return None
+
+
+#: Local-mode driver heap (the driver runs the tasks there): Spark's fixed 300 MiB reserve, ~84
+#: MiB for the driver's own objects, and per core one Parquet row group being filled (the
+#: writer buffers ``parquet.block.size`` = 128 MiB per task before it flushes).
+_HEAP_BASE_MIB, _HEAP_PER_CORE_MIB = 384, 128
+#: Off-heap bound of a local driver (Arrow batches from the Python workers, Netty's buffers):
+#: Spark's 1 GiB default heap made it 1 GiB; measured use 155-320 MiB at 500k and 1M datagrams.
+_DIRECT_CAP = "-XX:MaxDirectMemorySize=1g"
+
+
+def local_driver_memory(cores: int) -> str:
+    """``spark.driver.memory`` for a local master with ``cores`` task slots: ``"640m"`` on 2.
+
+    Why a bound at all (issue 14): with Spark's default 1 GiB heap, G1 grows the heap as long as
+    the run allocates, so the JVM's peak followed the capture's size (heap committed 702 MiB at
+    500k datagrams, 905 MiB at 1M, the full 1 GiB at 5M), while what stays live after a
+    collection is 160-370 MiB at every size. With 384 MiB + 128 MiB per core the heap is full
+    at every size past a few 100k datagrams, and so flat (GC pauses 6.3 -> 7.7 s at 1M).
+    Capped at a quarter of the machine's memory (the JVM's own default), never under the
+    512 MiB Spark needs to start.
+
+    Args:
+        cores: task slots (``local[N]``: N).
+
+    Returns:
+        A JVM memory size string, e.g. ``"640m"``.
+    """
+    mib = _HEAP_BASE_MIB + _HEAP_PER_CORE_MIB * max(1, cores)
+    try:
+        quarter = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4 // 2**20
+        mib = min(mib, quarter) if quarter > 0 else mib
+    except (ValueError, OSError, AttributeError):
+        pass
+    return f"{max(512, mib)}m"
+
+
 def _log4j2_file() -> Path:
     path = Path(tempfile.gettempdir()) / f"nbmq-log4j2-{os.getuid() if hasattr(os, 'getuid') else 0}.properties"
     try:
@@ -185,6 +262,54 @@ def _log4j2_file() -> Path:
     except OSError:
         pass
     return path
+
+
+def session_settings(master: str | None, conf: Mapping[str, str] | None = None, *, archive: str = "") -> dict[str, str]:
+    """The Spark settings :func:`build_session` gives a new session (no side effects but the
+    log4j2 file; read ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` for local masters).
+
+    Args:
+        master: the effective master URL (None: spark-submit's, not known here).
+        conf: yours, applied last (they win, ``spark.driver.memory`` included).
+        archive: JVM options of :func:`class_archive_options` for the driver.
+
+    Returns:
+        key -> value, as strings.
+    """
+    local = master is not None and is_local_master(master)
+    log4j = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
+    settings = {
+        # Spark reads a Python data source's Arrow batches row by row; with Arrow's per-access
+        # bounds and reference-count checks on, those checks were ~40% of the JVM's time on
+        # the frames table (JFR profile, see benchmarks/bench_pipeline.py). The batches come
+        # from our own workers through Arrow IPC, so the checks guard nothing here.
+        "spark.executor.extraJavaOptions": ARROW_UNCHECKED,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.validateSchema.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.debug.maxToStringFields": "200",
+        "spark.driver.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED} {archive}".rstrip(),
+    }
+    if local:
+        assert master is not None
+        settings.update(
+            {
+                "spark.executor.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED}",
+                "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+                "spark.pyspark.driver.python": os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable),
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.sql.shuffle.partitions": "8",
+            }
+        )
+        if not master.startswith("local-cluster"):  # the driver runs the tasks: bound its heap
+            settings["spark.driver.memory"] = local_driver_memory(cores_of_master(master) or 1)
+            # the direct-memory cap follows -Xmx unless set: keep the 1 GiB it had with 1 GiB heaps
+            settings["spark.driver.extraJavaOptions"] += f" {_DIRECT_CAP}"
+    settings.update(conf or {})
+    return settings
 
 
 def build_session(
@@ -229,8 +354,7 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # running under spark-submit
     effective = master or (None if submitted else DEFAULT_MASTER)
-    local = effective is not None and is_local_master(effective)
-    if local:
+    if effective is not None and is_local_master(effective):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The archive only helps a JVM this call launches: not under spark-submit, nor when
     # getOrCreate will hand back a running session.
@@ -240,33 +364,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if effective is not None:
         builder = builder.master(effective)
-    log4j = f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"
-    settings = {
-        # Spark reads a Python data source's Arrow batches row by row; with Arrow's per-access
-        # bounds and reference-count checks on, those checks were ~40% of the JVM's time on
-        # the frames table (JFR profile, see benchmarks/bench_pipeline.py). The batches come
-        # from our own workers through Arrow IPC, so the checks guard nothing here.
-        "spark.executor.extraJavaOptions": ARROW_UNCHECKED,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.sql.execution.arrow.pyspark.validateSchema.enabled": "true",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.debug.maxToStringFields": "200",
-        "spark.driver.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED} {archive}".rstrip(),
-    }
-    if local:
-        settings.update(
-            {
-                "spark.executor.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED}",
-                "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
-                "spark.pyspark.driver.python": os.environ["PYSPARK_DRIVER_PYTHON"],
-                "spark.driver.host": "127.0.0.1",
-                "spark.driver.bindAddress": "127.0.0.1",
-                "spark.sql.shuffle.partitions": "8",
-            }
-        )
-    settings.update(conf or {})
+    settings = session_settings(effective, conf, archive=archive)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
