@@ -17,7 +17,8 @@ BQSP and rqueue over TCP: when a capture holds TCP segments on the configured po
 gains a ``streams`` entry and a printed line each. Which files hold such traffic is decided on
 the driver by :func:`nbmq.capture.tcp.segments.has_tcp_traffic` (a record walk and a vectorised header
 filter, dpkt only on candidate packets), and only those files are read: captures without it cost
-a few milliseconds and produce nothing new.
+a few milliseconds and produce nothing new. That walk, the byte-range plan and the steps' imports
+run in a thread while the Spark JVM starts (:mod:`nbmq.spark.prestart`).
 
 The command line is :mod:`nbmq.spark.cli` (``nbmq pipeline``, ``python -m nbmq.spark.cli``);
 this module never imports it (no import circle).
