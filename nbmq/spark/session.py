@@ -15,7 +15,7 @@ What it sets, and why (each measured on a plain ``pip install pyspark``):
   not start one more Python process just to find it.
 - A class-data-sharing archive for the driver JVM (:func:`class_archive_options`): Spark loads
   ~15,000 classes from 280 jars at start-up; mapped from an archive written by an earlier run
-  they load 3-5 s faster on 2 busy cores (issue 14; ``NBMQ_SPARK_CDS=0`` turns it off).
+  the JVM needs half the CPU to a ready session (issue 14; ``NBMQ_SPARK_CDS=0`` turns it off).
 - Local masters: a driver heap of 384 MiB + 128 MiB per core (:func:`local_driver_memory`,
   ``640m`` on ``local[2]``) and ``-XX:MaxDirectMemorySize=1g``, so the JVM's memory stops
   following the capture's size (issue 14); a ``spark.driver.memory`` of yours wins.
@@ -113,11 +113,12 @@ def class_archive_options(spark_home: str | None = None, cache_dir: Path | None 
     Spark's driver JVM spends most of its start-up loading and verifying classes (about 15,000
     from 280 jars). The first run dumps the classes it loaded into
     ``~/.cache/nbmq/spark-cds-KEY.jsa`` when its JVM exits (``-XX:ArchiveClassesAtExit``, after
-    the Python process has gone, so no run waits for it; ~160 MB); later runs map it
-    (``-XX:SharedArchiveFile``): SparkSession ready in 6.0 s instead of 8.0 s and the first job
-    1-2 s faster (medians, load ~6, see README "Start-up"). KEY hashes the java binary (path,
-    size, mtime) and the Spark jars, so an upgrade starts a new archive; a JVM that still
-    finds the archive unusable ignores it silently and runs as without it.
+    the Python process has gone, so no run waits for it; 160-190 MB); later runs map it
+    (``-XX:SharedArchiveFile``): a fresh process had its SparkSession ready in 14.5 s instead
+    of 24.4 s, the JVM's CPU to get there 5.4 s instead of 10.5 (medians of 3 at load 11,
+    ``benchmarks/bench_startup.py``; README "Start-up and memory bounds"). KEY hashes the
+    java binary (path, size, mtime) and the Spark jars, so an upgrade starts a new archive; a
+    JVM that still finds the archive unusable ignores it silently and runs as without it.
 
     Each dump goes to its own ``.PID.part`` file and is renamed into place by the next run once
     its header (written last) is there, so concurrent runs never read a half-written archive.
