@@ -233,8 +233,9 @@ def local_driver_memory(cores: int) -> str:
     Why a bound at all (issue 14): with Spark's default 1 GiB heap, G1 grows the heap as long as
     the run allocates, so the JVM's peak followed the capture's size (heap committed 702 MiB at
     500k datagrams, 905 MiB at 1M, the full 1 GiB at 5M), while what stays live after a
-    collection is 160-370 MiB at every size. With 384 MiB + 128 MiB per core the heap is full
-    at every size past a few 100k datagrams, and so flat (GC pauses 6.3 -> 7.7 s at 1M).
+    collection is 160-370 MiB at every size. With 384 MiB + 128 MiB per core the heap stops at
+    its bound from about 1M datagrams on (578 MiB committed at 500k, 640 at 1M; GC pauses 6.3 ->
+    7.7 s at 1M).
     Capped at a quarter of the machine's memory (the JVM's own default), never under the
     512 MiB Spark needs to start.
 
