@@ -58,7 +58,9 @@ class Measured:
     """One command's run: ``seconds`` wall, ``returncode``, and peak RSS in bytes: ``peak`` of
     the whole process tree (sum at one sample), ``roles`` the peak of each role's sum
     (``driver`` = the command's own process, ``jvm`` = java processes, ``workers`` = every other
-    descendant; ``anon`` = the tree's RSS less its file-backed pages, e.g. a memory-mapped capture), ``samples`` taken, ``load`` the 1-minute load average at the start."""
+    descendant; ``anon`` = the tree's RSS less its file-backed pages, e.g. a memory-mapped capture;
+    ``pss`` = the tree's proportional set size, shared pages counted once), ``samples`` taken,
+    ``load`` the 1-minute load average at the start."""
 
     seconds: float
     returncode: int
@@ -84,10 +86,25 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def _pss(pid: int) -> int:
+    """Proportional set size in bytes (``/proc/PID/smaps_rollup``): a page shared by k processes
+    counts 1/k in each, so a sum over forked Python workers is not inflated by the pages they
+    share copy-on-write with their daemon, nor by a capture mapped in several of them."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _tree_rss(root: int) -> dict[str, int]:
-    """RSS in bytes of ``root`` and its descendants, summed per role."""
+    """RSS in bytes of ``root`` and its descendants, summed per role; ``pss`` is the tree's
+    proportional set size (see :func:`_pss`), the memory it really holds."""
     kids = _children()
-    roles = {"driver": 0, "jvm": 0, "workers": 0, "anon": 0}
+    roles = {"driver": 0, "jvm": 0, "workers": 0, "anon": 0, "pss": 0}
     stack = [(root, True)]
     while stack:
         pid, is_root = stack.pop()
@@ -103,6 +120,7 @@ def _tree_rss(root: int) -> dict[str, int]:
         role = "driver" if is_root else ("jvm" if comm == b"java" else "workers")
         roles[role] += rss
         roles["anon"] += rss - shared  # not file-backed: a mapped capture's pages are page cache
+        roles["pss"] += _pss(pid)
     return roles
 
 
@@ -133,7 +151,7 @@ def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, s
             if os.path.isdir("/proc"):
                 roles = _tree_rss(proc.pid)
                 result.samples += 1
-                result.peak = max(result.peak, sum(v for k, v in roles.items() if k != "anon"))
+                result.peak = max(result.peak, sum(v for k, v in roles.items() if k not in ("anon", "pss")))
                 for k, v in roles.items():
                     result.roles[k] = max(result.roles.get(k, 0), v)
             if stop.wait(interval):
@@ -251,7 +269,7 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
 
     table = Table(title=f"nbmq pipeline ({args.master}) vs tshark -T fields, median of {args.repeat}")
     for col in ("datagrams", "capture MB", "nbmq s", "tshark s", "ratio", "tshark+lua s", "ratio lua",
-                "nbmq peak MiB (py/jvm/workers; anon)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
+                "nbmq peak MiB (py/jvm/workers; anon; pss)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
         table.add_column(col, justify="right")
     for r in rows:
         nb: dict = r["nbmq"]  # type: ignore[assignment]
@@ -262,7 +280,8 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
             f"{r['datagrams']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{nb['seconds']:.1f}",
             f"{ts['seconds']:.1f}" if ts else "-", f"{ts['seconds'] / nb['seconds']:.2f}x" if ts else "-",
             f"{tl['seconds']:.1f}" if tl else "-", f"{tl['seconds'] / nb['seconds']:.2f}x" if tl else "-",
-            f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])}; {_mb(roles['anon'])})",
+            f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])}; "
+            f"{_mb(roles['anon'])}; {_mb(roles.get('pss', 0))})",
             _mb(ts["peak"]) if ts else "-", _mb(tl["peak"]) if tl else "-",
             " ".join(f"{k} {v:.1f}" for k, v in r.get("steps", {}).items()),  # type: ignore[union-attr]
         )

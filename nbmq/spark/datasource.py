@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 import dataclasses
 from dataclasses import dataclass
@@ -177,7 +178,28 @@ class NbmqReader(DataSourceReader):
         yield from read_partition(partition, self.schema, self.batch_rows, self.udp_ports, self.window_bytes)
 
 
+#: ``_plan`` results of this process, by (path, split size, file size, mtime): the pipeline plans
+#: on the driver while the JVM starts (``nbmq.spark.prestart``), and the driver-side planners
+#: (``frames_writer``) then find the walk done. A changed file has another key.
+_PLANNED: dict[tuple[str, int, int, int], list[CapturePartition]] = {}
+_PLANNING = threading.Lock()  # a second caller waits for the walk in progress instead of repeating it
+
+
 def _plan(path: str, split_bytes: int) -> list[CapturePartition]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _plan_now(path, split_bytes)
+    key = (path, split_bytes, st.st_size, st.st_mtime_ns)
+    with _PLANNING:
+        if key not in _PLANNED:
+            if len(_PLANNED) >= 64:
+                _PLANNED.clear()
+            _PLANNED[key] = _plan_now(path, split_bytes)
+        return list(_PLANNED[key])
+
+
+def _plan_now(path: str, split_bytes: int) -> list[CapturePartition]:
     from ..capture import plan_splits, range_starts
 
     try:

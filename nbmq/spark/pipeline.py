@@ -17,7 +17,8 @@ BQSP and rqueue over TCP: when a capture holds TCP segments on the configured po
 gains a ``streams`` entry and a printed line each. Which files hold such traffic is decided on
 the driver by :func:`nbmq.capture.tcp.segments.has_tcp_traffic` (a record walk and a vectorised header
 filter, dpkt only on candidate packets), and only those files are read: captures without it cost
-a few milliseconds and produce nothing new.
+a few milliseconds and produce nothing new. That walk, the byte-range plan and the steps' imports
+run in a thread while the Spark JVM starts (:mod:`nbmq.spark.prestart`).
 
 The command line is :mod:`nbmq.spark.cli` (``nbmq pipeline``, ``python -m nbmq.spark.cli``);
 this module never imports it (no import circle).
@@ -26,6 +27,7 @@ this module never imports it (no import circle).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -36,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from .prestart import Prestart
 
 __all__ = ["run", "default_captures", "SUMMARY_COLUMNS"]
 
@@ -282,19 +286,14 @@ def run(
             neither ``"spark"`` nor ``"arrow"``.
         NotADirectoryError: ``out_dir`` is a local path naming an existing non-directory.
     """
-    from .messages import build_messages
-    from .messages_local import build_messages_local
-    from .sessions import build_sessions
-
     if messages not in ("local", "shuffle"):
         raise ValueError(f"messages must be 'local' or 'shuffle', got {messages!r}")
     if frames_writer not in ("spark", "arrow"):
         raise ValueError(f"frames_writer must be 'spark' or 'arrow', got {frames_writer!r}")
-    build = build_messages_local if messages == "local" else build_messages
     started = time.perf_counter()
     lap = _Laps()
     out = Path(out_dir)
-    from .datasource import expand_paths
+    from .inputs import expand_paths
 
     paths = [str(p) for p in captures] if captures else default_captures(pcapng)
     files = expand_paths(paths)  # the driver plans the reads, so it must see the files too
@@ -304,8 +303,9 @@ def run(
             raise NotADirectoryError(f"output directory {str(out_dir)!r} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
 
-    with _Steps(spark, progress) as steps:
-        if spark is None:
+    with _Steps(spark, progress) as steps, _prestart(files, spark, master, conf, split_bytes, report,
+                                                     {"bqsp": bqsp_ports, "rqueue": rqueue_ports}) as prep:
+        if spark is None:  # the JVM launches while ``prep`` imports, plans and walks (issue 14)
             from .session import build_session
 
             spark = build_session(master, conf=conf)
@@ -313,6 +313,11 @@ def run(
             from . import register
 
             register(spark)
+        from .messages import build_messages
+        from .messages_local import build_messages_local
+        from .sessions import build_sessions
+
+        build = build_messages_local if messages == "local" else build_messages
         steps.attach(spark)
         steps.advance()
         lap("start")
@@ -349,7 +354,7 @@ def run(
         steps.advance()
         lap("sessions")
 
-        streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports)
+        streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports, prep)
         lap("streams")
 
         steps.step("summary and report")
@@ -389,6 +394,38 @@ def run(
     return summary
 
 
+def _prestart(
+    files: Sequence[str],
+    spark: SparkSession | None,
+    master: str | None,
+    conf: dict[str, str] | None,
+    split_bytes: int | None,
+    report: bool,
+    tcp_ports: dict[str, Sequence[int] | None],
+) -> Prestart:
+    """Start the driver's own work (:class:`~nbmq.spark.prestart.Prestart`) before the session.
+
+    The frames step's split size is predicted as it will be computed: ``split_bytes`` if given,
+    else ``_split_for`` with the cores of ``spark`` or of a local ``master`` (a cluster's are
+    known only once the session is up: no planning then).
+    """
+    from .prestart import Prestart
+    from .session import cores_of_master
+
+    if split_bytes is not None:
+        cores: int | None = None
+    elif spark is not None:
+        cores = spark.sparkContext.defaultParallelism
+    elif master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        from .session import DEFAULT_MASTER
+
+        cores = cores_of_master(DEFAULT_MASTER, conf)
+    else:
+        cores = cores_of_master(master, conf)
+    split = (lambda: split_bytes) if split_bytes is not None else (lambda: _split_for(files, cores) if cores else None)
+    return Prestart(files, split=split, tcp_ports=tcp_ports, report=report)
+
+
 def _stream_tables(
     spark: SparkSession,
     files: Sequence[str],
@@ -398,8 +435,13 @@ def _stream_tables(
     payload: bool,
     bqsp_ports: Sequence[int] | None,
     rqueue_ports: Sequence[int] | None,
+    prep: Prestart | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts."""
+    """Write ``bqsp/`` / ``rqueue/`` for the files holding TCP traffic on their ports; return counts.
+
+    Which files hold such traffic comes from ``prep`` (walked while Spark started) when given,
+    else from :func:`~nbmq.capture.tcp.segments.has_tcp_traffic` here.
+    """
     from ..capture.tcp.segments import has_tcp_traffic
     from .inputs import capture_names, capture_source
 
@@ -407,7 +449,10 @@ def _stream_tables(
     for protocol, ports in (("bqsp", bqsp_ports), ("rqueue", rqueue_ports)):
         if not ports:
             continue
-        with_traffic = [f for f in files if has_tcp_traffic(capture_source(f), ports)]  # driver-side, cheap
+        if prep is not None:
+            with_traffic = prep.with_traffic(protocol)
+        else:
+            with_traffic = [f for f in files if has_tcp_traffic(capture_source(f), ports)]  # driver-side
         if not with_traffic:
             continue
         steps.step(f"decoding {protocol} over TCP -> {protocol}/")
