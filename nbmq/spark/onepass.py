@@ -356,7 +356,7 @@ def _combine_here(files: list[Path], messages_dir: Path, out_schema: pa.Schema, 
     table = pa.concat_tables([pq.read_table(f, schema=rec_schema) for f in files]).combine_chunks()
     if table.num_rows == 0:
         return True
-    h = key_hashes(table)
+    h = key_hashes(table, HASH_MASK)  # the tasks' hash (tests narrow it: keys then share it here too)
     order = np.lexsort((table.column("_f0").to_numpy(), table.column("_t0").to_numpy(),
                         _u64(table.column("message_id")), _u64(table.column("session_id")),
                         _codes(table.column("src")), _codes(table.column("capture")), h))
