@@ -103,9 +103,21 @@ def _parquet_pieces(frames: DataFrame) -> list[tuple[str, int]] | None:
 
 
 def _addr_port_arrow(addr: pa.Array, port: pa.Array) -> pa.Array:
-    """``addr_port``'s rule in Arrow: ``addr:port``, ``[addr]:port`` for IPv6."""
+    """``addr_port``'s rule in Arrow: ``addr:port``, ``[addr]:port`` for IPv6.
+
+    Built once per distinct (address, port) pair (a capture has few peers) and gathered.
+    """
     import pyarrow.compute as pc
 
+    if len(addr) and not addr.null_count and not port.null_count:
+        enc = pc.dictionary_encode(addr)
+        pair = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 17) | \
+            port.to_numpy(zero_copy_only=False).astype(np.int64)
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        names = enc.dictionary.to_pylist()
+        texts = [(f"[{a}]:{p}" if ":" in a else f"{a}:{p}") for a, p in
+                 ((names[int(u >> 17)], int(u & 0x1FFFF)) for u in uniq.tolist())]
+        return pa.array(texts, pa.string()).take(pa.array(inverse.reshape(-1)))
     text = pc.cast(port, pa.string())
     v6 = pc.binary_join_element_wise("[", addr, "]:", text, "")
     v4 = pc.binary_join_element_wise(addr, ":", text, "")
