@@ -61,7 +61,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["key_hashes", "write_parts", "finish_messages", "OnePass", "HASH_MASK"]
+__all__ = ["key_hashes", "write_parts", "finish_messages", "conflict_hashes", "OnePass", "HASH_MASK"]
 
 #: Bits of :func:`key_hashes` kept (all 64). Tests narrow it to force hash collisions; the
 #: driver reads it when it plans the job and hands it to the tasks as a value.
