@@ -45,14 +45,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-payload", dest="payload", action="store_false", help="leave payload out of frames/")
     parser.add_argument("--parts", action="store_true", help="keep each message's parts (bytes) in messages/")
     parser.add_argument(
-        "--messages", choices=("shuffle", "local"), default="shuffle",
-        help="messages step: shuffle every data frame by key (shuffle, default), or read the frames "
-        "once and reassemble inside each partition, combining only keys seen in several (local); same table",
+        "--plan", choices=("onepass", "steps"), default=None,
+        help="onepass: one job decodes each capture part once and writes its frames and the messages "
+        "complete in it, combining only keys seen in several parts (local --out only); steps: a frames "
+        "job, then a messages job reading frames/. Default: onepass for a local --out unless "
+        "--messages or --frames-writer is given, else steps; same tables",
     )
     parser.add_argument(
-        "--frames-writer", choices=("spark", "arrow"), default="spark",
-        help="frames step: Spark writes frames/ (spark, default), or each task writes its part with "
-        "pyarrow (arrow: local output only; same table, a fraction of the JVM time)",
+        "--messages", choices=("shuffle", "local"), default=None,
+        help="the steps plan's messages step: shuffle every data frame by key (shuffle, its default), or "
+        "read the frames once and reassemble inside each partition, combining only keys seen in several "
+        "(local); same table",
+    )
+    parser.add_argument(
+        "--frames-writer", choices=("spark", "arrow"), default=None,
+        help="the steps plan's frames step: Spark writes frames/ (spark, its default), or each task writes "
+        "its part with pyarrow (arrow: local output only; same table, a fraction of the JVM time)",
     )
     parser.add_argument(
         "--split-mb", type=float, default=64.0, metavar="MB",
@@ -88,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 on success; 1 when the tables were written but the report failed (the reason on
         stderr and in ``summary.json``); 2 when the ``spark`` extra is missing, a capture path
-        matches nothing, ``--out`` is not a usable directory or ``--conf`` is malformed (the
-        reason on stderr).
+        matches nothing, ``--out`` is not a usable directory, ``--conf`` is malformed or
+        ``--plan onepass`` is given with a remote ``--out``, ``--messages`` or
+        ``--frames-writer`` (the reason on stderr).
     """
     missing = missing_extra()
     if missing:
@@ -99,6 +108,15 @@ def run(args: argparse.Namespace) -> int:
     from .pipeline import DEFAULT_RQUEUE_PORTS
     from .pipeline import run as run_job
 
+    plan = getattr(args, "plan", None)
+    if plan == "onepass" and "://" in str(args.out):
+        print(f"nbmq pipeline: --plan onepass writes a local --out only, not {args.out!r} (use --plan steps)",
+              file=sys.stderr)
+        return 2
+    if plan == "onepass" and (getattr(args, "messages", None) or getattr(args, "frames_writer", None)):
+        print("nbmq pipeline: --messages and --frames-writer choose the steps plan's jobs; not with --plan onepass",
+              file=sys.stderr)
+        return 2
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -113,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
             master=args.master,
             payload=args.payload,
             parts=args.parts,
-            messages=getattr(args, "messages", "shuffle"),
-            frames_writer=getattr(args, "frames_writer", "spark"),
+            messages=getattr(args, "messages", None),
+            frames_writer=getattr(args, "frames_writer", None),
+            plan=getattr(args, "plan", None),
             pcapng=args.pcapng,
             split_bytes=int(args.split_mb * 1024 * 1024),
             conf=conf,

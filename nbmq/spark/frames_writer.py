@@ -19,12 +19,21 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["write_frames_arrow"]
+__all__ = ["write_frames_arrow", "PartWriter", "FRAMES_ROW_GROUP_ROWS"]
+
+#: rows per row group of a frames part file written here (see :class:`PartWriter`)
+FRAMES_ROW_GROUP_ROWS = 65536
+#: frames columns with few distinct values, dictionary-encoded; the others are written plain
+#: (pyarrow tries a dictionary on every column by default: 1.28 against 1.88 s to write 500k
+#: frames, the file 1% larger)
+FRAMES_DICTIONARY = ("capture", "src_addr", "src_port", "dst_addr", "dst_port", "kind", "kind_name",
+                     "version", "error", "part_count", "part_index", "truncated", "session_id")
 
 
 def write_frames_arrow(spark: SparkSession, options: dict[str, str], payload: bool, out: str | Path) -> int:
@@ -58,18 +67,73 @@ def write_frames_arrow(spark: SparkSession, options: dict[str, str], payload: bo
     directory = str(target.resolve())
 
     def write(job: tuple[int, Any]) -> int:
-        import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import to_arrow_schema
 
         index, part = job
         path = os.path.join(directory, f"part-{index:05d}.parquet")
-        rows = 0
-        with pq.ParquetWriter(path, to_arrow_schema(schema, timezone="UTC"), compression="snappy") as writer:
+        with PartWriter(path, to_arrow_schema(schema, timezone="UTC"), FRAMES_ROW_GROUP_ROWS,
+                        FRAMES_DICTIONARY) as writer:
             for batch in reader.read(part):
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        return rows
+                writer.write(batch)
+        return writer.rows
 
     written = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(write).collect()
     (target / "_SUCCESS").touch()
     return int(sum(written))
+
+
+class PartWriter:
+    """One Parquet file (snappy) written batch by batch, in row groups of ``row_group_rows``.
+
+    ``pyarrow.parquet.ParquetWriter.write_batch`` makes each batch a row group; here batches are
+    buffered until ``row_group_rows`` rows are held (the last row group may be smaller), so the
+    row groups do not depend on the reader's batch size. A context manager; ``rows`` counts the
+    rows written.
+
+    Args:
+        path: the file (created or replaced).
+        schema: the Arrow schema of every batch written.
+        row_group_rows: rows per row group (the buffer's bound, so its memory too).
+        dictionary: the columns to dictionary-encode (those ``schema`` has); None: all.
+    """
+
+    def __init__(self, path: str | Path, schema: Any, row_group_rows: int = FRAMES_ROW_GROUP_ROWS,
+                 dictionary: Sequence[str] | None = None) -> None:
+        import pyarrow.parquet as pq
+
+        self.schema = schema
+        self.row_group_rows = max(1, int(row_group_rows))
+        self.rows = 0
+        self._held: list[Any] = []
+        self._count = 0
+        use: bool | list[str] = True if dictionary is None else [c for c in dictionary if c in schema.names]
+        self._writer = pq.ParquetWriter(str(path), schema, compression="snappy", use_dictionary=use)
+
+    def write(self, batch: Any) -> None:
+        """Add one record batch of ``schema`` (empty batches are skipped)."""
+        if batch.num_rows == 0:
+            return
+        self._held.append(batch)
+        self._count += batch.num_rows
+        self.rows += batch.num_rows
+        if self._count >= self.row_group_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self._count:
+            table = pa.Table.from_batches(self._held, schema=self.schema)
+            self._writer.write_table(table, row_group_size=self._count)
+            self._held, self._count = [], 0
+
+    def close(self) -> None:
+        """Write what is held and close the file."""
+        self._flush()
+        self._writer.close()
+
+    def __enter__(self) -> PartWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -43,7 +43,7 @@ from .schema import messages_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["build_messages_local"]
+__all__ = ["build_messages_local", "combine_records", "data_frames"]
 
 ROW, FRAME = 0, 1
 #: columns of a frame record beside the key and dst (frames-table names, prefixed ``f_``)
@@ -104,33 +104,58 @@ def _parquet_pieces(frames: DataFrame) -> list[tuple[str, int]] | None:
         return None
 
 
+def _addr_port_arrow(addr: pa.Array, port: pa.Array) -> pa.Array:
+    """``addr_port``'s rule in Arrow: ``addr:port``, ``[addr]:port`` for IPv6.
+
+    Built once per distinct (address, port) pair (a capture has few peers) and gathered.
+    """
+    import pyarrow.compute as pc
+
+    if len(addr) and not addr.null_count and not port.null_count:
+        enc = pc.dictionary_encode(addr)
+        pair = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 17) | \
+            port.to_numpy(zero_copy_only=False).astype(np.int64)
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        names = enc.dictionary.to_pylist()
+        texts = [(f"[{a}]:{p}" if ":" in a else f"{a}:{p}") for a, p in
+                 ((names[int(u >> 17)], int(u & 0x1FFFF)) for u in uniq.tolist())]
+        return pa.array(texts, pa.string()).take(pa.array(inverse.reshape(-1)))
+    text = pc.cast(port, pa.string())
+    v6 = pc.binary_join_element_wise("[", addr, "]:", text, "")
+    v4 = pc.binary_join_element_wise(addr, ":", text, "")
+    return pc.if_else(pc.match_substring(addr, ":"), v6, v4)
+
+
+def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
+    """A frames-table batch (at least :data:`_READ_COLS`) -> its valid data frames (``error``
+    null, ``kind`` 0) with the columns ``_data`` selects, ``src``/``dst`` as ``addr:port``:
+    the local pass's input. Zero rows when there is none."""
+    import pyarrow.compute as pc
+
+    keep = pc.and_(pc.is_null(b.column("error")), pc.fill_null(pc.equal(b.column("kind"), 0), False))
+    if keep.false_count:
+        b = b.filter(keep)
+    c = b.column
+    return pa.RecordBatch.from_arrays(
+        [c("capture"), c("session_id"), _addr_port_arrow(c("src_addr"), c("src_port")), c("message_id"),
+         _addr_port_arrow(c("dst_addr"), c("dst_port")), c("part_count"), c("part_index"),
+         c("message_size"), c("part_size"), c("chunk_offset"), c("payload"), c("ts_ns"),
+         c("frame_number")],
+        names=["capture", "session_id", "src", "message_id", "dst", "part_count", "part_index",
+               "message_size", "part_size", "chunk_offset", "payload", "ts_ns", "frame_number"])
+
+
 def _read_pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """(path, row_group) rows -> the data frames of those row groups, as ``_data`` selects them."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    def addr_port_pa(addr: pa.Array, port: pa.Array) -> pa.Array:  # addr_port's rule, in Arrow
-        text = pc.cast(port, pa.string())
-        v6 = pc.binary_join_element_wise("[", addr, "]:", text, "")
-        v4 = pc.binary_join_element_wise(addr, ":", text, "")
-        return pc.if_else(pc.match_substring(addr, ":"), v6, v4)
 
     for task in batches:
         for path, group in zip(task.column("path").to_pylist(), task.column("row_group").to_pylist()):
             f = pq.ParquetFile(path)
             for b in f.iter_batches(batch_size=65536, row_groups=[group], columns=_READ_COLS):
-                keep = pc.and_(pc.is_null(b.column("error")), pc.fill_null(pc.equal(b.column("kind"), 0), False))
-                b = b.filter(keep)
-                if b.num_rows == 0:
-                    continue
-                c = b.column
-                yield pa.RecordBatch.from_arrays(
-                    [c("capture"), c("session_id"), addr_port_pa(c("src_addr"), c("src_port")), c("message_id"),
-                     addr_port_pa(c("dst_addr"), c("dst_port")), c("part_count"), c("part_index"),
-                     c("message_size"), c("part_size"), c("chunk_offset"), c("payload"), c("ts_ns"),
-                     c("frame_number")],
-                    names=["capture", "session_id", "src", "message_id", "dst", "part_count", "part_index",
-                           "message_size", "part_size", "chunk_offset", "payload", "ts_ns", "frame_number"])
+                b = data_frames(b)
+                if b.num_rows:
+                    yield b
 
 
 def _record_schema(parts: bool) -> Any:
@@ -433,10 +458,7 @@ def build_messages_local(
         them, as any local checkpoint); the redo marks go through the driver. With a bare
         local Parquet ``frames``, the executors read its files by path (they must see them).
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
-
-    from .messages import KEY, build_messages
 
     schema = messages_schema(parts)
     out_schema = to_arrow_schema(schema, timezone="UTC")
@@ -447,15 +469,9 @@ def build_messages_local(
     def local(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _local_pass(batches, rec_schema, want_parts, limit, out_schema, segment)
 
-    def combine(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _combine(batches, out_schema, want_parts, limit)
-
     # One job: the local pass (no shuffle of the frames), then only its records -- a row per
     # message done in its partition, the frames of keys that were not -- are shuffled by key
     # hash and combined; the combined rows (a row per key, or a redo mark) stay on the executors.
-    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
-
-    flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
     pieces = _parquet_pieces(frames)
     if pieces:
         spark = frames.sparkSession
@@ -467,6 +483,37 @@ def build_messages_local(
         records = tasks.mapInArrow(local_read, rec_spark)
     else:
         records = _data(frames).mapInArrow(local, rec_spark)
+    return combine_records(records, frames, parts=parts, max_message_size=max_message_size)
+
+
+def combine_records(records: DataFrame, frames: DataFrame, *, parts: bool = False,
+                    max_message_size: int = _MAX_U32) -> DataFrame:
+    """Steps 2 and 3 of the module docstring: the message rows of local-pass records.
+
+    Args:
+        records: records of :func:`_record_schema` (``parts`` as given), every record of each
+            key they hold (a key's records split between two calls would give two rows).
+        frames: the frames table (with ``payload``) the redo path reads, filtered to its keys.
+        parts, max_message_size: as :func:`build_messages_local`.
+
+    Returns:
+        A DataFrame of :func:`nbmq.spark.schema.messages_schema`, one row per key of ``records``
+        (the combine runs when this is called: its rows are locally checkpointed).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+    from .messages import KEY, build_messages
+
+    schema = messages_schema(parts)
+    out_schema = to_arrow_schema(schema, timezone="UTC")
+    want_parts, limit = parts, max_message_size
+
+    def combine(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from _combine(batches, out_schema, want_parts, limit)
+
+    flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
     rows = (
         records
         .withColumn("_h", F.xxhash64(*KEY))

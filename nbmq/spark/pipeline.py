@@ -6,9 +6,13 @@
     summary = run(["dealer.pcap"], "out/")            # local[*]
     summary = run(None, "out/", master="spark://host:7077")   # the bundled captures
 
-Steps, each a Spark job: the ``nbmq`` data source decodes the captures and the frames table is
-written; the messages are reassembled from that Parquet copy (so the captures are decoded once);
-the sessions are summarised from both; small aggregates feed the summary and the report.
+Steps, each a Spark job: with a local output directory (``plan="onepass"``, the default there)
+one job decodes each capture partition once, writes its frames and the messages complete inside
+it, and a small combine finishes the keys seen in several partitions (:mod:`nbmq.spark.onepass`);
+otherwise (``plan="steps"``) the ``nbmq`` data source decodes the captures, the frames table is
+written and the messages are reassembled from that Parquet copy (so the captures are decoded
+once). The sessions are summarised from both tables; small aggregates feed the summary and the
+report.
 Malformed datagrams and unreadable capture records are rows and counts, never a failure.
 
 BQSP and rqueue over TCP: when a capture holds TCP segments on the configured ports
@@ -218,6 +222,20 @@ def _summary_rows(frames: Any, messages: Any, sessions: Any, names: Sequence[str
     return sorted(out, key=lambda r: r["capture"])
 
 
+def _choose_plan(plan: str | None, out_dir: str | Path, messages: str | None, frames_writer: str | None) -> str:
+    """``run``'s ``plan`` argument resolved: ``"onepass"`` or ``"steps"`` (see ``run``)."""
+    remote = "://" in str(out_dir)
+    if plan is None:
+        return "steps" if remote or messages is not None or frames_writer is not None else "onepass"
+    if plan not in ("onepass", "steps"):
+        raise ValueError(f"plan must be 'onepass' or 'steps', got {plan!r}")
+    if plan == "onepass" and remote:
+        raise ValueError(f"plan 'onepass' writes local output directories only, not {str(out_dir)!r}")
+    if plan == "onepass" and (messages is not None or frames_writer is not None):
+        raise ValueError("plan 'onepass' takes neither messages nor frames_writer (they choose the steps plan's jobs)")
+    return plan
+
+
 def run(
     captures: Sequence[str | Path] | None,
     out_dir: str | Path,
@@ -226,7 +244,7 @@ def run(
     spark: SparkSession | None = None,
     payload: bool = True,
     parts: bool = False,
-    messages: str = "shuffle",
+    messages: str | None = None,
     pcapng: bool = False,
     split_bytes: int | None = None,
     conf: dict[str, str] | None = None,
@@ -235,7 +253,8 @@ def run(
     print_summary: bool = True,
     bqsp_ports: Sequence[int] | None = None,
     rqueue_ports: Sequence[int] | None = DEFAULT_RQUEUE_PORTS,
-    frames_writer: str = "spark",
+    frames_writer: str | None = None,
+    plan: str | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline.
 
@@ -251,10 +270,11 @@ def run(
         spark: use this session instead of building one (``master`` and ``conf`` then ignored).
         payload: keep the ``payload`` column in ``frames/``.
         parts: add the ``parts`` column (the message bytes) to ``messages/``.
-        messages: ``"shuffle"`` (default): :func:`nbmq.spark.messages.build_messages`, every
-            data frame shuffled by key; ``"local"``: :func:`nbmq.spark.messages_local.build_messages_local`,
-            reassembly inside each frames partition, only message rows shuffled (about as fast on
-            local[2], see README). Same table (issue 14, item 5).
+        messages: the steps plan's messages step: ``"shuffle"`` (its default):
+            :func:`nbmq.spark.messages.build_messages`, every data frame shuffled by key;
+            ``"local"``: :func:`nbmq.spark.messages_local.build_messages_local`, reassembly
+            inside each frames partition, only message rows shuffled (about as fast on
+            local[2], see README). Same table (issue 14, item 5). Giving it selects the steps plan.
         pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
             ``dealer.pcap``, so its messages and sessions appear twice under another name).
         split_bytes: byte-range split size for large classic pcap files (default: one range per
@@ -268,24 +288,36 @@ def run(
         rqueue_ports: TCP ports decoded as rqueue into ``rqueue/`` (default 6567; None or
             empty: no rqueue table). Either table is written only when some capture holds TCP
             traffic on its ports.
-        frames_writer: ``"spark"`` (default): Spark writes ``frames/`` from the ``nbmq``
-            source; ``"arrow"``: each task writes its partition with pyarrow
-            (:mod:`nbmq.spark.frames_writer`, local output directories only; the same table,
-            a fraction of the JVM time; issue 14).
+        frames_writer: the steps plan's frames step: ``"spark"`` (its default): Spark writes
+            ``frames/`` from the ``nbmq`` source; ``"arrow"``: each task writes its partition
+            with pyarrow (:mod:`nbmq.spark.frames_writer`, local output directories only; the
+            same table, a fraction of the JVM time; issue 14). Giving it selects the steps plan.
+        plan: ``"onepass"``: one job decodes each partition once, writes its frames and the
+            messages complete inside it, and only keys seen in several partitions (or twice)
+            are combined afterwards (:mod:`nbmq.spark.onepass`; local ``out_dir`` only; step
+            ``frames`` is that job, ``messages`` the combine); ``"steps"``: a frames job, then
+            a messages job reading ``frames/``. None (default): ``"onepass"`` when ``out_dir``
+            is a local path and neither ``messages`` nor ``frames_writer`` is given, else
+            ``"steps"``. Same tables either way (issue 14, item 5).
 
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
-        "steps": {step: wall seconds}, "tables": {name: path}}`` (steps: start, frames,
+        "plan", "steps": {step: wall seconds}, "tables": {name: path}}`` (steps: start, frames,
         messages, sessions, streams, summary, report), plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
-        "error_rows", "connections"}}`` when a stream table was written; also written to
+        "error_rows", "connections"}}`` when a stream table was written, and with the onepass
+        plan ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; also written to
         ``summary.json``.
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
         ValueError: ``messages`` is neither ``"local"`` nor ``"shuffle"``; ``frames_writer`` is
-            neither ``"spark"`` nor ``"arrow"``.
+            neither ``"spark"`` nor ``"arrow"``; ``plan`` is neither ``"onepass"`` nor
+            ``"steps"``, or ``"onepass"`` with a non-local ``out_dir``, ``messages`` or
+            ``frames_writer``.
         NotADirectoryError: ``out_dir`` is a local path naming an existing non-directory.
     """
+    plan = _choose_plan(plan, out_dir, messages, frames_writer)
+    messages, frames_writer = messages or "shuffle", frames_writer or "spark"
     if messages not in ("local", "shuffle"):
         raise ValueError(f"messages must be 'local' or 'shuffle', got {messages!r}")
     if frames_writer not in ("spark", "arrow"):
@@ -327,26 +359,43 @@ def run(
             split_bytes = _split_for(files, spark.sparkContext.defaultParallelism)
         reader = reader.option("split_bytes", str(int(split_bytes)))
         source = reader.load()
-        steps.step(f"decoding {len(files)} capture(s) -> frames/")
-        if frames_writer == "arrow":
-            from .frames_writer import write_frames_arrow
+        options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
+        if plan == "onepass":
+            from .onepass import finish_messages, write_parts
 
-            options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
-            write_frames_arrow(spark, options, payload, tables["frames"])
+            steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
+            one = write_parts(spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts)
+            frames = spark.read.parquet(tables["frames"])
+            steps.advance()
+            lap("frames")
+            steps.step("combining keys across partitions -> messages/")
+            with _session_conf(spark, _MESSAGES_CONF):
+                finish_messages(spark, one, frames if payload else source, parts=parts)
+            plan_counts = {"onepass": one.counts()}
+            messages = spark.read.parquet(tables["messages"])
+            steps.advance()
+            lap("messages")
         else:
-            (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
-        frames = spark.read.parquet(tables["frames"])
-        steps.advance()
-        lap("frames")
+            plan_counts = {}
+            steps.step(f"decoding {len(files)} capture(s) -> frames/")
+            if frames_writer == "arrow":
+                from .frames_writer import write_frames_arrow
 
-        steps.step("reassembling -> messages/")
-        with _session_conf(spark, _MESSAGES_CONF):
-            build(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
-                tables["messages"]
-            )
-        messages = spark.read.parquet(tables["messages"])
-        steps.advance()
-        lap("messages")
+                write_frames_arrow(spark, options, payload, tables["frames"])
+            else:
+                (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
+            frames = spark.read.parquet(tables["frames"])
+            steps.advance()
+            lap("frames")
+
+            steps.step("reassembling -> messages/")
+            with _session_conf(spark, _MESSAGES_CONF):
+                build(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
+                    tables["messages"]
+                )
+            messages = spark.read.parquet(tables["messages"])
+            steps.advance()
+            lap("messages")
 
         steps.step("summarising -> sessions/")
         build_sessions(frames, messages).write.mode("overwrite").parquet(tables["sessions"])
@@ -368,6 +417,8 @@ def run(
             "captures": rows,
             "totals": totals,
             "tables": tables,
+            "plan": plan,
+            **plan_counts,
         }
         if streams:
             summary["streams"] = streams
