@@ -421,16 +421,18 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:
     """session_id, with Connect frames (session 0) given to their client's session."""
+    import pandas as pd
+
     by_client: dict[tuple[str, str], int] = {}
     for r in clients.itertuples():
         if int(r.session_id):
             by_client.setdefault((r.capture, r.client), int(r.session_id))
-    return table.apply(
-        lambda r: int(r.session_id)
-        if r.session_id is not None and int(r.session_id)
-        else by_client.get((r.capture, r.src), by_client.get((r.capture, r.dst), 0)),
-        axis=1,
-    )
+    # A loop over zipped columns: DataFrame.apply(axis=1) built a Series per row (0.7 s of
+    # driver time on the 16k traffic and message rows of 1M datagrams).
+    return pd.Series([
+        int(s) if s is not None and int(s) else by_client.get((c, src), by_client.get((c, dst), 0))
+        for c, s, src, dst in zip(table["capture"], table["session_id"], table["src"], table["dst"])
+    ], index=table.index)
 
 
 def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
