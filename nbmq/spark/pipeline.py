@@ -316,40 +316,38 @@ def run(
         from .sessions import sessions_frame
 
         passes = Passes(spark, frames, messages, tables["frames"])
-        try:
-            sessions_frame(spark, passes.sessions()).write.mode("overwrite").parquet(tables["sessions"])
-            steps.advance()
-            lap("sessions")
+        sessions_frame(spark, passes.sessions()).write.mode("overwrite").parquet(tables["sessions"])
+        steps.advance()
+        lap("sessions")
 
-            streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports)
-            lap("streams")
+        streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports)
+        lap("streams")
 
-            steps.step("summary and report")
-            rows = _summary_rows(passes, [Path(p).name for p in files])
-            lap("summary")
-            totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
-            summary: dict[str, Any] = {
-                "out_dir": str(out_dir),
-                "master": spark.sparkContext.master,
-                "captures": rows,
-                "totals": totals,
-                "tables": tables,
-            }
-            if streams:
-                summary["streams"] = streams
-            if report:
-                from .report import collect, write_report
+        steps.step("summary and report")
+        rows = _summary_rows(passes, [Path(p).name for p in files])
+        lap("summary")
+        totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
+        summary: dict[str, Any] = {
+            "out_dir": str(out_dir),
+            "master": spark.sparkContext.master,
+            "captures": rows,
+            "totals": totals,
+            "tables": tables,
+        }
+        if streams:
+            summary["streams"] = streams
+        if report:
+            from .report import collect, write_report
 
-                summary["seconds"] = time.perf_counter() - started
-                try:  # a report bug must not cost the tables and summary.json (issue 11)
-                    write_report(out / "report.html", summary, collect(spark, tables, passes=passes))
-                    summary["report"] = str(out / "report.html")
-                except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
-                    summary["report_error"] = f"{type(exc).__name__}: {exc}"
-                    print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
-                lap("report")
-        finally:
-            passes.close()
+            summary["seconds"] = time.perf_counter() - started
+            try:  # a report bug must not cost the tables and summary.json (issue 11)
+                write_report(out / "report.html", summary, collect(spark, tables, passes=passes))
+                summary["report"] = str(out / "report.html")
+            except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
+                summary["report_error"] = f"{type(exc).__name__}: {exc}"
+                print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
+            lap("report")
+        passes.close()  # collect() closed it already: this frees it when there is no report
         steps.advance()
     summary["steps"] = lap.seconds
     summary["seconds"] = time.perf_counter() - started

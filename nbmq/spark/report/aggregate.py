@@ -208,7 +208,6 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
     frames = spark.read.parquet(tables["frames"])
     f = with_axis(frames, caps)
     t = F.col("ts_ns") / 1e9 - F.col("t0")
-    binned = F.floor(t / F.col("width")).cast("int")
     src = addr_port("src_addr", "src_port")
     dst = addr_port("dst_addr", "dst_port")
     valid = F.col("error").isNull()
