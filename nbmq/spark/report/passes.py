@@ -114,7 +114,7 @@ def footer_spans(path: str) -> dict[str, tuple[int | None, int | None]] | None:
                     continue
                 c, t = group.column(ci).statistics, group.column(ti).statistics
                 exact = c is not None and getattr(c, "is_min_value_exact", True) and getattr(c, "is_max_value_exact", True)
-                if not exact or not c.has_min_max or c.min != c.max or c.null_count != 0:
+                if not exact or not c.has_min_max or not isinstance(c.min, str) or c.min != c.max or c.null_count != 0:
                     return None
                 lo, hi = spans.get(c.min, (None, None))
                 if t is not None and t.has_min_max:
@@ -122,7 +122,7 @@ def footer_spans(path: str) -> dict[str, tuple[int | None, int | None]] | None:
                     hi = t.max if hi is None else max(hi, t.max)
                 elif t is None or t.null_count != group.num_rows:
                     return None
-                spans[str(c.min)] = (lo, hi)
+                spans[c.min] = (lo, hi)
         return spans
     except (OSError, ValueError):  # an unreadable or foreign file: let Spark read it
         return None
