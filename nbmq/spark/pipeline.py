@@ -184,42 +184,10 @@ class _Steps:
             self.progress.stop()
 
 
-def _summary_rows(frames: Any, messages: Any, sessions: Any, names: Sequence[str] = (),
-                  spans: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The summary's rows; ``spans`` (if given) receives the report's time axes and kind counts
-    (:data:`nbmq.spark.report.aggregate.SPAN_COLUMNS`) from the same pass over the frames."""
-    from pyspark.sql import functions as F
-
-    from .report.aggregate import span_columns
-
-    f = frames.groupBy("capture").agg(
-        *span_columns(),
-        F.count("frame_number").alias("datagrams"),
-        F.count(F.when(F.col("error").isNotNull() & F.col("frame_number").isNotNull(), 1)).alias("error_rows"),
-        F.count(F.when(F.col("frame_number").isNull(), 1)).alias("capture_errors"),
-        F.count(F.when(F.col("error").isNull() & (F.col("kind") == 0), 1)).alias("data_frames"),
-        F.count(F.when(F.col("error").isNull() & (F.col("kind") > 0), 1)).alias("control_frames"),
-    )
-    m = messages.groupBy("capture").agg(
-        F.count(F.when(F.col("complete"), 1)).alias("messages_complete"),
-        F.count(F.when(~F.col("complete"), 1)).alias("messages_incomplete"),
-        F.coalesce(F.sum("duplicates"), F.lit(0)).alias("duplicates"),
-        F.coalesce(F.sum("rejected"), F.lit(0)).alias("rejected"),
-    )
-    s = sessions.groupBy("capture").agg(F.count(F.lit(1)).alias("sessions"))
-    joined = f.join(m, "capture", "left").join(s, "capture", "left").fillna(0, subset=SUMMARY_COLUMNS[1:])
-    rows = [r.asDict() for r in joined.collect()]
-    if spans is not None:
-        from .report.aggregate import SPAN_COLUMNS
-
-        spans += [{c: r[c] for c in SPAN_COLUMNS} for r in rows]
-    out = [{c: (r[c] if c == "capture" else int(r[c] or 0)) for c in SUMMARY_COLUMNS} for r in rows]
-    seen = {r["capture"] for r in out}
-    for name in names:  # a capture without a single row (no UDP datagram in it)
-        if name not in seen:
-            seen.add(name)
-            out.append({c: (name if c == "capture" else 0) for c in SUMMARY_COLUMNS})
-    return sorted(out, key=lambda r: r["capture"])
+def _summary_rows(passes: Any, names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The summary's rows (:data:`SUMMARY_COLUMNS`), from the aggregates the sessions table was
+    built from (:class:`nbmq.spark.report.passes.Passes`): no Spark job of their own."""
+    return passes.summary_rows(list(names), SUMMARY_COLUMNS)
 
 
 def _choose_plan(plan: str | None, out_dir: str | Path, messages: str | None, frames_writer: str | None) -> str:
@@ -347,7 +315,6 @@ def run(
             register(spark)
         from .messages import build_messages
         from .messages_local import build_messages_local
-        from .sessions import build_sessions
 
         build = build_messages_local if messages == "local" else build_messages
         steps.attach(spark)
@@ -398,8 +365,12 @@ def run(
             lap("messages")
 
         steps.step("summarising -> sessions/")
-        build_sessions(frames, messages).write.mode("overwrite").parquet(tables["sessions"])
-        sessions = spark.read.parquet(tables["sessions"])
+        # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
+        from .report.passes import Passes
+        from .sessions import sessions_frame
+
+        passes = Passes(spark, frames, messages, tables["frames"])
+        sessions_frame(spark, passes.sessions()).write.mode("overwrite").parquet(tables["sessions"])
         steps.advance()
         lap("sessions")
 
@@ -407,8 +378,7 @@ def run(
         lap("streams")
 
         steps.step("summary and report")
-        spans: list[dict[str, Any]] = []
-        rows = _summary_rows(frames, messages, sessions, [Path(p).name for p in files], spans)
+        rows = _summary_rows(passes, [Path(p).name for p in files])
         lap("summary")
         totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
         summary: dict[str, Any] = {
@@ -427,12 +397,13 @@ def run(
 
             summary["seconds"] = time.perf_counter() - started
             try:  # a report bug must not cost the tables and summary.json (issue 11)
-                write_report(out / "report.html", summary, collect(spark, tables, spans=spans))
+                write_report(out / "report.html", summary, collect(spark, tables, passes=passes))
                 summary["report"] = str(out / "report.html")
             except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
                 summary["report_error"] = f"{type(exc).__name__}: {exc}"
                 print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
             lap("report")
+        passes.close()  # collect() closed it already: this frees it when there is no report
         steps.advance()
     summary["steps"] = lap.seconds
     summary["seconds"] = time.perf_counter() - started

@@ -32,7 +32,7 @@ from .schema import SESSIONS_SCHEMA
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["build_sessions", "summarise_capture"]
+__all__ = ["build_sessions", "sessions_from_groups", "sessions_frame", "summarise_capture"]
 
 _CONNECT, _CONNECTED, _DISCONNECTED, _HEARTBEAT, _ACK, _DATA = 1, 2, 3, 4, 5, 0
 _DIRECTIONAL = {_DATA: "data", _HEARTBEAT: "heartbeats", _ACK: "acks", _DISCONNECTED: "disconnected"}
@@ -99,6 +99,67 @@ def build_sessions(frames: DataFrame, messages: DataFrame) -> DataFrame:
         .cogroup(per_sender.groupBy("capture"))
         .applyInPandas(summarise, schema=out_schema)
     )
+
+
+def sessions_from_groups(frame_groups: pd.DataFrame, connects: pd.DataFrame, message_groups: pd.DataFrame) -> pd.DataFrame:
+    """The sessions table (pandas) from the report's aggregates, the rows :func:`build_sessions` gives.
+
+    The pipeline aggregates the frames and messages once for the sessions table, the summary and
+    the report (:class:`nbmq.spark.report.passes.Passes`); this sums those groups into the inputs
+    of :func:`summarise_capture` and runs it per capture, on the driver (the groups hold a few
+    rows per session and time bin, as the report's traffic table always did).
+
+    Args:
+        frame_groups: columns capture, session_id (Decimal), src, dst, kind, reason (null for a
+            decoded frame), frames, bytes, first_ns, last_ns, any number of rows per key.
+        connects: columns capture, session_id, src, dst, connect_ns (the Connect frames' times).
+        message_groups: columns capture, session_id, src, messages (complete), incomplete,
+            message_bytes (of the complete ones), any number of rows per key.
+
+    Returns:
+        A pandas DataFrame with the columns of :data:`~nbmq.spark.schema.SESSIONS_SCHEMA`, each
+        capture's sessions sorted by first_ts then session_id.
+    """
+    columns = SESSIONS_SCHEMA.fieldNames()
+    g = frame_groups[frame_groups["reason"].isna() & frame_groups["kind"].notna()]
+    keys = ["capture", "session_id", "src", "dst", "kind"]
+    kinds = pd.DataFrame({
+        "capture": g["capture"], "session_id": [None if s is None else str(s) for s in g["session_id"]],
+        "src": g["src"], "dst": g["dst"], "kind": g["kind"].astype("int64"),
+        "frames": g["frames"], "bytes": g["bytes"], "first_ns": g["first_ns"], "last_ns": g["last_ns"],
+    }, columns=keys + ["frames", "bytes", "first_ns", "last_ns"])
+    kinds = kinds.groupby(keys, dropna=False, sort=False).agg(
+        frames=("frames", "sum"), bytes=("bytes", "sum"), first_ns=("first_ns", "min"), last_ns=("last_ns", "max"),
+    ).reset_index()
+    times = {(r.capture, None if r.session_id is None else str(r.session_id), r.src, r.dst): list(r.connect_ns)
+             for r in connects.itertuples(index=False)}
+    kinds["connect_ns"] = [times.get((c, s, a, b), []) if k == _CONNECT else []
+                           for c, s, a, b, k in zip(kinds["capture"], kinds["session_id"], kinds["src"], kinds["dst"], kinds["kind"])]
+    m = message_groups
+    senders = pd.DataFrame({
+        "capture": m["capture"], "session_id": [None if s is None else str(s) for s in m["session_id"]],
+        "src": m["src"], "complete": m["messages"], "incomplete": m["incomplete"], "message_bytes": m["message_bytes"],
+    }, columns=["capture", "session_id", "src", "complete", "incomplete", "message_bytes"])
+    senders = senders.groupby(["capture", "session_id", "src"], dropna=False, sort=False).agg(
+        complete=("complete", "sum"), incomplete=("incomplete", "sum"), message_bytes=("message_bytes", "sum"),
+    ).reset_index()
+    out = []
+    by_kinds = dict(iter(kinds.groupby("capture", sort=True)))
+    by_senders = dict(iter(senders.groupby("capture", sort=True)))
+    for capture in sorted(set(by_kinds) | set(by_senders)):
+        empty_k, empty_s = kinds.iloc[:0], senders.iloc[:0]
+        part = summarise_capture(by_kinds.get(capture, empty_k), by_senders.get(capture, empty_s))
+        if len(part):
+            out.append(part)
+    if not out:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(out, ignore_index=True)[columns]
+
+
+def sessions_frame(spark: Any, table: pd.DataFrame) -> DataFrame:
+    """The pandas sessions table (:func:`sessions_from_groups`) as a Spark DataFrame of
+    :data:`~nbmq.spark.schema.SESSIONS_SCHEMA`, to be written as ``sessions/``."""
+    return spark.createDataFrame(table, schema=SESSIONS_SCHEMA)
 
 
 def _port(endpoint: str) -> int:

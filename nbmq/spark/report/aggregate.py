@@ -12,22 +12,20 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .passes import BINS, MESSAGE_TTL_S, Jobs, Passes, with_axis
 from .units import nice_bin_width
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ReportData", "collect", "span_columns", "SPAN_COLUMNS", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
+__all__ = ["ReportData", "collect", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
 
-#: The reference's defaults (nbmq.options: peer_heartbeat_ivl 1 s, uncompleted_message_ttl 10 s).
+#: The reference's default peer_heartbeat_ivl (nbmq.options), seconds; MESSAGE_TTL_S: its
+#: uncompleted_message_ttl (in .passes, which bins the messages).
 HEARTBEAT_INTERVAL_S = 1.0
-MESSAGE_TTL_S = 10.0
 #: A heartbeat gap is reported past this multiple of the interval (one lost heartbeat).
 GAP_FACTOR = 1.5
-_BINS = 120
-#: What :func:`collect` needs per capture before its other jobs: see :func:`span_columns`.
-SPAN_COLUMNS = ["capture", "t0", "t1", "control", "heartbeats"]
 #: Spark settings while the report's jobs run. On a frames table without the ``ack_hash`` column
 #: the ack hash sends every data frame's chunk to a Python UDF through Arrow; with
 #: maxBytesPerBatch set Spark sizes the batch after every row. Rows are frames (<= ~500 bytes),
@@ -80,55 +78,21 @@ class ReportData:
     heartbeats: pd.DataFrame
     streams: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: SVG charts being drawn in a thread while Spark still works, by (chart, capture): the
+    #: page uses them instead of drawing its own (``charts.capture_traffic`` for "traffic").
+    charts: dict[tuple[str, str], Future[str]] = field(default_factory=dict)
 
 
-class _Jobs:
-    """Runs the report's Spark jobs a few at a time (threads on one session): each is small, so
-    their scheduling and driver round trips, not the work, dominate; overlapping them hides that."""
-
-    def __init__(self, workers: int = 4) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nbmq-report")
-
-    def submit(self, df: DataFrame, columns: list[str]) -> Future[pd.DataFrame]:
-        return self.pool.submit(_pd, df, columns)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-
-
-def _pd(df: DataFrame, columns: list[str]) -> pd.DataFrame:
-    import pandas as pd
-
-    rows = [r.asDict() for r in df.collect()]
-    return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
-
-
-def span_columns() -> list[Any]:
-    """Aggregate columns (per capture) for :data:`SPAN_COLUMNS` but ``capture``: the time axis
-    ``t0``/``t1`` (epoch s; null when no frame has a timestamp) and the counts of valid control
-    frames (Connect, Connected, Disconnected) and heartbeats."""
-    from pyspark.sql import functions as F
-
-    valid = F.col("error").isNull()
-    return [
-        (F.min("ts_ns") / 1e9).alias("t0"), (F.max("ts_ns") / 1e9).alias("t1"),
-        F.count(F.when(F.col("kind").isin(1, 2, 3) & valid, 1)).alias("control"),
-        F.count(F.when((F.col("kind") == 4) & valid, 1)).alias("heartbeats"),
-    ]
-
-
-def collect(spark: SparkSession, tables: dict[str, str], spans: list[dict[str, Any]] | None = None) -> ReportData:
+def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None = None) -> ReportData:
     """Aggregate the pipeline's Parquet tables for the report.
 
     Args:
         spark: the pipeline's session.
         tables: table name -> Parquet path, as the pipeline's summary ``tables``: ``frames``,
             ``messages``, ``sessions`` and, when written, ``bqsp`` / ``rqueue``.
-        spans: one dict per capture with :data:`SPAN_COLUMNS` (from :func:`span_columns` over
-            the frames table), when the caller has it already (the pipeline's summary); else one
-            more Spark job computes it.
+        passes: the pipeline's :class:`~nbmq.spark.report.passes.Passes` over these frames and
+            messages tables (its aggregates, already computed for the sessions table and the
+            summary, are reused; it is closed here); None: started here.
 
     Returns:
         A :class:`ReportData`. SafeDealer ack round trips match data frames and Acks on the
@@ -136,57 +100,33 @@ def collect(spark: SparkSession, tables: dict[str, str], spans: list[dict[str, A
         written before that column is hashed from its ``payload`` column, and one with neither
         leaves them out, with a note that says so.
     """
-    import pandas as pd
-    from pyspark.sql import functions as F
-
-    frames = spark.read.parquet(tables["frames"])
-    messages = spark.read.parquet(tables["messages"])
-    sessions = spark.read.parquet(tables["sessions"])
-    notes: list[str] = []
-
-    jobs = _Jobs()
     saved = {key: spark.conf.get(key, None) for key in _CONF}
     for key, value in _CONF.items():
         spark.conf.set(key, value)
     try:
-        return _collect(spark, tables, jobs, frames, messages, sessions, notes, spans)
+        if passes is None:
+            passes = Passes(spark, spark.read.parquet(tables["frames"]), spark.read.parquet(tables["messages"]),
+                            tables["frames"])
+        return _collect(spark, tables, passes, [])
     finally:
-        jobs.close()
+        if passes is not None:
+            passes.close()
         for key, old in saved.items():
             spark.conf.unset(key) if old is None else spark.conf.set(key, old)
 
 
-def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: DataFrame, messages: DataFrame,
-             sessions: DataFrame, notes: list[str], spans: list[dict[str, Any]] | None) -> ReportData:
+def _collect(spark: SparkSession, tables: dict[str, str], passes: Passes, notes: list[str]) -> ReportData:
     import pandas as pd
-    from pyspark.sql import functions as F
 
-    # One shared time axis per capture: the first and last valid frame. The same small scan counts
-    # the control frames and heartbeats, so the full passes for them are skipped when there are none;
-    # the pipeline hands it over from its summary's pass.
-    if spans is not None:
-        spans_job = _empty(SPAN_COLUMNS, spans)
-    else:
-        spans_job = jobs.submit(frames.groupBy("capture").agg(*span_columns()), SPAN_COLUMNS)
-    sessions_job = jobs.submit(sessions.orderBy("capture", "first_ts").limit(_MAX_SESSIONS), sessions.columns)
+    jobs = passes.jobs
     stream_spans = {
         protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol])) for protocol in ("bqsp", "rqueue") if protocol in tables
     }
-    spans = spans_job.result()
-    kinds = {"control": int(spans["control"].sum()), "heartbeats": int(spans["heartbeats"].sum())}
-    spans = spans[spans["t0"].notna()]  # min() skips nulls: a capture with no timestamped frame has none
-    caps = [
-        {"capture": r.capture, "protocol": "nbmq", "t0": float(r.t0), "span_s": float(r.t1 - r.t0),
-         "width_s": nice_bin_width(float(r.t1 - r.t0), _BINS)}
-        for r in spans.itertuples()
-    ]
-    session_rows = sessions_job.result()
-    if len(session_rows):
-        session_rows["session_id"] = session_rows["session_id"].map(int)
-
-    empty = ReportData(
+    # One shared time axis per capture: its first and last frame (Passes.caps).
+    caps = [dict(c) for c in passes.caps]
+    data = ReportData(
         captures=pd.DataFrame(caps, columns=["capture", "protocol", "t0", "span_s", "width_s"]),
-        sessions=session_rows,
+        sessions=_report_sessions(passes.sessions()),
         traffic=pd.DataFrame(columns=["capture", "session_id", "direction", "kind_name", "bin", "frames", "bytes"]),
         messages=pd.DataFrame(columns=["capture", "session_id", "direction", "bin", "messages", "message_bytes",
                                        "duplicates", "rejected", "incomplete"]),
@@ -200,15 +140,29 @@ def _collect(spark: SparkSession, tables: dict[str, str], jobs: _Jobs, frames: D
         heartbeats=pd.DataFrame(columns=["capture", "session_id", "src", "dst", "n", "first_s", "last_s"]),
         notes=notes,
     )
-    data = empty
     streams = {
         protocol: _streams(jobs, spark.read.parquet(tables[protocol]), protocol, data, span.result())
         for protocol, span in stream_spans.items()
     }
     if caps:
-        _udp(spark, jobs, data, frames, messages, sessions, caps, kinds)
+        _udp(spark, tables, jobs, data, passes, caps)
     data.streams = {protocol: {k: v.result() for k, v in tables_.items()} for protocol, tables_ in streams.items()}
     return data
+
+
+def _report_sessions(table: pd.DataFrame) -> pd.DataFrame:
+    """The report's sessions: the first ``_MAX_SESSIONS`` by (capture, first_ts), ids as int,
+    nulls as None (as rows collected from Spark)."""
+    import pandas as pd
+
+    columns = list(table.columns)
+    if not len(table):
+        return pd.DataFrame(columns=columns)
+    top = table.sort_values(["capture", "first_ts"], kind="stable").head(_MAX_SESSIONS)
+    rows = top.astype(object).where(top.notna(), None).to_dict("records")
+    out = pd.DataFrame(rows, columns=columns)
+    out["session_id"] = out["session_id"].map(int)
+    return out
 
 
 def _acked_sessions(sessions: pd.DataFrame) -> Any:
@@ -232,67 +186,39 @@ def _acked_sessions(sessions: pd.DataFrame) -> Any:
     return F.col("session_id").isin([decimal.Decimal(x) for x in ids])
 
 
-def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, messages: DataFrame,
-         sessions: DataFrame, caps: list[dict[str, Any]], kinds: dict[str, int]) -> None:
-    """Fill ``data``'s nbmq tables: about ten Spark jobs, one to three of them full passes over the
-    frames (control frames and heartbeats only when ``kinds`` counted some)."""
+def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportData, passes: Passes,
+         caps: list[dict[str, Any]]) -> None:
+    """Fill ``data``'s nbmq tables: the traffic, errors and messages from ``passes``' aggregates;
+    then three Spark jobs (latencies with the ack matching and resends; control frames; heartbeats
+    from the cached control frames), plus two more when heartbeats have long gaps."""
     import pandas as pd
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     from ..messages import addr_port
 
-    axis = F.broadcast(spark.createDataFrame(
-        [(c["capture"], c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in caps],
-        "capture string, t0 double, width double, t_end double",
-    ))
-    f = _with_axis(frames, caps, axis)
+    names = {c["capture"] for c in caps}
+    groups = passes.frame_groups()
+    kinds = {"control": 0, "heartbeats": 0}
+    for kind, n in groups[groups["reason"].isna() & groups["kind"].notna()].groupby("kind")["frames"].sum().items():
+        if int(kind) in (1, 2, 3):
+            kinds["control"] += int(n)
+        elif int(kind) == 4:
+            kinds["heartbeats"] += int(n)
+    frames = spark.read.parquet(tables["frames"])
+    f = with_axis(frames, caps)
     t = F.col("ts_ns") / 1e9 - F.col("t0")
-    binned = F.floor(t / F.col("width")).cast("int")
     src = addr_port("src_addr", "src_port")
     dst = addr_port("dst_addr", "dst_port")
     valid = F.col("error").isNull()
 
-    # Traffic and error reasons: one pass over the frames.
-    # Grouped on the raw columns (the endpoint text is built per group afterwards, not per row).
-    rows_job = jobs.submit(
-        f.where(F.col("ts_ns").isNotNull() | F.col("error").isNotNull())
-        .groupBy("capture", "session_id", "src_addr", "src_port", "kind_name", binned.alias("bin"), "error")
-        .agg(F.count(F.lit(1)).alias("frames"), F.sum("length").alias("bytes"))
-        .groupBy("capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "kind_name", "bin",
-                 F.regexp_replace("error", "[0-9]+", "N").alias("reason"))
-        .agg(F.sum("frames").alias("frames"), F.sum("bytes").alias("bytes")),
-        ["capture", "session_id", "src", "kind_name", "bin", "reason", "frames", "bytes"],
-    )
-
-    # Messages: rates and health binned by their first frame, incomplete ones with a reason.
-    reason = (
-        F.when(F.col("complete"), F.lit(None))
-        .when(F.col("rejected") > 0, "rejected frames (conflicting or hostile headers)")
-        .when(F.col("t_end") - F.col("last_ts").cast("double") > MESSAGE_TTL_S,
-              f"expired: no frame for over {MESSAGE_TTL_S:g} s (the default TTL) before the capture ended")
-        .otherwise("missing bytes at the capture's end (still in flight)")
-    )
-    mt = F.col("first_ts").cast("double") - F.col("t0")
-    msg_job = jobs.submit(
-        _with_axis(messages, caps, axis)
-        .groupBy("capture", "session_id", "src", F.floor(mt / F.col("width")).cast("int").alias("bin"), reason.alias("reason"))
-        .agg(
-            F.count(F.when(F.col("complete"), 1)).alias("messages"),
-            F.sum(F.when(F.col("complete"), F.col("message_size")).otherwise(0)).alias("message_bytes"),
-            F.sum("duplicates").alias("duplicates"),
-            F.sum("rejected").alias("rejected"),
-            F.count(F.when(~F.col("complete"), 1)).alias("incomplete"),
-            F.sum(F.when(~F.col("complete"), F.col("missing_bytes")).otherwise(0)).alias("missing_bytes"),
-        ),
-        ["capture", "session_id", "src", "bin", "reason", "messages", "message_bytes", "duplicates", "rejected",
-         "incomplete", "missing_bytes"],
-    )
-
-    # Latency distributions: every metric in one union, two jobs (quantiles, histogram).
+    # Latency distributions: every metric in one union and one job (a fine histogram), the
+    # resends of the SafeDealer matching riding along as rows without a metric.
     def ts(c: str) -> Any:
         return F.col(c).cast("double")
 
+    sessions = spark.read.parquet(tables["sessions"])
+    messages = spark.read.parquet(tables["messages"])
     values = [
         sessions.select("capture", F.lit("handshake: Connect -> Connected").alias("metric"),
                         (ts("connected_ts") - ts("connect_ts")).alias("v")),
@@ -303,9 +229,15 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
         messages.where(F.col("complete")).select(
             "capture", F.lit("message assembly (first -> last frame)").alias("metric"), (ts("last_ts") - ts("first_ts")).alias("v")),
     ]
+    fine = F.when(F.col("v") <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
+    union = values[0]
+    for v in values[1:]:
+        union = union.unionByName(v)
+    union = union.where(F.col("v").isNotNull() & (F.col("v") >= 0)).select(
+        "capture", "metric", fine.alias("fine"), "v", F.lit(None).cast("long").alias("w"))
     # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
     has_acks = bool(len(data.sessions)) and bool((data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0)
-    hashed = both = sent = None
+    matched = False
     if has_acks and ("ack_hash" in frames.columns or "payload" in frames.columns):
         is_ack = F.col("kind") == 5
         if "ack_hash" in frames.columns:
@@ -318,46 +250,54 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
             # The UDF also hashes the (few) Ack rows, unused.
             hashed_ack, h = is_ack & (F.length("payload") == 8), F.when(is_ack, ack_value()).otherwise(frame_hash())
         both = f.where(valid & (((F.col("kind") == 0) & _acked_sessions(data.sessions)) | hashed_ack)).select(
-            "capture", "session_id", is_ack.alias("ack"), t.alias("at_s"), binned.alias("bin"), h.alias("h"),
-        ).persist()
-        hashed = both.where(~F.col("ack"))
-        acks = both.where(F.col("ack")).select("capture", "session_id", F.col("at_s").alias("acked_s"), "h")
-        # Persisted: both the resends and the ack latencies read it (one aggregation, not two).
-        sent = hashed.groupBy("capture", "session_id", "h").agg(
-            F.min("at_s").alias("sent_s"), F.max("bin").alias("bin"), F.count(F.lit(1)).alias("sends")).persist()
-        first_ack = acks.groupBy("capture", "session_id", "h").agg(F.min("acked_s").alias("acked_s"))
-        values.append(sent.join(first_ack, ["capture", "session_id", "h"]).select(
-            "capture", F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"), (F.col("acked_s") - F.col("sent_s")).alias("v")))
-        resends_job = jobs.submit(
-            sent.where(F.col("sends") > 1).groupBy("capture", "bin").agg((F.sum("sends") - F.count(F.lit(1))).alias("resends")),
-            ["capture", "bin", "resends"],
-        )
+            "capture", "session_id", is_ack.alias("ack"), "ts_ns", h.alias("h"))
+        # One aggregation per hash: its first and last send, sends, first Ack. Times are kept in
+        # ns and turned into seconds after it (the same doubles: min/max commute with the
+        # monotonic ns -> s since t0 -> bin).
+        data_ns = F.when(~F.col("ack"), F.col("ts_ns"))
+        sent = with_axis(both.groupBy("capture", "session_id", "h").agg(
+            F.min(data_ns).alias("sent_ns"), F.max(data_ns).alias("last_ns"),
+            F.count(data_ns).alias("sends"), F.min(F.when(F.col("ack"), F.col("ts_ns"))).alias("acked_ns"),
+        ).where(F.col("sends") > 0), caps)
+
+        def at(c: str) -> Any:
+            return F.col(c) / 1e9 - F.col("t0")
+
+        v = at("acked_ns") - at("sent_ns")
+        # Both kinds of row from each hash's one row (two union branches would each aggregate,
+        # their column pruning making the two aggregations differ).
+        latency = F.when(F.col("acked_ns").isNotNull() & v.isNotNull() & (v >= 0), F.struct(
+            F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"),
+            F.when(v <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10(v) * _FINE_PER_DECADE)).cast("int").alias("fine"),
+            v.alias("v"), F.lit(None).cast("long").alias("w")))
+        resent = F.when(F.col("sends") > 1, F.struct(
+            F.lit(None).cast("string").alias("metric"), F.floor(at("last_ns") / F.col("width")).cast("int").alias("fine"),
+            F.lit(None).cast("double").alias("v"), (F.col("sends") - 1).alias("w")))
+        union = union.unionByName(
+            sent.select("capture", F.explode(F.array(latency, resent)).alias("r")).where(F.col("r").isNotNull())
+            .select("capture", "r.metric", "r.fine", "r.v", "r.w"))
+        matched = True
     elif has_acks:
-        resends_job = None
         data.notes.append("SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
                           "written before it, the payload column).")
-    union = values[0]
-    for v in values[1:]:
-        union = union.unionByName(v)
-    # One job: a fine log histogram per (capture, metric) with each bucket's min and max; the
-    # quantiles are read from it on the driver (exact at the ends, within a bucket elsewhere).
-    union = union.where(F.col("v").isNotNull() & (F.col("v") >= 0))
-    fine = F.when(F.col("v") <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
+    # A fine log histogram per (capture, metric) with each bucket's min and max; the quantiles
+    # are read from it on the driver (exact at the ends, within a bucket elsewhere).
     hist_job = jobs.submit(
-        union.groupBy("capture", "metric", fine.alias("fine")).agg(
-            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi")),
-        ["capture", "metric", "fine", "n", "lo", "hi"],
+        union.groupBy("capture", "metric", "fine").agg(
+            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi"), F.sum("w").alias("w")),
+        ["capture", "metric", "fine", "n", "lo", "hi", "w"],
     )
 
     # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
+    c = with_axis(passes.control, caps)
     control_job = _empty(data.control.columns) if not kinds["control"] else jobs.submit(
-        f.where(F.col("kind").isin(1, 2, 3) & valid)
+        c.where(F.col("kind").isin(1, 2, 3))
         .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
         .orderBy("capture", "at_s")
         .limit(_MAX_CONTROL_ROWS),
         list(data.control.columns),
     )
-    hb = f.where((F.col("kind") == 4) & valid).select("capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s"))
+    hb = c.where(F.col("kind") == 4).select("capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s"))
     w = Window.partitionBy("capture", "session_id", "src").orderBy("at_s")
     hb_gaps = hb.select("capture", "session_id", "src", "dst", "at_s", F.lag("at_s").over(w).alias("prev_s"))
     heartbeats_job = _empty(list(data.heartbeats.columns) + ["long"]) if not kinds["heartbeats"] else jobs.submit(
@@ -367,22 +307,36 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
         ),
         list(data.heartbeats.columns) + ["long"],
     )
-    rows = rows_job.result()
+
+    # Traffic and error reasons, from the frames' groups (the rows with a time or an error).
+    g = groups[groups["capture"].isin(names) & (groups["bin"].notna() | groups["reason"].notna())]
+    keys = ["capture", "session_id", "src", "kind_name", "bin", "reason"]
+    rows = g.groupby(keys, dropna=False, sort=False)[["frames", "bytes"]].sum(min_count=1).reset_index()  # null: as SUM
+    rows = pd.DataFrame(rows.astype(object).where(rows.notna(), None).to_dict("records"), columns=keys + ["frames", "bytes"])
     bad = rows["reason"].notna()
     data.errors = rows[bad].groupby(["capture", "reason"], as_index=False)["frames"].sum().rename(columns={"frames": "rows"})
     traffic = rows[~bad].drop(columns=["reason"])
-    msg = msg_job.result()
+    msg = passes.message_groups()
+    msg = msg[msg["capture"].isin(names)].reset_index(drop=True)
     inc = msg[msg["reason"].notna()]
     data.incomplete = (
         inc.groupby(["capture", "reason"], as_index=False)[["incomplete", "missing_bytes"]].sum()
         .rename(columns={"incomplete": "messages"})
     )
     msg = msg.drop(columns=["reason", "missing_bytes"])
-    data.latency, data.histograms = _quantiles(hist_job.result())
-    if hashed is not None:
-        data.resends = resends_job.result()
-        sent.unpersist()  # after both jobs that read it (hist_job's result is in above)
-        both.unpersist()
+    # Directions from the sessions' client endpoints (on the driver: these tables are small).
+    clients = data.sessions[["capture", "session_id", "client"]] if len(data.sessions) else pd.DataFrame(
+        columns=["capture", "session_id", "client"])
+    data.traffic = _with_direction(traffic, clients)
+    data.messages = _with_direction(msg, clients)
+    _draw_traffic(data)
+    hist = hist_job.result()
+    resent = hist["metric"].isna()
+    data.latency, data.histograms = _quantiles(hist[~resent].drop(columns=["w"]))
+    if matched:
+        r = hist[resent]
+        data.resends = pd.DataFrame({"capture": list(r["capture"]), "bin": [None if b is None or b != b else int(b) for b in r["fine"]],
+                                     "resends": [int(x) for x in r["w"]]}, columns=["capture", "bin", "resends"])
     data.control = control_job.result()
     data.heartbeats = heartbeats_job.result()
     gaps = pd.DataFrame(columns=["capture", "session_id", "src", "at_s", "gap_s"])
@@ -405,11 +359,6 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
         gaps = pd.DataFrame(silent[:_MAX_GAPS], columns=list(gaps.columns))
     data.heartbeats = data.heartbeats.drop(columns=["long"])
 
-    # Directions from the sessions' client endpoints (on the driver: these tables are small).
-    clients = data.sessions[["capture", "session_id", "client"]] if len(data.sessions) else pd.DataFrame(
-        columns=["capture", "session_id", "client"])
-    data.traffic = _with_direction(traffic, clients)
-    data.messages = _with_direction(msg, clients)
     data.gaps = _with_direction(gaps, clients)
     for name in ("control", "heartbeats"):
         table = getattr(data, name)
@@ -417,8 +366,21 @@ def _udp(spark: SparkSession, jobs: _Jobs, data: ReportData, frames: DataFrame, 
             table["session_id"] = _attribute_session(table, clients)
 
 
+def _draw_traffic(data: ReportData) -> None:
+    """Start drawing each capture's traffic chart (matplotlib, about a second each) in a thread,
+    while the driver waits for Spark's last jobs (it only waits on sockets then)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import charts
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmq-charts")  # pyplot: one thread
+    for cap in data.captures[data.captures.protocol == "nbmq"].sort_values("capture").itertuples():
+        data.charts[("traffic", cap.capture)] = pool.submit(charts.capture_traffic, cap, data.traffic, data.messages)
+    pool.shutdown(wait=False)
+
+
 def _empty(columns: Any, rows: list[dict[str, Any]] | None = None) -> Future[pd.DataFrame]:
-    """A finished job with ``rows`` (default none), as :func:`_pd` returns them."""
+    """A finished job with ``rows`` (default none), as :func:`.passes.rows_frame` returns them."""
     import pandas as pd
 
     done: Future[pd.DataFrame] = Future()
@@ -458,16 +420,18 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:
     """session_id, with Connect frames (session 0) given to their client's session."""
+    import pandas as pd
+
     by_client: dict[tuple[str, str], int] = {}
     for r in clients.itertuples():
         if int(r.session_id):
             by_client.setdefault((r.capture, r.client), int(r.session_id))
-    return table.apply(
-        lambda r: int(r.session_id)
-        if r.session_id is not None and int(r.session_id)
-        else by_client.get((r.capture, r.src), by_client.get((r.capture, r.dst), 0)),
-        axis=1,
-    )
+    # A loop over zipped columns: DataFrame.apply(axis=1) built a Series per row (0.7 s of
+    # driver time on the 16k traffic and message rows of 1M datagrams).
+    return pd.Series([
+        int(s) if s is not None and int(s) else by_client.get((c, src), by_client.get((c, dst), 0))
+        for c, s, src, dst in zip(table["capture"], table["session_id"], table["src"], table["dst"])
+    ], index=table.index)
 
 
 def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
@@ -488,24 +452,7 @@ def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=["src", "dst"])
 
 
-def _with_axis(df: DataFrame, caps: list[dict[str, Any]], axis: DataFrame) -> DataFrame:
-    """``df`` with its capture's ``t0``, ``width`` and ``t_end`` columns: a literal map lookup
-    for up to 256 captures (no join per row), else a broadcast join."""
-    from pyspark.sql import functions as F
-
-    if len(caps) > 256:
-        return df.join(axis, "capture")
-    cols = {}
-    for name, key in (("t0", "t0"), ("width", "width_s"), ("t_end", None)):
-        pairs = []
-        for c in caps:
-            value = c["t0"] + c["span_s"] if key is None else c[key]
-            pairs += [F.lit(c["capture"]), F.lit(float(value))]
-        cols[name] = F.create_map(*pairs)[F.col("capture")]
-    return df.withColumns(cols).where(F.col("t0").isNotNull())
-
-
-def _stream_spans(jobs: _Jobs, table: DataFrame) -> Future[pd.DataFrame]:
+def _stream_spans(jobs: Jobs, table: DataFrame) -> Future[pd.DataFrame]:
     """The first and last decoded record of each capture of a stream table (its time axis)."""
     from pyspark.sql import functions as F
 
@@ -517,14 +464,14 @@ def _stream_spans(jobs: _Jobs, table: DataFrame) -> Future[pd.DataFrame]:
     )
 
 
-def _streams(jobs: _Jobs, table: DataFrame, protocol: str, data: ReportData, span: pd.DataFrame) -> dict[str, Future[pd.DataFrame]]:
+def _streams(jobs: Jobs, table: DataFrame, protocol: str, data: ReportData, span: pd.DataFrame) -> dict[str, Future[pd.DataFrame]]:
     """BQSP / rqueue: per connection counts, rates by time bin, sizes, topics or queues (jobs started)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
     ok = table.where(F.col("error").isNull() & F.col("timestamp").isNotNull())
     size_col = "length" if protocol == "bqsp" else "content_length"
-    caps = [(r.capture, float(r.t0), nice_bin_width(float(r.t1 - r.t0), _BINS)) for r in span.itertuples()]
+    caps = [(r.capture, float(r.t0), nice_bin_width(float(r.t1 - r.t0), BINS)) for r in span.itertuples()]
     for r, (_, _, w) in zip(span.itertuples(), caps):
         data.captures.loc[len(data.captures)] = [r.capture, protocol, float(r.t0), float(r.t1 - r.t0), w]
     out: dict[str, Future[pd.DataFrame]] = {}

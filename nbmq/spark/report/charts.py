@@ -14,7 +14,7 @@ import numpy as np
 
 from .units import hex_id, pick_scale
 
-__all__ = ["traffic", "latency", "health", "flow_graph", "stream_rates", "in_flight"]
+__all__ = ["traffic", "capture_traffic", "latency", "health", "flow_graph", "stream_rates", "in_flight"]
 
 KIND_COLORS = {
     "data": "#1f77b4", "ack": "#2ca02c", "heartbeat": "#9467bd",
@@ -120,6 +120,15 @@ def traffic(cap: Any, t: Any, m: Any, sessions: list[int]) -> str:
                   f"{'; grey: the last bin, partial, its rate over the time it covers' if partial else ''})", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (1.9 * len(rows) + 0.6)))
     return svg(fig)
+
+
+def capture_traffic(cap: Any, traffic_rows: Any, messages: Any) -> str:
+    """:func:`traffic` for one capture (``cap``: a row of ``ReportData.captures``) from the report's
+    whole traffic and messages tables, its busiest sessions (most frames) in rows."""
+    t = traffic_rows[traffic_rows.capture == cap.capture]
+    m = messages[messages.capture == cap.capture]
+    busiest = list(t.groupby("session_id")["frames"].sum().sort_values(ascending=False).index) if len(t) else []
+    return traffic(cap, t, m, [int(s) for s in busiest if int(s)])
 
 
 def latency(hist: Any, captures: list[str]) -> str:

@@ -130,6 +130,8 @@ def render(summary: dict[str, Any], data: ReportData) -> str:
     Returns:
         The HTML text (UTF-8 when written), one self-contained file.
     """
+    for drawing in data.charts.values():  # charts drawn while Spark worked: done before pyplot is used here
+        drawing.result()
     caps = data.captures
     nbmq_caps = caps[caps.protocol == "nbmq"].sort_values("capture")
     totals = summary.get("totals", {})
@@ -189,16 +191,16 @@ def render(summary: dict[str, Any], data: ReportData) -> str:
     clients = {(r["capture"], int(r["session_id"])): r["client"] for r in data.sessions.to_dict("records")} if len(data.sessions) else {}
     for cap in nbmq_caps.itertuples():
         c = cap.capture
-        t = data.traffic[data.traffic.capture == c]
         m = data.messages[data.messages.capture == c]
         sess = data.sessions[data.sessions.capture == c] if len(data.sessions) else data.sessions
-        busiest = list(t.groupby("session_id")["frames"].sum().sort_values(ascending=False).index) if len(t) else []
+        drawn = data.charts.get(("traffic", c))
         p += [f"<h2 id='cap-{_e(c)}'>{_e(c)}</h2>",
               f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s).</p>",
               "<h3>Sessions</h3>", _sessions_table(_busiest(sess)),
               f"<p>The {_MAX_SESSION_ROWS} busiest of {len(sess):,} sessions; all are in <code>sessions/</code>.</p>"
               if len(sess) > _MAX_SESSION_ROWS else "",
-              "<h3>Traffic</h3>", _chart(charts.traffic(cap, t, m, [int(s) for s in busiest if int(s)])),
+              "<h3>Traffic</h3>",
+              _chart(drawn.result() if drawn is not None else charts.capture_traffic(cap, data.traffic, data.messages)),
               "<h3>Control-frame flow</h3>",
               "<p>Connect, Connected and Disconnected as sent, in time order (seconds since the first frame); "
               "heartbeats folded into one row per direction, plus a row for each gap over "

@@ -1,0 +1,75 @@
+"""The report's SafeDealer figures: ack round trips and resends come from one aggregation per
+frame hash (issue 14); a repeated frame of a session that never acks is a duplicate, not a resend."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbmq import codec
+from nbmq.capture import write_pcap
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # one pipeline run
+
+T0 = 1_700_000_000.0
+C, S = ("10.0.0.1", 40000), ("10.0.0.2", 5555)
+C2 = ("10.0.0.3", 40001)
+SAFE, PLAIN = 0x1111111111111111, 0xF222222222222222  # the second above 2**63
+
+
+def _capture() -> list[tuple[float, str, int, str, int, bytes]]:
+    """A SafeDealer-like session: frame A sent three times then acked, frame B acked once, frame
+    C never acked; and a session without Acks that repeats its one frame."""
+    ctl = codec.encode_control_frame
+
+    def up(ts, frame, client=C):
+        return (T0 + ts, *client, *S, frame)
+
+    def down(ts, frame, client=C):
+        return (T0 + ts, *S, *client, frame)
+
+    def ack(frame):
+        return ctl(5, SAFE, codec.ack_hash(frame).to_bytes(8, "big"))
+
+    a, b, c = (codec.shard_message_bytes([bytes([i]) * 100], SAFE, i)[0] for i in (1, 2, 3))
+    rows = [up(0.0, ctl(1, 0)), down(0.001, ctl(2, SAFE)), up(0.002, ctl(4, SAFE))]
+    rows += [up(0.1, a), up(0.3, a), up(0.5, a), down(0.55, ack(a))]  # two resends, acked 0.45 s after the first send
+    rows += [up(0.2, b), down(0.25, ack(b)), up(0.6, c)]  # acked after 0.05 s; never acked
+    d = codec.shard_message_bytes([b"d" * 100], PLAIN, 4)[0]
+    rows += [up(0.0, ctl(1, 0), C2), down(0.001, ctl(2, PLAIN), C2), up(0.7, d, C2), up(0.8, d, C2)]
+    rows += [up(10.0, ctl(4, SAFE))]  # a 10 s axis: 0.1 s bins
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def acks_run(spark, tmp_path_factory):
+    from nbmq.spark.pipeline import run
+    from nbmq.spark.report import collect
+
+    d = tmp_path_factory.mktemp("acks")
+    write_pcap(d / "acks.pcap", _capture())
+    summary = run([str(d / "acks.pcap")], d / "out", spark=spark, progress=False, print_summary=False)
+    return summary, collect(spark, summary["tables"]), (d / "out" / "report.html").read_text(encoding="utf-8")
+
+
+def test_resends_of_the_acking_session_only(acks_run):
+    _, data, _ = acks_run
+    resends = data.resends
+    assert int(resends["resends"].sum()) == 2  # frame A twice again; D's repeat is not a resend
+    width = float(data.captures["width_s"].iloc[0])
+    assert list(resends["bin"]) == [round(0.5 / width)]  # counted at A's last send (0.5 s)
+
+
+def test_ack_latencies(acks_run):
+    _, data, page = acks_run
+    lat = data.latency.set_index("metric").loc["SafeDealer ack (data frame -> its Ack)"]
+    assert int(lat["n"]) == 2  # A (first send -> its Ack) and B; C has no Ack
+    assert lat["max"] == pytest.approx(0.45, abs=1e-6)
+    assert "SafeDealer ack (data frame -&gt; its Ack)" in page
+    assert "resent data frames/s (same ack hash)" in page  # the health chart's resend series
+
+
+def test_duplicate_counted_in_the_plain_session(acks_run):
+    summary, data, _ = acks_run
+    assert summary["totals"]["duplicates"] >= 1  # D's repeat
+    plain = data.messages[data.messages["session_id"] == PLAIN]
+    assert int(plain["duplicates"].sum()) == 1
