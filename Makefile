@@ -12,7 +12,7 @@ SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq
 
 # Fuzzing (fuzz/, README "Fuzzing"): every target compares both twins (capture_split: byte
 # ranges against the whole read).
-FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes
+FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes reassemble_groups
 FUZZ_SECONDS ?= 300
 
 $(STAMP): $(SOURCES)

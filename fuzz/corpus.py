@@ -11,6 +11,7 @@ Per target (layouts in ``fuzz.framing``):
 - bqsp_decoder, rqueue_decoder: each TCP direction of ``examples/streams/*.pcap`` fed segment by
   segment, whole, and in 7-byte feeds.
 - ack_hashes: as parse_frames (SafeDealer data frames and their Acks among them).
+- reassemble_groups: frames in fuzz/spark_targets.py's layout (a message whole, with duplicates, losses, hostile sizes).
 - capture_twins, capture_split: the head and middle records of every bundled capture (pcap,
   pcapng), and the same datagrams rewritten in other link types, nanosecond and big-endian
   files, a snaplen cut, and IPv6.
@@ -208,6 +209,23 @@ def _capture_seeds() -> list[bytes]:
     return out + _rewritten(rows)
 
 
+def _reassemble_groups_seeds() -> list[bytes]:
+    """Frames for ``reassemble_groups`` (fuzz/spark_targets.py's layout): a 3-part message whole,
+    with a duplicate and a lost part, two groups, a claimed size of gigabytes, an empty part."""
+    from .spark_targets import encode
+
+    payload = bytes(range(60))
+    whole = [(0, 3, i, 30, 10, 0, 10, i * 10) for i in range(3)]
+    return [
+        encode(whole, payload),
+        encode(whole + [(0, 3, 1, 30, 10, 0, 10, 10)], payload, keep_parts=False),
+        encode(whole[:2], payload, limit=2),
+        encode(whole + [(1, 2, 0, 40, 20, 0, 20, 30), (0, 2, 1, 40, 20, 0, 20, 40)], payload),
+        encode([(2, 1, 0, 60000, 60000, 0, 10, 0)], payload, limit=0),
+        encode([(0, 2, 0, 10, 10, 0, 10, 0), (0, 2, 1, 10, 0, 0, 0, 0)], payload, limit=1),
+    ]
+
+
 def seeds() -> dict[str, list[bytes]]:
     """Seed inputs per target name, built from the bundled captures."""
     grams = _datagrams()
@@ -221,6 +239,7 @@ def seeds() -> dict[str, list[bytes]]:
         "capture_twins": captures,
         "capture_split": captures,
         "ack_hashes": _parse_frames_seeds(grams),  # the same layout (the first byte sets the gap)
+        "reassemble_groups": _reassemble_groups_seeds(),
     }
 
 

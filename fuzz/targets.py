@@ -23,6 +23,7 @@ TARGETS: dict[str, str] = {
     "capture_twins": "fuzz.capture_targets:capture_twins",
     "capture_split": "fuzz.capture_targets:capture_split",
     "ack_hashes": "fuzz.capture_targets:ack_hashes",
+    "reassemble_groups": "fuzz.spark_targets:reassemble_groups",
 }
 
 #: targets whose property fails on main today, with the reason (kept out of DEFAULT)
