@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .messages import _MAX_U32, _Group, _Output, _finish, _u64, addr_port, group_rows
+from .messages import _MAX_U32, _Group, _Output, _finish, _key_starts, _u64, addr_port, group_rows
 from .schema import messages_schema
 
 if TYPE_CHECKING:
@@ -167,24 +167,6 @@ def _record_schema(parts: bool) -> Any:
     types = {"part_count": IntegerType(), "part_index": IntegerType(), "payload": BinaryType()}
     fields += [StructField("f_" + c, types.get(c, LongType())) for c in _FRAME_COLS]
     return StructType(fields)
-
-
-def _key_change(table: pa.Table | pa.RecordBatch) -> np.ndarray:
-    """Bool per row: its key differs from the previous row's (row 0: True)."""
-    import pyarrow.compute as pc
-
-    n = table.num_rows
-    out = np.ones(n, dtype=bool)
-    if isinstance(table, pa.Table):
-        table = table.combine_chunks().to_batches()[0] if n else table
-    if n > 1:
-        sid, mid = _u64(table.column("session_id")), _u64(table.column("message_id"))
-        chg = (sid[1:] != sid[:-1]) | (mid[1:] != mid[:-1])
-        for name in ("capture", "src"):
-            c = table.column(name)
-            chg |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-        out[1:] = chg
-    return out
 
 
 #: frames per local-pass segment: a segment is sorted and reassembled at once; keys still
@@ -390,7 +372,7 @@ def _combine(batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bo
         n = batch.num_rows
         if n == 0:
             continue
-        starts = np.flatnonzero(_key_change(batch))
+        starts = np.flatnonzero(_key_starts(batch))
         bounds = np.append(starts, n)
         sizes = np.diff(bounds)
         kind = batch.column("_kind").to_numpy(zero_copy_only=False)
