@@ -381,11 +381,13 @@ def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
     return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _u64_decimal(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:
-    """uint64 -> decimal128(20, 0) by writing the 16-byte little-endian integers directly."""
+def _u64_decimal(values: np.ndarray, valid: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
+    """uint64 -> decimal128(20, 0) by writing the 16-byte little-endian integers directly
+    (``valid`` None: every value is valid)."""
     wide = np.zeros((len(values), 2), dtype="<u8")
     wide[:, 0] = values
-    return pa.Array.from_buffers(dtype, len(values), [_bitmap(valid), pa.py_buffer(wide)])
+    bitmap = _bitmap(valid) if valid is not None else None
+    return pa.Array.from_buffers(dtype, len(values), [bitmap, pa.py_buffer(wide)])
 
 
 def _masked(values: np.ndarray, valid: np.ndarray, dtype: pa.DataType) -> pa.Array:

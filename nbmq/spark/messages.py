@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from ._reassemble_py import _coverage, reassemble_group
 from ._reassemble_py import reassemble_groups as _reassemble_groups_py
+from .datasource import _u64_decimal
 from .schema import messages_schema
 
 if TYPE_CHECKING:
@@ -247,13 +248,6 @@ def _payload_ranges(column: pa.Array | pa.ChunkedArray) -> tuple[list, np.ndarra
     return buffers, np.concatenate(ids), np.concatenate(starts), np.concatenate(lengths)
 
 
-def _decimal_u64(values: np.ndarray, type_: pa.DataType) -> pa.Array:
-    """uint64 values -> decimal128(20, 0) (the low 8 bytes of each 16-byte value)."""
-    wide = np.zeros((len(values), 2), dtype="<u8")
-    wide[:, 0] = values
-    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(wide)])
-
-
 #: the two lowercase hex digits of every byte value, as one uint16 (memory order: high digit first)
 _HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
 
@@ -329,7 +323,7 @@ def group_rows(
         c = frames.column(name).take(take)
         cols[name] = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
     for name in ("session_id", "message_id"):
-        cols[name] = _decimal_u64(_u64(frames.column(name))[firsts], field[name])
+        cols[name] = _u64_decimal(_u64(frames.column(name))[firsts], None, field[name])
     slot_offsets = pa.array(slots.astype(np.int32))
     cols["part_count"] = pa.array(count, pa.int32())
     cols["message_size"] = pa.array(size, pa.int64())
