@@ -10,7 +10,7 @@ SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq
 
 .PHONY: run test install bench clean fuzz asan test-tools
 
-# Fuzzing (fuzz/, README "Fuzzing"): every target compares both twins (capture_split: byte
+# Fuzzing (fuzz/, docs/fuzzing.md): every target compares both twins (capture_split: byte
 # ranges against the whole read).
 FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes reassemble_groups
 FUZZ_SECONDS ?= 300

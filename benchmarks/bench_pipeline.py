@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from nbmq import codec
     from nbmq.examples import CAPTURE_DIR
-    from nbmq.spark.session import build_session
+    from nbmq.spark.spark_session import build_session
 
     console = Console(stderr=True)
     tmp = Path(tempfile.mkdtemp(prefix="nbmq-bench-"))

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from nbmq.examples import CAPTURE_DIR
     from nbmq.spark.pipeline import run
     from nbmq.spark.report import collect, write_report
-    from nbmq.spark.session import build_session
+    from nbmq.spark.spark_session import build_session
 
     tmp = Path(tempfile.mkdtemp(prefix="nbmq-bench-report-"))
     capture = args.capture or tmp / "bench.pcap"

@@ -85,7 +85,7 @@ def child_breakdown(t0: float, master: str) -> dict[str, float]:
     context.launch_gateway = timed_launch
     context.SparkContext.__init__ = timed_init  # type: ignore[method-assign]
     from nbmq.spark import registration
-    from nbmq.spark.session import build_session
+    from nbmq.spark.spark_session import build_session
 
     started = time.perf_counter()
     spark = build_session(master, register=False)

@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_pipeline import generate
 
-    from nbmq.spark.session import build_session
+    from nbmq.spark.spark_session import build_session
     from nbmq.spark.streaming import register
 
     rates = [] if args.rates == "auto" else [int(r) for r in args.rates.split(",")]

@@ -8,6 +8,6 @@ reasons differ. Any exception that is not an ``NbmqError`` escapes too: both are
 Modules: ``twins`` (loading and comparing the twins), ``framing`` (how a fuzz input is cut
 into datagrams / feeds), ``targets`` (the targets and their registry), ``corpus`` (seeds from
 the bundled captures), ``mutate`` (the fallback driver), ``run`` (the command line),
-``replay`` (run a corpus once, e.g. under AddressSanitizer). README "Fuzzing" tells how to
+``replay`` (run a corpus once, e.g. under AddressSanitizer). docs/fuzzing.md tells how to
 run them.
 """

@@ -26,7 +26,7 @@ __all__ = [
     "DatagramsDropped",
     "PeerMoved",
     "PathRejected",
-    # stream protocols (nbmq.bqsp, nbmq.rqueue)
+    # stream protocols (nbmq.streams.bqsp, nbmq.streams.rqueue)
     "PacketReceived",
     "ConnectionClosed",
     "Notification",
@@ -187,7 +187,7 @@ class PathRejected(Event):
     reason: str
 
 
-# -- stream protocols: BQSP (nbmq.bqsp) and rqueue (nbmq.rqueue) -------------------------------
+# -- stream protocols: BQSP (nbmq.streams.bqsp) and rqueue (nbmq.streams.rqueue) -------------------------------
 # Exception to "events own their fields": a payload (``PacketReceived.data``,
 # ``Notification.content``) is a memoryview, for zero-copy delivery; it views the bytes object
 # the driver fed (asyncio hands over immutable bytes) or a buffer built for that one packet, and

@@ -164,7 +164,7 @@ def test_pipeline_missing_capture_is_a_clear_error(tmp_path: Path, capsys: pytes
 
 def test_pipeline_names_the_missing_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                           tmp_path: Path) -> None:
-    import nbmq.spark.cli as spark_cli
+    import nbmq.cli.pipeline as spark_cli
 
     monkeypatch.setattr(spark_cli, "missing_extra", lambda: ["pyspark", "pyarrow"])
     assert cli.main(["pipeline", "--out", str(tmp_path)]) == 2
@@ -174,7 +174,7 @@ def test_pipeline_names_the_missing_extra(monkeypatch: pytest.MonkeyPatch, capsy
 
 def test_pipeline_exit_status_says_when_the_report_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Tables written but no report.html: exit 1 (the reason is on stderr and in summary.json)."""
-    from nbmq.spark import cli as pipeline_cli
+    from nbmq.cli import pipeline as pipeline_cli
     from nbmq.spark import pipeline
 
     if pipeline_cli.missing_extra():
@@ -189,7 +189,7 @@ def test_pipeline_exit_status_says_when_the_report_failed(monkeypatch: pytest.Mo
 def test_pipeline_module_does_not_import_its_cli() -> None:
     tree = ast.parse((ROOT / "nbmq" / "spark" / "pipeline.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert "cli" not in imported and "nbmq.spark.cli" not in imported
+    assert "cli" not in imported and "nbmq.cli.pipeline" not in imported
 
 
 # -- decode ----------------------------------------------------------------------------------------

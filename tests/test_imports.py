@@ -1,16 +1,17 @@
-"""The import graph of ``nbmq/`` (issue 16, item 2; the layer rules of ARCHITECTURE.md).
+"""The import graph of ``nbmq/`` and the layout it lives in (the layer rules of ARCHITECTURE.md).
 
 Every module is parsed with ``ast`` (Cython ``.pyx`` / ``.pxi`` files by their import lines), and
 every import counts, function-level ones included: a lazy import still couples the layers. The
 test fails on an import circle between nbmq modules and on any import the layers forbid:
 
-* the engine (``nbmq.engine``, ``nbmq.bqsp``, ``nbmq.rqueue``) imports no ``socket``, ``asyncio``,
-  ``selectors``, ``time`` or ``pyspark``, and no transport, capture or Spark module;
+* the engines (``nbmq.engine``, ``nbmq.streams``) import no ``socket``, ``asyncio``, ``selectors``,
+  ``time`` or ``pyspark``, and no transport, capture or Spark module;
 * the codec (``nbmq.codec``, ``nbmq._codec*``, ``nbmq.wire``, ``nbmq.errors``) imports no engine,
   transport, capture or Spark module, and no ``socket`` / ``time``;
 * ``nbmq.spark`` imports no engine or transport;
-* nothing imports a command-line module (``nbmq.cli``, ``nbmq.spark.cli`` and every module in
-  ``nbmq.cli.COMMANDS``) except another command-line entry point (``nbmq.spark.submit``).
+* nothing imports a command-line module (``nbmq.cli`` and every module in ``nbmq.cli.COMMANDS``)
+  except another command-line entry point (``nbmq.spark.submit``);
+* the package's top level holds at most 10 modules: everything else lives in its layer's folder.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ IMPORTS = {name: list(_imports(name, path)) for name, path in MODULES.items()}
 
 
 def _cli_modules() -> set[str]:
-    """``nbmq.cli``, ``nbmq.spark.cli`` and the modules of the COMMANDS table (read with ast)."""
-    modules = {"nbmq.cli", "nbmq.spark.cli"}
+    """``nbmq.cli`` and the modules of its COMMANDS table (read with ast)."""
+    modules = {"nbmq.cli"}
     tree = ast.parse(MODULES["nbmq.cli"].read_text())
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
@@ -111,9 +112,9 @@ def _cli_modules() -> set[str]:
 
 
 CLI_MODULES = _cli_modules()
-ENTRY_POINTS = CLI_MODULES | {"nbmq.spark.submit"}  # spark-submit's script runs nbmq.spark.cli
+ENTRY_POINTS = CLI_MODULES | {"nbmq.spark.submit", "nbmq.cli.__main__"}  # spark-submit's script runs nbmq.cli.pipeline
 
-ENGINE = ("nbmq.engine", "nbmq.bqsp", "nbmq.rqueue")
+ENGINE = ("nbmq.engine", "nbmq.streams")
 CODEC = ("nbmq.codec", "nbmq._codec", "nbmq._codec_py", "nbmq.wire", "nbmq.errors")
 TRANSPORTS = ("nbmq.transports", "nbmq.aio")
 CAPTURE_SPARK = ("nbmq.capture", "nbmq.spark")
@@ -133,8 +134,9 @@ def test_modules_found() -> None:
     assert {"nbmq", "nbmq.cli", "nbmq.codec", "nbmq.engine.connection", "nbmq.spark.pipeline",
             "nbmq._codec"} <= set(MODULES)
     assert "nbmq.codec" in GRAPH["nbmq"]
-    assert "nbmq.spark.pipeline" in GRAPH["nbmq.spark.cli"]  # a function-level import is seen
-    assert "nbmq.decode_command" in CLI_MODULES
+    assert "nbmq.spark.pipeline" in GRAPH["nbmq.cli.pipeline"]  # a function-level import is seen
+    assert {"nbmq.cli.decode", "nbmq.cli.pipeline", "nbmq.cli.monitor"} <= CLI_MODULES
+    assert "nbmq.streams.rqueue_broker" in MODULES
 
 
 def _cycles() -> list[list[str]]:
@@ -208,3 +210,9 @@ def test_nothing_imports_a_command_line_module() -> None:
            for name, imports in IMPORTS.items() if name not in ENTRY_POINTS
            for target, line in imports if target in CLI_MODULES]
     assert not bad, "only entry points may import a CLI module (ARCHITECTURE.md):\n  " + "\n  ".join(bad)
+
+
+def test_top_level_holds_at_most_ten_modules() -> None:
+    top = sorted(name for name in MODULES if name.count(".") == 1 and not (PACKAGE / name.split(".")[1]).is_dir())
+    assert "nbmq.codec" in top
+    assert len(top) <= 10, f"{len(top)} modules at nbmq/'s top level: {top}"

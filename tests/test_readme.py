@@ -1,7 +1,7 @@
-"""Every code block in README.md runs as written (issue 11, item 9).
+"""Every code block in README.md and docs/*.md runs as written.
 
 Blocks are found anew on every run, so blocks added later are checked too; failures name the
-block's line in README.md.
+block's file and line.
 
 * ``python`` blocks: each runs in a fresh interpreter, in an empty temporary directory. A block
   that uses Spark (``nbmq.spark`` / ``pyspark``) carries the ``spark`` marker.
@@ -29,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 RUN_LANGS = {"python", "py", "sh", "bash", "console", "shell"}
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*([\w+-]*)")
 _NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(.*?)\s*-->\s*$")
@@ -38,16 +39,17 @@ CHEAP = {"decode"}
 
 @dataclass(frozen=True)
 class Block:
-    line: int  # 1-based line of the opening fence in README.md
+    line: int  # 1-based line of the opening fence in its document
     lang: str
     code: str
     not_run: str | None  # the marker's reason, when the block is marked not-run
+    document: str = "README.md"  # path relative to the repository
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.lang} block)"
+        return f"{self.document}:{self.line} ({self.lang} block)"
 
 
-def parse_blocks(text: str) -> tuple[list[Block], list[int]]:
+def parse_blocks(text: str, document: str = "README.md") -> tuple[list[Block], list[int]]:
     """The fenced blocks of ``text`` and the lines of markers not followed by a block."""
     lines = text.splitlines()
     blocks: list[Block] = []
@@ -68,7 +70,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[int]]:
             while j < len(lines) and not lines[j].startswith(close):
                 j += 1
             reason = marker[1] if marker else None
-            blocks.append(Block(i + 1, fence.group(2).lower(), "\n".join(lines[i + 1:j]) + "\n", reason))
+            blocks.append(Block(i + 1, fence.group(2).lower(), "\n".join(lines[i + 1:j]) + "\n", reason, document))
             marker = None
             i = j
         elif line.strip() and marker is not None:  # prose between a marker and its block
@@ -80,7 +82,18 @@ def parse_blocks(text: str) -> tuple[list[Block], list[int]]:
     return blocks, stray
 
 
-BLOCKS, STRAY = parse_blocks(README.read_text())
+def _parse_documents() -> tuple[list[Block], list[str]]:
+    blocks: list[Block] = []
+    stray: list[str] = []
+    for path in DOCUMENTS:
+        name = str(path.relative_to(ROOT))
+        found, lost = parse_blocks(path.read_text(), name)
+        blocks += found
+        stray += [f"{name}:{line}" for line in lost]
+    return blocks, stray
+
+
+BLOCKS, STRAY = _parse_documents()
 RUNNABLE = [b for b in BLOCKS if b.lang in RUN_LANGS]
 
 
@@ -96,19 +109,20 @@ def _params(lang: set[str]) -> list:
         if block.lang not in lang or block.not_run is not None:
             continue
         marks = [pytest.mark.spark] if re.search(r"nbmq\.spark|pyspark", block.code) else []
-        out.append(pytest.param(block, id=f"line{block.line}", marks=marks))
+        out.append(pytest.param(block, id=f"{Path(block.document).stem}-line{block.line}", marks=marks))
     return out
 
 
 def test_readme_blocks_found_and_markers_valid() -> None:
-    """The parser sees the README's blocks; every not-run marker has a reason and a block."""
+    """The parser sees the documents' blocks; every not-run marker has a reason and a block."""
     assert sum(b.lang == "python" for b in BLOCKS) >= 3 and any(b.lang == "sh" for b in BLOCKS)
-    assert not STRAY, f"README.md lines {STRAY}: a not-run marker must come right before a code block"
+    assert {b.document for b in BLOCKS} > {"README.md"}, "docs/*.md blocks are found too"
+    assert not STRAY, f"{STRAY}: a not-run marker must come right before a code block"
     for block in BLOCKS:
         if block.not_run is not None:
             assert block.not_run, f"{block}: a not-run marker needs a reason"
     skipped = [f"{b}: {b.not_run}" for b in BLOCKS if b.not_run is not None]
-    print(f"README.md: {len(RUNNABLE) - len(skipped)} blocks run, {len(skipped)} not run:", *skipped, sep="\n  ")
+    print(f"README.md and docs/: {len(RUNNABLE) - len(skipped)} blocks run, {len(skipped)} not run:", *skipped, sep="\n  ")
     assert len(skipped) <= len(RUNNABLE) // 2, "most README blocks must run"
 
 
@@ -131,7 +145,7 @@ def test_python_block_runs(block: Block, tmp_path: Path) -> None:
 
 
 def _commands(block: Block) -> list[tuple[int, list[str]]]:
-    """(README line, argv) of each command line of a sh block; comments and blank lines dropped."""
+    """(document line, argv) of each command line of a sh block; comments and blank lines dropped."""
     out = []
     for offset, line in enumerate(block.code.splitlines(), start=1):
         argv = shlex.split(line, comments=True)
@@ -147,8 +161,8 @@ def test_sh_block_runs_or_parses(block: Block, tmp_path: Path) -> None:
     commands = _commands(block)
     assert commands, f"{block}: no command in it"
     for line, argv in commands:
-        where = f"README.md:{line}: {shlex.join(argv)}"
-        assert argv[0] == "nbmq", (f"{where}: only `nbmq ...` lines run from the README; mark the block "
+        where = f"{block.document}:{line}: {shlex.join(argv)}"
+        assert argv[0] == "nbmq", (f"{where}: only `nbmq ...` lines run from the documents; mark the block "
                                    "<!-- not-run: REASON --> if it cannot run in the test suite")
         rest = argv[1:]
         if "--out" in rest:  # never write into the checkout
@@ -163,3 +177,11 @@ def test_sh_block_runs_or_parses(block: Block, tmp_path: Path) -> None:
         except SystemExit as exc:
             pytest.fail(f"{where}: the nbmq parser refuses it (exit {exc.code})")
         assert args.command == rest[0], where
+
+
+def test_readme_is_a_newcomers_guide() -> None:
+    """README.md stays short (at most 350 lines) and links the documents that hold the rest."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 350, "details belong in docs/*.md"
+    for path in DOCUMENTS[1:]:
+        assert f"docs/{path.name}" in text, f"README.md does not link docs/{path.name}"

@@ -22,7 +22,7 @@ __all__ = ["register", "build_session"]
 
 
 def build_session(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Shortcut for :func:`nbmq.spark.session.build_session` (same arguments)."""
-    from .session import build_session as _build
+    """Shortcut for :func:`nbmq.spark.spark_session.build_session` (same arguments)."""
+    from .spark_session import build_session as _build
 
     return _build(*args, **kwargs)

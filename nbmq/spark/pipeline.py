@@ -24,7 +24,7 @@ filter, dpkt only on candidate packets), and only those files are read: captures
 a few milliseconds and produce nothing new. That walk, the byte-range plan and the steps' imports
 run in a thread while the Spark JVM starts (:mod:`nbmq.spark.prestart`).
 
-The command line is :mod:`nbmq.spark.cli` (``nbmq pipeline``, ``python -m nbmq.spark.cli``);
+The command line is :mod:`nbmq.cli.pipeline` (``nbmq pipeline``, ``python -m nbmq.cli.pipeline``);
 this module never imports it (no import circle).
 """
 
@@ -306,7 +306,7 @@ def run(
     with _Steps(spark, progress) as steps, _prestart(files, spark, master, conf, split_bytes, report,
                                                      {"bqsp": bqsp_ports, "rqueue": rqueue_ports}) as prep:
         if spark is None:  # the JVM launches while ``prep`` imports, plans and walks (issue 14)
-            from .session import build_session
+            from .spark_session import build_session
 
             spark = build_session(master, conf=conf)
         else:
@@ -367,7 +367,7 @@ def run(
         steps.step("summarising -> sessions/")
         # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
         from .report.passes import Passes
-        from .sessions import sessions_frame
+        from .sessions_table import sessions_frame
 
         passes = Passes(spark, frames, messages, tables["frames"])
         sessions_frame(spark, passes.sessions()).write.mode("overwrite").parquet(tables["sessions"])
@@ -432,14 +432,14 @@ def _prestart(
     known only once the session is up: no planning then).
     """
     from .prestart import Prestart
-    from .session import cores_of_master
+    from .spark_session import cores_of_master
 
     if split_bytes is not None:
         cores: int | None = None
     elif spark is not None:
         cores = spark.sparkContext.defaultParallelism
     elif master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        from .session import DEFAULT_MASTER
+        from .spark_session import DEFAULT_MASTER
 
         cores = cores_of_master(DEFAULT_MASTER, conf)
     else:

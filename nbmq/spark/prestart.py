@@ -28,9 +28,9 @@ PREFETCH_MODULES = (
     "nbmq.spark.datasource",
     "nbmq.spark.messages",
     "nbmq.spark.messages_local",
-    "nbmq.spark.sessions",
+    "nbmq.spark.sessions_table",
     "nbmq.spark.streaming.source",
-    "nbmq.spark.streams_source",
+    "nbmq.spark.tcp_source",
     "nbmq.capture.tcp.segments",
 )
 #: ... and with a report (``charts`` imports matplotlib lazily; pyplot itself is left to it, as

@@ -1,6 +1,6 @@
 """Registering the ``nbmq`` Python data sources on a Spark session.
 
-Its own module so that :mod:`nbmq.spark.session` (``build_session(register=True)``) and the
+Its own module so that :mod:`nbmq.spark.spark_session` (``build_session(register=True)``) and the
 package's ``nbmq.spark.register`` share it without importing each other (no import circle).
 """
 
@@ -21,10 +21,10 @@ def register(spark: SparkSession) -> None:
     ``spark.readStream.format("nbmq").load(DIR)`` follows a folder of growing captures
     (:mod:`nbmq.spark.streaming`), ``format("nbmq_bqsp")`` / ``format("nbmq_rqueue")`` read
     TCP connections into the BQSP packets / rqueue messages tables
-    (:mod:`nbmq.spark.streams_source`).
+    (:mod:`nbmq.spark.tcp_source`).
     """
     from .streaming.source import NbmqStreamingDataSource
-    from .streams_source import BqspDataSource, RqueueDataSource
+    from .tcp_source import BqspDataSource, RqueueDataSource
 
     if getattr(spark, "_nbmq_registered", False):  # re-registering makes Spark warn
         return

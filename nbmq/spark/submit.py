@@ -10,7 +10,7 @@ imports only, so it also runs as a plain file.
 
 import sys
 
-from nbmq.spark.cli import main
+from nbmq.cli.pipeline import main
 
 if __name__ == "__main__":
     sys.exit(main())

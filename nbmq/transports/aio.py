@@ -37,7 +37,7 @@ from typing import Any
 from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
-from . import engines
+from . import engine_binding
 from .attributes import OptionAttributes
 from .links import open_link, read_grain
 from .socket import _CHUNK, _RETRY, AUTO_FLUSH, LIVENESS_READ
@@ -80,10 +80,10 @@ class Socket(OptionAttributes):
     async def _open(cls, address: str, bind: bool, options: dict[str, Any]) -> Any:
         self = cls.__new__(cls)
         loop = self._loop = asyncio.get_running_loop()
-        self.options = engines.LiveOptions(SocketOptions(**options), self._option_changed)
+        self.options = engine_binding.LiveOptions(SocketOptions(**options), self._option_changed)
         self._link = link = open_link(address, bind, self.options)
         try:
-            self.engine = engines.make_engine(cls._kind, bind, link.local_address, link.engine_address,
+            self.engine = engine_binding.make_engine(cls._kind, bind, link.local_address, link.engine_address,
                                               self.options, loop.time())
             self._fd = link.fileno()
             loop.add_reader(self._fd, self._on_readable)
@@ -106,7 +106,7 @@ class Socket(OptionAttributes):
         return self
 
     def _option_changed(self, name: str, value: Any) -> None:
-        engines.apply_live_option(self.engine, self._link, self.options, name, value)
+        engine_binding.apply_live_option(self.engine, self._link, self.options, name, value)
         if name in ("pace_rate", "pace_burst") and hasattr(self._link, "set_pacing"):
             self._transmit_soon()  # what pacing held may go now
         elif name == "recv_hwm" and not self.closed:
@@ -201,7 +201,7 @@ class Socket(OptionAttributes):
         self._unflushed = 0
         engine, link, loop = self.engine, self._link, self._loop
         now = loop.time()
-        engines.transmit_due(engine, link, now, self.options.max_tick_send)
+        engine_binding.transmit_due(engine, link, now, self.options.max_tick_send)
         held = link.has_pending
         if held and not self.closed:
             self._wait_output()
@@ -213,13 +213,13 @@ class Socket(OptionAttributes):
                 self._timer.cancel()
             self._timer = None if deadline is None else loop.call_at(deadline, self._on_timer)
             self._timer_at = deadline
-        engines.collect_events(engine, self._events, self.options.max_events)
+        engine_binding.collect_events(engine, self._events, self.options.max_events)
         waiters = self._waiters
         if waiters["send"] and engine.pending_messages < self.options.send_hwm:
             self._wake("send")
-        if waiters["conn"] and engines.has_connected_peer(engine):
+        if waiters["conn"] and engine_binding.has_connected_peer(engine):
             self._wake("conn")
-        if waiters["drain"] and engines.drained(engine) and not held:
+        if waiters["drain"] and engine_binding.drained(engine) and not held:
             self._wake("drain")
 
     def _wake(self, name: str) -> None:
@@ -281,7 +281,7 @@ class Socket(OptionAttributes):
                 left = None if until is None else until - self._loop.time()
                 if (left is not None and left <= 0) or not await self._park("send", left):
                     self._check_open()
-                    if not engines.has_connected_peer(self.engine):
+                    if not engine_binding.has_connected_peer(self.engine):
                         raise NoPeer(f"{exc}; no peer is connected to take them") from None
                     raise
                 self._check_open()
@@ -317,7 +317,7 @@ class Socket(OptionAttributes):
         """Wait until a peer is connected; False if ``timeout`` seconds passed first.
         SocketClosed when closed."""
         self._check_open()
-        if engines.has_connected_peer(self.engine):
+        if engine_binding.has_connected_peer(self.engine):
             return True
         woken = await self._park("conn", timeout)
         self._check_open()
@@ -361,7 +361,7 @@ class Socket(OptionAttributes):
             return
         linger = self.options.linger if linger is None else float(linger)
         self._transmit()  # what send queued goes to the OS even with linger=0
-        if linger > 0 and (not engines.drained(self.engine) or self._link.has_pending):
+        if linger > 0 and (not engine_binding.drained(self.engine) or self._link.has_pending):
             await self._park("drain", None if math.isinf(linger) else linger)
         if self.closed:
             return

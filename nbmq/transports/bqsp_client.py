@@ -1,6 +1,6 @@
 """The asyncio BQSP client: many requests in flight over one connection.
 
-The driver holds no protocol logic: bytes go to :class:`nbmq.bqsp.BqspConnection`, events come
+The driver holds no protocol logic: bytes go to :class:`nbmq.streams.bqsp.BqspConnection`, events come
 back out.
 
 Client::
@@ -27,13 +27,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..bqsp import BqspConnection, PacketReceived
+from ..streams.bqsp import BqspConnection, PacketReceived
 from ..errors import ProtocolError
 from ..wire import BQSP_DEFAULT_MAX_PACKET
 
 __all__ = ["BqspClient", "write_packet"]
 
-log = logging.getLogger("nbmq.bqsp")
+log = logging.getLogger("nbmq.streams.bqsp")
 _ZERO_COPY = 16 * 1024  # payloads from this size are written beside their header, not joined
 
 
@@ -97,7 +97,7 @@ class BqspClient(asyncio.Protocol):
         Waits first for a free queue number (backpressure) and for the write buffer to drain.
 
         Returns:
-            the response :class:`~nbmq.bqsp.PacketReceived` (``data`` is a view; see there).
+            the response :class:`~nbmq.streams.bqsp.PacketReceived` (``data`` is a view; see there).
 
         Raises:
             ConnectionError: the connection is closed or was lost (ProtocolError as cause when

@@ -1,11 +1,11 @@
 """The asyncio BQSP server: answers each packet with a handler, concurrently.
 
-The driver holds no protocol logic: bytes go to :class:`nbmq.bqsp.BqspConnection`, events come
+The driver holds no protocol logic: bytes go to :class:`nbmq.streams.bqsp.BqspConnection`, events come
 back out.
 
 Server::
 
-    async def handler(packet):           # nbmq.bqsp.PacketReceived
+    async def handler(packet):           # nbmq.streams.bqsp.PacketReceived
         return bytes(packet.data)        # or (data, data_type), or None for no reply
     server = await serve_bqsp(handler, "127.0.0.1", 0)
 
@@ -26,14 +26,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Union
 
-from ..bqsp import BqspConnection, ConnectionClosed, PacketReceived
+from ..streams.bqsp import BqspConnection, ConnectionClosed, PacketReceived
 from ..errors import ProtocolError
 from ..wire import BQSP_DEFAULT_MAX_PACKET
 from .bqsp_client import write_packet
 
 __all__ = ["BqspServer", "serve_bqsp", "Handler", "DEFAULT_MAX_BUFFERED_TOTAL"]
 
-log = logging.getLogger("nbmq.bqsp")
+log = logging.getLogger("nbmq.streams.bqsp")
 Reply = Union[bytes, bytearray, memoryview, "tuple[Any, int]", None]
 Handler = Callable[[PacketReceived], Union[Awaitable[Reply], Reply]]
 #: Server-wide bound on bytes held in incomplete packets: four packets of the default 64 MiB cap.
@@ -232,7 +232,7 @@ async def serve_bqsp(handler: Handler, host: str = "127.0.0.1", port: int = 0, *
     """Listen for BQSP clients and answer each packet with ``handler``.
 
     Args:
-        handler: called with each :class:`~nbmq.bqsp.PacketReceived`; a coroutine function runs
+        handler: called with each :class:`~nbmq.streams.bqsp.PacketReceived`; a coroutine function runs
             as one task per packet (concurrently), a plain function inline. It returns the reply
             data (sent on the packet's queue with its data_type), ``(data, data_type)``, or None
             for no reply. An exception is logged and counted, and no reply is sent.

@@ -1,4 +1,4 @@
-"""An asyncio rqueue client over :class:`nbmq.rqueue.RqueueClientConnection`.
+"""An asyncio rqueue client over :class:`nbmq.streams.rqueue.RqueueClientConnection`.
 
 ::
 
@@ -22,7 +22,7 @@ from collections import deque
 from typing import Any
 
 from ..errors import ProtocolError
-from ..rqueue import ConnectionClosed, Notification, RqueueClientConnection, Topic
+from ..streams.rqueue import ConnectionClosed, Notification, RqueueClientConnection, Topic
 from ..wire import RQUEUE_SERVER_MAX_PAYLOAD
 
 __all__ = ["RqueueClient", "DEFAULT_PORT"]

@@ -1,4 +1,4 @@
-"""The rqueue pub/sub server: :class:`nbmq.rqueue.RqueueBroker` on asyncio (uvloop when installed).
+"""The rqueue pub/sub server: :class:`nbmq.streams.rqueue.RqueueBroker` on asyncio (uvloop when installed).
 
 Command line (the ``nbmq rqueue-server`` subcommand calls :func:`main`)::
 
@@ -7,7 +7,7 @@ Command line (the ``nbmq rqueue-server`` subcommand calls :func:`main`)::
 
 Once bound it prints ``listening on HOST:PORT`` to stdout (flushed), so a parent process can read
 the port. Connects, disconnects, slow consumers and protocol errors are logged (logger
-``nbmq.rqueue``), and the counters every ``--stats-interval`` seconds and at exit. SIGINT and
+``nbmq.streams.rqueue``), and the counters every ``--stats-interval`` seconds and at exit. SIGINT and
 SIGTERM stop it cleanly (exit status 0).
 
 ``--threads`` is accepted for compatibility with the reference server's command line and
@@ -28,7 +28,7 @@ mark; ``disconnect`` closes it. Either way a subscriber that never reads holds a
 ``max_buffer`` plus one read's share (256 KiB) of the server's memory, and publishers and other
 subscribers are never slowed down by it. ``--drop-notices`` enables our extension: a client
 subscribed to ``$nbmq/dropped`` is told how many notifications it missed (see
-:class:`~nbmq.rqueue.RqueueBroker`).
+:class:`~nbmq.streams.rqueue.RqueueBroker`).
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
+from ..streams.rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
 from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
 
 __all__ = ["RqueueServer", "serve", "run", "main", "run_args", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER",
            "DEFAULT_READ_TIMEOUT", "DEFAULT_MAX_CONNECTIONS"]
 
-log = logging.getLogger("nbmq.rqueue")
+log = logging.getLogger("nbmq.streams.rqueue")
 DEFAULT_PORT = 6567
 DEFAULT_MAX_BUFFER = 4 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 30.0  # seconds; a 2 KB message takes milliseconds on any working link
@@ -155,7 +155,7 @@ class RqueueServer:
     """A running rqueue server (see :func:`serve`).
 
     Attributes:
-        broker: the :class:`~nbmq.rqueue.RqueueBroker` (its ``stats()`` are most counters).
+        broker: the :class:`~nbmq.streams.rqueue.RqueueBroker` (its ``stats()`` are most counters).
         max_buffer: per-client outgoing buffer bound, bytes.
         read_timeout, idle_timeout, max_connections: as given to :func:`serve` (0: off).
         refused: connections closed at once because ``max_connections`` were open (int).
@@ -210,7 +210,7 @@ class RqueueServer:
             event = broker.next_event()
 
     def stats(self) -> dict[str, int]:
-        """The broker's counters (:meth:`~nbmq.rqueue.RqueueBroker.stats`) and ``refused``."""
+        """The broker's counters (:meth:`~nbmq.streams.rqueue.RqueueBroker.stats`) and ``refused``."""
         return {**self.broker.stats(), "refused": self.refused}
 
     def log_stats(self) -> None:
@@ -265,7 +265,7 @@ async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
             subscriber looks exactly like a dead one.
         max_connections: clients served at once (default 10,000); one more is closed as soon as
             it is accepted and counted (``refused``). 0: no bound.
-        drop_notices: enable our drop-notice extension (see :class:`~nbmq.rqueue.RqueueBroker`).
+        drop_notices: enable our drop-notice extension (see :class:`~nbmq.streams.rqueue.RqueueBroker`).
         kwargs: passed to ``loop.create_server``.
 
     Raises:

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
-from . import engines
+from . import engine_binding
 from .attributes import OptionAttributes
 from .links import open_link, read_grain
 
@@ -59,10 +59,10 @@ class Socket(OptionAttributes):
             raise SocketClosed(f"{type(self).__name__} is closed")
 
     def __init__(self, address: str, bind: bool, options: dict[str, Any]) -> None:
-        self.options = engines.LiveOptions(SocketOptions(**options), self._option_changed)
+        self.options = engine_binding.LiveOptions(SocketOptions(**options), self._option_changed)
         self._link = link = open_link(address, bind, self.options)
         try:
-            self.engine = engines.make_engine(
+            self.engine = engine_binding.make_engine(
                 self._kind, bind, link.local_address, link.engine_address, self.options, _monotonic()
             )
         except BaseException:
@@ -94,7 +94,7 @@ class Socket(OptionAttributes):
         return cls(address, False, options)
 
     def _option_changed(self, name: str, value: Any) -> None:
-        engines.apply_live_option(self.engine, self._link, self.options, name, value)
+        engine_binding.apply_live_option(self.engine, self._link, self.options, name, value)
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
@@ -121,8 +121,8 @@ class Socket(OptionAttributes):
     def _flush(self, now: float) -> None:
         self._unflushed = 0
         options = self.options
-        engines.transmit_due(self.engine, self._link, now, options.max_tick_send)
-        engines.collect_events(self.engine, self._events, options.max_events)
+        engine_binding.transmit_due(self.engine, self._link, now, options.max_tick_send)
+        engine_binding.collect_events(self.engine, self._events, options.max_events)
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
@@ -275,7 +275,7 @@ class Socket(OptionAttributes):
 
     @property
     def connected(self) -> bool:
-        return engines.has_connected_peer(self.engine)
+        return engine_binding.has_connected_peer(self.engine)
 
     @property
     def counters(self) -> Any:
@@ -315,7 +315,7 @@ class Socket(OptionAttributes):
             if linger > 0:
                 until = None if math.isinf(linger) else _monotonic() + linger
                 self._step(_monotonic())
-                while not engines.drained(self.engine) or self._link.has_pending:
+                while not engine_binding.drained(self.engine) or self._link.has_pending:
                     if until is not None and _monotonic() >= until:
                         break
                     self._wait(until)

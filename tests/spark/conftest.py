@@ -13,7 +13,7 @@ BUNDLED = ["dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"]
 def spark():
     """A quiet local[2] session with the ``nbmq`` data source registered (stopped at the end)."""
     pytest.importorskip("pyspark")
-    from nbmq.spark.session import build_session
+    from nbmq.spark.spark_session import build_session
 
     session = build_session("local[2]", app_name="nbmq-tests", conf={"spark.sql.shuffle.partitions": "4"})
     yield session
@@ -29,7 +29,7 @@ def bundled_run(spark, tmp_path_factory):
     import contextlib
     import io
 
-    from nbmq.spark.cli import main
+    from nbmq.cli.pipeline import main
 
     out = tmp_path_factory.mktemp("bundled") / "out"
     buf = io.StringIO()

@@ -197,7 +197,7 @@ def test_pipeline_messages_local_writes_the_same_tables(spark, bundled_run, tmp_
     import contextlib
     import io
 
-    from nbmq.spark.cli import main
+    from nbmq.cli.pipeline import main
 
     code, default_out, _ = bundled_run
     assert code == 0

@@ -170,7 +170,7 @@ def test_onepass_pipeline_equals_steps_on_bundled_captures(spark, bundled_run, t
 def test_cli_plan_option(spark, tmp_path, capsys):
     """``--plan steps`` runs the steps plan; ``--plan onepass`` refuses a remote --out or a steps
     plan option before Spark starts; an unknown plan is an argparse error."""
-    from nbmq.spark.cli import main
+    from nbmq.cli.pipeline import main
 
     dealer = str(CAPTURES / "dealer.pcap")
     with contextlib.redirect_stdout(io.StringIO()):

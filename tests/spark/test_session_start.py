@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from nbmq.spark import session as S  # noqa: E402
+from nbmq.spark import spark_session as S  # noqa: E402
 
 MAGIC = (0xF00BABA8).to_bytes(4, "little")
 

@@ -41,7 +41,7 @@ def _rows(df):
 
 
 def test_sessions_equal_build_sessions(spark, hostile_run):
-    from nbmq.spark.sessions import build_sessions
+    from nbmq.spark.sessions_table import build_sessions
 
     tables = hostile_run["tables"]
     frames, messages = spark.read.parquet(tables["frames"]), spark.read.parquet(tables["messages"])

@@ -22,7 +22,7 @@ def test_local_cluster_gives_the_same_tables(spark, bundled_run, tmp_path):
     env = dict(os.environ, NBMQ_NO_EXTENSIONS=os.environ.get("NBMQ_NO_EXTENSIONS", ""))
     proc = subprocess.run(
         [
-            sys.executable, "-m", "nbmq.spark.cli", "--master", "local-cluster[2,1,1024]",
+            sys.executable, "-m", "nbmq.cli.pipeline", "--master", "local-cluster[2,1,1024]",
             "--out", str(out), "--quiet", "--split-mb", "0.5", "--no-report",
             "--conf", "spark.sql.shuffle.partitions=4",
         ],

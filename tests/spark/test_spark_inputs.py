@@ -102,8 +102,8 @@ def test_same_named_captures_in_two_directories_get_distinct_capture_values(tmp_
 
     from nbmq.spark.datasource import NbmqReader, read_partition
     from nbmq.spark.schema import frames_schema
-    from nbmq.spark.streams_schema import bqsp_schema
-    from nbmq.spark.streams_source import StreamsReader
+    from nbmq.spark.tcp_schema import bqsp_schema
+    from nbmq.spark.tcp_source import StreamsReader
 
     for d in ("run1", "run2"):
         (tmp_path / d).mkdir()

@@ -51,7 +51,7 @@ def test_splits_give_the_same_rows(spark):
 
 def test_pcap_and_pcapng_give_identical_tables(spark):
     from nbmq.spark.messages import build_messages
-    from nbmq.spark.sessions import build_sessions
+    from nbmq.spark.sessions_table import build_sessions
 
     tables = []
     for path in (DEALER, DEALER_NG):

@@ -155,7 +155,7 @@ def test_streamed_messages_equal_batch_while_writer_appends(spark, tmp_path, two
 
 
 def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
-    from nbmq.spark import monitor_command
+    from nbmq.cli import monitor as monitor_command
 
     folder = tmp_path / "ring"
     folder.mkdir()
@@ -173,7 +173,7 @@ def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
     assert "safe_dealer.pcap" in printed and "nbmq monitor" in printed, captured.err
     from pyspark.sql import functions as F
 
-    from nbmq.spark.streaming.sessions import WINDOW_COUNTERS
+    from nbmq.spark.streaming.session_windows import WINDOW_COUNTERS
 
     rows = spark.read.parquet(str(out)).where("capture = 'safe_dealer.pcap'")
     sums = [F.sum(c).alias(c) for c in WINDOW_COUNTERS]  # one job for every total

@@ -8,7 +8,7 @@ import random
 import pytest
 from streamutil import run
 
-from nbmq.bqsp import BqspConnection, PacketReceived
+from nbmq.streams.bqsp import BqspConnection, PacketReceived
 from nbmq.transports.bqsp_aio import BqspClient, serve_bqsp
 
 pytestmark = pytest.mark.network

@@ -11,8 +11,8 @@ import weakref
 import pytest
 from streamutil import run
 
-import nbmq.bqsp
-from nbmq.bqsp import BqspConnection, BqspState, PacketReceived
+import nbmq.streams.bqsp
+from nbmq.streams.bqsp import BqspConnection, BqspState, PacketReceived
 from nbmq.errors import ProtocolError
 from nbmq.transports.bqsp_aio import BqspClient, serve_bqsp
 
@@ -33,7 +33,7 @@ def no_gc():
 
 @pytest.mark.parametrize("fault", ["cut", "oversize"])
 def test_failed_connection_frees_its_buffer_without_gc(codec, monkeypatch, no_gc, fault) -> None:
-    monkeypatch.setattr(nbmq.bqsp, "codec", codec)
+    monkeypatch.setattr(nbmq.streams.bqsp, "codec", codec)
     conn = BqspConnection(max_packet_size=1 << 20)
     chunk = Chunk(codec.encode_bqsp_header(1 << 20, 1, 1) + bytes(300_000))
     ref = weakref.ref(chunk)
@@ -87,7 +87,7 @@ def test_server_frees_a_cut_connections_buffer_without_gc(no_gc) -> None:
             assert bytes((await client.request(b"hi")).data) == b"ok"
             before = _held()
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-            writer.write(nbmq.bqsp.codec.encode_bqsp_header(8 << 20, 1, 1))
+            writer.write(nbmq.streams.bqsp.codec.encode_bqsp_header(8 << 20, 1, 1))
             writer.write(bytes(size))
             await writer.drain()
             await _wait_for(lambda: server.buffered_total >= size)
@@ -117,7 +117,7 @@ def test_server_wide_budget_closes_the_connection_that_exceeds_it() -> None:
     async def main() -> None:
         async with await serve_bqsp(handler, max_packet_size=1024 * kib,
                                     max_buffered_total=1536 * kib) as server:
-            header = nbmq.bqsp.codec.encode_bqsp_header(1024 * kib, 1, 1)
+            header = nbmq.streams.bqsp.codec.encode_bqsp_header(1024 * kib, 1, 1)
             a_reader, a = await asyncio.open_connection("127.0.0.1", server.port)
             a.write(header + bytes(800 * kib))
             await a.drain()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import nbmq.rqueue_broker
-import nbmq.rqueue_client
-from nbmq.rqueue import (
+import nbmq.streams.rqueue_broker
+import nbmq.streams.rqueue_client
+from nbmq.streams.rqueue import (
     DROP_NOTICE_TOPIC,
     ClientGone,
     Notification,
@@ -19,8 +19,8 @@ from nbmq.rqueue import (
 
 @pytest.fixture(autouse=True)
 def both_twins(codec, monkeypatch):
-    monkeypatch.setattr(nbmq.rqueue_broker, "codec", codec)
-    monkeypatch.setattr(nbmq.rqueue_client, "codec", codec)
+    monkeypatch.setattr(nbmq.streams.rqueue_broker, "codec", codec)
+    monkeypatch.setattr(nbmq.streams.rqueue_client, "codec", codec)
 
 
 def drain(engine) -> list:

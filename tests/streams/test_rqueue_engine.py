@@ -7,7 +7,7 @@ import random
 import pytest
 
 from nbmq.errors import ProtocolError
-from nbmq.rqueue import (
+from nbmq.streams.rqueue import (
     ClientConnected,
     ClientError,
     ClientGone,

@@ -10,7 +10,7 @@ import time
 import pytest
 from streamutil import ServerProcess, run
 
-from nbmq.rqueue import RqueueClientConnection
+from nbmq.streams.rqueue import RqueueClientConnection
 from nbmq.transports.rqueue_aio import RqueueClient
 from nbmq.transports.rqueue_server import build_parser, serve
 

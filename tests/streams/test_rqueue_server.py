@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from streamutil import ServerProcess, run
 
-from nbmq.rqueue import RqueueClientConnection
+from nbmq.streams.rqueue import RqueueClientConnection
 from nbmq.transports.rqueue_aio import RqueueClient
 from nbmq.transports.rqueue_server import serve
 

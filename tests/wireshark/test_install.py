@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from nbmq.wireshark import LUA_DIR, LUA_FILES, command, install, plugin_dir
+from nbmq.cli import wireshark as command
+from nbmq.wireshark import LUA_DIR, LUA_FILES, install, plugin_dir
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -44,7 +46,7 @@ def test_path_and_usage(capsys):
 def test_top_level_imports_are_stdlib_only():
     import ast
 
-    tree = ast.parse((LUA_DIR / "command.py").read_text())
+    tree = ast.parse((Path(command.__file__)).read_text())
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     names = {a.name.split(".")[0] for n in top for a in n.names if isinstance(n, ast.Import)}
     names |= {n.module.split(".")[0] for n in top if isinstance(n, ast.ImportFrom) and n.module}

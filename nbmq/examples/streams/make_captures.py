@@ -2,7 +2,7 @@
 
 Run ``python -m nbmq.examples.streams.make_captures [OUT_DIR]`` (default: this directory).
 Needs dpkt. The bytes on the wire come from the project's own engines: BQSP packets from
-``nbmq.bqsp.BqspConnection.send``, rqueue client messages from ``RqueueClientConnection`` and
+``nbmq.streams.bqsp.BqspConnection.send``, rqueue client messages from ``RqueueClientConnection`` and
 the server's fan-out from ``RqueueBroker`` (so the notifications the subscribers get are what
 our broker sends). TCP/IPv4 (and one IPv6 connection) over Ethernet, built with dpkt and written
 with ``nbmq.capture.write_pcap_packets``.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import dpkt
 
-from nbmq.bqsp import BqspConnection
+from nbmq.streams.bqsp import BqspConnection
 from nbmq.capture import write_pcap_packets
-from nbmq.rqueue import RqueueBroker, RqueueClientConnection
+from nbmq.streams.rqueue import RqueueBroker, RqueueClientConnection
 
 BQSP_PORT = 7701
 RQUEUE_PORT = 6567

@@ -270,9 +270,9 @@ class Passes:
 
     def sessions(self) -> pd.DataFrame:
         """The sessions table (pandas, :data:`nbmq.spark.schema.SESSIONS_SCHEMA` columns), as
-        :func:`nbmq.spark.sessions.build_sessions` makes it from the same tables."""
+        :func:`nbmq.spark.sessions_table.build_sessions` makes it from the same tables."""
         if self._sessions is None:
-            from ..sessions import sessions_from_groups
+            from ..sessions_table import sessions_from_groups
 
             self._sessions = sessions_from_groups(self.frame_groups(), self._connects.result(), self.message_groups())
         return self._sessions

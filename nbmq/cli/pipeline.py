@@ -1,7 +1,7 @@
 """``nbmq pipeline``: the argparse front of :func:`nbmq.spark.pipeline.run`.
 
 A subcommand module of :mod:`nbmq.cli` (``HELP``, ``add_arguments``, ``run``); standalone as
-``python -m nbmq.spark.cli ...`` or through ``spark-submit .../nbmq/spark/submit.py ...`` (see
+``python -m nbmq.cli.pipeline ...`` or through ``spark-submit .../nbmq/spark/submit.py ...`` (see
 :mod:`nbmq.spark.submit`). Its top level imports the standard library only: Spark, pyarrow and
 the rest of the ``spark`` extra load inside :func:`run`, which names what is missing instead of
 failing with a traceback. Nothing but entry points imports this module (ARCHITECTURE.md).
@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' "
               f"(missing: {', '.join(missing)})", file=sys.stderr)
         return 2
-    from .pipeline import DEFAULT_RQUEUE_PORTS
-    from .pipeline import run as run_job
+    from ..spark.pipeline import DEFAULT_RQUEUE_PORTS
+    from ..spark.pipeline import run as run_job
 
     plan = getattr(args, "plan", None)
     if plan == "onepass" and "://" in str(args.out):
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point: ``python -m nbmq.spark.cli [CAPTURE ...] --out DIR``."""
+    """Standalone entry point: ``python -m nbmq.cli.pipeline [CAPTURE ...] --out DIR``."""
     parser = argparse.ArgumentParser(prog="nbmq pipeline", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))

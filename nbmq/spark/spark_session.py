@@ -116,7 +116,7 @@ def class_archive_options(spark_home: str | None = None, cache_dir: Path | None 
     the Python process has gone, so no run waits for it; 160-190 MB); later runs map it
     (``-XX:SharedArchiveFile``): a fresh process had its SparkSession ready in 14.5 s instead
     of 24.4 s, the JVM's CPU to get there 5.4 s instead of 10.5 (medians of 3 at load 11,
-    ``benchmarks/bench_startup.py``; README "Start-up and memory bounds"). KEY hashes the
+    ``benchmarks/bench_startup.py``; docs/pipeline.md "Start-up and memory bounds"). KEY hashes the
     java binary (path, size, mtime) and the Spark jars, so an upgrade starts a new archive; a
     JVM that still finds the archive unusable ignores it silently and runs as without it.
 

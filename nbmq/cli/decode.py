@@ -66,7 +66,7 @@ def _expand(paths: list[str]) -> list[tuple[str, str | None]]:
 def _udp_line(path: str, codec: Any) -> str:
     import numpy as np
 
-    from .capture import read_datagrams
+    from ..capture import read_datagrams
 
     batch = read_datagrams(path)
     rows = codec.parse_frames(batch.payload, batch.offsets, batch.lengths)
@@ -83,9 +83,9 @@ def _tcp_line(path: str, protocol: str, ports: list[int]) -> str | None:
     """Counts of one stream protocol in a capture, or None when it has no traffic on ``ports``."""
     from collections import Counter
 
-    from .capture.tcp.segments import has_tcp_traffic
-    from .capture.tcp.streams import decode_tcp_streams
-    from .wire import RqueueType
+    from ..capture.tcp.segments import has_tcp_traffic
+    from ..capture.tcp.streams import decode_tcp_streams
+    from ..wire import RqueueType
 
     if not has_tcp_traffic(path, ports):
         return None
@@ -113,7 +113,7 @@ def _tcp_line(path: str, protocol: str, ports: list[int]) -> str | None:
 
 
 def _has_other_tcp(path: str) -> bool:
-    from .capture.tcp.segments import has_tcp_traffic
+    from ..capture.tcp.segments import has_tcp_traffic
 
     return has_tcp_traffic(path, None)
 
@@ -129,11 +129,11 @@ def run(args: argparse.Namespace) -> int:
         capture needed dpkt (the ``capture`` extra) and it is missing (that capture is reported
         on stderr, the others are read).
     """
-    from . import codec
-    from .capture import DpktMissing
-    from .errors import NbmqError
-    from .examples import bundled_captures
-    from .examples.streams import stream_captures, streams_manifest_path
+    from .. import codec
+    from ..capture import DpktMissing
+    from ..errors import NbmqError
+    from ..examples import bundled_captures
+    from ..examples.streams import stream_captures, streams_manifest_path
 
     paths, bqsp_ports = args.captures, args.bqsp_ports or []
     if not paths:  # the bundled captures, with the BQSP port their manifest names

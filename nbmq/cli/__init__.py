@@ -23,11 +23,11 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: Subcommand name -> module path (the contract above). Order is the order of ``nbmq --help``.
 COMMANDS: dict[str, str] = {
-    "pipeline": "nbmq.spark.cli",
-    "decode": "nbmq.decode_command",
-    "rqueue-server": "nbmq.transports.rqueue_command",
-    "monitor": "nbmq.spark.monitor_command",
-    "wireshark": "nbmq.wireshark.command",
+    "pipeline": "nbmq.cli.pipeline",
+    "decode": "nbmq.cli.decode",
+    "rqueue-server": "nbmq.cli.rqueue_server",
+    "monitor": "nbmq.cli.monitor",
+    "wireshark": "nbmq.cli.wireshark",
 }
 
 _DESCRIPTION = (
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         ImportError: a command module in :data:`COMMANDS` cannot be imported (a packaging bug:
             their top level is standard library only).
     """
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(prog="nbmq", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"nbmq {__version__}")

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the action; returns the exit code (0 done, 1 the files could not be written, 2 usage)."""
-    from . import LUA_DIR, install
+    from ..wireshark import LUA_DIR, install
 
     action = getattr(args, "wireshark_action", None)
     if action == "path":

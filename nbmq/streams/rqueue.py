@@ -5,9 +5,9 @@ rqueue (seed 004) is a central pub/sub server over TCP. Every message is a 3-byt
 topic, DEREGISTER (5) nothing, NOTIFICATION (7) ``topic_len u8, topic, content``. The server
 forwards each notification to every client subscribed to exactly its topic.
 
-This module gathers the public names: the client engine lives in :mod:`nbmq.rqueue_client`
-(:class:`RqueueClientConnection`), the broker in :mod:`nbmq.rqueue_broker`
-(:class:`RqueueBroker`), the topic rule in :mod:`nbmq.rqueue_topic`, the events in
+This module gathers the public names: the client engine lives in :mod:`nbmq.streams.rqueue_client`
+(:class:`RqueueClientConnection`), the broker in :mod:`nbmq.streams.rqueue_broker`
+(:class:`RqueueBroker`), the topic rule in :mod:`nbmq.streams.rqueue_topics`, the events in
 :mod:`nbmq.events`: client side :class:`Notification` and :class:`ConnectionClosed`; broker side
 :class:`ClientConnected`, :class:`Subscribed`, :class:`Removed`, :class:`Deregistered`,
 :class:`SlowConsumer`, :class:`ClientError`, :class:`ClientGone` (each with the driver's
@@ -17,7 +17,7 @@ This module gathers the public names: the client engine lives in :mod:`nbmq.rque
 
 from __future__ import annotations
 
-from .events import (
+from ..events import (
     ClientConnected,
     ClientError,
     ClientGone,
@@ -31,7 +31,7 @@ from .events import (
 )
 from .rqueue_broker import SLOW_CONSUMER_POLICIES, RqueueBroker
 from .rqueue_client import RqueueClientConnection
-from .rqueue_topic import DROP_NOTICE_TOPIC, Topic
+from .rqueue_topics import DROP_NOTICE_TOPIC, Topic
 
 __all__ = [
     "Notification",

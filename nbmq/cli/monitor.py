@@ -1,6 +1,6 @@
 """``nbmq monitor DIR``: live per-session health of a folder of growing captures.
 
-Runs the streaming sessions query (:func:`nbmq.spark.streaming.sessions.build_stream_sessions`)
+Runs the streaming sessions query (:func:`nbmq.spark.streaming.session_windows.build_stream_sessions`)
 over ``spark.readStream.format("nbmq").load(DIR)`` and, after each micro-batch, redraws a rich
 table in the terminal: one line per session with its latest closed window and totals since the
 start. ``--out DIR`` also appends every window row to Parquet. Stops on Ctrl-C, after
@@ -106,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.live import Live
 
-        from .session import build_session
-        from .streaming import register
-        from .streaming.messages import StreamMessageOptions
-        from .streaming.sessions import build_stream_sessions
+        from ..spark.spark_session import build_session
+        from ..spark.streaming import register
+        from ..spark.streaming.messages import StreamMessageOptions
+        from ..spark.streaming.session_windows import build_stream_sessions
     except ImportError as exc:  # pragma: no cover - depends on the install
         print(f"nbmq monitor needs the spark extra (pip install 'nbmq[spark]'): {exc}", file=sys.stderr)
         return 1

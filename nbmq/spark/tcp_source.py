@@ -23,7 +23,7 @@ Options (strings, as Spark passes them):
   frames source's names, so both tables name a file alike).
 
 One partition per file: TCP reassembly needs a whole connection, which a byte range of a file
-cannot promise. Schemas: :mod:`nbmq.spark.streams_schema`. Bad bytes never fail the job: gaps,
+cannot promise. Schemas: :mod:`nbmq.spark.tcp_schema`. Bad bytes never fail the job: gaps,
 unparsed bytes, codec errors and capture damage are rows with ``error`` set.
 """
 
@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from .datasource import CapturePartition, _split_paths, _truthy
 from .inputs import capture_names, capture_source, expand_paths
-from .streams_schema import BQSP_SCHEMA, RQUEUE_SCHEMA, RQUEUE_TYPE_NAMES, bqsp_schema, rqueue_schema
+from .tcp_schema import BQSP_SCHEMA, RQUEUE_SCHEMA, RQUEUE_TYPE_NAMES, bqsp_schema, rqueue_schema
 
 __all__ = ["BqspDataSource", "RqueueDataSource", "DEFAULT_PORTS", "parse_ports", "stream_batches"]
 
@@ -113,7 +113,7 @@ class StreamsReader(DataSourceReader):
         full = BQSP_SCHEMA if protocol == "bqsp" else RQUEUE_SCHEMA
         unknown = [n for n in schema.fieldNames() if n not in full.fieldNames()]
         if unknown:
-            raise ValueError(f"nbmq_{protocol}: no such column(s) {unknown}; see nbmq.spark.streams_schema")
+            raise ValueError(f"nbmq_{protocol}: no such column(s) {unknown}; see nbmq.spark.tcp_schema")
         self.protocol, self.schema = protocol, schema
         self.paths = _split_paths(raw)
         self.ports = parse_ports(options.get("ports"), protocol)

@@ -1,5 +1,5 @@
-"""The receive side shared by the stream engines (:class:`~nbmq.bqsp.BqspConnection`,
-:class:`~nbmq.rqueue.RqueueClientConnection`): feed a codec stream decoder, track end of stream,
+"""The receive side shared by the stream engines (:class:`~nbmq.streams.bqsp.BqspConnection`,
+:class:`~nbmq.streams.rqueue.RqueueClientConnection`): feed a codec stream decoder, track end of stream,
 and hold the error state (h11's discipline: after a ProtocolError every receive call raises it
 again). The rqueue broker keeps this state per client and never raises, so it does not use it.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ProtocolError
-from .events import ConnectionClosed
+from ..errors import ProtocolError
+from ..events import ConnectionClosed
 
 Buffer = bytes | bytearray | memoryview
 

@@ -25,9 +25,9 @@ import struct
 from collections.abc import Hashable
 from typing import Any
 
-from . import codec
-from .errors import DecodeError, ProtocolError
-from .events import (
+from .. import codec
+from ..errors import DecodeError, ProtocolError
+from ..events import (
     ClientConnected,
     ClientError,
     ClientGone,
@@ -37,10 +37,10 @@ from .events import (
     SlowConsumer,
     Subscribed,
 )
-from .rqueue_topic import DROP_NOTICE_TOPIC, Topic, encode_drop_count
-from .rqueue_topic import topic_bytes as _topic_bytes
-from .stream_receiver import Buffer
-from .wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
+from .rqueue_topics import DROP_NOTICE_TOPIC, Topic, encode_drop_count
+from .rqueue_topics import topic_bytes as _topic_bytes
+from .receiver import Buffer
+from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
 
 __all__ = ["RqueueBroker", "SLOW_CONSUMER_POLICIES"]
 
@@ -81,7 +81,7 @@ class RqueueBroker:
             ``"disconnect"`` closes it, like Redis' ``client-output-buffer-limit pubsub``.
         drop_notices: enable our drop-notice extension (default off: the broker then behaves as
             seed 004 describes). A client that subscribes to
-            :data:`~nbmq.rqueue_topic.DROP_NOTICE_TOPIC` (``$nbmq/dropped``) gets, when its
+            :data:`~nbmq.streams.rqueue_topics.DROP_NOTICE_TOPIC` (``$nbmq/dropped``) gets, when its
             buffer drains after drops under "drop", one NOTIFICATION on that topic whose content
             is the number of notifications it missed (u64 big-endian), placed in its stream
             where the gap is. Notifications published on that topic are never forwarded

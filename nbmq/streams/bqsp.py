@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from enum import Enum
 
-from . import codec
-from .errors import DecodeError
-from .events import ConnectionClosed, Event, PacketReceived
-from .stream_receiver import Buffer, StreamReceiver
-from .wire import BQSP_DEFAULT_MAX_PACKET
+from .. import codec
+from ..errors import DecodeError
+from ..events import ConnectionClosed, Event, PacketReceived
+from .receiver import Buffer, StreamReceiver
+from ..wire import BQSP_DEFAULT_MAX_PACKET
 
 __all__ = [
     "Event",

@@ -20,13 +20,13 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the server's options (``--host``, ``--port``, ...) to ``parser``."""
-    from .rqueue_server import build_parser
+    from ..transports.rqueue_server import build_parser
 
     build_parser(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the server until SIGINT/SIGTERM; returns 0, 1 when it cannot listen, 2 on bad options."""
-    from .rqueue_server import run_args
+    from ..transports.rqueue_server import run_args
 
     return run_args(args)

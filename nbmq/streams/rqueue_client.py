@@ -9,13 +9,13 @@ and :class:`~nbmq.events.ConnectionClosed`; with our drop-notice extension,
 
 from __future__ import annotations
 
-from . import codec
-from .errors import DecodeError
-from .events import ConnectionClosed, Notification, NotificationsDropped
-from .rqueue_topic import DROP_NOTICE_TOPIC, Topic, decode_drop_count
-from .rqueue_topic import topic_bytes as _topic_bytes
-from .stream_receiver import Buffer, StreamReceiver
-from .wire import RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
+from .. import codec
+from ..errors import DecodeError
+from ..events import ConnectionClosed, Notification, NotificationsDropped
+from .rqueue_topics import DROP_NOTICE_TOPIC, Topic, decode_drop_count
+from .rqueue_topics import topic_bytes as _topic_bytes
+from .receiver import Buffer, StreamReceiver
+from ..wire import RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
 
 __all__ = ["RqueueClientConnection"]
 
@@ -56,7 +56,7 @@ class RqueueClientConnection(StreamReceiver):
 
     def subscribe_drop_notices(self) -> bytes:
         """Opt in to our drop-notice extension: the SUBSCRIBE message for
-        :data:`~nbmq.rqueue_topic.DROP_NOTICE_TOPIC`. From now on a NOTIFICATION on that topic
+        :data:`~nbmq.streams.rqueue_topics.DROP_NOTICE_TOPIC`. From now on a NOTIFICATION on that topic
         is reported as :class:`~nbmq.events.NotificationsDropped` (not as a Notification).
         Servers without the extension (the reference, or ours without ``drop_notices``) treat it
         as an ordinary topic and send nothing on it unless someone publishes there."""

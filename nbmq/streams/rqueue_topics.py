@@ -1,7 +1,7 @@
 """rqueue topics (seed 004): the type accepted for a topic and the rule that encodes it, and the
 one topic our drop-notice extension reserves.
 
-Shared by the client (:mod:`nbmq.rqueue_client`) and the broker (:mod:`nbmq.rqueue_broker`).
+Shared by the client (:mod:`nbmq.streams.rqueue_client`) and the broker (:mod:`nbmq.streams.rqueue_broker`).
 """
 
 from __future__ import annotations
