@@ -51,14 +51,19 @@ def plugin_dir() -> Path:
     """The user's personal Wireshark Lua plugin folder (it may not exist yet).
 
     Returns:
-        ``$WIRESHARK_PLUGIN_DIR`` when set; else what ``tshark -G folders`` names "Personal Lua
-        Plugins"; else Wireshark's documented default: ``%APPDATA%\\Wireshark\\plugins`` on
-        Windows, ``~/.local/lib/wireshark/plugins`` elsewhere (Wireshark's user guide, "Plugin
-        folders").
+        ``$WIRESHARK_PLUGIN_DIR`` when set; else ``$XDG_CONFIG_HOME/wireshark/plugins`` when
+        ``XDG_CONFIG_HOME`` is set (Wireshark's personal configuration folder follows it, and
+        Wireshark loads Lua plugins from its ``plugins`` subfolder too); else what
+        ``tshark -G folders`` names "Personal Lua Plugins"; else Wireshark's documented
+        default: ``%APPDATA%\\Wireshark\\plugins`` on Windows, ``~/.local/lib/wireshark/plugins``
+        elsewhere (Wireshark's user guide, "Plugin folders").
     """
     env = os.environ.get("WIRESHARK_PLUGIN_DIR")
     if env:
         return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg and sys.platform != "win32":
+        return Path(xdg).expanduser() / "wireshark" / "plugins"
     found = _from_tshark()
     if found is not None:
         return found

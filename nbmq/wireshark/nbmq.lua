@@ -1,19 +1,29 @@
--- nbmq over UDP (nbmq 0.2.0 wire format, seed 000): a heuristic dissector.
--- Shipped with the nbmq Python package; `nbmq wireshark install` copies it to the personal
--- Lua plugin folder. Every integer is big-endian.
+-- nbmq over UDP (nbmq 0.2.0 wire format, seed 000): fields, malformed-frame expert info and
+-- message reassembly. Shipped with the nbmq Python package; `nbmq wireshark install` copies it
+-- to the personal Lua plugin folder. Every integer is big-endian.
 --   DataFrame (kind 0):    version u8 | kind u8 | session_id u64 | message_id u64 | part_count u8
 --                          | part_index u8 | message_size u32 | part_size u32 | chunk_size u16
 --                          | chunk_offset u32 | chunk (chunk_size bytes, at most 466)
 --   ControlFrame (1..5):   version u8 | kind u8 | session_id u64 | payload
--- A datagram is claimed when version is 1, kind is 0..5 and, for data frames, the lengths are
--- consistent (the codec's own checks), so other UDP traffic is left alone. Filters:
---   nbmq.session_id == 0x..., nbmq.kind == 5, nbmq.message_id, nbmq.ack_hash, ...
+-- Claiming: with Decode As (udp.port) every datagram is dissected and any frame the codec
+-- rejects gets an expert-info error in the codec's words (nbmq.wire.FRAME_ERROR_REASONS, as
+-- DecodeError prints them: "<reason> (at byte <offset>)"). Without it the heuristic claims
+-- datagrams that start with version 1 and a kind 0..5 and hold at least a control header (10
+-- bytes): valid frames, and malformed ones worth flagging, so other UDP traffic is left alone.
+-- Reassembly: chunks are collected per (sender, session, message id); the frame that completes
+-- a message shows it whole (id, part sizes, parts, a "Reassembled nbmq message" tab) and every
+-- other frame of it links there (nbmq.reassembled_in). A message is complete when the sizes
+-- of its received parts add up to message_size and each of those parts is whole (absent parts
+-- are empty: the reference sends no frame for an empty part). tshark needs two passes (-2) for
+-- the links of frames before the completing one.
+-- Filters: nbmq.session_id == 0x..., nbmq.kind == 5, nbmq.message_id, nbmq.ack_hash,
+--   nbmq.reassembled_in, nbmq.message.id, _ws.expert.message contains "nbmq"
 
 local nbmq = Proto("nbmq", "nbmq messaging (UDP)")
 
 local KINDS = { [0] = "Data", [1] = "Connect", [2] = "Connected", [3] = "Disconnected",
                 [4] = "Heartbeat", [5] = "Ack" }
-local DATA_HEADER, CONTROL_HEADER, MAX_FRAME, MAX_CHUNK = 34, 10, 500, 466
+local VERSION, DATA_HEADER, CONTROL_HEADER, MAX_FRAME = 1, 34, 10, 500
 
 local f = {
   version      = ProtoField.uint8("nbmq.version", "Version", base.DEC),
@@ -29,37 +39,162 @@ local f = {
   chunk        = ProtoField.bytes("nbmq.chunk", "Chunk"),
   payload      = ProtoField.bytes("nbmq.payload", "Payload"),
   ack_hash     = ProtoField.uint64("nbmq.ack_hash", "Acked frame hash (FNV-1a 64)", base.HEX),
+  reassembled_in = ProtoField.framenum("nbmq.reassembled_in", "Message reassembled in frame", base.NONE),
+  msg_id       = ProtoField.uint64("nbmq.message.id", "Message ID", base.HEX),
+  msg_size     = ProtoField.uint32("nbmq.message.size", "Message size", base.DEC),
+  msg_parts    = ProtoField.uint8("nbmq.message.part_count", "Part count", base.DEC),
+  msg_frames   = ProtoField.string("nbmq.message.frames", "Frames"),
+  msg_part_size = ProtoField.uint32("nbmq.message.part_size", "Part size", base.DEC),
+  msg_part     = ProtoField.bytes("nbmq.message.part", "Part"),
 }
 nbmq.fields = f
 
+-- One expert field per codec reason (nbmq.wire.FrameError order), plus the short Ack.
+local REASONS = {
+  truncated = "truncated header", version = "wrong version", kind = "unknown kind",
+  too_large = "datagram over 500 bytes", part_count = "part_count is 0",
+  part_index = "part_index >= part_count", part_size = "part larger than its message",
+  chunk_size = "chunk_size disagrees with the bytes present", chunk_bounds = "chunk past its part",
+}
+local experts = {}
+local expert_list = {}
+for code, reason in pairs(REASONS) do
+  experts[code] = ProtoExpert.new("nbmq.malformed." .. code, reason, expert.group.MALFORMED, expert.severity.ERROR)
+  expert_list[#expert_list + 1] = experts[code]
+end
 local e_short_ack = ProtoExpert.new("nbmq.ack.short", "Ack payload is not 8 bytes", expert.group.MALFORMED, expert.severity.WARN)
-nbmq.experts = { e_short_ack }
+expert_list[#expert_list + 1] = e_short_ack
+nbmq.experts = expert_list
 
--- The codec's checks (nbmq.wire.FrameError): true when the datagram is an nbmq frame.
-local function looks_like_nbmq(tvb)
-  local len = tvb:len()
-  if len < CONTROL_HEADER or len > MAX_FRAME then return false end
-  if tvb(0, 1):uint() ~= 1 then return false end
+-- The codec's check_frame (nbmq/_codec_py/frames.py), rule for rule and in the same order:
+-- nil when the datagram is a valid frame, else (code, offset of the field at fault).
+local function check(tvb)
+  local n = tvb:len()
+  if n < 2 then return "truncated", n end
+  if tvb(0, 1):uint() ~= VERSION then return "version", 0 end
   local kind = tvb(1, 1):uint()
-  if kind > 5 then return false end
-  if kind ~= 0 then return true end
-  if len < DATA_HEADER then return false end
-  local part_count, part_index = tvb(18, 1):uint(), tvb(19, 1):uint()
-  local message_size, part_size = tvb(20, 4):uint(), tvb(24, 4):uint()
-  local chunk_size, chunk_offset = tvb(28, 2):uint(), tvb(30, 4):uint()
-  return part_count > 0 and part_index < part_count and part_size <= message_size
-     and chunk_size == len - DATA_HEADER and chunk_size <= MAX_CHUNK
-     and chunk_offset + chunk_size <= part_size
+  if kind > 5 then return "kind", 1 end
+  if n > MAX_FRAME then return "too_large", MAX_FRAME end
+  if kind == 0 then
+    if n < DATA_HEADER then return "truncated", n end
+    local part_count, part_index = tvb(18, 1):uint(), tvb(19, 1):uint()
+    local message_size, part_size = tvb(20, 4):uint(), tvb(24, 4):uint()
+    local chunk_size, chunk_offset = tvb(28, 2):uint(), tvb(30, 4):uint()
+    if part_count == 0 then return "part_count", 18 end
+    if part_index >= part_count then return "part_index", 19 end
+    if part_size > message_size then return "part_size", 24 end
+    if chunk_size ~= n - DATA_HEADER then return "chunk_size", 28 end
+    if chunk_offset + chunk_size > part_size then return "chunk_bounds", 30 end
+    return nil
+  end
+  if n < CONTROL_HEADER then return "truncated", n end
+  return nil
+end
+
+-- Reassembly state, rebuilt on every (re)load of a capture: messages by key, and per frame
+-- number the key of the message it belongs to.
+local messages, frame_keys = {}, {}
+
+function nbmq.init()
+  messages, frame_keys = {}, {}
+end
+
+local function add_chunk(tvb, pinfo)
+  local key = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port) .. "|" .. tvb(2, 8):bytes():tohex()
+    .. "|" .. tvb(10, 8):bytes():tohex()
+  frame_keys[pinfo.number] = key
+  local m = messages[key]
+  if m == nil then
+    m = { parts = {}, message_size = tvb(20, 4):uint(), part_count = tvb(18, 1):uint(), done = nil, frames = {} }
+    messages[key] = m
+  end
+  m.frames[#m.frames + 1] = pinfo.number
+  if m.done ~= nil then return end
+  local index, part_size = tvb(19, 1):uint(), tvb(24, 4):uint()
+  local offset, size = tvb(30, 4):uint(), tvb(28, 2):uint()
+  local part = m.parts[index]
+  if part == nil then
+    part = { size = part_size, chunks = {}, have = 0 }
+    m.parts[index] = part
+  end
+  if part.size ~= part_size or part.chunks[offset] ~= nil then return end  -- a conflict or a repeat
+  part.chunks[offset] = size > 0 and tvb(DATA_HEADER, size):bytes() or ByteArray.new()
+  part.have = part.have + size
+  local total = 0
+  for _, p in pairs(m.parts) do
+    if p.have ~= p.size then return end
+    total = total + p.size
+  end
+  if total == m.message_size then m.done = pinfo.number end
+end
+
+-- The parts of a complete message, in order (absent parts empty), chunks laid at their offsets.
+local function message_parts(m)
+  local parts = {}
+  for index = 0, m.part_count - 1 do
+    local p, bytes = m.parts[index], ByteArray.new()
+    if p ~= nil then
+      local offsets = {}
+      for off, _ in pairs(p.chunks) do offsets[#offsets + 1] = off end
+      table.sort(offsets)
+      for _, off in ipairs(offsets) do bytes:append(p.chunks[off]) end
+    end
+    parts[#parts + 1] = bytes
+  end
+  return parts
+end
+
+local function show_message(tvb, pinfo, t, key)
+  local m = messages[key]
+  if m == nil or m.done == nil then return end
+  if m.done ~= pinfo.number then
+    t:add(f.reassembled_in, m.done)
+    return
+  end
+  local parts = message_parts(m)
+  local whole = ByteArray.new()
+  for _, p in ipairs(parts) do whole:append(p) end
+  local msg_tvb = whole:tvb("Reassembled nbmq message")
+  local mt = t:add(nbmq, msg_tvb(), string.format("Reassembled message: %d part(s), %d bytes, %d frame(s)",
+    #parts, m.message_size, #m.frames))
+  mt:add(f.msg_id, tvb(10, 8))
+  mt:add(f.msg_size, m.message_size)
+  mt:add(f.msg_parts, m.part_count)
+  mt:add(f.msg_frames, table.concat(m.frames, ","))
+  local at = 0
+  for _, p in ipairs(parts) do
+    mt:add(f.msg_part_size, p:len())
+    if p:len() > 0 then mt:add(f.msg_part, msg_tvb(at, p:len())) end  -- an empty part has its size only
+    at = at + p:len()
+  end
+end
+
+local function add_if(t, field, tvb, offset, len)
+  if tvb:len() >= offset + len then t:add(field, tvb(offset, len)) end
 end
 
 local function dissect(tvb, pinfo, tree)
-  local kind = tvb(1, 1):uint()
+  local n = tvb:len()
   pinfo.cols.protocol = "nbmq"
-  local t = tree:add(nbmq, tvb(), "nbmq " .. KINDS[kind])
-  t:add(f.version, tvb(0, 1))
-  t:add(f.kind, tvb(1, 1))
-  t:add(f.session_id, tvb(2, 8))
-  local sid = string.format("0x%s", tvb(2, 8):bytes():tohex():lower())
+  local code, at = check(tvb)
+  local kind = n >= 2 and tvb(1, 1):uint() or nil
+  local t = tree:add(nbmq, tvb(), "nbmq " .. (KINDS[kind] or "frame"))
+  add_if(t, f.version, tvb, 0, 1)
+  add_if(t, f.kind, tvb, 1, 1)
+  add_if(t, f.session_id, tvb, 2, 8)
+  local sid = n >= 10 and string.format("0x%s", tvb(2, 8):bytes():tohex():lower()) or "?"
+  if code ~= nil then
+    if kind == 0 and n <= MAX_FRAME then
+      add_if(t, f.message_id, tvb, 10, 8); add_if(t, f.part_count, tvb, 18, 1); add_if(t, f.part_index, tvb, 19, 1)
+      add_if(t, f.message_size, tvb, 20, 4); add_if(t, f.part_size, tvb, 24, 4); add_if(t, f.chunk_size, tvb, 28, 2)
+      add_if(t, f.chunk_offset, tvb, 30, 4)
+    end
+    local text = string.format("%s (at byte %d)", REASONS[code], at)
+    local where = at < n and tvb(at) or tvb()
+    t:add_tvb_expert_info(experts[code], where, text)
+    pinfo.cols.info = string.format("Malformed nbmq %s: %s", KINDS[kind] or "frame", text)
+    return n
+  end
   if kind == 0 then
     t:add(f.message_id, tvb(10, 8))
     t:add(f.part_count, tvb(18, 1))
@@ -68,27 +203,31 @@ local function dissect(tvb, pinfo, tree)
     t:add(f.part_size, tvb(24, 4))
     t:add(f.chunk_size, tvb(28, 2))
     t:add(f.chunk_offset, tvb(30, 4))
-    if tvb:len() > DATA_HEADER then t:add(f.chunk, tvb(DATA_HEADER)) end
+    if n > DATA_HEADER then t:add(f.chunk, tvb(DATA_HEADER)) end
+    if not pinfo.visited then add_chunk(tvb, pinfo) end
+    local key = frame_keys[pinfo.number]
+    if key ~= nil then show_message(tvb, pinfo, t, key) end
     pinfo.cols.info = string.format("Data session=%s message=0x%s part %d/%d offset %d len %d", sid,
       tvb(10, 8):bytes():tohex():lower(), tvb(19, 1):uint() + 1, tvb(18, 1):uint(), tvb(30, 4):uint(), tvb(28, 2):uint())
   else
-    local rest = tvb:len() - CONTROL_HEADER
+    local rest = n - CONTROL_HEADER
     if rest > 0 then t:add(f.payload, tvb(CONTROL_HEADER)) end
     if kind == 5 then
       if rest == 8 then t:add(f.ack_hash, tvb(CONTROL_HEADER, 8)) else t:add_proto_expert_info(e_short_ack) end
     end
     pinfo.cols.info = string.format("%s session=%s", KINDS[kind], sid)
   end
-  return tvb:len()
+  return n
 end
 
+-- Decode As: every datagram on the port is nbmq, malformed ones flagged.
 function nbmq.dissector(tvb, pinfo, tree)
-  if not looks_like_nbmq(tvb) then return 0 end
   return dissect(tvb, pinfo, tree)
 end
 
 local function heuristic(tvb, pinfo, tree)
-  if not looks_like_nbmq(tvb) then return false end
+  local n = tvb:len()
+  if n < CONTROL_HEADER or tvb(0, 1):uint() ~= VERSION or tvb(1, 1):uint() > 5 then return false end
   dissect(tvb, pinfo, tree)
   pinfo.conversation = nbmq
   return true

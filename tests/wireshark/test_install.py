@@ -30,6 +30,31 @@ def test_install_defaults_to_the_plugin_dir(tmp_path, monkeypatch):
     assert install() == [tmp_path / "wsp" / n for n in LUA_FILES]
 
 
+def test_install_honours_xdg_config_home_and_wireshark_loads_it_there(tmp_path, monkeypatch):
+    """With XDG_CONFIG_HOME set (and no WIRESHARK_PLUGIN_DIR), the console script installs under
+    $XDG_CONFIG_HOME/wireshark/plugins, and tshark run with that environment loads the dissectors."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("WIRESHARK_PLUGIN_DIR", raising=False)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "HOME": str(tmp_path / "home")}
+    env.pop("WIRESHARK_PLUGIN_DIR", None)
+    proc = subprocess.run([sys.executable, "-m", "nbmq.cli", "wireshark", "install"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    where = tmp_path / "config" / "wireshark" / "plugins"
+    assert sorted(p.name for p in where.iterdir()) == sorted(LUA_FILES)
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.lua"))
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        print("tshark is not installed: the load check is skipped (apt-get install tshark)")
+        return
+    listed = subprocess.run([tshark, "-G", "protocols"], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert "\tnbmq\n" in listed and "\tbqsp\n" in listed
+
+
 def test_unwritable_destination_is_exit_1(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
