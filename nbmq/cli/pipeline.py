@@ -19,7 +19,7 @@ __all__ = ["HELP", "DESCRIPTION", "SPARK_EXTRA", "add_arguments", "run", "missin
 HELP = "captures -> Parquet tables + report on Spark (needs nbmq[spark])"
 
 #: Modules of the ``spark`` extra that the pipeline imports (pyproject.toml's extras).
-SPARK_EXTRA = ("pyspark", "pyarrow", "pandas", "dpkt", "rich", "matplotlib")
+SPARK_EXTRA = ("pyspark", "pyarrow", "pandas", "dpkt", "rich")
 
 DESCRIPTION = (
     "Decode nbmq captures (pcap/pcapng) on Spark into Parquet tables frames/, messages/ and "

@@ -3,7 +3,7 @@
 ``nbmq pipeline`` waits 5-10 s for its SparkSession (the JVM's launch and the SparkContext),
 during which the driver's Python process is idle. :class:`Prestart` fills that time with the
 work the driver would otherwise do serially later: importing the modules the steps and the
-report use (pandas, pyarrow.compute, matplotlib: 1-2 s), planning the byte ranges of the large
+report use (pandas, pyarrow.compute: about a second), planning the byte ranges of the large
 captures (``datasource._plan``'s record walk, kept in its per-process memo for the driver-side
 planners) and deciding which captures hold BQSP / rqueue TCP traffic
 (:func:`nbmq.capture.tcp.segments.has_tcp_traffic`, a record walk: 0.4 s per 1M datagrams).
@@ -33,9 +33,8 @@ PREFETCH_MODULES = (
     "nbmq.spark.tcp_source",
     "nbmq.capture.tcp.segments",
 )
-#: ... and with a report (``charts`` imports matplotlib lazily; pyplot itself is left to it, as
-#: importing it picks a backend).
-REPORT_MODULES = ("nbmq.spark.report", "matplotlib.figure", "matplotlib.backends.backend_agg")
+#: ... and with a report.
+REPORT_MODULES = ("nbmq.spark.report",)
 
 def _import_all(names: Sequence[str]) -> None:
     for name in names:

@@ -38,7 +38,7 @@ def _cap(span, width):
 
 def test_partial_last_bin_is_a_rate_over_the_time_it_covers():
     cap = _cap(span=2.5, width=1.0)  # bins [0,1) [1,2) [2,2.5]: the last covers half a bin
-    bins, width, span, partial = charts._axis(cap)
+    bins, width, span, partial = charts.axis(cap)
     assert (bins, partial) == (3, True)
     rows = pd.DataFrame({"bin": [0, 1, 2], "frames": [10, 10, 5]})
     _, rate = charts._series(rows, "frames", bins, width, span)
@@ -46,9 +46,9 @@ def test_partial_last_bin_is_a_rate_over_the_time_it_covers():
 
 
 def test_a_sliver_of_a_bin_joins_the_previous_one():
-    bins, _, _, _ = charts._axis(_cap(span=10.0, width=1.0))  # the last frame sits on an edge
+    bins, _, _, _ = charts.axis(_cap(span=10.0, width=1.0))  # the last frame sits on an edge
     assert bins == 10
-    bins, _, _, _ = charts._axis(_cap(span=10.1, width=1.0))
+    bins, _, _, _ = charts.axis(_cap(span=10.1, width=1.0))
     assert bins == 10
 
 
@@ -62,7 +62,7 @@ def test_flow_rows_fold_heartbeats_and_show_gaps():
     gaps = pd.DataFrame([{"capture": "c", "session_id": 5, "direction": "c2s", "at_s": 50.0, "gap_s": 4.0}])
     rows = charts.flow_rows(control, heartbeats, gaps, {("c", 5): "a:1"})
     assert [r[3] for r in rows] == ["Connect", "Connected", "Heartbeat x100 (until 99.000 s)", "Heartbeat after a 4 s gap"]
-    assert charts.flow_graph("c", rows, ["s:2"]).startswith("<svg")
+    assert charts.flow_svg("c", rows, ["s:2"]).startswith("<svg")
 
 
 def test_ack_hash_rebuilds_the_frame(codec):
@@ -103,6 +103,6 @@ def test_quantiles_of_two_samples_take_the_lower_for_the_median():
 
 def test_flow_graph_keeps_to_eight_endpoints():
     rows = [(float(i), f"10.0.0.{i}:1", "s:2", "Connect", "connect") for i in range(20)]
-    svg = charts.flow_graph("c", rows, ["s:2"])
+    svg = charts.flow_svg("c", rows, ["s:2"])
     assert "10.0.0.6:1" in svg and "10.0.0.7:1" not in svg  # the server and the first 7 clients
     assert "the first 7 of 20 rows, 8 of 21 endpoints" in svg

@@ -5,9 +5,11 @@
     from nbmq.spark.report import collect, write_report
     write_report("out/report.html", summary, collect(spark, summary["tables"]))
 
-:mod:`.aggregate` asks Spark for small aggregates of the pipeline's tables; :mod:`.charts` draws
-them with matplotlib (inline SVG); :mod:`.page` lays out one self-contained HTML file that fits
-a 1400 px window; :mod:`.units` formats ids (hex u64) and units.
+:mod:`.aggregate` asks Spark for small aggregates of the pipeline's tables; :mod:`.charts` turns
+them into chart data that the browser draws (uPlot, shipped in ``static/``: zoom, values on hover,
+one time axis per capture); :mod:`.expert` lays out the ``findings/`` table as Expert info;
+:mod:`.page` writes one self-contained HTML file that fits a 1400 px window; :mod:`.units`
+formats ids (hex u64) and units.
 """
 
 from __future__ import annotations

@@ -78,9 +78,6 @@ class ReportData:
     heartbeats: pd.DataFrame
     streams: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    #: SVG charts being drawn in a thread while Spark still works, by (chart, capture): the
-    #: page uses them instead of drawing its own (``charts.capture_traffic`` for "traffic").
-    charts: dict[tuple[str, str], Future[str]] = field(default_factory=dict)
 
 
 def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None = None) -> ReportData:
@@ -329,7 +326,6 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
         columns=["capture", "session_id", "client"])
     data.traffic = _with_direction(traffic, clients)
     data.messages = _with_direction(msg, clients)
-    _draw_traffic(data)
     hist = hist_job.result()
     resent = hist["metric"].isna()
     data.latency, data.histograms = _quantiles(hist[~resent].drop(columns=["w"]))
@@ -364,19 +360,6 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
         table = getattr(data, name)
         if len(table):
             table["session_id"] = _attribute_session(table, clients)
-
-
-def _draw_traffic(data: ReportData) -> None:
-    """Start drawing each capture's traffic chart (matplotlib, about a second each) in a thread,
-    while the driver waits for Spark's last jobs (it only waits on sockets then)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from . import charts
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbmq-charts")  # pyplot: one thread
-    for cap in data.captures[data.captures.protocol == "nbmq"].sort_values("capture").itertuples():
-        data.charts[("traffic", cap.capture)] = pool.submit(charts.capture_traffic, cap, data.traffic, data.messages)
-    pool.shutdown(wait=False)
 
 
 def _empty(columns: Any, rows: list[dict[str, Any]] | None = None) -> Future[pd.DataFrame]:

@@ -1,18 +1,25 @@
-"""The report's HTML page: one self-contained file (inline CSS and SVG, no script, no fetch)."""
+"""The report's HTML page: one self-contained file. Its charts are data embedded in the page
+(JSON) and drawn by the browser with the shipped uPlot (``static/``): zoom, values on hover, one
+time axis per capture shared by its panels. Nothing is fetched: it opens offline."""
 
 from __future__ import annotations
 
 import html
+import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import charts
+from . import charts, expert
 from .aggregate import GAP_FACTOR, HEARTBEAT_INTERVAL_S, ReportData
 from .units import count, duration, hex_id, rate, size
 
-__all__ = ["render", "write_report"]
+__all__ = ["render", "write_report", "STATIC"]
+
+#: The browser side shipped with the package: uPlot (MIT, ``uPlot.LICENSE``) and report.js.
+STATIC = Path(__file__).resolve().parent / "static"
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
@@ -24,8 +31,11 @@ table{border-collapse:collapse;font-size:12.5px;margin:6px 0 12px;background:#ff
 th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#eef1f4;font-weight:600;text-align:center;white-space:normal;vertical-align:bottom}td.l{text-align:left}
 tr:nth-child(even) td{background:#f6f8fa}.bad{color:#b42318;font-weight:600}.ok{color:#1a7f37}
-.chart{background:#fff;border:1px solid #d0d7de;border-radius:4px;padding:4px;margin:6px 0 12px;overflow-x:auto}
-.chart svg{max-width:100%;height:auto;display:block}
+.chart{background:#fff;border:1px solid #d0d7de;border-radius:4px;padding:4px;margin:6px 0 12px;overflow-x:auto;min-height:40px}
+.chart svg{max-width:100%;height:auto;display:block}.u-title{font-size:13px!important;font-weight:600!important}
+.u-legend{font-size:11.5px}.u-legend .u-marker{width:1.4em}details{margin:4px 0}summary{cursor:pointer}
+.sev-error{color:#b42318;font-weight:600}.sev-warning{color:#b54708;font-weight:600}.sev-note{color:#175cd3}
+tr:target td{background:#fff3bf!important}
 .cards{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0}.card{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:6px 14px}
 .card b{display:block;font-size:20px}.card span{color:#555;font-size:12px}
 """
@@ -46,13 +56,38 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], empty: str
         return f"<p class='ok'>{_e(empty)}</p>"
     head = "".join(f"<th>{_e(h)}</th>" for h, _, _, _ in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td{' class=l' if left else ''}>{fmt(r.get(key))}</td>" for _, key, fmt, left in columns) + "</tr>"
+        (f"<tr id='{_e(r['_id'])}'>" if r.get("_id") else "<tr>")
+        + "".join(f"<td{' class=l' if left else ''}>{fmt(r.get(key))}</td>" for _, key, fmt, left in columns) + "</tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _chart(svg: str) -> str:
+class _Charts:
+    """The page's chart specs: each :meth:`add` gives the placeholder the browser draws into."""
+
+    def __init__(self) -> None:
+        self.specs: list[charts.Chart] = []
+
+    def add(self, spec: charts.Chart | None) -> str:
+        if not spec:
+            return ""
+        spec = {**spec, "id": f"chart-{len(self.specs)}"}
+        self.specs.append(spec)
+        return f"<div class='chart' id='{spec['id']}'></div>"
+
+    def add_all(self, specs: Sequence[charts.Chart]) -> str:
+        return "".join(self.add(s) for s in specs)
+
+    def scripts(self) -> str:
+        """The embedded data, uPlot and report.js (``</`` escaped inside the JSON)."""
+        payload = json.dumps({"charts": self.specs}, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        return (f"<script type='application/json' id='nbmq-report-data'>{payload}</script>"
+                f"<script>{(STATIC / 'uPlot.iife.min.js').read_text(encoding='utf-8')}</script>"
+                f"<script>{(STATIC / 'report.js').read_text(encoding='utf-8')}</script>")
+
+
+def _svg(svg: str) -> str:
     return f"<div class='chart'>{svg}</div>" if svg else ""
 
 
@@ -69,6 +104,7 @@ def _sessions_table(rows: Any) -> str:
     for r in rows.to_dict("records"):
         dur = r.get("duration_s") or 0.0
         out.append({
+            "_id": expert.session_anchor(r["capture"], r["session_id"]),
             "session": f"<span class=id>{hex_id(r['session_id'])}</span>",
             "client": _e(r["client"]), "server": _e(r["server"]), "duration": duration(dur),
             "frames": _pair(r["frames_c2s"], r["frames_s2c"]),
@@ -119,41 +155,42 @@ def _latency_table(lat: Any) -> str:
     return _table(rows, cols, "no latency samples (no handshakes, acks or complete messages)")
 
 
-def render(summary: dict[str, Any], data: ReportData) -> str:
+def _timing(summary: dict[str, Any], started: float | None) -> tuple[float, str]:
+    """(the run's seconds, every step included, and a line naming each step's seconds)."""
+    steps = {k: float(v) for k, v in (summary.get("steps") or {}).items()}
+    if started is not None:
+        steps["report"] = time.perf_counter() - started
+    total = sum(steps.values()) if steps else float(summary.get("seconds", 0.0))
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items() if seconds >= 0.05)
+    return total, parts
+
+
+def render(summary: dict[str, Any], data: ReportData, findings: Any = None, started: float | None = None) -> str:
     """The report page (a complete HTML document) for a pipeline summary and its aggregates.
 
     Args:
-        summary: the pipeline summary (``captures`` rows, ``totals``, ``seconds``, ``master``,
-            optional ``streams``).
+        summary: the pipeline summary (``captures`` rows, ``totals``, ``steps``: step -> wall
+            seconds of the steps before the report, ``master``, optional ``streams``).
         data: :func:`nbmq.spark.report.aggregate.collect`'s result.
+        findings: :func:`nbmq.spark.report.expert.load`'s frame (the ``findings/`` table), or
+            None when the run wrote none.
+        started: ``time.perf_counter()`` when the report step began: its seconds so far join
+            the run's timing, so the header counts every step.
 
     Returns:
-        The HTML text (UTF-8 when written), one self-contained file.
+        The HTML text (UTF-8 when written), one self-contained file: inline CSS, the chart
+        data as JSON, uPlot and the drawing script; nothing is fetched.
     """
-    for drawing in data.charts.values():  # charts drawn while Spark worked: done before pyplot is used here
-        drawing.result()
+    import pandas as pd
+
+    figures = _Charts()
     caps = data.captures
     nbmq_caps = caps[caps.protocol == "nbmq"].sort_values("capture")
     totals = summary.get("totals", {})
-    p: list[str] = [
-        "<!doctype html><html lang=en><head><meta charset='utf-8'>",
-        "<meta name=viewport content='width=device-width,initial-scale=1'><title>nbmq traffic report</title>",
-        f"<style>{_CSS}</style></head><body><main>",
-        "<h1>nbmq traffic report</h1>",
-        f"<p class=lead>{len(summary.get('captures', []))} capture(s), pipeline run in {summary.get('seconds', 0):.1f} s "
-        f"on <code>{_e(summary.get('master'))}</code>. Ids are hex u64; c2s is client to server (the side that sent "
-        "Connect); rates use the capture's own time axis, shared by all its sessions.</p>",
-    ]
-    p += [f"<p class=note>{_e(n)}</p>" for n in data.notes]
-    p.append(_cards([
-        ("UDP datagrams", count(totals.get("datagrams", 0))), ("complete messages", count(totals.get("messages_complete", 0))),
-        ("incomplete messages", count(totals.get("messages_incomplete", 0))), ("sessions", count(totals.get("sessions", 0))),
-        ("malformed datagrams", count(totals.get("error_rows", 0))), ("duplicates", count(totals.get("duplicates", 0))),
-    ] + [(f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"])) for k, v in summary.get("streams", {}).items()]))
-    nav = ["<a href='#captures'>Captures</a>", "<a href='#latency'>Latency</a>"]
-    nav += [f"<a href='#cap-{_e(c)}'>{_e(c)}</a>" for c in nbmq_caps["capture"]]
-    nav += [f"<a href='#{k}'>{k}</a>" for k in data.streams]
-    p.append("<nav>" + "".join(nav) + "</nav>")
+    if findings is not None:
+        findings = expert.relative_times(findings, caps)
+    shown: set[tuple[str, int]] = set()
+    p: list[str] = []
 
     # Captures overview: UDP counts from the summary, stream counts from the stream tables.
     spans = {r.capture: r for r in caps.itertuples()}
@@ -186,50 +223,96 @@ def render(summary: dict[str, Any], data: ReportData) -> str:
           "<p>Handshake: Connect &rarr; Connected &rarr; first Heartbeat, per session. SafeDealer ack: a data "
           "frame &rarr; the Ack carrying its FNV-1a 64 hash (first send to first Ack). Assembly: a complete "
           "message's first frame to its last.</p>",
-          _latency_table(data.latency), _chart(charts.latency(data.histograms, list(nbmq_caps["capture"])))]
+          _latency_table(data.latency), figures.add_all(charts.latency(data.histograms, list(nbmq_caps["capture"])))]
 
     clients = {(r["capture"], int(r["session_id"])): r["client"] for r in data.sessions.to_dict("records")} if len(data.sessions) else {}
     for cap in nbmq_caps.itertuples():
         c = cap.capture
         m = data.messages[data.messages.capture == c]
+        t = data.traffic[data.traffic.capture == c]
+        control = data.control[data.control.capture == c]
         sess = data.sessions[data.sessions.capture == c] if len(data.sessions) else data.sessions
-        drawn = data.charts.get(("traffic", c))
+        listed = _busiest(sess)
+        shown |= {(c, int(s)) for s in listed["session_id"]} if len(listed) else set()
+        found = findings[findings.capture == c] if findings is not None else None
         p += [f"<h2 id='cap-{_e(c)}'>{_e(c)}</h2>",
-              f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s).</p>",
-              "<h3>Sessions</h3>", _sessions_table(_busiest(sess)),
+              f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s). Drag across a "
+              "chart to zoom all of this capture's charts, double-click to zoom out; click a legend entry to hide "
+              "its series.</p>",
+              "<h3>Sessions</h3>", _sessions_table(listed),
               f"<p>The {_MAX_SESSION_ROWS} busiest of {len(sess):,} sessions; all are in <code>sessions/</code>.</p>"
               if len(sess) > _MAX_SESSION_ROWS else "",
-              "<h3>Traffic</h3>",
-              _chart(drawn.result() if drawn is not None else charts.capture_traffic(cap, data.traffic, data.messages)),
+              "<h3>Session timeline</h3>",
+              "<p>A bar where a peer sent anything in a time bin; a gap in its bars is silence. Markers: "
+              "<span style='color:#8c564b'>&#9660; Disconnected</span> on its sender's lane; findings on both lanes "
+              "of their session, coloured by severity (<span class=sev-error>error</span>, "
+              "<span class=sev-warning>warning</span>, <span class=sev-note>note</span>; listed under "
+              "<a href='#expert'>Expert info</a>).</p>",
+              figures.add(charts.timeline(cap, t, control, found, clients)) or "<p>no traffic</p>",
+              "<h3>Traffic</h3>", figures.add_all(charts.traffic(cap, t, m, _busiest_ids(t))),
+              "<h3>Loss and health</h3>",
+              figures.add(charts.health(cap, m, data.resends[data.resends.capture == c]))
+              or "<p class=ok>no duplicates, resends, rejected frames or incomplete messages</p>",
+              _findings_counts(found),
               "<h3>Control-frame flow</h3>",
               "<p>Connect, Connected and Disconnected as sent, in time order (seconds since the first frame); "
               "heartbeats folded into one row per direction, plus a row for each gap over "
               f"{GAP_FACTOR:g} &times; the {HEARTBEAT_INTERVAL_S:g} s interval.</p>"]
         server_eps = list(dict.fromkeys(sess["server"])) if len(sess) else []
-        flow = charts.flow_rows(data.control[data.control.capture == c], data.heartbeats[data.heartbeats.capture == c],
-                                data.gaps[data.gaps.capture == c], clients)
-        p.append(_chart(charts.flow_graph(c, flow, server_eps)) or "<p>no control frames</p>")
-        p.append("<h3>Loss and health</h3>")
-        resends = data.resends[data.resends.capture == c]
-        p.append(_chart(charts.health(cap, m, resends)) or "<p class=ok>no duplicates, resends, rejected frames or incomplete messages</p>")
-        gaps = data.gaps[data.gaps.capture == c].sort_values("at_s").to_dict("records")
-        p += [f"<p>Heartbeat gaps over {GAP_FACTOR * HEARTBEAT_INTERVAL_S:g} s:</p>", _table(gaps, [
-            ("session", "session_id", lambda v: f"<span class=id>{hex_id(v)}</span>", True), ("direction", "direction", _e, True),
-            ("at (s)", "at_s", lambda v: f"{v:.3f}", False), ("gap", "gap_s", duration, False),
-        ], "no heartbeat gaps"), "<p>Incomplete messages by reason:</p>",
-            _table(data.incomplete[data.incomplete.capture == c].to_dict("records"), [
-                ("reason", "reason", _e, True), ("messages", "messages", _num, False), ("missing", "missing_bytes", size, False),
-            ], "every message is complete"), "<p>Malformed datagrams by reason:</p>",
-            _table(data.errors[data.errors.capture == c].to_dict("records"), [
-                ("reason", "reason", _e, True), ("rows", "rows", _num, False)], "no malformed datagrams")]
+        flow = charts.flow_rows(control, data.heartbeats[data.heartbeats.capture == c], data.gaps[data.gaps.capture == c], clients)
+        p.append(_svg(charts.flow_svg(c, flow, server_eps)) or "<p>no control frames</p>")
+        p += ["<p>Malformed datagrams by reason:</p>",
+              _table(data.errors[data.errors.capture == c].to_dict("records"), [
+                  ("reason", "reason", _e, True), ("rows", "rows", _num, False)], "no malformed datagrams")]
 
     for proto, st in data.streams.items():
-        p.append(_streams_section(proto, st, caps[caps.protocol == proto]))
-    p.append("</main></body></html>")
-    return "\n".join(p)
+        p.append(_streams_section(proto, st, caps[caps.protocol == proto], figures))
+    p.append(expert.section(findings, shown))
+
+    seconds, steps = _timing(summary, started)
+    counts = findings.groupby("severity").size() if findings is not None and len(findings) else pd.Series(dtype=int)
+    head = [
+        "<!doctype html><html lang=en><head><meta charset='utf-8'>",
+        "<meta name=viewport content='width=device-width,initial-scale=1'><title>nbmq traffic report</title>",
+        f"<style>{_CSS}{(STATIC / 'uPlot.min.css').read_text(encoding='utf-8')}</style></head><body><main>",
+        "<h1>nbmq traffic report</h1>",
+        f"<p class=lead>{len(summary.get('captures', []))} capture(s), pipeline run in {seconds:.1f} s "
+        f"on <code>{_e(summary.get('master'))}</code>{f' ({_e(steps)})' if steps else ''}. Ids are hex u64; c2s is "
+        "client to server (the side that sent Connect); rates use the capture's own time axis, shared by all its "
+        "sessions.</p>",
+    ]
+    head += [f"<p class=note>{_e(n)}</p>" for n in data.notes]
+    head.append(_cards([
+        ("UDP datagrams", count(totals.get("datagrams", 0))), ("complete messages", count(totals.get("messages_complete", 0))),
+        ("incomplete messages", count(totals.get("messages_incomplete", 0))), ("sessions", count(totals.get("sessions", 0))),
+        ("malformed datagrams", count(totals.get("error_rows", 0))), ("duplicates", count(totals.get("duplicates", 0))),
+    ] + [(f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"])) for k, v in summary.get("streams", {}).items()]
+      + [(f"{s} findings", count(counts.get(s, 0))) for s in expert.SEVERITIES if findings is not None]))
+    nav = ["<a href='#captures'>Captures</a>", "<a href='#latency'>Latency</a>", "<a href='#expert'>Expert info</a>"]
+    nav += [f"<a href='#cap-{_e(c)}'>{_e(c)}</a>" for c in nbmq_caps["capture"]]
+    nav += [f"<a href='#{k}'>{k}</a>" for k in data.streams]
+    head.append("<nav>" + "".join(nav) + "</nav>")
+    return "\n".join(head + p + ["</main>", figures.scripts(), "</body></html>"])
 
 
-def _streams_section(proto: str, st: dict[str, Any], caps: Any) -> str:
+def _busiest_ids(t: Any) -> list[int]:
+    """Session ids of a capture's traffic rows, the most frames first (session 0 left out)."""
+    if not len(t):
+        return []
+    return [int(s) for s in t.groupby("session_id")["frames"].sum().sort_values(ascending=False).index if int(s)]
+
+
+def _findings_counts(found: Any) -> str:
+    """One line counting a capture's findings by kind, linked to the Expert info lists."""
+    if found is None:
+        return ""
+    if not len(found):
+        return "<p class=ok>No findings for this capture.</p>"
+    parts = [f"<a href='#kind-{_e(k)}'>{_e(k)}</a> {count(n)}" for k, n in found.groupby("kind").size().items()]
+    return "<p>Findings: " + ", ".join(parts) + ".</p>"
+
+
+def _streams_section(proto: str, st: dict[str, Any], caps: Any, figures: _Charts) -> str:
     what = "packets" if proto == "bqsp" else "messages"
     title = "BQSP over TCP" if proto == "bqsp" else "rqueue over TCP"
     p = [f"<h2 id={proto}>{title}</h2>"]
@@ -245,9 +328,9 @@ def _streams_section(proto: str, st: dict[str, Any], caps: Any) -> str:
         ])]
     for cap in caps.sort_values("capture").itertuples():
         rates = st["rates"][st["rates"].capture == cap.capture]
-        p += [f"<h3>{_e(cap.capture)}: {what} per second</h3>", _chart(charts.stream_rates(cap, rates, what))]
+        p += [f"<h3>{_e(cap.capture)}: {what} per second</h3>", figures.add_all(charts.stream_rates(cap, rates, what))]
         if proto == "bqsp" and "in_flight" in st:
-            p += ["<h3>Requests in flight</h3>", _chart(charts.in_flight(cap, st["in_flight"][st["in_flight"].capture == cap.capture]))]
+            p += ["<h3>Requests in flight</h3>", figures.add(charts.in_flight(cap, st["in_flight"][st["in_flight"].capture == cap.capture]))]
     sizes = st.get("sizes")
     if sizes is not None and len(sizes):
         rows = sizes.sort_values(["capture", "direction", "bucket"]).to_dict("records")
@@ -286,17 +369,20 @@ def _streams_section(proto: str, st: dict[str, Any], caps: Any) -> str:
     return "\n".join(p)
 
 
-def write_report(path: str | Path, summary: dict[str, Any], data: ReportData) -> Path:
+def write_report(path: str | Path, summary: dict[str, Any], data: ReportData, started: float | None = None) -> Path:
     """Render the report and write it (UTF-8).
 
     Args:
         path: the HTML file to write (replaced).
-        summary: the pipeline summary (see :func:`render`).
+        summary: the pipeline summary (see :func:`render`); its ``tables`` may name
+            ``findings``, whose rows fill the Expert info section and the timelines' markers.
         data: :func:`nbmq.spark.report.aggregate.collect`'s result.
+        started: ``time.perf_counter()`` when the report step began (see :func:`render`).
 
     Returns:
         ``path`` as a Path. Raises OSError when it cannot be written.
     """
     path = Path(path)
-    path.write_text(render(summary, data), encoding="utf-8")
+    findings = expert.load(summary.get("tables", {}).get("findings"))
+    path.write_text(render(summary, data, findings, started), encoding="utf-8")
     return path
