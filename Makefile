@@ -17,7 +17,7 @@ FUZZ_SECONDS ?= 300
 
 $(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install --quiet -e '.[spark,test]'
 	-@$(MAKE) --no-print-directory test-tools
 	touch $(STAMP)
@@ -49,7 +49,7 @@ fuzz: $(STAMP)
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --per-target $(FUZZ_SECONDS) --targets $(FUZZ_TARGETS)
 
 asan: $(STAMP)
-	$(PY) -m pip install --quiet 'Cython>=3,<4' 'setuptools>=68'   # the rebuild runs outside pip's build isolation
+	$(PY) -m pip install --quiet 'Cython>=3,<4' 'setuptools>=77'   # the rebuild runs outside pip's build isolation
 	$(PY) -m fuzz.asan --targets $(FUZZ_TARGETS)
 
 bench: $(STAMP)

@@ -3,8 +3,11 @@
 Runs the streaming sessions query (:func:`nbmq.spark.streaming.session_windows.build_stream_sessions`)
 over ``spark.readStream.format("nbmq").load(DIR)`` and, after each micro-batch, redraws a rich
 table in the terminal: one line per session with its latest closed window and totals since the
-start. ``--out DIR`` also appends every window row to Parquet. Stops on Ctrl-C, after
-``--batches`` micro-batches or ``--timeout`` seconds.
+start. A capture that stops growing for ``--idle`` seconds gets its last windows closed (the
+source's idle row moves the watermark past it), so the totals reach the batch pipeline's within
+``--idle`` plus two triggers of the last append, also when a peer dies. ``--out DIR`` also
+appends every window row to Parquet. Stops on Ctrl-C, after ``--batches`` micro-batches or
+``--timeout`` seconds.
 
 A subcommand module of the ``nbmq`` command (contract: ``HELP``, ``add_arguments(parser)``,
 ``run(args) -> int``; standard-library imports only at the top level).
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -22,7 +26,22 @@ from typing import Any
 
 HELP = "live per-session health of a folder of growing captures (Spark Structured Streaming)"
 
-__all__ = ["HELP", "add_arguments", "run", "MonitorTable"]
+__all__ = ["HELP", "add_arguments", "run", "MonitorTable", "interval_seconds"]
+
+_UNITS = {"ms": 1e-3, "millisecond": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0,
+          "h": 3600.0, "hour": 3600.0}
+
+
+def interval_seconds(text: str) -> float:
+    """A Spark interval such as ``"2 seconds"`` or ``"500 milliseconds"`` in seconds.
+
+    Raises:
+        ValueError: the text is not a number and a unit (ms, s, min, h, or their words).
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-z]+?)s?\s*", text.lower())
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(f"not an interval: {text!r} (say e.g. '2 seconds')")
+    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=1.0, help="window length, seconds of capture time (default 1)")
     parser.add_argument("--watermark", default="2 seconds", help="how late a frame may arrive (default '2 seconds')")
     parser.add_argument("--trigger", type=float, default=1.0, help="seconds between micro-batches (default 1)")
+    parser.add_argument("--idle", type=float, default=2.0,
+                        help="close a capture's open windows once it has not grown for this many seconds (default 2; 0: never)")
     parser.add_argument("--out", help="also append every window row to Parquet in this folder")
     parser.add_argument("--checkpoint", help="checkpoint folder (default: a temporary one; give one to resume)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
@@ -53,7 +74,7 @@ class MonitorTable:
     """
 
     def __init__(self) -> None:
-        self.sessions: dict[tuple[str, int], dict[str, Any]] = {}
+        self.sessions: dict[tuple[str, int], dict[str, Any]] = {}  # (capture, session id) -> view
         self.batches = 0
         self.windows = 0
 
@@ -63,14 +84,15 @@ class MonitorTable:
         for row in sorted(rows, key=lambda r: r["window_start"]):
             self.windows += 1
             key = (row["capture"], int(row["session_id"]))
-            s = self.sessions.setdefault(key, {"totals": {}, "last": None, "max_gap": None})
+            s = self.sessions.setdefault(key, {"totals": {}, "last": None, "max_silence": None})
             for name, value in row.items():
-                if name.startswith(("frames_", "messages_")) or name in ("bytes", "message_bytes", "resends"):
+                if name.startswith(("frames_", "messages_")) and name != "messages_in_flight" or name in (
+                        "bytes", "message_bytes", "resends"):
                     s["totals"][name] = s["totals"].get(name, 0) + int(value or 0)
             s["last"] = row
-            gap = row.get("max_heartbeat_gap_s")
-            if gap is not None and gap == gap and (s["max_gap"] is None or gap > s["max_gap"]):
-                s["max_gap"] = gap
+            silence = row.get("max_silence_s")
+            if silence is not None and silence == silence and (s["max_silence"] is None or silence > s["max_silence"]):
+                s["max_silence"] = silence
 
     def render(self) -> Any:
         """A ``rich.table.Table`` of the sessions (latest window's frames and bytes, totals)."""
@@ -78,17 +100,20 @@ class MonitorTable:
 
         table = Table(title=f"nbmq monitor: {len(self.sessions)} sessions, {self.windows} windows, {self.batches} batches")
         for col in ("capture", "session", "window end", "frames/win", "bytes/win", "frames", "data", "hb",
-                    "acks", "msgs ok", "msgs incompl.", "resends", "max hb gap s"):
-            table.add_column(col, justify="left" if col in ("capture", "session", "window end") else "right")
+                    "acks", "msgs ok", "msgs incompl.", "in flight", "resends", "max silence s", "peers"):
+            table.add_column(col, justify="left" if col in ("capture", "session", "window end", "peers") else "right")
         for (capture, sid), s in sorted(self.sessions.items()):
             last, t = s["last"], s["totals"]
             frames_win = sum(int(last[k] or 0) for k in last if k.startswith("frames_"))
+            state = "disconnected" if t.get("frames_disconnected") else (
+                f"{last.get('silent_peers')} silent" if last.get("silent_peers") else "alive")
             table.add_row(
                 capture, f"{sid:016x}", str(last["window_end"])[:23], str(frames_win), str(last["bytes"]),
                 str(sum(v for k, v in t.items() if k.startswith("frames_"))), str(t.get("frames_data", 0)),
                 str(t.get("frames_heartbeat", 0)), str(t.get("frames_ack", 0)), str(t.get("messages_complete", 0)),
-                str(t.get("messages_incomplete", 0)), str(t.get("resends", 0)),
-                "-" if s["max_gap"] is None else f"{s['max_gap']:.3f}",
+                str(t.get("messages_incomplete", 0) + int(last.get("messages_in_flight") or 0)),
+                str(last.get("messages_in_flight") or 0), str(t.get("resends", 0)),
+                "-" if s["max_silence"] is None else f"{s['max_silence']:.3f}", state,
             )
         return table
 
@@ -101,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
     """
     if not os.path.isdir(args.dir):
         print(f"nbmq monitor: {args.dir!r} is not a folder", file=sys.stderr)
+        return 2
+    try:  # the idle row moves the watermark past the capture's last window
+        advance = interval_seconds(args.watermark) + args.window
+    except ValueError as exc:
+        print(f"nbmq monitor: --watermark: {exc}", file=sys.stderr)
         return 2
     try:
         from rich.console import Console
@@ -135,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
 
     checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="nbmq-monitor-")
     reader = spark.readStream.format("nbmq").option("end_row", str(bool(args.available_now and args.final)).lower())
+    if args.idle > 0 and not args.available_now:
+        reader = reader.option("idle_seconds", str(args.idle)).option("idle_advance_seconds", str(advance))
     frames = reader.load(os.path.abspath(args.dir))
     sessions = build_stream_sessions(frames, args.window, StreamMessageOptions(watermark=args.watermark))
     writer = sessions.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)

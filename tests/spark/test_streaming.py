@@ -1,6 +1,6 @@
 """Structured Streaming over growing captures: the source's offsets survive a restart, the
 stateful messages equal the batch pipeline's on the same bytes while a writer appends them,
-and ``nbmq monitor`` shows the sessions stream (issue 14)."""
+and ``nbmq monitor`` shows the sessions stream, also of a capture that stops growing."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
 
     rows = spark.read.parquet(str(out)).where("capture = 'safe_dealer.pcap'")
     sums = [F.sum(c).alias(c) for c in WINDOW_COUNTERS]  # one job for every total
-    totals = rows.agg(*sums, F.max("max_heartbeat_gap_s").alias("gap")).collect()[0].asDict()
+    totals = rows.agg(*sums, F.max("max_silence_s").alias("gap")).collect()[0].asDict()
     frames = spark.read.format("nbmq").option("payload", "false").load(str(folder / "safe_dealer.pcap"))
     kinds = {r["kind_name"]: r["count"] for r in frames.groupBy("kind_name").count().collect()}
     for kind, n in kinds.items():
@@ -187,3 +187,49 @@ def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
     parser2 = argparse.ArgumentParser()
     monitor_command.add_arguments(parser2)
     assert monitor_command.run(parser2.parse_args([str(tmp_path / "missing")])) == 2
+
+
+def test_monitor_catches_up_when_a_growing_capture_stops(spark, tmp_path, capsys):
+    """A capture grows in 5 pieces 2 s apart while ``nbmq monitor`` runs (idle 2 s, trigger 1 s):
+    once it stops growing its last windows close, so the live totals equal the batch read's
+    (frames by kind, complete messages; a Connect counted on the session it opens: no session-0
+    row), and the peers stay alive."""
+    import threading
+
+    from pyspark.sql import functions as F
+
+    from nbmq.cli import monitor as monitor_command
+    from nbmq.spark.streaming.session_windows import WINDOW_COUNTERS
+
+    folder = tmp_path / "ring"
+    folder.mkdir()
+    live = folder / "safe_dealer.pcap"
+    data = (CAPTURES / "safe_dealer.pcap").read_bytes()
+    live.write_bytes(data[:24])
+    parser = argparse.ArgumentParser()
+    monitor_command.add_arguments(parser)
+    out = tmp_path / "sessions"
+    args = parser.parse_args([str(folder), "--no-live", "--out", str(out), "--timeout", "75", "--idle", "2",
+                              "--trigger", "1", "--checkpoint", str(tmp_path / "ck"), "--watermark", "1 second"])
+    writer = threading.Thread(target=_append_in_pieces, args=(data, live, 5, 2.0))
+    started = threading.Timer(8.0, writer.start)  # the first pieces land once the query runs
+    started.start()
+    try:
+        assert monitor_command.run(args) == 0
+    finally:
+        started.cancel()
+        if writer.is_alive() or started.finished.is_set():
+            writer.join(timeout=30)
+    assert live.read_bytes() == data
+    rows = spark.read.parquet(str(out))
+    sums = [F.sum(c).alias(c) for c in WINDOW_COUNTERS]
+    totals = rows.agg(*sums, F.max("silent_peers").alias("silent")).collect()[0].asDict()
+    frames = spark.read.format("nbmq").option("payload", "false").load(str(live))
+    kinds = {r["kind_name"]: r["count"] for r in frames.groupBy("kind_name").count().collect()}
+    assert kinds["connect"] >= 1 and kinds["data"] > 1000
+    for kind, n in kinds.items():
+        assert totals[f"frames_{kind}"] == n, kind
+    assert totals["messages_complete"] == 400 and totals["messages_incomplete"] == 0
+    assert rows.where("session_id = 0").count() == 0
+    assert totals["silent"] == 0
+    assert "0 silent" not in capsys.readouterr().out

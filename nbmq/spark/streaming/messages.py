@@ -323,12 +323,13 @@ def frames_for_messages(frames: DataFrame) -> DataFrame:
 
 
 def _decoded_or_end() -> Any:
-    """Decoded frames, and the source's end row (it moves the watermark; the steps drop it)."""
+    """Decoded frames, and the source's end and idle rows (they move the watermark; the steps
+    drop them)."""
     from pyspark.sql import functions as F
 
-    from .source import END_OF_DATA
+    from .source import END_OF_DATA, IDLE_PREFIX
 
-    return F.col("error").isNull() | (F.col("error") == F.lit(END_OF_DATA))
+    return F.col("error").isNull() | (F.col("error") == F.lit(END_OF_DATA)) | F.col("error").startswith(IDLE_PREFIX)
 
 
 def _dec(value: int) -> Any:

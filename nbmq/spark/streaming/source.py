@@ -37,11 +37,20 @@ so they emit what they hold (completed messages waiting for late frames, incompl
 open windows). Use it over finished captures only: the watermark stays there, so the same
 checkpoint drops any later frame as late.
 
+Idle captures: with ``idle_seconds`` (default 0: off) a capture file that has not grown for that
+many seconds of processing time, all of it read, gets one row whose ``error`` starts with
+:data:`IDLE_PREFIX` and whose ``timestamp`` is its last frame's plus ``idle_advance_seconds``
+(give the watermark delay plus the window: the watermark then passes that file's last window,
+so the streaming sessions close it although no later frame will come; ``nbmq monitor --idle``).
+The row comes once per pause: the file must grow before it gets another. Frames that come after
+it count in the oldest window still open, so no frame is lost.
+
 Options: ``path`` (the folder; a file or glob also works), ``payload``, ``udp_ports``,
 ``batch_rows`` as for the batch source; ``split_bytes`` (default 16 MiB: a larger new range of
 one pcap file is cut at record boundaries into several partitions); ``max_bytes_per_trigger``
 (default unlimited: a batch takes whole files' new ranges, in name order, until it has this many
-bytes, at least one range); ``end_row`` (default false, see above).
+bytes, at least one range); ``end_row`` (default false, see above); ``idle_seconds`` and
+``idle_advance_seconds`` (see above).
 """
 
 from __future__ import annotations
@@ -59,13 +68,15 @@ from pyspark.sql.types import StructType
 from ..datasource import DEFAULT_BATCH_ROWS, NbmqDataSource, expand_paths, frames_request
 from .ringfiles import FileOffset, fingerprint, replaced
 
-__all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range"]
+__all__ = ["NbmqStreamingDataSource", "NbmqStreamReader", "StreamRange", "read_stream_range", "IDLE_PREFIX"]
 
 DEFAULT_STREAM_SPLIT_BYTES = 16 * 1024 * 1024
 #: ``error`` of the ``end_row`` option's row
 END_OF_DATA = "end of data"
 #: ``timestamp`` of the ``end_row`` option's row, seconds since the epoch (2200-01-01 UTC)
 END_TIMESTAMP = 7_258_118_400
+#: ``error`` of an idle capture's row (``idle_seconds``), followed by the seconds it waited
+IDLE_PREFIX = "idle: no growth for"
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class StreamRange(InputPartition):
     error: str = ""
     size: int = 0
     defer_at: int = 0
+    idle_advance_ns: int = 0
 
 
 class NbmqStreamingDataSource(NbmqDataSource):
@@ -133,6 +145,10 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.split_bytes = int(options.get("split_bytes", DEFAULT_STREAM_SPLIT_BYTES))
         self.max_bytes = int(options.get("max_bytes_per_trigger", 0))
         self.end_row = str(options.get("end_row", "false")).lower() == "true"
+        self.idle_seconds = float(options.get("idle_seconds", 0))
+        self.idle_advance_ns = int(float(options.get("idle_advance_seconds", 0)) * 1e9)
+        # name -> (size, monotonic time it was last seen to change), for idle_seconds
+        self._grown: dict[str, tuple[int, float]] = {}
         ports = options.get("udp_ports", "")
         self.udp_ports = [int(p) for p in ports.split(",") if p.strip()] or None
         self._target: dict[str, list[int]] | None = None
@@ -200,11 +216,39 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    *((d.at, d.to, d.trailing) if d else ())).to_json()
             if budget is not None:
                 budget -= b.end - end
+        result: dict[str, Any] = {"files": out}
+        idle = self._idle(out, dict((start or {}).get("idle", {})))
+        if idle:
+            result["idle"] = idle
         if self.end_row and self._target is not None and all(
             out.get(n, [0])[0] >= t[0] for n, t in self._target.items()
         ):
-            return {"files": out, "end": 1}  # everything read: the end row comes with this batch
-        return {"files": out}
+            result["end"] = 1  # everything read: the end row comes with this batch
+        return result
+
+    def _idle(self, files: dict[str, list[int]], before: dict[str, int]) -> dict[str, int]:
+        """Name -> read end of the files idle for ``idle_seconds`` with every byte read (kept
+        while they stay so, so each pause gives one row)."""
+        if self.idle_seconds <= 0 or self._target is not None:
+            return {}
+        import time
+
+        now = time.monotonic()
+        folder = self._folder()
+        idle: dict[str, int] = {}
+        for name, value in files.items():
+            off = FileOffset.parse(value)
+            try:
+                size = os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                continue
+            seen = self._grown.get(name)
+            if seen is None or seen[0] != size:
+                self._grown[name] = (size, now)
+                seen = self._grown[name]
+            if before.get(name) == off.end or (size == off.end and off.end > 0 and now - seen[1] >= self.idle_seconds):
+                idle[name] = off.end
+        return idle
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
         from .boundaries import Deferred, record_starts
@@ -214,6 +258,11 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parts: list[StreamRange] = []
         if end.get("end") and not start.get("end"):
             parts.append(StreamRange("", 0, 0, 0, error=END_OF_DATA))
+        for name, at in sorted(end.get("idle", {}).items()):
+            if start.get("idle", {}).get(name) != at:
+                parts.append(StreamRange(os.path.join(folder, name), 0, at, 0,
+                                         error=f"{IDLE_PREFIX} {self.idle_seconds:g} s",
+                                         idle_advance_ns=self.idle_advance_ns))
         for name, value in sorted(end.get("files", {}).items()):
             to, since = FileOffset.parse(value), FileOffset.parse(before.get(name))
             path = os.path.join(folder, name)
@@ -275,6 +324,26 @@ def _end_row(arrow_schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
 
+def _idle_row(part: StreamRange, capture: str, arrow_schema: pa.Schema, udp_ports: list[int] | None) -> pa.RecordBatch | None:
+    """The idle row of ``part.path``: its last frame's time plus ``part.idle_advance_ns``; None
+    when the file holds no frame (or is gone: nothing waits for it then)."""
+    from ...capture import read_datagrams
+    from ...errors import CaptureError
+
+    try:
+        with open(part.path, "rb") as f:
+            data = f.read(part.end)
+        batch = read_datagrams(data, udp_ports=udp_ports)
+    except (OSError, CaptureError):
+        return None
+    if not len(batch):
+        return None
+    ts_ns = int(batch.timestamp_ns.max()) + part.idle_advance_ns
+    values = {"capture": capture, "error": part.error, "timestamp": ts_ns // 1000, "ts_ns": ts_ns}
+    columns = [pa.array([values.get(f.name)], f.type) for f in arrow_schema]
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+
 def _byte_budget(limit: Any) -> int | None:
     from pyspark.sql.streaming.datasource import ReadMaxBytes
 
@@ -309,6 +378,11 @@ def read_stream_range(
     capture = os.path.basename(part.path)
     if part.error == END_OF_DATA:
         yield _end_row(arrow_schema)
+        return
+    if part.error.startswith(IDLE_PREFIX):
+        row = _idle_row(part, capture, arrow_schema, udp_ports)
+        if row is not None:
+            yield row
         return
     if part.error:
         yield _capture_error_batch(capture, [part.error], 1, arrow_schema)
