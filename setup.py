@@ -24,6 +24,8 @@ def extensions():
     from Cython.Build import cythonize
     from setuptools import Extension
 
+    # Stripped, unless a sanitizer build (fuzz/asan.py) wants the symbols for its reports.
+    sanitized = "-fsanitize" in os.environ.get("CFLAGS", "") + os.environ.get("LDFLAGS", "")
     modules = [
         Extension(
             name,
@@ -31,6 +33,7 @@ def extensions():
             include_dirs=[numpy.get_include()],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
             extra_compile_args=["-O3"],
+            extra_link_args=[] if sanitized or sys.platform == "darwin" else ["-s"],
         )
         for name, sources, linux_only in EXTENSIONS
         if os.path.exists(sources[0]) and (not linux_only or sys.platform.startswith("linux"))

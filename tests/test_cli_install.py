@@ -61,6 +61,7 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (deps / item.name).symlink_to(item)
     purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env, tmp)
     Path(purelib.stdout.strip(), "numpy_only.pth").write_text(str(deps) + "\n")
+    (venv / "bin" / "nbmq-wheel").symlink_to(wheels[0])  # the wheel, for the contents test
     return venv / "bin"
 
 
@@ -104,3 +105,47 @@ def test_pipeline_without_spark_names_the_extra(plain_venv: Path, tmp_path: Path
     assert "Traceback" not in result.stderr
     assert "pip install 'nbmq[spark]'" in result.stderr and "pyspark" in result.stderr
     assert not (tmp_path / "out").exists()  # refused before writing anything
+
+
+def test_wheel_carries_its_licences_and_no_c_sources(plain_venv: Path) -> None:
+    """The wheel names its licence (SPDX) and ships the licence files (ours and the report's
+    bundled uPlot's) in its dist-info, and no generated C source."""
+    import zipfile
+
+    import nbmq
+
+    names = zipfile.ZipFile((plain_venv / "nbmq-wheel").resolve()).namelist()
+    info = f"nbmq-{nbmq.__version__}.dist-info"
+    assert not [n for n in names if n.endswith(".c")]
+    assert f"{info}/licenses/LICENSE" in names
+    assert f"{info}/licenses/nbmq/spark/report/static/uPlot.LICENSE" in names
+    assert "nbmq/spark/report/static/uPlot.iife.min.js" in names
+    metadata = zipfile.ZipFile((plain_venv / "nbmq-wheel").resolve()).read(f"{info}/METADATA").decode()
+    assert "License-Expression: MIT" in metadata and f"Version: {nbmq.__version__}" in metadata
+
+
+def _has_symbol_table(path: Path) -> bool:
+    """True when the ELF file at ``path`` has a ``.symtab`` section (not stripped)."""
+    import struct
+
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, f"{path} is not a 64-bit ELF file"
+    fmt = "<" if data[5] == 1 else ">"
+    shoff, = struct.unpack_from(fmt + "Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from(fmt + "HHH", data, 0x3A)
+    sections = [struct.unpack_from(fmt + "IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_at = sections[shstrndx][4]
+    for name_off, *_ in sections:
+        end = data.index(b"\0", names_at + name_off)
+        if data[names_at + name_off:end] == b".symtab":
+            return True
+    return False
+
+
+def test_compiled_modules_are_stripped() -> None:
+    """The extensions setup.py builds (the wheel's, and these in-place ones alike) carry no symbol
+    table: a few hundred kB less each."""
+    built = sorted((ROOT / "nbmq").rglob("*.so"))
+    if not built:
+        pytest.skip("no compiled module in this checkout (a pure-Python install)")
+    assert [p.name for p in built if _has_symbol_table(p)] == []
