@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         port = parent.recv()
         loop_name = _use_uvloop(not args.no_uvloop)
         print(f"BQSP request/response over loopback, echo server in its own process, median of "
-              f"{args.repeats} x {args.duration:g} s, codec={codec.IMPLEMENTATION}, loop={loop_name}, "
+              f"{args.repeats} x {args.duration:g} s, codec={'cython' if codec.COMPILED else 'python'}, loop={loop_name}, "
               f"cpus={os.cpu_count()}")
         header = f"{'payload':>9}{'in flight':>11}{'requests/s':>13}{'MB/s each way':>15}{'runs':>30}"
         print(header)

@@ -13,7 +13,7 @@ One round sends a batch of messages from a connecting engine to a bound one over
 :class:`nbmq.testing.Network` (no loss, 0.1 ms delay; the simulator copies every datagram, hands
 the receiver a view of a reused buffer, and flushes after every batch, as a transport does) and
 ends when every message was received (and, for SafeDealer, acked). The codec in use
-(``nbmq.codec.IMPLEMENTATION``) is printed; set NBMQ_NO_EXTENSIONS=1 to measure the twin.
+(``nbmq.codec.COMPILED``) is printed; set NBMQ_NO_EXTENSIONS=1 to measure the twin.
 Importing this module has no side effects.
 """
 
@@ -151,7 +151,7 @@ if pytest is not None:
         )
         assert result == batch
         median = benchmark.stats.stats.median
-        benchmark.extra_info["codec"] = codec.IMPLEMENTATION
+        benchmark.extra_info["codec"] = "cython" if codec.COMPILED else "python"
         benchmark.extra_info["messages_per_round"] = batch
         benchmark.extra_info["msgs_per_s"] = round(batch / median)
         benchmark.extra_info["MB_per_s"] = round(batch * size / median / 1e6, 1)
@@ -169,7 +169,7 @@ def main() -> None:
     from nbmq import codec
 
     how = "engines alone (receive_datagrams)" if args.direct else "simulator"
-    print(f"codec: {codec.IMPLEMENTATION}; {how}; median of {args.rounds} rounds, CPU time")
+    print(f"codec: {'cython' if codec.COMPILED else 'python'}; {how}; median of {args.rounds} rounds, CPU time")
     print(f"{'socket':<11} {'size':>7} {'msgs/s':>10} {'MB/s':>8}")
     run = measure_direct if args.direct else measure
     for kind in args.kinds.split(","):

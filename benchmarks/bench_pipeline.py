@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.read.format("nbmq").load(small).selectExpr("count(*)", "sum(chunk_size)").collect()
             spark.read.format("nbmq_raw_bench").load(small).count()
             console.print(f"Spark {spark.version} on {spark.sparkContext.master} ({cores} cores), codec "
-                          f"{codec.IMPLEMENTATION}, split {split / 2**20:.1f} MiB; start-up "
+                          f"{'cython' if codec.COMPILED else 'python'}, split {split / 2**20:.1f} MiB; start-up "
                           f"{time.perf_counter() - t:.1f} s (excluded)")
 
         if args.messages:

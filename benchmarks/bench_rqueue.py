@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         loop = "asyncio"
     print(f"rqueue fan-out: {PAYLOAD} B notification payloads, 1 publisher, median of {args.repeats} x "
-          f"{args.duration:g} s, nbmq codec={codec.IMPLEMENTATION}, server loop={loop}, cpus={os.cpu_count()}")
+          f"{args.duration:g} s, nbmq codec={'cython' if codec.COMPILED else 'python'}, server loop={loop}, cpus={os.cpu_count()}")
     if "redis" not in systems:
         print("(redis-server not on PATH or --no-redis: Redis skipped)")
     results: dict[tuple[str, int], dict] = {}

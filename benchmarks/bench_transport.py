@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     from nbmq.transports import batch
 
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    print(f"codec={codec.IMPLEMENTATION} batch_io={'recvmmsg' if batch.NATIVE else 'recvfrom'} "
+    print(f"codec={'cython' if codec.COMPILED else 'python'} batch_io={'recvmmsg' if batch.COMPILED else 'recvfrom'} "
           f"cpus={os.cpu_count()} load={load} duration={d}s repeat={r}")
     floor = _median_case(lambda: python_floor(500, d), 500, r)
     try:

@@ -33,7 +33,7 @@ from .twins import Finding, check_same
 __all__ = ["capture_twins", "capture_split", "ack_hashes", "python_paths", "picture"]
 
 # (module, attribute) of every compiled helper the readers pick at import time
-_COMPILED = ((records, "_walk_chain"), (records, "_walk_fields"), (batch, "_native_gather"),
+_COMPILED = ((records, "_walk_chain"), (records, "_walk_fields"), (batch, "_gather"),
              (decode_fast, "_decode"), (assemble, "_factorize"), (hashes, "_native_fnv"))
 
 

@@ -115,7 +115,7 @@ CLI_MODULES = _cli_modules()
 ENTRY_POINTS = CLI_MODULES | {"nbmq.spark.submit", "nbmq.cli.__main__"}  # spark-submit's script runs nbmq.cli.pipeline
 
 ENGINE = ("nbmq.engine", "nbmq.streams")
-CODEC = ("nbmq.codec", "nbmq._codec", "nbmq._codec_py", "nbmq.wire", "nbmq.errors")
+CODEC = ("nbmq.codec", "nbmq._codec", "nbmq._codec_py", "nbmq.wire", "nbmq.errors", "nbmq.extensions")
 TRANSPORTS = ("nbmq.transports", "nbmq.aio")
 CAPTURE_SPARK = ("nbmq.capture", "nbmq.spark")
 

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         paths = [str(p) for p in bundled_captures() + stream_captures()]
         bqsp_ports = bqsp_ports or json.loads(streams_manifest_path().read_text())["bqsp_ports"]
     streams = [("rqueue", args.rqueue_ports or [DEFAULT_RQUEUE_PORT]), ("bqsp", bqsp_ports)]
-    print(f"codec: {codec.IMPLEMENTATION}")
+    print(f"codec: {'cython' if codec.COMPILED else 'python'}")
     failed = 0
     missing_dpkt = False
     for path, problem in _expand(paths):

@@ -41,13 +41,12 @@ from __future__ import annotations
 
 import random
 import struct
-import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import codec
+from .. import codec, extensions
 from ..errors import DecodeError, InteropError, NotSupported, WouldBlock
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import SocketOptions
@@ -78,21 +77,7 @@ _MAX_CHUNK = codec.MAX_CHUNK_SIZE
 def _load_fast() -> Any:
     """The compiled hot path (:mod:`nbmq.engine._fast`) when the codec is compiled too (its
     receive loop does what the compiled Reassembler does); None: the Python code here runs."""
-    if codec.IMPLEMENTATION != "cython":
-        return None
-    try:
-        from . import _fast  # type: ignore[attr-defined]
-    except ImportError:
-        if codec._flag("NBMQ_REQUIRE_EXTENSIONS"):
-            raise
-        warnings.warn(  # as the codec does: a silent fallback would hide a failed build
-            "nbmq.engine._fast is not built; Dealer runs its Python send/receive path (slower). "
-            "Build the extensions (setup.py build_ext) or set NBMQ_NO_EXTENSIONS=1.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return None
-    return _fast
+    return extensions.load("nbmq.engine._fast", needs="nbmq._codec")
 
 
 class Socket(Connection):

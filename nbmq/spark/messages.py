@@ -30,13 +30,13 @@ Counting rules:
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from .. import extensions
 from ._reassemble_py import _coverage, reassemble_group
 from ._reassemble_py import reassemble_groups as _reassemble_groups_py
 from .datasource import _u64_decimal
@@ -51,13 +51,8 @@ KEY = ["capture", "session_id", "src", "message_id"]
 _MAX_U32 = 0xFFFFFFFF
 _OUT_ROWS = 4096
 
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from ._reassemble import reassemble_groups as _reassemble_groups_c
-    except ImportError:  # not built (pure-Python install): the Python twin does the work
-        _reassemble_groups_c = None
-else:
-    _reassemble_groups_c = None
+_compiled = extensions.load("nbmq.spark._reassemble")
+_reassemble_groups_c = None if _compiled is None else _compiled.reassemble_groups
 
 #: True when the groups are reassembled by the compiled loop (``nbmq.spark._reassemble``).
 COMPILED = _reassemble_groups_c is not None

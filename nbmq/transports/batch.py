@@ -2,23 +2,23 @@
 
 On Linux the Cython module :mod:`nbmq.transports._batch` does the same with one ``recvmmsg`` /
 ``sendmmsg`` syscall per batch. :func:`batch_io` picks it, or this module's :class:`BatchIO`
-when ``NBMQ_NO_EXTENSIONS`` is set or the extension is missing. Both classes have the same
+where :func:`nbmq.extensions.load` gives the twin (``COMPILED`` says which). Both classes have the same
 constructor, attributes and methods, and deliver the same datagrams (tests/transports).
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import socket
 import sys
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchIO", "batch_io", "IMPLEMENTATION", "NATIVE"]
+from .. import extensions
 
-IMPLEMENTATION = "recvfrom"
+__all__ = ["BatchIO", "batch_io", "COMPILED"]
+
 _AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
 #: Linux's SO_RXQ_OVFL (the socket module does not name it): each datagram then carries the
 #: socket's running count of datagrams the kernel dropped for want of receive buffer.
@@ -164,15 +164,10 @@ class BatchIO:
         return start
 
 
-try:
-    if os.environ.get("NBMQ_NO_EXTENSIONS", "") not in ("", "0") or not sys.platform.startswith("linux"):
-        raise ImportError("batch extension disabled")
-    from ._batch import BatchIO as _NativeBatchIO  # type: ignore[import-not-found]
-
-    NATIVE = True
-except ImportError:
-    _NativeBatchIO = None
-    NATIVE = False
+_compiled = extensions.load("nbmq.transports._batch", linux_only=True)
+_NativeBatchIO = None if _compiled is None else _compiled.BatchIO
+#: True when :func:`batch_io` gives the ``recvmmsg`` / ``sendmmsg`` BatchIO by default.
+COMPILED = _compiled is not None
 
 
 def batch_io(sock: socket.socket, batch: int = 64, slot: int = 512, native: bool | None = None,
@@ -181,7 +176,7 @@ def batch_io(sock: socket.socket, batch: int = 64, slot: int = 512, native: bool
     (``native`` None or True), else the portable one. ``native=True`` without the extension
     raises ImportError. ``gso``/``gro`` (native UDP only; None = on) as in ``_batch``."""
     if native is None:
-        native = NATIVE
+        native = COMPILED
     if native:
         if _NativeBatchIO is None:
             raise ImportError("nbmq.transports._batch is not built (Linux only)")

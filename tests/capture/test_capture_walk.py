@@ -15,7 +15,7 @@ from nbmq.capture.files.records import RecordScanner
 
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 
-native = pytest.mark.skipif(not records.NATIVE_WALK, reason="nbmq.capture.files._records not built or disabled")
+native = pytest.mark.skipif(not records.COMPILED, reason="nbmq.capture.files._records not built or disabled")
 
 T0 = 1_795_312_315.0
 

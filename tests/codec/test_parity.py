@@ -81,6 +81,6 @@ def test_class_surfaces(c, name):
 def test_selector_exports_one_of_them():
     from nbmq import codec
 
-    module = importlib.import_module("nbmq._codec" if codec.IMPLEMENTATION == "cython" else "nbmq._codec_py")
+    module = importlib.import_module("nbmq._codec" if codec.COMPILED else "nbmq._codec_py")
     for name in py.__all__:
         assert getattr(codec, name) is getattr(module, name)

@@ -137,7 +137,7 @@ def test_a_full_asyncio_receiver_still_hears_its_peers(hwm):
         async with server:
             with client:
                 await connect_sync(server, client)
-                assert server._link.io.gro == (hwm >= 64 and batch.NATIVE)
+                assert server._link.io.gro == (hwm >= 64 and batch.COMPILED)
                 for i in range(8 * hwm):
                     client.send([b"m%d" % i], flush=False)
                 flush_all(client)
@@ -200,7 +200,7 @@ def test_asyncio_pacing_lets_a_small_buffer_receiver_keep_up():
                 assert time.monotonic() - start >= 0.4  # 640 KiB at 1 MB/s, 8 KiB ahead
                 assert server.counters.kernel_drops == 0
                 got = await burst(fast, server, 40, 16 << 10)
-                if batch.NATIVE:  # unpaced, one sendmmsg per 64 datagrams overflows the buffer
+                if batch.COMPILED:  # unpaced, one sendmmsg per 64 datagrams overflows the buffer
                     assert got < 40 and server.counters.kernel_drops > 0
                 # (the portable writer's sendto per datagram lets the receiver thread keep up)
 
@@ -221,7 +221,7 @@ def test_asyncio_pacing_and_gso_are_live_options():
                 assert client._link.io.gso is False
                 assert await burst(client, server, 20, 4000) == 20
                 assert client._link.io.gso_messages == 0  # every datagram on its own
-                if batch.NATIVE:
+                if batch.COMPILED:
                     client.gso = True
                     assert await burst(client, server, 20, 4000) == 20
                     assert client._link.io.gso_messages > 0  # the batch writer coalesced them

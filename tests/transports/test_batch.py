@@ -22,7 +22,7 @@ if batch._NativeBatchIO is not None:
 
 
 def test_native_extension_built_on_linux():
-    if sys.platform.startswith("linux") and batch.NATIVE is False and batch._NativeBatchIO is None:
+    if sys.platform.startswith("linux") and batch.COMPILED is False and batch._NativeBatchIO is None:
         import os
 
         if os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0"):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import mmap
-import os
 import socket
 from collections.abc import Iterable
 
 import numpy as np
 
+from ... import extensions
 from ..files.errorlog import ErrorLog
 from .batch import DatagramBatch, gather_ranges, ns_to_seconds
 from .rows import ERROR, OK, SKIP, RowTable
@@ -130,13 +130,8 @@ def _gather_payloads(table: RowTable, sel: np.ndarray, buf: object) -> tuple[np.
 
 # -- addresses: converted once per distinct address rather than once per packet
 
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from ._decode import factorize_addresses as _factorize
-    except ImportError:  # not built: np.unique does it
-        _factorize = None
-else:
-    _factorize = None
+_decode = extensions.load("nbmq.capture.datagrams._decode")
+_factorize = None if _decode is None else _decode.factorize_addresses  # else np.unique does it
 
 
 def address_table(

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import extensions
+
 __all__ = ["DatagramBatch", "ns_to_seconds", "gather_ranges"]
 
 _NS = 1_000_000_000
 
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from ..files._records import gather as _native_gather
-    except ImportError:
-        _native_gather = None
-else:
-    _native_gather = None
+_records = extensions.load("nbmq.capture.files._records")
+_gather = None if _records is None else _records.gather
 
 
 def ns_to_seconds(timestamp_ns: np.ndarray) -> np.ndarray:
@@ -55,9 +51,9 @@ def gather_ranges(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
         uint8 (lengths.sum(),), a new C-contiguous array.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    if _native_gather is not None and buffer.dtype == np.uint8 and buffer.ndim == 1:
+    if _gather is not None and buffer.dtype == np.uint8 and buffer.ndim == 1:
         try:
-            return _native_gather(  # type: ignore[no-any-return]
+            return _gather(  # type: ignore[no-any-return]
                 np.ascontiguousarray(buffer),
                 np.ascontiguousarray(starts, dtype=np.int64),
                 np.ascontiguousarray(lengths),

@@ -10,10 +10,10 @@ rows, and the rules in ``decode_dpkt`` define the behaviour on the rest.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
+from ... import extensions
 from .linktypes import (
     AF_INET,
     AF_INET6_VALUES,
@@ -29,13 +29,7 @@ from .views import ByteViews
 
 __all__ = ["decode_fast", "decode_packets", "decode_fallbacks", "COMPILED"]
 
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from . import _decode
-    except ImportError:  # not built (pure-Python install): numpy does the work
-        _decode = None
-else:
-    _decode = None
+_decode = extensions.load("nbmq.capture.datagrams._decode")  # None: numpy does the work
 
 #: True when ``decode_packets`` uses the compiled decoder (``nbmq.capture.datagrams._decode``) by default.
 COMPILED = _decode is not None

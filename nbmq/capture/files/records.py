@@ -28,11 +28,11 @@ before the range: the ranges of a file add up to the whole read, damage included
 
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
 
+from ... import extensions
 from .errorlog import ErrorLog
 from .formats import PCAP_FILE_HEADER_LEN, PcapHeader
 
@@ -44,17 +44,12 @@ __all__ = [
     "IMPLAUSIBLE_HEADER",
 ]
 
-if os.environ.get("NBMQ_NO_EXTENSIONS", "") in ("", "0"):
-    try:
-        from ._records import walk_chain as _walk_chain
-        from ._records import walk_fields as _walk_fields
-    except ImportError:  # not built (pure-Python install): the Python loop below does the walk
-        _walk_chain = _walk_fields = None
-else:
-    _walk_chain = _walk_fields = None
+_compiled = extensions.load("nbmq.capture.files._records")
+_walk_chain = None if _compiled is None else _compiled.walk_chain
+_walk_fields = None if _compiled is None else _compiled.walk_fields
 
 #: True when ``RecordScanner.walk`` uses the compiled record walker by default.
-NATIVE_WALK = _walk_chain is not None
+COMPILED = _compiled is not None
 
 CONFIRM_HEADERS = 8
 MAX_ORIG_LEN = 16 << 20
