@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from .errors import OptionError
 
-__all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS"]
+__all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS", "DEFAULTS"]
 
 _U32 = 0xFFFFFFFF
 
@@ -176,6 +176,10 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "dropping them; 0 drops at once, inf waits for ever",
     ),
 }
+
+#: Every option's default, read off :data:`OPTION_SPECS` (the one place defaults are written):
+#: the engine's queues and the codec's Reassembler take theirs from here.
+DEFAULTS: dict[str, int | float] = {name: spec.default for name, spec in OPTION_SPECS.items()}
 
 _INFINITE_OK = {"linger"}
 

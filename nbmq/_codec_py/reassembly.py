@@ -38,6 +38,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from ..errors import DecodeError, FrameTooLarge
+from ..options import DEFAULTS
 from ..wire import MAX_MESSAGE_SIZE, MAX_PARTS, DataFrame
 from .batch import check_rows
 from .frames import Buffer, parse_frame
@@ -141,7 +142,7 @@ class Reassembler:
     def __init__(
         self,
         max_message_size: int = MAX_MESSAGE_SIZE,
-        max_incomplete_bytes: int = 64 * 1024 * 1024,
+        max_incomplete_bytes: int = int(DEFAULTS["max_incomplete_bytes"]),
         max_peer_incomplete_bytes: int | None = None,
     ) -> None:
         max_message_size = operator.index(max_message_size)

@@ -44,6 +44,7 @@ import numpy as np
 from .. import codec
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
+from ..options import DEFAULTS
 from .congestion import DUPTHRESH, Window
 from ..wire import DataFrame
 from .peers import Peer, PeerState
@@ -136,12 +137,12 @@ class RecvQueue:
 
     def __init__(
         self,
-        recv_hwm: int = 1000,
-        uncompleted_message_ttl: float = 10.0,
-        queue_maint_ivl: float = 1.0,
+        recv_hwm: int = cast(int, DEFAULTS["recv_hwm"]),
+        uncompleted_message_ttl: float = DEFAULTS["uncompleted_message_ttl"],
+        queue_maint_ivl: float = DEFAULTS["queue_maint_ivl"],
         dedup_ttl: float | None = None,
-        max_message_size: int = 16 * 1024 * 1024,
-        max_incomplete_bytes: int = 64 * 1024 * 1024,
+        max_message_size: int = cast(int, DEFAULTS["max_message_size"]),
+        max_incomplete_bytes: int = cast(int, DEFAULTS["max_incomplete_bytes"]),
         refuse_when_full: bool = False,
         max_peer_incomplete_bytes: int | None = None,
         on_drop: DropCallback | None = None,
@@ -480,10 +481,10 @@ class SendQueue:
 
     def __init__(
         self,
-        send_hwm: int = 1000,
+        send_hwm: int = cast(int, DEFAULTS["send_hwm"]),
         safe: bool = False,
-        resend_ivl: float = 0.2,
-        resend_limit: int = 10,
+        resend_ivl: float = DEFAULTS["safe_resend_ivl"],
+        resend_limit: int = cast(int, DEFAULTS["safe_resend_limit"]),
         on_drop: DropCallback | None = None,
         congestion: bool = False,
     ) -> None:
@@ -527,8 +528,14 @@ class SendQueue:
         return len(self._inflight)
 
     def full(self) -> bool:
-        """True when a push would raise WouldBlock."""
+        """True when ``send_hwm`` messages are held: the one "queue full" rule (a push, and a
+        socket's send, raise WouldBlock then; a transport waits for room)."""
         return self.held >= self.send_hwm
+
+    def check_room(self) -> None:
+        """Raise WouldBlock when :meth:`full`; nothing changes."""
+        if self.full():
+            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
 
     def push(self, sharded: Any, message_id: int, peer: Peer | None = None) -> None:
         """Queue one sharded message.
@@ -543,8 +550,7 @@ class SendQueue:
         Raises:
             WouldBlock: ``send_hwm`` messages are held already; nothing is queued.
         """
-        if self.held >= self.send_hwm:
-            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
+        self.check_room()
         self._queue.append(OutMessage(sharded, message_id, peer, None))
         self.held += 1
         self.pushed += 1
@@ -552,8 +558,7 @@ class SendQueue:
     def push_small(self, part: bytes, message_id: int) -> None:
         """Queue a one-part message of at most 466 bytes, held as the (immutable) ``part``; its
         one frame is encoded when it is handed out. Same contract as :meth:`push`."""
-        if self.held >= self.send_hwm:
-            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
+        self.check_room()
         self._queue.append(OutMessage(None, message_id, None, None, part))
         self.held += 1
         self.pushed += 1
@@ -565,8 +570,7 @@ class SendQueue:
         Raises:
             WouldBlock: ``send_hwm`` messages are held already; nothing is queued.
         """
-        if self.held >= self.send_hwm:
-            raise WouldBlock(f"send_hwm ({self.send_hwm}) messages held")
+        self.check_room()
         if not copies:
             return
         group = _Group(len(copies))

@@ -237,8 +237,7 @@ class Socket(Connection):
             _check_reference_compat(parts)
         self._now = now
         sendq = self._sendq
-        if sendq.held >= sendq.send_hwm:
-            raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+        sendq.check_room()
         nonce = self._nonce
         message_id = codec.message_id(parts, nonce)
         if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= _MAX_CHUNK:
@@ -302,6 +301,11 @@ class Socket(Connection):
         """Messages the socket still holds for sending (queued, or awaiting acks): what
         ``send_hwm`` bounds and a lingering close waits for."""
         return self._sendq.held
+
+    @property
+    def send_ready(self) -> bool:
+        """True when :meth:`send` would take a message now (fewer than ``send_hwm`` held)."""
+        return not self._sendq.full()
 
     # ------------------------------------------------------------------ time
 
@@ -751,8 +755,7 @@ class Radio(Socket):
             _check_reference_compat(parts)
         self._now = now
         sendq = self._sendq
-        if sendq.held >= sendq.send_hwm:
-            raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+        sendq.check_room()
         ring = self._ring
         if not ring:
             _check_parts(parts)

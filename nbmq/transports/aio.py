@@ -215,7 +215,7 @@ class Socket(OptionAttributes):
             self._timer_at = deadline
         engine_binding.collect_events(engine, self._events, self.options.max_events)
         waiters = self._waiters
-        if waiters["send"] and engine.pending_messages < self.options.send_hwm:
+        if waiters["send"] and engine.send_ready:
             self._wake("send")
         if waiters["conn"] and engine_binding.has_connected_peer(engine):
             self._wake("conn")

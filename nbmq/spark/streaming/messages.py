@@ -50,6 +50,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ...options import DEFAULTS
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -93,8 +95,8 @@ class StreamMessageOptions:
             before its row is emitted (None: ``uncompleted_message_ttl``; 0: emit at once).
     """
 
-    uncompleted_message_ttl: float = 10.0
-    max_incomplete_bytes: int = 64 * 1024 * 1024
+    uncompleted_message_ttl: float = DEFAULTS["uncompleted_message_ttl"]
+    max_incomplete_bytes: int = int(DEFAULTS["max_incomplete_bytes"])
     max_message_size: int = _MAX_U32
     watermark: str = "10 seconds"
     completed_grace: float | None = None
