@@ -284,8 +284,11 @@ class SocketOptions:
         raise OptionError(f"socket option {name!r} cannot be deleted")
 
     def copy(self, **changes: int | float) -> SocketOptions:
-        """A new, independent SocketOptions with these values changed (validated)."""
-        out = SocketOptions(**self.as_dict())
+        """A new, independent SocketOptions with these values changed (the changes validated;
+        the values copied were validated when they were set)."""
+        out = SocketOptions.__new__(SocketOptions)
+        for name in OPTION_SPECS:
+            object.__setattr__(out, name, getattr(self, name))
         for name, value in changes.items():
             setattr(out, name, value)
         return out

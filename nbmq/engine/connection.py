@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .. import codec
-from ..errors import DecodeError, NbmqError
+from ..errors import DecodeError, NbmqError, OptionError
 from ..events import (
     DisconnectReason,
     Event,
@@ -59,7 +59,7 @@ from ..events import (
     PeerMoved,
     RejectReason,
 )
-from ..options import SocketOptions
+from ..options import OPTION_SPECS, SocketOptions
 from ..wire import ControlFrame, DataFrame, FrameKind
 from .cookies import CookieJar
 from .counters import Counters
@@ -143,6 +143,17 @@ class Connection:
     def options(self) -> SocketOptions:
         """A copy of the options this engine uses (changing it has no effect on the engine)."""
         return self._opts.copy()
+
+    def option(self, name: str) -> Any:
+        """The current value of option ``name``, read without a copy (change it with
+        ``set_option``).
+
+        Raises:
+            OptionError: no option has that name.
+        """
+        if name not in OPTION_SPECS:
+            raise OptionError(f"unknown socket option {name!r}")
+        return getattr(self._opts, name)
 
     @property
     def peers(self) -> Mapping[int, Peer]:

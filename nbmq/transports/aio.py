@@ -80,11 +80,12 @@ class Socket(OptionAttributes):
     async def _open(cls, address: str, bind: bool, options: dict[str, Any]) -> Any:
         self = cls.__new__(cls)
         loop = self._loop = asyncio.get_running_loop()
-        self.options = engine_binding.LiveOptions(SocketOptions(**options), self._option_changed)
-        self._link = link = open_link(address, bind, self.options)
+        opts = SocketOptions(**options)
+        self._link = link = open_link(address, bind, opts)
         try:
             self.engine = engine_binding.make_engine(cls._kind, bind, link.local_address, link.engine_address,
-                                              self.options, loop.time())
+                                                     opts, loop.time())
+            self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
             self._fd = link.fileno()
             loop.add_reader(self._fd, self._on_readable)
         except BaseException:
@@ -106,7 +107,7 @@ class Socket(OptionAttributes):
         return self
 
     def _option_changed(self, name: str, value: Any) -> None:
-        engine_binding.apply_live_option(self.engine, self._link, self.options, name, value)
+        engine_binding.apply_link_option(self._link, self.options, name, value)
         if name in ("pace_rate", "pace_burst") and hasattr(self._link, "set_pacing"):
             self._transmit_soon()  # what pacing held may go now
         elif name == "recv_hwm" and not self.closed:

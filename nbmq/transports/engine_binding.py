@@ -13,7 +13,7 @@ from .. import engine as _engine
 from ..options import SocketOptions
 
 __all__ = [
-    "LiveOptions", "make_engine", "apply_option", "apply_live_option", "drained", "has_connected_peer", "transmit_due",
+    "LiveOptions", "make_engine", "apply_link_option", "drained", "has_connected_peer", "transmit_due",
     "collect_events",
 ]
 
@@ -26,56 +26,52 @@ ENGINES = {
 
 
 class LiveOptions:
-    """A socket's options: reads like :class:`~nbmq.options.SocketOptions`; an assignment is
-    validated (``OptionError`` naming the option) and then applied to the running socket."""
+    """A socket's options, read from and written to its engine: an assignment goes to the
+    engine's ``set_option`` (validated there, once, on the engine's one copy: ``OptionError``
+    naming the option), then to ``on_change(name, value)``, which applies what the link holds
+    of it (:func:`apply_link_option`)."""
 
-    __slots__ = ("_opts", "_on_change")
+    __slots__ = ("_engine", "_on_change")
 
-    def __init__(self, opts: SocketOptions, on_change: Callable[[str, Any], None] | None = None) -> None:
-        object.__setattr__(self, "_opts", opts)
+    def __init__(self, engine: Any, on_change: Callable[[str, Any], None] | None = None) -> None:
+        object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "_on_change", on_change)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._opts, name)
+        return self._engine.option(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._opts, name, value)  # validates
+        engine = self._engine
+        engine.set_option(name, value)
         if self._on_change is not None:
-            self._on_change(name, getattr(self._opts, name))
+            self._on_change(name, engine.option(name))
 
     def as_dict(self) -> dict[str, Any]:
-        return self._opts.as_dict()
+        return self._engine.options.as_dict()
 
     def snapshot(self) -> SocketOptions:
         """An independent copy of the current values."""
-        return self._opts.copy()
+        return self._engine.options
 
     def __repr__(self) -> str:
-        return repr(self._opts)
+        return repr(self._engine.options)
 
 
-def make_engine(kind: str, bind: bool, local: Any, remote: Any, options: Any, now: float) -> Any:
-    """An engine of type ``kind`` (``"Dealer"`` ...) bound at ``local`` or dialling ``remote``."""
+def make_engine(kind: str, bind: bool, local: Any, remote: Any, options: SocketOptions, now: float) -> Any:
+    """An engine of type ``kind`` (``"Dealer"`` ...) bound at ``local`` or dialling ``remote``,
+    with its own copy of ``options``."""
     cls = ENGINES[kind]
-    opts = options.snapshot() if isinstance(options, LiveOptions) else options
     if bind:
-        return cls.bound(local, opts)
-    return cls.connecting(remote, now, opts)
+        return cls.bound(local, options)
+    return cls.connecting(remote, now, options)
 
 
-def apply_option(engine: Any, name: str, value: Any) -> None:
-    """Make a changed option take effect in a running engine (its ``set_option``; transport
-    options are only recorded there)."""
-    engine.set_option(name, value)
-
-
-def apply_live_option(engine: Any, link: Any, options: Any, name: str, value: Any) -> None:
-    """Make option ``name``, just changed to ``value``, take effect in a running socket (the
-    blocking and the asyncio one alike): the engine's ``set_option``, then what the link
-    (``options`` is the socket's :class:`LiveOptions`) holds of it: socket buffers, GSO,
-    pacing (bytes/s, burst bytes), or GRO, which stays off while ``recv_hwm`` < 64 (one GRO read
-    may hold 64 datagrams: below that the receive queue could never take a read)."""
-    apply_option(engine, name, value)
+def apply_link_option(link: Any, options: Any, name: str, value: Any) -> None:
+    """Make option ``name``, just changed to ``value`` in the engine, take effect in the link
+    (the blocking and the asyncio socket alike; ``options`` is the socket's
+    :class:`LiveOptions`): socket buffers, GSO, pacing (bytes/s, burst bytes), or GRO, which
+    stays off while ``recv_hwm`` < 64 (one GRO read may hold 64 datagrams: below that the
+    receive queue could never take a read). Other options are the engine's alone."""
     if name in ("sndbuf", "rcvbuf"):
         link.set_buffers(options)
     elif name == "gso" and hasattr(link, "set_gso"):

@@ -59,15 +59,16 @@ class Socket(OptionAttributes):
             raise SocketClosed(f"{type(self).__name__} is closed")
 
     def __init__(self, address: str, bind: bool, options: dict[str, Any]) -> None:
-        self.options = engine_binding.LiveOptions(SocketOptions(**options), self._option_changed)
-        self._link = link = open_link(address, bind, self.options)
+        opts = SocketOptions(**options)
+        self._link = link = open_link(address, bind, opts)
         try:
             self.engine = engine_binding.make_engine(
-                self._kind, bind, link.local_address, link.engine_address, self.options, _monotonic()
+                self._kind, bind, link.local_address, link.engine_address, opts, _monotonic()
             )
         except BaseException:
             link.close()
             raise
+        self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
         self._events: deque[Event] = deque()
         self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
         self._sel = selectors.DefaultSelector()
@@ -94,7 +95,7 @@ class Socket(OptionAttributes):
         return cls(address, False, options)
 
     def _option_changed(self, name: str, value: Any) -> None:
-        engine_binding.apply_live_option(self.engine, self._link, self.options, name, value)
+        engine_binding.apply_link_option(self._link, self.options, name, value)
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
