@@ -56,14 +56,14 @@ class DecodeError(NbmqError, ValueError):
         self.offset = offset
         self.reason = reason
 
-    def __reduce__(self):  # pickles across Spark workers and multiprocessing
+    def __reduce__(self) -> tuple[type[DecodeError], tuple[int, str]]:  # pickles across Spark workers
         return (type(self), (self.offset, self.reason))
 
     def __eq__(self, other: object) -> bool:
         return (
             type(self) is type(other)
-            and self.offset == other.offset  # type: ignore[attr-defined]
-            and self.reason == other.reason  # type: ignore[attr-defined]
+            and self.offset == other.offset
+            and self.reason == other.reason
         )
 
     __hash__ = Exception.__hash__

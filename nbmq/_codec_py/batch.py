@@ -6,6 +6,8 @@ lengths) and decode them here; a bad row never raises, it gets an error code.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from ..wire import CONTROL_HEADER_SIZE, DATA_HEADER_SIZE, FRAME_DTYPE, FrameError, FrameKind
@@ -52,7 +54,7 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
             any dtype), or ``buffer`` is not a C-contiguous buffer.
     """
     offsets, lengths = check_rows(offsets, lengths)
-    view = memoryview(buffer).cast("B")
+    view = memoryview(cast(Any, buffer)).cast("B")
     total = len(view)
     out = np.zeros(len(offsets), dtype=FRAME_DTYPE)
     for i, (start, length) in enumerate(zip(offsets.tolist(), lengths.tolist())):

@@ -50,7 +50,7 @@ def decode_bqsp_header(data: Buffer, offset: int = 0) -> tuple[int, int, int]:
     offset = operator.index(offset)
     if offset < 0 or len(view) - offset < BQSP_HEADER_SIZE:
         raise DecodeError(max(0, len(view) - offset), "truncated header")
-    return HEADER.unpack_from(view, offset)  # type: ignore[return-value]
+    return HEADER.unpack_from(view, offset)
 
 
 def encode_bqsp_packet(data: Buffer, data_type: int, queue: int) -> bytes:

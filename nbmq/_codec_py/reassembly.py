@@ -29,6 +29,8 @@ duplicate rather than starting a message that could only expire.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import mmap
 import operator
 from bisect import bisect_right
@@ -495,7 +497,7 @@ class Reassembler:
                 C-contiguous buffer, or ``now`` is not a number.
         """
         offsets, lengths = check_rows(offsets, lengths)
-        view = memoryview(buffer).cast("B")
+        view = memoryview(cast(Any, buffer)).cast("B")
         now = float(now)
         total = len(view)
         done = []

@@ -35,7 +35,7 @@ class ShardedMessage(NamedTuple):
 
     def frames(self) -> list[memoryview]:
         """Each frame as a memoryview into ``buffer`` (no copy), in send order."""
-        view = memoryview(self.buffer)
+        view = self.buffer.data
         return [view[o : o + n] for o, n in zip(self.offsets.tolist(), self.lengths.tolist())]
 
 
@@ -87,7 +87,7 @@ def shard_message(parts: Sequence[Buffer], session_id: int, message_id: int) -> 
     buffer = np.empty(count * DATA_HEADER_SIZE + message_size, dtype=np.uint8)
     offsets = np.empty(count, dtype=np.int64)
     lengths = np.empty(count, dtype=np.int32)
-    out = memoryview(buffer)
+    out = buffer.data
     pos = 0
     frame = 0
     part_count = len(views)

@@ -120,7 +120,7 @@ class Window:
         self.decreases = 0
         self.tx = 0
         self.backoff = 1.0
-        self.order: deque = deque()
+        self.order: deque[tuple[int, Any]] = deque()  # (transmission, flight) in send order
         self.round_end = 0
         self.round_acked = 0
         self.round_lost = 0

@@ -208,7 +208,7 @@ class RecvQueue:
                 self.duplicates += 1
                 if until - now < self._dedup_half:  # a repeat renews the window: a resend
                     del dedup[key]  # later than the ttl after delivery would otherwise be
-                    dedup[key] = now + self.dedup_ttl  # delivered twice (to the end: in order)
+                    dedup[key] = now + cast(float, self.dedup_ttl)  # delivered twice (to the end: in order)
                 return PushResult.DUPLICATE
         ready = self._ready
         if self.refuse_when_full and len(ready) >= self.recv_hwm:
@@ -253,7 +253,7 @@ class RecvQueue:
         self.evicted += len(keys)
         on_drop = self.on_drop
         if on_drop is not None:
-            for session_id, message_id in keys:
+            for session_id, message_id in cast(list[tuple[int, int]], keys):
                 on_drop(session_id, message_id, DropReason.EVICTED)
 
     def pull(self) -> Parts:

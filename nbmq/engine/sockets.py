@@ -615,7 +615,7 @@ class SafeDealer(Socket):
         reassembler = recvq.reassembler
         sendq = self._sendq
         ctrl = self._ctrl
-        parse = _parse_frame
+        parse: Any = _parse_frame  # frames are told apart by class below
         ack_hash = codec.ack_hash
         pack = _ACK_FRAME.pack
         from_bytes = int.from_bytes
