@@ -40,6 +40,8 @@ from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
+    const Py_ssize_t PY_SSIZE_T_MAX
+    const Py_ssize_t PY_SSIZE_T_MIN
 
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
@@ -288,6 +290,16 @@ cdef class _PeerCache:
         return peer
 
 
+cdef object _datagram(object buffer, object offsets, object lengths, Py_ssize_t i, Py_ssize_t off,
+                      Py_ssize_t length):
+    """Datagram ``i`` of a batch, ``buffer[offsets[i] : offsets[i] + lengths[i]]``, sliced as the
+    Python twin slices it: with C sums when ``off + length`` cannot wrap, else with the caller's
+    own values (Python ints never wrap; numpy's do, in both twins)."""
+    if (length > 0 and off > PY_SSIZE_T_MAX - length) or (length < 0 and off < PY_SSIZE_T_MIN - length):
+        return buffer[off : offsets[i] + lengths[i]]
+    return buffer[off : off + length]
+
+
 cdef int _receive_rest(object slow, object buffer, object offsets, object lengths, object addrs,
                        Py_ssize_t i, Py_ssize_t total, object now) except -1:
     """Datagrams ``i`` to ``total`` of a batch, one by one through ``slow``
@@ -442,11 +454,11 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                             completed += 1
                         else:  # recv_hwm: the generic drop, with the frame for its event
                             recvq.dropped_hwm += 1
-                            self._data_result(_DROPPED, _parse_frame(buffer[off : off + length]))
+                            self._data_result(_DROPPED, _parse_frame(_datagram(buffer, offsets, lengths, i - 1, off, length)))
                         continue
             # Socket._receive_batch_unacked's loop body, for any other data frame of a
             # connected peer on its known path (a chunk of a larger message)
-            data = buffer[off : off + length]
+            data = _datagram(buffer, offsets, lengths, i - 1, off, length)
             try:
                 frame = _parse_frame(data)
             except DecodeError:
@@ -599,7 +611,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
             length = lengths[i]
             addr = addrs[i]
             i += 1
-            if 0 <= off <= view.len - length and (length == ACK_FRAME or DATA_HEADER < length):
+            if (length == ACK_FRAME or DATA_HEADER < length) and 0 <= off <= view.len - length:  # length > 0 first: no wrap
                 p = base + off
                 if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
                     sid = _be(p + 2, 8)
@@ -644,7 +656,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
             # the Python twin's loop body for any other data frame (a chunk of a larger
             # message) of a connected peer on its known path
             run.store(sendq)
-            data = buffer[off : off + length]
+            data = _datagram(buffer, offsets, lengths, i - 1, off, length)
             try:
                 frame = _parse_frame(data)
             except DecodeError:

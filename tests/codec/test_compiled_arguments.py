@@ -241,3 +241,62 @@ def test_decode_extreme_values_raise_or_stay_inside(start, length, other):
         decode.fnv1a64_ranges(buf, np.array([start, other], np.int64), np.array([length, 4], np.int64), out)
     except ValueError:
         assert not (0 <= start <= 96 and 0 <= length <= 96 - start and 0 <= other <= 92)
+
+
+# -- nbmq._codec: parse_frames, Reassembler.add_datagrams -------------------------------------
+
+
+@SETTINGS
+@given(st.lists(st.tuples(extreme, extreme), min_size=0, max_size=4), st.sampled_from(["int64", "int32", "uint64"]))
+def test_codec_rows_with_extreme_offsets_match_the_twin(rows, dtype):
+    """Rows outside the buffer are out-of-buffer rows (parse_frames) or malformed datagrams
+    (add_datagrams) in both twins, whatever their values; unrepresentable values raise alike."""
+    import importlib
+
+    from fuzz.twins import outcome
+
+    compiled = _compiled("nbmq._codec")
+    python = importlib.import_module("nbmq._codec_py")
+    from nbmq import codec
+
+    frame = bytes(codec.encode_data_frame(7, 1, 1, 0, 3, 3, 0, b"abc"))
+    buf = np.frombuffer(frame * 2, np.uint8)
+    try:
+        offsets = np.array([r[0] for r in rows] + [0], dtype)
+        lengths = np.array([r[1] for r in rows] + [len(frame)], dtype)
+    except OverflowError:
+        return
+    for fn in ("parse_frames",):
+        results = []
+        for m in (python, compiled):
+            try:
+                results.append(outcome(getattr(m, fn), buf, offsets, lengths))
+            except (ValueError, TypeError) as e:
+                results.append(("raise", type(e).__name__, str(e)))
+        assert results[0] == results[1]
+    results = []
+    for m in (python, compiled):
+        r = m.Reassembler()
+        try:
+            results.append((outcome(r.add_datagrams, buf, offsets, lengths, 0.0), r.malformed, r.completed))
+        except (ValueError, TypeError) as e:
+            results.append(("raise", type(e).__name__, str(e)))
+    assert results[0] == results[1]
+
+
+# -- nbmq.transports._batch ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slot", [0, -1, 65537, 2**31, 2**62, 2**63 - 1, -(2**63)])
+def test_batch_io_slot_out_of_range_is_refused_by_both(slot):
+    """batch * slot once wrapped for a huge slot: a receive buffer smaller than the kernel was told."""
+    import socket
+
+    from nbmq.transports import batch as python
+
+    compiled = _compiled("nbmq.transports._batch")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for cls in (python.BatchIO, compiled.BatchIO):
+            with pytest.raises((ValueError, OverflowError), match="slot|too big|convert"):
+                cls(sock, 64, slot)
+        assert compiled.BatchIO(sock, 2, 65536, gro=False).buffer.size == 2 * 65536

@@ -1,0 +1,73 @@
+"""The compiled engine (``nbmq.engine._fast``) and the Python engine it twins, in lockstep
+(``fuzz/engine_targets.py``): the same datagrams out, events, messages, counters and deadlines
+after every step of random scripts, and for batches whose offsets, lengths and address lists
+hold extreme values or differ in length (a batch never raises for bad input)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzz import engine_targets
+from nbmq import codec
+from nbmq.engine import sockets
+from nbmq.wire import FrameKind
+
+needs_fast = pytest.mark.skipif(sockets._fast is None, reason="nbmq.engine._fast is not built")
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+I64 = 2**63 - 1
+extreme = st.sampled_from([0, -1, 1, 2**31, -(2**31), 2**31 - 1, I64, -I64, -I64 - 1, 34, 35, 500, 501]) | st.integers(-I64 - 1, I64)
+
+
+@needs_fast
+@pytest.mark.parametrize("seed", range(len(engine_targets.engine_seeds())))
+def test_the_seed_scripts_run_alike(seed):
+    engine_targets.engine_twins(engine_targets.engine_seeds()[seed])
+
+
+@needs_fast
+@SETTINGS
+@given(st.binary(min_size=2, max_size=600))
+def test_random_scripts_run_alike(data):
+    engine_targets.engine_twins(data)
+
+
+def _connected(kind: int) -> tuple:
+    """Both sockets of ``kind`` with peer 0 connected; its session id."""
+    compiled, python = engine_targets._sockets(kind, {}, 7)
+    addr = engine_targets.PEERS[0]
+    sid = None
+    for s in (compiled, python):
+        s.receive_datagram(bytes(codec.encode_control_frame(FrameKind.CONNECT, 0)), addr, 1.0)
+        (reply, _), = s.datagrams_to_send(1.0)
+        sid = codec.parse_frame(reply).session_id
+        s.receive_datagram(bytes(codec.encode_data_frame(sid, 1, 1, 0, 1, 1, 0, b"z")), addr, 1.0)
+    return compiled, python, sid
+
+
+@needs_fast
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy rows: both twins wrap alike
+@SETTINGS
+@given(st.integers(0, 2), st.lists(extreme, min_size=1, max_size=4), st.lists(extreme, min_size=1, max_size=4),
+       st.integers(0, 5), st.sampled_from(["list", "int64"]))
+def test_batches_with_extreme_rows_run_alike(kind, offsets, lengths, n_addrs, container):
+    """Rows outside the buffer (negative, past its end, start + length past 2**63) and lists of
+    different lengths: both engines take the same rows (the shortest list sets the count), as
+    slicing the buffer would, and neither raises."""
+    compiled, python, sid = _connected(kind)
+    frame = bytes(codec.encode_data_frame(sid, 2, 1, 0, 3, 3, 0, b"abc"))
+    buf = frame * 3
+    offsets = [len(frame), *offsets]
+    lengths = [len(frame), *lengths]
+    if container == "int64":
+        offsets, lengths = np.array(offsets, np.int64), np.array(lengths, np.int64)
+    addrs = [engine_targets.PEERS[0]] * (n_addrs + 1)
+    states = []
+    for s in (compiled, python):
+        with engine_targets._python_engine() if s is python else engine_targets._nothing():
+            s.receive_datagrams(memoryview(buf), offsets, lengths, addrs, 1.5)
+            states.append(engine_targets._state(s, 1.5))
+    assert states[0] == states[1]
+    assert states[0][3]["messages_in"] >= 2  # the valid row went through
