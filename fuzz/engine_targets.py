@@ -182,12 +182,21 @@ def engine_twins(data: bytes) -> None:
             calls = [("receive_datagram", (d, a, now)) for d, a in grams]
             script.received.extend(grams)
         elif kind == 6:  # a batch of what was held, plus the body as one more hostile datagram
+            odd = None
+            if arg & 8 and len(body) >= 16:  # and a row anywhere: offset and length from the body
+                odd = (int.from_bytes(body[:8], "big", signed=True), int.from_bytes(body[8:16], "big", signed=True))
+                body = body[16:]
             grams = batch + [(body, PEERS[arg % len(PEERS)])]
             batch = []
             buf = b"".join(d for d, _ in grams)
             lengths = [len(d) for d, _ in grams]
             offsets = [sum(lengths[:i]) for i in range(len(lengths))]
-            calls = [("receive_datagrams", (memoryview(buf), offsets, lengths, [a for _, a in grams], now))]
+            addrs = [a for _, a in grams]
+            if odd is not None:
+                offsets.append(odd[0])
+                lengths.append(odd[1])
+                addrs.append(PEERS[arg % len(PEERS)])
+            calls = [("receive_datagrams", (memoryview(buf), offsets, lengths, addrs, now))]
             script.received.extend(grams[:-1])
         elif kind in (7, 8):  # a send: the body, or several parts, or a message of several frames
             parts = [body] if kind == 7 else [body * (1 + arg % 5)] * (1 + arg % 3)
