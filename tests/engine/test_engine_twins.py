@@ -71,3 +71,37 @@ def test_batches_with_extreme_rows_run_alike(kind, offsets, lengths, n_addrs, co
             states.append(engine_targets._state(s, 1.5))
     assert states[0] == states[1]
     assert states[0][3]["messages_in"] >= 2  # the valid row went through
+
+
+NUMERIC_OPTIONS = ("send_hwm", "recv_hwm", "max_tick_send", "max_message_size", "max_incomplete_bytes",
+                   "max_peer_incomplete_bytes", "safe_resend_limit", "safe_resend_ivl", "uncompleted_message_ttl")
+
+
+@needs_fast
+@SETTINGS
+@given(st.integers(0, 2), st.sampled_from(NUMERIC_OPTIONS), extreme, st.binary(min_size=0, max_size=200))
+def test_option_changes_to_extreme_values_run_alike(kind, name, value, script):
+    """An option set to an extreme value (refused or taken) reaches the compiled send, take and
+    receive as it reaches the Python ones: the same error, then the same script results."""
+    compiled, python, _ = _connected(kind)
+    results = []
+    for s in (compiled, python):
+        try:
+            s.set_option(name, value)
+            results.append("ok")
+        except Exception as e:  # OptionError: the same for both
+            results.append((type(e).__name__, str(e)))
+    assert results[0] == results[1]
+    for step in range(3):
+        states = []
+        for s in (compiled, python):
+            with engine_targets._python_engine() if s is python else engine_targets._nothing():
+                try:
+                    if kind != 2:
+                        s.send([script] * (1 + step), 2.0 + step)
+                    err = None
+                except Exception as e:
+                    err = (type(e).__name__, str(e))
+                s.tick(2.0 + step)
+                states.append((err, engine_targets._state(s, 2.0 + step)))
+        assert states[0] == states[1]
