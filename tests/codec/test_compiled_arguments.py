@@ -381,3 +381,30 @@ def test_batch_io_recv_limit_and_send_start_match_the_twin(limit, start):
                 read = ("raise", type(e).__name__)
             results.append((sent, got, read))
     assert results[0] == results[1]
+
+
+@SETTINGS
+@given(extreme, st.integers(0, 80), st.sampled_from(["data", "control", "bqsp"]))
+def test_codec_offsets_into_buffers_match_the_twin(offset, size, which):
+    """Writing a frame into, or reading a BQSP header from, a buffer at any offset: the same
+    bytes or the same error from both twins; nothing written outside the buffer."""
+    import importlib
+
+    from fuzz.twins import outcome
+
+    compiled = _compiled("nbmq._codec")
+    python = importlib.import_module("nbmq._codec_py")
+    out = []
+    for m in (python, compiled):
+        buf = bytearray(size)
+        try:
+            if which == "data":
+                res = outcome(m.encode_data_frame_into, buf, offset, 1, 2, 1, 0, 3, 3, 0, b"abc")
+            elif which == "control":
+                res = outcome(m.encode_control_frame_into, buf, offset, 5, 1, b"12345678")
+            else:
+                res = outcome(m.decode_bqsp_header, bytes(range(size)), offset)
+        except (ValueError, OverflowError, TypeError) as e:
+            res = ("raise", type(e).__name__, str(e))
+        out.append((res, bytes(buf)))
+    assert out[0] == out[1]
