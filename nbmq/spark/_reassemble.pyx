@@ -109,7 +109,7 @@ cdef class _State:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def reassemble_groups(bounds, part_count, part_index, message_size, part_size, chunk_offset,
-                      list buffers, buf_id, chunk_start, chunk_len, max_message_size, bint keep_parts=True):
+                      buffers, buf_id, chunk_start, chunk_len, max_message_size, bint keep_parts=True):
     """Reassemble every group of frames sorted by key and capture order (see the twin's docstring)."""
     (bounds, part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start,
      chunk_len) = check_arguments(bounds, [part_count, part_index, message_size, part_size, chunk_offset, buf_id,

@@ -114,9 +114,10 @@ def test_groups_wrong_dtypes_and_shapes_name_the_argument():
     args = _groups_args()
     args[10] = -1
     assert "max_message_size" in _both_groups(args)[2]
-    args = _groups_args()
-    args[6] = [object()]
-    assert "buffers" in _both_groups(args)[2]
+    for buffers in ([object()], (b"ab",), b"ab", [np.zeros((4, 4), np.uint8)[:, 1]]):
+        args = _groups_args()
+        args[6] = buffers
+        assert "buffers" in _both_groups(args)[2], buffers
 
 
 @SETTINGS
