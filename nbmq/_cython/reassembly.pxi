@@ -683,6 +683,20 @@ cdef class Reassembler:
         """Forget an incomplete message and release its budget; True if it was held."""
         return self._drop(key)
 
+    def _note_owner(self, owner):
+        """What add() leaves in the owner table for a message of owner completed by its one
+        frame while no message is held (the twin's _note_owner): the compiled engine completes
+        such messages itself, and the table's order picks the victim of a tie. True when the
+        entry stays (a sweep may take it at once)."""
+        if owner in self._owners:
+            return True
+        cdef _Owner found = _Owner.__new__(_Owner)
+        found.key = owner
+        self._owners[owner] = found
+        if len(self._owners) > len(self._messages) + 64:
+            self._sweep_owners()
+        return owner in self._owners
+
     def drop_owner(self, owner):
         """Forget every incomplete message charged to owner (the first item of their keys)
         and release its budget; their keys, oldest first (the twin's drop_owner)."""

@@ -372,7 +372,8 @@ def receive_one(self, data, addr, now):
         room = _room(reassembler)
         if room < 0 or not _whole_frame(p, view.len, room):
             return _receive_one_py(self, data, addr, now)
-        peer = self._peers.get(PyLong_FromUnsignedLongLong(_be(p + 2, 8)))
+        peer_sid = PyLong_FromUnsignedLongLong(_be(p + 2, 8))
+        peer = self._peers.get(peer_sid)
         if not _peer_ok(peer, addr):
             return _receive_one_py(self, data, addr, now)
         self._now = now
@@ -380,6 +381,7 @@ def receive_one(self, data, addr, now):
         counters.datagrams_in += 1
         counters.bytes_in += view.len
         peer._last_seen = now
+        reassembler._note_owner(peer_sid)  # the owner entry add() would make
         reassembler.frames += 1
         reassembler.completed += 1
         ready = recvq._ready
@@ -411,7 +413,8 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, whole = 0, completed = 0
     cdef int64_t room = 0, hwm
     cdef uint64_t sid
-    cdef bint whole_ok = False, stale = True
+    cdef bint whole_ok = False, stale = True, noted = False
+    cdef uint64_t noted_sid = 0
     cdef object addr, peer, reassembler, ready
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     recvq = self._recvq
@@ -433,6 +436,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
                 stale = False
+                noted = False
                 room = _room(reassembler)
                 whole_ok = room >= 0
             off = offsets[i]
@@ -446,6 +450,9 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     sid = _be(p + 2, 8)
                     peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
+                        if not noted or sid != noted_sid:  # the owner entry add() would make
+                            noted = reassembler._note_owner(PyLong_FromUnsignedLongLong(sid))
+                            noted_sid = sid
                         count += 1
                         nbytes += length
                         whole += 1
@@ -579,7 +586,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef Py_ssize_t acks_in = 0
     cdef int64_t room = 0, hwm
     cdef uint64_t sid
-    cdef bint whole_ok = False, stale = True
+    cdef bint whole_ok = False, stale = True, noted = False
+    cdef uint64_t noted_sid = 0
     cdef object addr, peer, key, until, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
@@ -605,6 +613,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
                 stale = False
+                noted = False
                 room = _room(reassembler)
                 whole_ok = room >= 0
             off = offsets[i]
@@ -635,6 +644,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         PyObject_GC_UnTrack(<void*>key)
                         until = dedup.get(key)
                         if until is None or until <= now:  # (a duplicate takes the slow path)
+                            if not noted or sid != noted_sid:  # the owner entry add() would make
+                                noted = reassembler._note_owner(key[0])
+                                noted_sid = sid
                             count += 1  # (cache.get set _last_seen: now, for this batch)
                             nbytes += length
                             whole += 1

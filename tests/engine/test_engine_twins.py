@@ -105,3 +105,38 @@ def test_option_changes_to_extreme_values_run_alike(kind, name, value, script):
                 s.tick(2.0 + step)
                 states.append((err, engine_targets._state(s, 2.0 + step)))
         assert states[0] == states[1]
+
+
+@needs_fast
+@pytest.mark.parametrize("kind", [0, 1], ids=["Dealer", "SafeDealer"])
+@pytest.mark.parametrize("batch", [True, False], ids=["batch", "one"])
+def test_a_tie_after_the_owner_sweep_evicts_alike(kind, batch):
+    """The compiled engine completes one-frame messages without the reassembler; it records
+    their owner as add() would, so after the idle owners are swept (past 64) the owner table,
+    whose order picks the victim of a tie, is the same in both engines."""
+    logs = []
+    for which in (0, 1):
+        s = engine_targets._sockets(kind, {"max_incomplete_bytes": 3000, "max_message_size": 1500}, 7)[which]
+        peers = [(f"10.1.0.{k + 1}", 5000 + k) for k in range(70)]
+        sids = []
+        with engine_targets._python_engine() if which == 1 else engine_targets._nothing():
+            def feed(k: int, frame: bytes) -> None:
+                if batch:
+                    s.receive_datagrams(memoryview(frame), [0], [len(frame)], [peers[k]], 1.1)
+                else:
+                    s.receive_datagram(frame, peers[k], 1.1)
+
+            for k in range(70):  # past 64 owners: the idle ones are swept
+                s.receive_datagram(bytes(codec.encode_control_frame(FrameKind.CONNECT, 0)), peers[k], 1.0)
+                reply = next(bytes(d) for d, _ in s.datagrams_to_send(1.0) if d[1] == FrameKind.CONNECTED)
+                sids.append(codec.parse_frame(reply).session_id)
+                feed(k, bytes(codec.encode_data_frame(sids[k], 1, 1, 0, 5, 5, 0, b"hello")))
+            while s.recv_ready():
+                s.recv()
+            feed(1, bytes(codec.encode_data_frame(sids[1], 2, 1, 0, 5, 5, 0, b"again")))  # whole: its owner
+            feed(2, bytes(codec.encode_data_frame(sids[2], 3, 4, 0, 944, 236, 0, b"x" * 236)))
+            feed(1, bytes(codec.encode_data_frame(sids[1], 4, 4, 0, 944, 236, 0, b"x" * 236)))  # a tie
+            feed(3, bytes(codec.encode_data_frame(sids[3], 5, 2, 0, 700, 350, 0, b"x" * 350)))  # needs room
+            logs.append(engine_targets._state(s, 1.1))
+    assert logs[0] == logs[1]
+    assert any("EVICTED" in e and f"session_id={sids[1]}," in e for e in logs[0][1])
