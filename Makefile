@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine (Python 3.11, gcc, Java 17):
 #   make run    set up .venv, then run the main job: `nbmq pipeline` on the bundled captures
 #   make test   set up .venv, then run the whole test suite with the Cython codec, then again
-#               with the pure-Python twin
+#               with the pure-Python twin, then a short fuzz run, then the corpus and a shorter
+#               fuzz run on every compiled module built with ASan+UBSan (build/asan/)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,9 +12,14 @@ SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pyx nbmq/_cython/*.pxi nbmq
 .PHONY: run test install bench clean fuzz asan test-tools
 
 # Fuzzing (fuzz/, docs/fuzzing.md): every target compares both twins (capture_split: byte
-# ranges against the whole read).
-FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes reassemble_groups
+# ranges against the whole read; engine_twins: the compiled engine against the Python one).
+FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes reassemble_groups engine_twins
 FUZZ_SECONDS ?= 300
+# random-mutation seconds per target on the ASan/UBSan build (make asan; make test runs ASAN_TEST_SECONDS,
+# and replays the grown corpus newest first for at most ASAN_REPLAY_SECONDS a target: its time stays bounded)
+ASAN_SECONDS ?= 20
+ASAN_TEST_SECONDS ?= 4
+ASAN_REPLAY_SECONDS ?=
 
 $(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,13 +50,14 @@ test: $(STAMP) test-tools
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q
 	NBMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not spark"
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --seconds 60 --targets $(FUZZ_TARGETS)
+	$(MAKE) --no-print-directory asan ASAN_SECONDS=$(ASAN_TEST_SECONDS) ASAN_REPLAY_SECONDS=10
 
 fuzz: $(STAMP)
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --per-target $(FUZZ_SECONDS) --targets $(FUZZ_TARGETS)
 
 asan: $(STAMP)
 	$(PY) -m pip install --quiet 'Cython>=3,<4' 'setuptools>=77'   # the rebuild runs outside pip's build isolation
-	$(PY) -m fuzz.asan --targets $(FUZZ_TARGETS)
+	$(PY) -m fuzz.asan --seconds $(ASAN_SECONDS) $(if $(ASAN_REPLAY_SECONDS),--replay-seconds $(ASAN_REPLAY_SECONDS)) --targets $(FUZZ_TARGETS)
 
 bench: $(STAMP)
 	$(PY) -m pytest benchmarks -q

@@ -75,47 +75,76 @@ def parse_frames(data: bytes) -> None:
         check_same("parse_frames (odd row)", *[outcome(m.parse_frames, buffer, *odd) for m in TWINS])
 
 
-_BUDGETS = (0, 3000, 64 * 1024 * 1024)
+_BUDGETS = (0, 3000, 20_000, 64 * 1024 * 1024)
 _CAPS = (500, 100_000, 2**32 - 1)
+_PEER_BUDGETS = (None, 1500, 9000)
 _COUNTERS = ("frames", "duplicates", "rejected", "completed", "expired", "dropped_too_large",
-             "malformed", "incomplete_bytes")
+             "malformed", "evicted", "incomplete_bytes")
+
+
+def _key(mode: int, frame: DataFrame | None) -> object:
+    """The key an operation uses: None (the default ``(session_id, message_id)``), a tuple whose
+    owner is one of four (``session_id % 4``: owners tie often), or a bare int (its own owner)."""
+    if mode == 0 or frame is None:
+        return None if mode == 0 else (0, 0)
+    if mode == 1:
+        return (frame.session_id % 4, frame.message_id)
+    return frame.message_id % 8
+
+
+def _owner(mode: int, frame: DataFrame | None) -> object:
+    key = _key(mode, frame)
+    if key is None:
+        return frame.session_id if frame is not None else 0
+    return key[0] if isinstance(key, tuple) else key
 
 
 def reassembler(data: bytes) -> None:
-    """A Reassembler driven by ``framing.split_operations``; byte 0 picks the size limits.
+    """A Reassembler driven by ``framing.split_operations``; byte 0 picks the limits and keys.
 
-    ``op & 7``: 0-2 ``add_datagram``, 3-4 ``add(parse_frame(body))``, 5 ``add_datagrams`` (the
-    body twice plus a row out of the buffer), 6 ``expire``, 7 ``drop`` of the body's key;
-    ``(op >> 3) * 0.5`` is the time in seconds. Outcomes and every counter after every
-    operation must match.
+    Byte 0: ``max_incomplete_bytes`` (``% 4``), ``max_message_size`` (``// 4 % 3``), the
+    per-peer budget (``// 12 % 3``) and the keys (``// 36 % 3``: :func:`_key`). ``op & 15``:
+    0-2 and 11-15 ``add_datagram``, 3-4 ``add(parse_frame(body))``, 5 ``add_datagrams`` (the
+    body twice plus a row out of the buffer), 6 ``expire``, 7 ``drop`` of the body's key, 8
+    ``drop_owner`` of its owner, 9 ``owner_bytes``, 10 ``oldest``; ``(op >> 4) * 0.5`` is the
+    time in seconds. Outcomes, every counter and the evicted keys (``take_evicted``) after
+    every operation must match: on a tie both twins evict the same peer's message.
     """
     if not data:
         return
-    budget, cap = _BUDGETS[data[0] % 3], _CAPS[(data[0] // 3) % 3]
+    b0 = data[0]
+    budget, cap, peer, mode = (_BUDGETS[b0 % 4], _CAPS[(b0 // 4) % 3], _PEER_BUDGETS[(b0 // 12) % 3],
+                               (b0 // 36) % 3)
     ops = split_operations(data[1:])
     logs = []
     for m in TWINS:
-        r = m.Reassembler(max_message_size=cap, max_incomplete_bytes=budget)
+        r = m.Reassembler(max_message_size=cap, max_incomplete_bytes=budget, max_peer_incomplete_bytes=peer)
         log: list = []
         for op, body in ops:
-            now, kind = (op >> 3) * 0.5, op & 7
-            if kind <= 2:
-                log.append(outcome(r.add_datagram, body, now))
+            now, kind = (op >> 4) * 0.5, op & 15
+            frame = _data_frame(m, body)
+            key = _key(mode, frame)
+            if kind <= 2 or kind >= 11:
+                log.append(outcome(r.add_datagram, body, now, key))
             elif kind <= 4:
-                frame = _data_frame(m, body)
                 if frame is not None:
-                    log.append(outcome(r.add, frame, now))
+                    log.append(outcome(r.add, frame, now, key))
             elif kind == 5:
                 n = len(body)
                 log.append(outcome(r.add_datagrams, body + body, np.array([0, n, 3], np.int64),
                                    np.array([n, n, 2 * n], np.int64), now))
             elif kind == 6:
                 log.append(outcome(r.expire, now))
+            elif kind == 7:
+                default = (frame.session_id, frame.message_id) if frame is not None else (0, 0)
+                log.append(outcome(r.drop, default if key is None else key))
+            elif kind == 8:
+                log.append(outcome(r.drop_owner, _owner(mode, frame)))
+            elif kind == 9:
+                log.append(outcome(r.owner_bytes, _owner(mode, frame)))
             else:
-                frame = _data_frame(m, body)
-                key = (frame.session_id, frame.message_id) if frame is not None else (0, 0)
-                log.append(outcome(r.drop, key))
-            log.append(tuple(getattr(r, n) for n in _COUNTERS) + (len(r), r.oldest()))
+                log.append(outcome(r.oldest))
+            log.append(tuple(getattr(r, n) for n in _COUNTERS) + (len(r), r.oldest(), norm(r.take_evicted())))
         logs.append(log)
     check_same("Reassembler", *logs)
 

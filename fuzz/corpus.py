@@ -12,6 +12,8 @@ Per target (layouts in ``fuzz.framing``):
   segment, whole, and in 7-byte feeds.
 - ack_hashes: as parse_frames (SafeDealer data frames and their Acks among them).
 - reassemble_groups: frames in fuzz/spark_targets.py's layout (a message whole, with duplicates, losses, hostile sizes).
+- engine_twins: scripts in fuzz/engine_targets.py's layout (peers joining, messages both ways,
+  acks, resends, ticks, option changes, leaving) for every socket class and option set.
 - capture_twins, capture_split: the head and middle records of every bundled capture (pcap,
   pcapng), and the same datagrams rewritten in other link types, nanosecond and big-endian
   files, a snaplen cut, and IPv6.
@@ -33,6 +35,7 @@ from nbmq.examples import bundled_captures
 from nbmq.examples.streams import stream_captures
 from nbmq.wire import DataFrame
 
+from .engine_targets import engine_seeds
 from .framing import join_operations, join_pieces
 
 __all__ = ["seeds", "write_seeds", "REGRESSIONS"]
@@ -96,12 +99,13 @@ def _reassembler_seeds(grams: dict[str, list[bytes]]) -> list[bytes]:
         plans = [
             [(0, f) for f in frames],  # every frame once
             [(3 + (i & 1), f) for i, f in enumerate(frames)] + [(3, frames[0])],  # parsed, one duplicate
-            [(5, f) for f in frames[:4]] + [(6 | 8 * 4, b"")] + [(0 | 8 * 5, f) for f in frames[4:]],  # batch, expire
+            [(5, f) for f in frames[:4]] + [(6 | 16 * 4, b"")] + [(0 | 16 * 5, f) for f in frames[4:]],  # batch, expire
             [(0, f) for f in reversed(frames)] + [(7, frames[0])],  # reversed, then a drop
+            [(0, f) for f in frames[::2]] + [(8, frames[0]), (9, frames[1])],  # then drop_owner, owner_bytes
         ]
         for j, plan in enumerate(plans):
             body = join_operations(plan)[: SEED_BYTES - 1]
-            out.append(bytes([(k * 4 + j) % 9]) + body)
+            out.append(bytes([(k * 5 + j) * 7 % 108]) + body)  # every budget, cap, peer budget and key mode
     return out
 
 
@@ -211,7 +215,8 @@ def _capture_seeds() -> list[bytes]:
 
 def _reassemble_groups_seeds() -> list[bytes]:
     """Frames for ``reassemble_groups`` (fuzz/spark_targets.py's layout): a 3-part message whole,
-    with a duplicate and a lost part, two groups, a claimed size of gigabytes, an empty part."""
+    with a duplicate and a lost part, two groups, a claimed size of gigabytes, an empty part,
+    groups of more than 256 frames, several buffers, full-width values."""
     from .spark_targets import encode
 
     payload = bytes(range(60))
@@ -223,6 +228,13 @@ def _reassemble_groups_seeds() -> list[bytes]:
         encode(whole + [(1, 2, 0, 40, 20, 0, 20, 30), (0, 2, 1, 40, 20, 0, 20, 40)], payload),
         encode([(2, 1, 0, 60000, 60000, 0, 10, 0)], payload, limit=0),
         encode([(0, 2, 0, 10, 10, 0, 10, 0), (0, 2, 1, 10, 0, 0, 0, 0)], payload, limit=1),
+        encode([(0, 1, 0, 10240, 10240, 0, 20, 0), (0, 1, 0, 10240, 10240, 5120, 20, 20)], payload,
+               repeat=256),  # 512 frames of one message
+        encode([(2, 1, 0, 2, 60000, 0, 20, 0), (0, 1, 0, 2, 60000, 2800, 20, 0)], payload,
+               repeat=140),  # 280 frames that never complete
+        encode([(k << 5, 3, k, 30, 10, 0, 10, 0) for k in range(3)], payload * 3, buffers=3),  # three buffers
+        encode([(8, 1, 0, 10, 10, 0, 10, 0), (9, 1, 0, 10, 10, 0, 10, 0)], payload,
+               wide={0: (6, 2**63 - 1), 1: (0, 2**62)}),  # full-width claims
     ]
 
 
@@ -240,6 +252,7 @@ def seeds() -> dict[str, list[bytes]]:
         "capture_split": captures,
         "ack_hashes": _parse_frames_seeds(grams),  # the same layout (the first byte sets the gap)
         "reassemble_groups": _reassemble_groups_seeds(),
+        "engine_twins": engine_seeds(),
     }
 
 

@@ -24,6 +24,7 @@ TARGETS: dict[str, str] = {
     "capture_split": "fuzz.capture_targets:capture_split",
     "ack_hashes": "fuzz.capture_targets:ack_hashes",
     "reassemble_groups": "fuzz.spark_targets:reassemble_groups",
+    "engine_twins": "fuzz.engine_targets:engine_twins",
 }
 
 #: targets whose property fails on main today, with the reason (kept out of DEFAULT)

@@ -121,3 +121,11 @@ def test_mutation_driver_stops_at_a_finding():
     assert failed is not None and b"\xff\xff" in failed and runs >= 1
     runs, failed = mutate.fuzz(lambda d: None, [b"ab"], 0.05, random.Random(1), 64)
     assert failed is None and runs > 1
+
+
+@needs_compiled
+@pytest.mark.parametrize("path", sorted(p for p in corpus.REGRESSIONS.glob("*/*") if p.is_file()),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_regressions_pass_their_target(path):
+    """Every input once found failing, kept in fuzz/corpus/<target>/, passes since its fix."""
+    targets.load(path.parent.name)(path.read_bytes())

@@ -401,9 +401,26 @@ class Reassembler:
         del owner.messages[key]
         owner.used -= message.charge
         if not owner.messages and len(self._owners) > len(self._messages) + 64:
-            # idle owners stay for their next message; sweep them once they pile up
-            self._owners = {k: o for k, o in self._owners.items() if o.messages}
+            self._sweep_owners()
         self.incomplete_bytes -= message.charge
+
+    def _sweep_owners(self) -> None:
+        # idle owners stay for their next message; sweep them once they pile up
+        self._owners = {k: o for k, o in self._owners.items() if o.messages}
+
+    def _note_owner(self, owner: Hashable) -> bool:
+        """What :meth:`add` leaves in the owner table for a message of ``owner`` completed by
+        its one frame while no message is held: its entry appended when absent, then the idle
+        owners swept once they pile up. The compiled engine (``nbmq.engine._fast``) completes
+        such messages itself and calls this, so the table's order, which picks the victim of
+        an eviction on a tie, is the one ``add`` would leave. Returns True when the entry stays
+        (a sweep may take it at once)."""
+        if owner in self._owners:
+            return True
+        self._owners[owner] = _Owner(owner)
+        if len(self._owners) > len(self._messages) + 64:
+            self._sweep_owners()
+        return owner in self._owners
 
     def drop_owner(self, owner: Hashable) -> list[Hashable]:
         """Forget every incomplete message charged to ``owner`` and release its budget.

@@ -253,12 +253,33 @@ cdef class Reassembler:
         owner.count -= 1
         owner.used -= message.charge
         if owner.count == 0 and len(self._owners) > len(self._messages) + 64:
-            # idle owners stay for their next message; sweep them once they pile up
-            self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).count}
-            self._cowner = None
+            self._sweep_owners()
         self.incomplete_bytes -= message.charge
         self._forget(message)
         return 0
+
+    cdef void _sweep_owners(self):
+        # idle owners stay for their next message; sweep them once they pile up
+        self._owners = {k: o for k, o in self._owners.items() if (<_Owner>o).count}
+        self._cowner = None
+
+    cdef _Owner _find_owner(self, object key, bint cacheable, uint64_t sid):
+        """The owner entry of key's owner (the cached one when sid matches), None if absent."""
+        if cacheable and self._cowner is not None and self._cowner_sid == sid:
+            return self._cowner
+        found = self._owners.get(_owner_of(key))
+        return <_Owner>found if found is not None else None
+
+    cdef _Owner _adopt_owner(self, _Owner owner, object key, bint cacheable, uint64_t sid):
+        """owner, or a new entry for key's owner (appended to the owner table); cached."""
+        if owner is None:
+            owner = _Owner.__new__(_Owner)
+            owner.key = _owner_of(key)
+            self._owners[owner.key] = owner
+        if cacheable:
+            self._cowner = owner
+            self._cowner_sid = sid
+        return owner
 
     cdef int _evict(self, _Owner owner, _Message current) except -1:
         cdef _Message found = <_Message>owner.head
@@ -349,13 +370,16 @@ cdef class Reassembler:
             return self._reject(key, 30, "chunk_offset not a u32")
         if (found is None and pc == 1 and coff == 0 and size == psize and psize == msize
                 and size > 0 and msize <= self._max_msg):
-            # One frame is the whole message (the common small message): it completes at once,
-            # so when its claim fits without evicting anything, the bookkeeping below (message,
-            # owner, ranges: all released again before returning) changes nothing observable.
-            # The twin takes the general path; the outcome and counters are the same.
+            # One frame is the whole message (the common small message): when its claim fits
+            # without evicting anything, it completes at once with no message or ranges. Its
+            # owner entry is made (and swept) as the general path would: the owner table's
+            # order picks the victim of a later eviction on a tie, as in the twin.
             claim = OVERHEAD + msize
             if (self.incomplete_bytes + claim <= self._max_inc
                     and self.incomplete_bytes + claim <= self._max_peer):
+                owner = self._adopt_owner(self._find_owner(key, cacheable, sid), key, cacheable, sid)
+                if owner.count == 0 and len(self._owners) > len(self._messages) + 64:
+                    self._sweep_owners()
                 dims1[0] = <cnp.npy_intp>size
                 whole = cnp.PyArray_EMPTY(1, dims1, cnp.NPY_UINT8, 0)
                 memcpy(cnp.PyArray_DATA(whole), chunk, size)
@@ -369,13 +393,7 @@ cdef class Reassembler:
             if psize == 0 and size == 0 and self._recent.get(key) == msize:
                 self.duplicates += 1  # a late empty part of a message completed without it
                 return 0
-            owner_key = None
-            if cacheable and self._cowner is not None and self._cowner_sid == sid:
-                owner = self._cowner
-            else:
-                owner_key = _owner_of(key)
-                found_owner = self._owners.get(owner_key)
-                owner = <_Owner>found_owner if found_owner is not None else None
+            owner = self._find_owner(key, cacheable, sid)
             claim = OVERHEAD + (msize if msize < RESERVATION else RESERVATION)
             if (self.incomplete_bytes + claim > self._max_inc or claim > self._max_peer
                     or (owner is not None and owner.used + claim > self._max_peer)):
@@ -383,17 +401,8 @@ cdef class Reassembler:
                 if reason is not None:
                     return self._too_large(reason)
                 if owner is not None and owner.key not in self._owners:
-                    owner_key = owner.key
                     owner = None  # evicting its last message forgot it
-            if owner is None:
-                if owner_key is None:
-                    owner_key = _owner_of(key)
-                owner = _Owner.__new__(_Owner)
-                owner.key = owner_key
-                self._owners[owner_key] = owner
-            if cacheable:
-                self._cowner = owner
-                self._cowner_sid = sid
+            owner = self._adopt_owner(owner, key, cacheable, sid)
             message = _Message.__new__(_Message)
             message.part_count = pc
             message.message_size = msize
@@ -673,6 +682,20 @@ cdef class Reassembler:
     def drop(self, key):
         """Forget an incomplete message and release its budget; True if it was held."""
         return self._drop(key)
+
+    def _note_owner(self, owner):
+        """What add() leaves in the owner table for a message of owner completed by its one
+        frame while no message is held (the twin's _note_owner): the compiled engine completes
+        such messages itself, and the table's order picks the victim of a tie. True when the
+        entry stays (a sweep may take it at once)."""
+        if owner in self._owners:
+            return True
+        cdef _Owner found = _Owner.__new__(_Owner)
+        found.key = owner
+        self._owners[owner] = found
+        if len(self._owners) > len(self._messages) + 64:
+            self._sweep_owners()
+        return owner in self._owners
 
     def drop_owner(self, owner):
         """Forget every incomplete message charged to owner (the first item of their keys)

@@ -40,6 +40,8 @@ from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
+    const Py_ssize_t PY_SSIZE_T_MAX
+    const Py_ssize_t PY_SSIZE_T_MIN
 
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
@@ -288,6 +290,16 @@ cdef class _PeerCache:
         return peer
 
 
+cdef object _datagram(object buffer, object offsets, object lengths, Py_ssize_t i, Py_ssize_t off,
+                      Py_ssize_t length):
+    """Datagram ``i`` of a batch, ``buffer[offsets[i] : offsets[i] + lengths[i]]``, sliced as the
+    Python twin slices it: with C sums when ``off + length`` cannot wrap, else with the caller's
+    own values (Python ints never wrap; numpy's do, in both twins)."""
+    if (length > 0 and off > PY_SSIZE_T_MAX - length) or (length < 0 and off < PY_SSIZE_T_MIN - length):
+        return buffer[off : offsets[i] + lengths[i]]
+    return buffer[off : off + length]
+
+
 cdef int _receive_rest(object slow, object buffer, object offsets, object lengths, object addrs,
                        Py_ssize_t i, Py_ssize_t total, object now) except -1:
     """Datagrams ``i`` to ``total`` of a batch, one by one through ``slow``
@@ -360,7 +372,8 @@ def receive_one(self, data, addr, now):
         room = _room(reassembler)
         if room < 0 or not _whole_frame(p, view.len, room):
             return _receive_one_py(self, data, addr, now)
-        peer = self._peers.get(PyLong_FromUnsignedLongLong(_be(p + 2, 8)))
+        peer_sid = PyLong_FromUnsignedLongLong(_be(p + 2, 8))
+        peer = self._peers.get(peer_sid)
         if not _peer_ok(peer, addr):
             return _receive_one_py(self, data, addr, now)
         self._now = now
@@ -368,6 +381,7 @@ def receive_one(self, data, addr, now):
         counters.datagrams_in += 1
         counters.bytes_in += view.len
         peer._last_seen = now
+        reassembler._note_owner(peer_sid)  # the owner entry add() would make
         reassembler.frames += 1
         reassembler.completed += 1
         ready = recvq._ready
@@ -399,7 +413,8 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef Py_ssize_t i, total, off, length, count = 0, nbytes = 0, whole = 0, completed = 0
     cdef int64_t room = 0, hwm
     cdef uint64_t sid
-    cdef bint whole_ok = False, stale = True
+    cdef bint whole_ok = False, stale = True, noted = False
+    cdef uint64_t noted_sid = 0
     cdef object addr, peer, reassembler, ready
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     recvq = self._recvq
@@ -421,6 +436,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
                 stale = False
+                noted = False
                 room = _room(reassembler)
                 whole_ok = room >= 0
             off = offsets[i]
@@ -434,6 +450,9 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     sid = _be(p + 2, 8)
                     peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
+                        if not noted or sid != noted_sid:  # the owner entry add() would make
+                            noted = reassembler._note_owner(PyLong_FromUnsignedLongLong(sid))
+                            noted_sid = sid
                         count += 1
                         nbytes += length
                         whole += 1
@@ -442,11 +461,11 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                             completed += 1
                         else:  # recv_hwm: the generic drop, with the frame for its event
                             recvq.dropped_hwm += 1
-                            self._data_result(_DROPPED, _parse_frame(buffer[off : off + length]))
+                            self._data_result(_DROPPED, _parse_frame(_datagram(buffer, offsets, lengths, i - 1, off, length)))
                         continue
             # Socket._receive_batch_unacked's loop body, for any other data frame of a
             # connected peer on its known path (a chunk of a larger message)
-            data = buffer[off : off + length]
+            data = _datagram(buffer, offsets, lengths, i - 1, off, length)
             try:
                 frame = _parse_frame(data)
             except DecodeError:
@@ -567,7 +586,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef Py_ssize_t acks_in = 0
     cdef int64_t room = 0, hwm
     cdef uint64_t sid
-    cdef bint whole_ok = False, stale = True
+    cdef bint whole_ok = False, stale = True, noted = False
+    cdef uint64_t noted_sid = 0
     cdef object addr, peer, key, until, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
@@ -593,13 +613,14 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
                 stale = False
+                noted = False
                 room = _room(reassembler)
                 whole_ok = room >= 0
             off = offsets[i]
             length = lengths[i]
             addr = addrs[i]
             i += 1
-            if 0 <= off <= view.len - length and (length == ACK_FRAME or DATA_HEADER < length):
+            if (length == ACK_FRAME or DATA_HEADER < length) and 0 <= off <= view.len - length:  # length > 0 first: no wrap
                 p = base + off
                 if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
                     sid = _be(p + 2, 8)
@@ -623,6 +644,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         PyObject_GC_UnTrack(<void*>key)
                         until = dedup.get(key)
                         if until is None or until <= now:  # (a duplicate takes the slow path)
+                            if not noted or sid != noted_sid:  # the owner entry add() would make
+                                noted = reassembler._note_owner(key[0])
+                                noted_sid = sid
                             count += 1  # (cache.get set _last_seen: now, for this batch)
                             nbytes += length
                             whole += 1
@@ -644,7 +668,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
             # the Python twin's loop body for any other data frame (a chunk of a larger
             # message) of a connected peer on its known path
             run.store(sendq)
-            data = buffer[off : off + length]
+            data = _datagram(buffer, offsets, lengths, i - 1, off, length)
             try:
                 frame = _parse_frame(data)
             except DecodeError:

@@ -6,6 +6,7 @@ byte map (so "inside one received range" is "every byte received"), parts are wr
 into the output buffer. A group this loop does not model (a claim larger than the bytes left,
 header values outside the wire's ranges in an incomplete group, more than 256 frames that can
 never complete) goes to the Python reference (``reassemble_group``), so the results never differ.
+Both twins check their arguments with the same ``check_arguments`` before any byte is read.
 """
 
 cimport cython
@@ -19,7 +20,7 @@ import hashlib
 
 import numpy as np
 
-from ._reassemble_py import _coverage, group_frames, reassemble_group
+from ._reassemble_py import _coverage, check_arguments, group_frames, reassemble_group
 
 __all__ = ["reassemble_groups"]
 
@@ -108,18 +109,22 @@ cdef class _State:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def reassemble_groups(bounds, part_count, part_index, message_size, part_size, chunk_offset,
-                      list buffers, buf_id, chunk_start, chunk_len, max_message_size, bint keep_parts=True):
+                      buffers, buf_id, chunk_start, chunk_len, max_message_size, bint keep_parts=True):
     """Reassemble every group of frames sorted by key and capture order (see the twin's docstring)."""
-    bounds = np.ascontiguousarray(bounds, np.int64)
+    (bounds, part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start,
+     chunk_len) = check_arguments(bounds, [part_count, part_index, message_size, part_size, chunk_offset, buf_id,
+                                           chunk_start, chunk_len], buffers, max_message_size)
+    # from here on: rows sum to at most MAX_TOTAL_BYTES, part counts fit a u8, chunks lie in their buffer
+    bounds = np.ascontiguousarray(bounds)
     cdef const int64_t[::1] bnd = bounds
-    cdef const int64_t[::1] pc = np.ascontiguousarray(part_count, np.int64)
-    cdef const int64_t[::1] pi = np.ascontiguousarray(part_index, np.int64)
-    cdef const int64_t[::1] msz = np.ascontiguousarray(message_size, np.int64)
-    cdef const int64_t[::1] psz = np.ascontiguousarray(part_size, np.int64)
-    cdef const int64_t[::1] off = np.ascontiguousarray(chunk_offset, np.int64)
-    cdef const int64_t[::1] bid = np.ascontiguousarray(buf_id, np.int64)
-    cdef const int64_t[::1] cst = np.ascontiguousarray(chunk_start, np.int64)
-    cdef const int64_t[::1] cln = np.ascontiguousarray(chunk_len, np.int64)
+    cdef const int64_t[::1] pc = np.ascontiguousarray(part_count)
+    cdef const int64_t[::1] pi = np.ascontiguousarray(part_index)
+    cdef const int64_t[::1] msz = np.ascontiguousarray(message_size)
+    cdef const int64_t[::1] psz = np.ascontiguousarray(part_size)
+    cdef const int64_t[::1] off = np.ascontiguousarray(chunk_offset)
+    cdef const int64_t[::1] bid = np.ascontiguousarray(buf_id)
+    cdef const int64_t[::1] cst = np.ascontiguousarray(chunk_start)
+    cdef const int64_t[::1] cln = np.ascontiguousarray(chunk_len)
     cdef int64_t limit = max_message_size
     cdef Py_ssize_t n = pc.shape[0]
     cdef Py_ssize_t g = bnd.shape[0] - 1
@@ -127,31 +132,15 @@ def reassemble_groups(bounds, part_count, part_index, message_size, part_size, c
     cdef _State st = _State()
     cdef const uint8_t[::1] view
     cdef Py_ssize_t i, r, a, e, j, k
-    if g < 0:
-        raise ValueError("bounds must have at least one entry")
-    if not (pi.shape[0] == msz.shape[0] == psz.shape[0] == off.shape[0] == bid.shape[0] == cst.shape[0]
-            == cln.shape[0] == n):
-        raise ValueError("the row arrays differ in length")
     st.ptrs = <const uint8_t**> malloc((nb + 1) * sizeof(uint8_t*))
     if st.ptrs == NULL:
         raise MemoryError()
     held = []
-    lengths = np.zeros(nb + 1, np.int64)
-    cdef int64_t[::1] blen = lengths
     for i in range(nb):
         arr = np.frombuffer(buffers[i], np.uint8)
         held.append(arr)
         view = arr
-        blen[i] = view.shape[0]
         st.ptrs[i] = &view[0] if view.shape[0] else NULL
-    for r in range(n):
-        if not (0 <= bid[r] < nb and cst[r] >= 0 and cln[r] >= 0 and cst[r] + cln[r] <= blen[bid[r]]):
-            raise ValueError(f"row {r}: chunk outside its payload buffer")
-    for i in range(g):
-        if not (0 <= bnd[i] < bnd[i + 1] <= n):
-            raise ValueError("bounds must increase from 0 to at most the row count")
-    if g and bnd[0] != 0:
-        raise ValueError("bounds must start at 0")
 
     capacity = int(np.asarray(cln).sum()) if n else 0
     pcmax = np.maximum.reduceat(np.asarray(pc), bounds[:g]) if g else np.zeros(0, np.int64)
@@ -233,7 +222,7 @@ def reassemble_groups(bounds, part_count, part_index, message_size, part_size, c
             for k in range(256):
                 sizes[k] = -1
             for r in range(a, e):
-                if not (0 <= pi[r] < 256 and psz[r] >= 0 and off[r] >= 0):
+                if not (0 <= pi[r] < 256 and 0 <= psz[r] <= U32 and 0 <= off[r] <= U32):
                     status = -1
                     break
             if status == 0:
@@ -245,9 +234,7 @@ def reassemble_groups(bounds, part_count, part_index, message_size, part_size, c
                         sizes[pi[r]] = psz[r]
                     if psz[r] != sizes[pi[r]]:
                         continue
-                    y = off[r] + cln[r]
-                    if y > psz[r]:
-                        y = psz[r]
+                    y = psz[r] if cln[r] > psz[r] - off[r] else off[r] + cln[r]  # min(off + cln, psz), no wrap
                     if y > off[r]:
                         sp[k].index, sp[k].start, sp[k].end = pi[r], off[r], y
                         k += 1

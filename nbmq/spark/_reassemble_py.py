@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["reassemble_group", "reassemble_groups"]
+__all__ = ["check_arguments", "reassemble_group", "reassemble_groups"]
 
 
 def _coverage(rows: list[tuple], chunks: list) -> tuple[dict[int, int], int]:
@@ -167,7 +167,7 @@ def reassemble_groups(
     Args:
         bounds: int64 (g + 1,), group ``i`` is rows ``bounds[i]:bounds[i + 1]`` (non-empty).
         part_count, part_index, message_size, part_size, chunk_offset: int64 (n,), the frame
-            headers in row order (``part_count`` and ``part_index`` may be int32).
+            headers in row order (any integer dtype; ``part_count`` within 0..255).
         buffers: the payload buffers (bytes-like, uint8).
         buf_id: int32 (n,), which buffer holds each row's chunk.
         chunk_start, chunk_len: int64 (n,), where the chunk starts in its buffer and its size, bytes.
@@ -185,12 +185,15 @@ def reassemble_groups(
         the completed parts back to back, in group and part order.
 
     Raises:
-        ValueError: the arrays differ in length, ``bounds`` does not cut ``0..n`` into
-            non-empty groups, or a chunk lies outside its buffer. Header values never raise
-            (the codec's own errors are counted as rejections).
+        ValueError: naming the argument (:func:`check_arguments`): not 1-D integers, the arrays
+            differ in length, ``bounds`` does not cut ``0..n`` into non-empty groups, a
+            ``part_count`` outside the wire's 0..255 (an incomplete group holds that many output
+            slots), or a chunk lies outside its buffer. Other header values never raise (the
+            codec's own errors are counted as rejections).
     """
-    _check(bounds, [part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start, chunk_len],
-           buffers, buf_id, chunk_start, chunk_len)
+    (bounds, part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start,
+     chunk_len) = check_arguments(bounds, [part_count, part_index, message_size, part_size, chunk_offset, buf_id,
+                                           chunk_start, chunk_len], buffers, max_message_size)
     g = len(bounds) - 1
     complete = np.zeros(g, np.uint8)
     out_count = np.zeros(g, np.int32)
@@ -237,19 +240,75 @@ def reassemble_groups(
             np.frombuffer(b"".join(data), np.uint8).copy())
 
 
-def _check(bounds: np.ndarray, rows: list[np.ndarray], buffers: list, buf_id: np.ndarray,
-           chunk_start: np.ndarray, chunk_len: np.ndarray) -> None:
-    """The argument checks both twins make (ValueError, as ``reassemble_groups`` says)."""
-    n = len(rows[0])
-    if any(len(r) != n for r in rows):
-        raise ValueError("the row arrays differ in length")
-    b = np.asarray(bounds, np.int64)
-    if b.size == 0 or (b.size > 1 and (b[0] != 0 or np.any(np.diff(b) <= 0) or b[-1] > n)):
+#: The row arguments of ``reassemble_groups``, in call order (their names in ValueError messages).
+ROW_ARGUMENTS = ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "buf_id", "chunk_start",
+                 "chunk_len")
+#: The wire's part_count is a u8: an incomplete group holds this many output slots at most.
+MAX_PART_COUNT = 255
+#: The chunks of one call add up to at most this many bytes (int64 sums cannot wrap below it).
+MAX_TOTAL_BYTES = 2**62
+
+
+def _integers(name: str, values: Any) -> np.ndarray:
+    """``values`` as a 1-D int64 array; ValueError naming ``name`` when it is not 1-D integers."""
+    a = np.asarray(values)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise ValueError(f"{name} must be a 1-D integer array, got {a.dtype} of shape {a.shape}")
+    if a.dtype.kind == "u" and a.size and int(a.max()) > 2**63 - 1:
+        raise ValueError(f"{name} holds values above 2**63 - 1")
+    return a.astype(np.int64, copy=False)
+
+
+def check_arguments(bounds: Any, rows: list[Any], buffers: Any, max_message_size: Any) -> tuple[np.ndarray, ...]:
+    """The argument checks both twins make before touching a byte (ValueError, as ``reassemble_groups`` says).
+
+    Every comparison is written so that int64 arithmetic cannot wrap (``start > size - length``,
+    not ``start + length > size``).
+
+    Args:
+        bounds: ``reassemble_groups``' bounds.
+        rows: its eight row arguments, in :data:`ROW_ARGUMENTS` order.
+        buffers: its payload buffers.
+        max_message_size: its size limit.
+
+    Returns:
+        ``(bounds, *rows)`` as 1-D int64 arrays.
+
+    Raises:
+        ValueError: naming the argument: not a 1-D integer array, row arrays of different lengths,
+            bounds that do not cut ``0..n`` into non-empty groups, a part_count outside
+            ``0..MAX_PART_COUNT``, a chunk outside its buffer, chunks adding up to more than
+            :data:`MAX_TOTAL_BYTES`, a negative or non-integer ``max_message_size``, or buffers
+            that are not a list of bytes-like objects.
+    """
+    if not isinstance(max_message_size, (int, np.integer)) or not 0 <= max_message_size <= 2**63 - 1:
+        raise ValueError(f"max_message_size must be an integer in 0..2**63-1, got {max_message_size!r}")
+    if not isinstance(buffers, list):
+        raise ValueError(f"buffers must be a list of bytes-like objects, got {type(buffers).__name__}")
+    try:
+        views = [memoryview(x) for x in buffers]
+    except TypeError as e:
+        raise ValueError(f"buffers must be a list of bytes-like objects: {e}") from None
+    if not all(v.c_contiguous for v in views):
+        raise ValueError("buffers must be contiguous")
+    sizes = np.array([v.nbytes for v in views] + [0], np.int64)
+    b = _integers("bounds", bounds)
+    cols = [_integers(name, r) for name, r in zip(ROW_ARGUMENTS, rows)]
+    n = len(cols[0])
+    for name, c in zip(ROW_ARGUMENTS, cols):
+        if len(c) != n:
+            raise ValueError(f"the row arrays differ in length: {name} has {len(c)}, part_count {n}")
+    if b.size == 0 or (b.size > 1 and (b[0] != 0 or np.any(b[1:] <= b[:-1]) or b[-1] > n)):
         raise ValueError("bounds must increase from 0 to at most the row count")
     if n:
-        sizes = np.array([memoryview(x).nbytes for x in buffers] + [0], np.int64)
-        ids = np.asarray(buf_id, np.int64)
-        start, length = np.asarray(chunk_start, np.int64), np.asarray(chunk_len, np.int64)
+        pc, ids, start, length = cols[0], cols[5], cols[6], cols[7]
+        if np.any((pc < 0) | (pc > MAX_PART_COUNT)):
+            raise ValueError(f"part_count must be within 0..{MAX_PART_COUNT} (the wire's u8)")
         bad = (ids < 0) | (ids >= len(buffers)) | (start < 0) | (length < 0)
-        if bad.any() or np.any(start + length > sizes[np.where(bad, len(buffers), ids)]):
-            raise ValueError("a chunk lies outside its payload buffer")
+        room = sizes[np.where(bad, len(buffers), ids)] - np.where(bad, 0, length)  # cannot wrap: both >= 0
+        if bad.any() or np.any(start > room):
+            raise ValueError("a chunk lies outside its payload buffer (buf_id, chunk_start, chunk_len)")
+        if int(length.max()) > MAX_TOTAL_BYTES // n:
+            if sum(length.tolist()) > MAX_TOTAL_BYTES:
+                raise ValueError(f"chunk_len: the chunks add up to more than {MAX_TOTAL_BYTES} bytes")
+    return (b, *cols)

@@ -163,8 +163,8 @@ cdef class BatchIO:
         cdef Py_ssize_t i
         if batch < 1 or batch > MAX_BATCH:
             raise ValueError(f"batch must be 1..{MAX_BATCH}, got {batch}")
-        if slot < 1:
-            raise ValueError(f"slot must be positive, got {slot}")
+        if slot < 1 or slot > GRO_SLOT:  # batch * slot cannot wrap; a slot holds any UDP datagram
+            raise ValueError(f"slot must be 1..{GRO_SLOT}, got {slot}")
         udp = sock.family in (AF_INET, AF_INET6)
         self.sock = sock
         self._fd = sock.fileno()

@@ -36,9 +36,12 @@ class BatchIO:
     Args:
         sock: a non-blocking datagram socket; this object does not own or close it.
         batch: receive messages per ``recv`` call, 1..64.
-        slot: bytes reserved per receive message.
+        slot: bytes reserved per receive message, 1..65536.
         gso, gro: accepted for parity with the Linux class (UDP segmentation offload on send,
             coalesced receive); always off here.
+
+    Raises:
+        ValueError: ``batch`` or ``slot`` out of range.
 
     Attributes:
         buffer: the receive buffer, a uint8 numpy array of shape ``(batch * slot,)``.
@@ -65,8 +68,8 @@ class BatchIO:
                  gro: bool | None = None) -> None:
         if not 1 <= batch <= 64:
             raise ValueError(f"batch must be 1..64, got {batch}")
-        if slot < 1:
-            raise ValueError(f"slot must be positive, got {slot}")
+        if not 1 <= slot <= 65536:  # a slot holds any UDP datagram (as the compiled twin checks)
+            raise ValueError(f"slot must be 1..65536, got {slot}")
         self.sock = sock
         self.batch = batch
         self.slot = slot

@@ -83,17 +83,23 @@ def decode_udp(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[
             written in place; rows that are neither OK nor SKIP are set to FALLBACK.
 
     Raises:
-        ValueError: unsupported link type, or a packet outside ``buf``.
+        ValueError: unsupported link type, an output column without n rows (``src`` and ``dst``
+            not (n, 16)), or a packet outside ``buf``.
     """
     if linktype not in SUPPORTED:
         raise ValueError(f"unsupported link type {linktype}")
     cdef Py_ssize_t n = starts.shape[0], i
     cdef int64_t size = buf.shape[0]
-    if caplens.shape[0] != n or status.shape[0] != n or src.shape[0] != n or dst.shape[0] != n:
-        raise ValueError("column lengths differ")
+    columns = {"caplens": caplens, "status": status, "family": family, "src": src, "dst": dst, "sport": sport,
+               "dport": dport, "pstart": pstart, "pend": pend, "truncated": truncated}
+    for name, column in columns.items():
+        if column.shape[0] != n:
+            raise ValueError(f"{name} has {column.shape[0]} rows, starts {n}")
+    if src.shape[1] != 16 or dst.shape[1] != 16:
+        raise ValueError(f"src and dst must be (n, 16), got (n, {src.shape[1]}) and (n, {dst.shape[1]})")
     for i in range(n):
-        if starts[i] < 0 or caplens[i] < 0 or starts[i] + caplens[i] > size:
-            raise ValueError("packet outside the buffer")
+        if starts[i] < 0 or caplens[i] < 0 or starts[i] > size - caplens[i]:  # not starts + caplens: that wraps
+            raise ValueError(f"starts/caplens: packet {i} outside the buffer")
     if n == 0:
         return
     cdef const uint8_t* base = &buf[0]
