@@ -1,14 +1,6 @@
 # FNV-1a 64 and the identifiers derived from it (twin: _codec_py/fnv.py).
 
-cdef uint64_t FNV_BASIS = 0xCBF29CE484222325ULL
-cdef uint64_t FNV_MUL = 0x100000001B3ULL
-
-
-cdef inline uint64_t _fnv(const unsigned char* p, Py_ssize_t n, uint64_t h) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ p[i]) * FNV_MUL
-    return h
+# FNV_BASIS and _fnv (the byte loop) come from nbmq/_wire.pxd, cimported by _codec.pyx.
 
 
 cdef uint64_t _fnv_obj(object data, uint64_t h) except? 0:

@@ -24,11 +24,7 @@ cdef enum:
     E_CHUNK_BOUNDS = 9
     E_OUT_OF_BUFFER = 10
 
-cdef enum:
-    DATA_HEADER = 34
-    CONTROL_HEADER = 10
-    MAX_FRAME = 500
-    MAX_CHUNK = 466
+# DATA_HEADER, CONTROL_HEADER, MAX_FRAME and MAX_CHUNK: nbmq/_wire.pxd.
 
 cdef list _REASONS = [FRAME_ERROR_REASONS[FrameError(i)] for i in range(11)]
 cdef tuple _KINDS = tuple(FrameKind)

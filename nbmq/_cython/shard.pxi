@@ -3,7 +3,7 @@
 
 def frame_count(part_sizes):
     """Frames needed for parts of these sizes: sum(max(1, ceil(size / 466)))."""
-    return sum([max(1, -(-size // 466)) for size in part_sizes])
+    return sum([max(1, -(-size // MAX_CHUNK)) for size in part_sizes])
 
 
 cdef list _part_views(object parts):

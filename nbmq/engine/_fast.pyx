@@ -38,6 +38,8 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
+from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
+
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
     const Py_ssize_t PY_SSIZE_T_MAX
@@ -56,20 +58,7 @@ cdef object _take_py = SendQueue.take
 cdef object _receive_py = Connection.receive_datagrams
 
 cdef enum:
-    DATA_HEADER = 34
-    MAX_FRAME = 500
-    MAX_CHUNK = 466
     OVERHEAD = 256      # the reassembler's claim per message besides its bytes (MESSAGE_OVERHEAD)
-
-cdef uint64_t FNV_BASIS = 0xCBF29CE484222325ULL
-cdef uint64_t FNV_MUL = 0x100000001B3ULL
-
-
-cdef inline uint64_t _fnv(const unsigned char* p, Py_ssize_t n, uint64_t h) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ p[i]) * FNV_MUL
-    return h
 
 
 cdef inline uint64_t _be(const unsigned char* p, int n) noexcept nogil:

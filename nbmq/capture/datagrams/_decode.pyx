@@ -17,6 +17,8 @@ cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
+from nbmq._wire cimport FNV_BASIS, FNV_MUL, fnv1a64
+
 cnp.import_array()
 
 cdef extern from *:
@@ -234,12 +236,7 @@ def decode_udp(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[
 
 cdef inline uint64_t _hash17(uint8_t fam, const uint8_t* a) noexcept nogil:
     # FNV-1a over the family byte and the 16 address bytes
-    cdef uint64_t h = 0xCBF29CE484222325ULL
-    cdef int k
-    h = (h ^ fam) * 0x100000001B3ULL
-    for k in range(16):
-        h = (h ^ a[k]) * 0x100000001B3ULL
-    return h
+    return fnv1a64(a, 16, fnv1a64(&fam, 1, FNV_BASIS))
 
 
 def factorize_addresses(const uint8_t[::1] family, const uint8_t[:, ::1] src, const uint8_t[:, ::1] dst):
@@ -339,7 +336,7 @@ def fnv1a64_ranges(const uint8_t[::1] buf, const int64_t[::1] starts, const int6
     cdef const uint8_t* p2
     cdef const uint8_t* p3
     cdef uint64_t h0, h1, h2, h3
-    cdef uint64_t basis = 0xCBF29CE484222325ULL, prime = 0x100000001B3ULL  # nbmq.codec.fnv1a64
+    cdef uint64_t basis = FNV_BASIS, prime = FNV_MUL  # nbmq.codec.fnv1a64, four chains at once below
     with nogil:
         i = 0
         # Four ranges at once: one range is a chain of dependent multiplies (about 4 cycles a

@@ -1,0 +1,30 @@
+# The wire facts of nbmq 0.2.0 (seed 000; ARCHITECTURE.md, wire facts) and FNV-1a 64, defined once
+# for every compiled module: the codec (_codec.pyx and its _cython/*.pxi), the engine's hot path
+# (engine/_fast.pyx) and the capture decoder (capture/datagrams/_decode.pyx) cimport them from here.
+# nbmq/wire.py holds the same values for Python code; tests/codec/test_wire_pxd.py compares them.
+
+from libc.stdint cimport uint64_t
+
+cdef enum:
+    VERSION = 1
+    DATA_HEADER = 34        # wire.DATA_HEADER_SIZE
+    CONTROL_HEADER = 10     # wire.CONTROL_HEADER_SIZE
+    MAX_FRAME = 500         # wire.MAX_FRAME_SIZE
+    MAX_CHUNK = 466         # wire.MAX_CHUNK_SIZE: MAX_FRAME - DATA_HEADER
+    MAX_PARTS = 255         # wire.MAX_PARTS
+
+cdef extern from *:
+    """
+    #define NBMQ_FNV_BASIS 0xCBF29CE484222325ULL
+    #define NBMQ_FNV_MUL 0x100000001B3ULL
+    """
+    const uint64_t FNV_BASIS "NBMQ_FNV_BASIS"   # wire.FNV_OFFSET_BASIS
+    const uint64_t FNV_MUL "NBMQ_FNV_MUL"       # wire.FNV_PRIME
+
+
+cdef inline uint64_t fnv1a64(const unsigned char* p, Py_ssize_t n, uint64_t h) noexcept nogil:
+    """FNV-1a 64 of ``n`` bytes at ``p``, continuing from ``h`` (FNV_BASIS to start)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * FNV_MUL
+    return h
