@@ -1,4 +1,4 @@
-"""What a Connect flood costs a bound engine (issue 12): seconds of engine time per inbound
+"""What a Connect flood costs a bound engine: seconds of engine time per inbound
 datagram, against a baseline of 100-byte data frames from a connected peer measured in the same
 run. Engine only (no sockets): the transport and the kernel add their own cost per datagram.
 

@@ -1,4 +1,4 @@
-"""Issue 14: where ``nbmq pipeline``'s Spark start-up goes, and what it costs in the whole run.
+"""Where ``nbmq pipeline``'s Spark start-up goes, and what it costs in the whole run.
 
 Two measurements, each a fresh Python process per repeat (a JVM starts once per process), the
 trees and variants interleaved so that load changes hit them alike; medians are printed:

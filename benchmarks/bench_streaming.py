@@ -14,7 +14,7 @@ rate is the figure (each rate runs ``--repeat`` times: sustained when the majori
 reported); the baseline, measured in the same run, is a batch read of the same finished capture
 (``spark.read.format("nbmq")``, frames/s, median of 3), and the ratio is streaming / batch.
 
-Target: >= 500,000 frames/s sustained (issue 14). On a shared 2-core machine the JVM, the Python
+Target: >= 500,000 frames/s sustained. On a shared 2-core machine the JVM, the Python
 worker and the writer share two cores, so the figure is what those cores give.
 
 Run: ``python benchmarks/bench_streaming.py [--rates 100000,200000,...] [--seconds 6]``.

@@ -153,7 +153,7 @@ def _relay(server: str, loss: float, conn: Any, deadline: float) -> None:
     them (seeded), counted and sent back through ``conn`` at the end.
 
     The relay stands in for a lossy network, which costs the sender and receiver no CPU; here
-    it shares 2 cores with them, so it is kept cheap (issue 15, relay50): GRO reads and GSO
+    it shares 2 cores with them, so it is kept cheap: GRO reads and GSO
     writes (one syscall carries many datagrams), the drop decisions drawn as one numpy array
     per read, and the kept datagrams forwarded as views of the read buffer, not copies."""
     import selectors

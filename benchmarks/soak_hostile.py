@@ -1,4 +1,4 @@
-"""Hostile peers against live servers (issue 12): does a well-behaved peer still get through, and
+"""Hostile peers against live servers: does a well-behaved peer still get through, and
 does the server's memory stay within its configured budgets?
 
 Each scenario starts its server in a subprocess of its own (so its peak RSS, VmHWM, is its own),

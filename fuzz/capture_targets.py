@@ -6,7 +6,7 @@ Python / numpy paths, and compares every column, counter and error reason; the d
 (the packet-at-a-time reference, ``read_datagrams(engine="dpkt")``) must agree as well. ``capture_split``
 checks the ``plan_splits`` contract (nbmq/capture/files/splits.py): reading each byte range gives,
 together, exactly the whole-file read, errors included. ``ack_hashes`` checks the frames table's
-``ack_hash`` column (nbmq/capture/datagrams/ack_hashes.py, issue 14): compiled loop against numpy,
+``ack_hash`` column (nbmq/capture/datagrams/ack_hashes.py): compiled loop against numpy,
 and each value against ``codec.ack_hash`` of the datagram or the Ack's payload.
 """
 

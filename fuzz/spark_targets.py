@@ -1,4 +1,4 @@
-"""Fuzz target of the pipeline's compiled group reassembly (``nbmq/spark/_reassemble.pyx``, issue 14).
+"""Fuzz target of the pipeline's compiled group reassembly (``nbmq/spark/_reassemble.pyx``).
 
 ``reassemble_groups`` takes frame headers decoded from captures, so every value in them is the
 sender's claim: part counts, sizes and offsets out of range, chunks past their message, sizes of

@@ -1,6 +1,6 @@
 """Both implementations of every decoder in one process, and an exact comparison of outcomes.
 
-The rule (issue 12; STYLE.md section 7, h11 #191): for the same bytes both twins return the
+The rule (STYLE.md section 7, h11 #191): for the same bytes both twins return the
 same values, or raise the same ``NbmqError`` class with the same ``offset`` and ``reason``.
 """
 

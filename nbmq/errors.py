@@ -120,7 +120,7 @@ class OptionError(NbmqError, ValueError):
 class InteropError(NbmqError, ValueError):
     """A message the Rust reference would lose, refused by ``send`` under
     ``reference_compat=True``: an empty part or an empty message (the reference emits no
-    frame for an empty part, so its receiver never completes the message; issue 11)."""
+    frame for an empty part, so its receiver never completes the message)."""
 
 
 class CaptureError(NbmqError, ValueError):

@@ -74,7 +74,7 @@ class DropReason(Enum):
     #: The message claimed more than ``max_message_size`` or the incomplete-bytes budget.
     TOO_LARGE = "too large"
     #: An incomplete message evicted to make room in the incomplete-bytes budgets: its peer
-    #: held the most (``max_peer_incomplete_bytes`` / ``max_incomplete_bytes``; issue 12).
+    #: held the most (``max_peer_incomplete_bytes`` / ``max_incomplete_bytes``).
     EVICTED = "evicted"
     #: The peer the message was going to left before it was sent (or acked), or the peer an
     #: incomplete message was coming from was removed (its budget is released at once).
@@ -162,7 +162,7 @@ class FrameRejected(Event):
 
 @dataclass(frozen=True, slots=True)
 class PeerMoved(Event):
-    """A peer's session was validated on a new address (NAT rebinding; issue 12): replies and
+    """A peer's session was validated on a new address (NAT rebinding): replies and
     data go there from now on. See :class:`~nbmq.engine.connection.Connection` for the rule."""
 
     #: The session's u64 id (int).

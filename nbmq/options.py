@@ -125,7 +125,7 @@ OPTION_SPECS: dict[str, OptionSpec] = {
     "max_peer_incomplete_bytes": OptionSpec(
         "bytes", 32 * 1024 * 1024, 0, False, None, "engine",
         "budget for one peer's incomplete messages, bytes (charged as max_incomplete_bytes); "
-        "when full, that peer's oldest message is evicted (issue 12)",
+        "when full, that peer's oldest message is evicted",
     ),
     "reference_compat": OptionSpec(
         "flag", False, 0, False, 1, "engine",

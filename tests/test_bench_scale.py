@@ -1,4 +1,4 @@
-"""benchmarks/bench_scale.py (issue 14 "Batch") at tiny size, so the script cannot rot.
+"""benchmarks/bench_scale.py at tiny size, so the script cannot rot.
 
 No Spark: the generated capture is read back with the capture reader and the codec, and the
 measuring code runs short Python commands instead of ``nbmq pipeline``.

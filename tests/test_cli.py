@@ -1,4 +1,4 @@
-"""The ``nbmq`` command line (issue 11, items 5-7): real options and ``--help`` for every
+"""The ``nbmq`` command line: real options and ``--help`` for every
 subcommand, ``--version``, ``nbmq pipeline``'s default ``--out`` and its errors, ``nbmq decode``
 on bad paths and on BQSP / rqueue captures, and the subcommand-module contract of ``nbmq.cli``."""
 

@@ -1,4 +1,4 @@
-"""A plain ``pip install nbmq`` (no extras) the way a user meets it (issue 11, item 8).
+"""A plain ``pip install nbmq`` (no extras) the way a user meets it.
 
 The wheel is built (pure Python, ``NBMQ_NO_EXTENSIONS=1``, from a copy of the checkout) and
 installed with ``--no-deps`` into a fresh venv that sees numpy (the one required dependency,

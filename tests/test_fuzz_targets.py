@@ -94,7 +94,7 @@ def test_capture_twins_switches_the_compiled_paths_off_and_back():
 
 @needs_compiled
 def test_split_target_compares_counters_not_only_rows(seeds, monkeypatch):
-    """A split read that loses an error count is a finding (issue 11 item 2's symptom)."""
+    """A split read that loses an error count is a finding (a split read once lost damage counts)."""
     from fuzz import capture_targets
 
     data = seeds["capture_split"][0]  # the head of dealer.pcap: several ranges, no damage

@@ -1,13 +1,13 @@
 """Reassemble data frames into messages, copying each chunk once into a numpy buffer per part.
 
-Source: seed 000 ("Queueing"), issue 3, and the reference bugs in tests/data/VECTORS.md that we
+Source: seed 000 ("Queueing") and the reference bugs in tests/data/VECTORS.md that we
 do not copy: overlapping chunks counted twice (a part "completes" with bytes never written),
 part_index past part_count, and empty parts that never complete. Here byte accounting is exact:
 each part keeps its received ranges merged and sorted; a chunk wholly inside a received range is
 a duplicate if its bytes match (ignored) and a conflict if not; any partial overlap is a
 conflict.
 
-Memory (issue 12, item 1): a message of at most ``MESSAGE_RESERVATION`` (1 MiB) is allocated
+Memory: a message of at most ``MESSAGE_RESERVATION`` (1 MiB) is allocated
 whole on its first frame and charged ``message_size + MESSAGE_OVERHEAD``. A larger one is
 *lazy*: each part is an anonymous memory map whose pages the OS commits only when a chunk is
 written there, so memory follows the bytes received, not the size claimed; it is charged
@@ -20,7 +20,7 @@ evicted first (its budget), then the oldest message of whichever owner holds the
 socket's), so one peer cannot lock others out; each eviction is counted (``evicted``) and its
 key is kept for :meth:`Reassembler.take_evicted`.
 
-Interop (issue 11, item 14): the reference emits no frame for an empty part, so a message is
+Interop: the reference emits no frame for an empty part, so a message is
 complete once its received parts are complete and their sizes add up to ``message_size``; the
 absent parts are empty. A late zero-length chunk of such a message (our own senders emit one
 per empty part) is recognised for a while (``RECENT_COMPLETIONS`` keys) and counted as a

@@ -1,5 +1,5 @@
 # cython: language_level=3, embedsignature=True, boundscheck=False, wraparound=False
-"""Compiled per-message hot path of Dealer (and Dish) (issue 15 item 2).
+"""Compiled per-message hot path of Dealer (and Dish).
 
 Three functions, each the exact twin of pure-Python engine code it replaces when built
 (``nbmq.engine.sockets`` picks them; ``NBMQ_NO_EXTENSIONS=1`` keeps the Python code):
@@ -15,14 +15,14 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
   its part without building a frame object); every other datagram goes to
   ``receive_datagram`` itself.
 
-SafeDealer (issue 15, SafeDealer 100 B): :func:`send` too; :func:`receive_batch_safe` (twin of
+SafeDealer: :func:`send` too; :func:`receive_batch_safe` (twin of
 ``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),
 :func:`ack` (``SendQueue.ack``'s common case; in a batch, the acks of one window keep its
-state in C; issue 15, bigtake: a sharded message's frames too) and :func:`take_safe`
+state in C; a sharded message's frames too) and :func:`take_safe`
 (``SendQueue._take_safe`` under congestion control for small and sharded messages, reached
 through :func:`take`), whose frames awaiting acks are :class:`Flight` records (the twin of
 ``queues._Flight``). :class:`SmallMessage` and :class:`Flight` are not tracked by the cycle
-collector (issue 15: its collections were a quarter of the 100 B sender's time).
+collector (its collections were a quarter of the 100 B sender's time).
 
 Counters, events, output and the order of everything are those of the Python code
 (tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py,
@@ -521,7 +521,7 @@ from nbmq.wire import DataFrame
 cdef object _DROPPED = PushResult.DROPPED
 
 
-# SafeDealer (issue 15, safecompiled): the batch receive with dedup and acks, compiled
+# SafeDealer: the batch receive with dedup and acks, compiled
 
 cdef object _receive_safe_py = None
 
@@ -731,7 +731,7 @@ cdef inline void _flush_safe(object self, object counters, object recvq, object 
         self._ctrl_bytes += ACK_FRAME * queued
 
 
-# SendQueue.ack of a safe queue with congestion control, compiled (issue 15, safecompiled)
+# SendQueue.ack of a safe queue with congestion control, compiled
 
 from nbmq.engine.congestion import DATAGRAM as _DATAGRAM_PY, DUPTHRESH as _DUPTHRESH_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
@@ -832,7 +832,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     if type(msg) is SmallMessage:
         sm = <SmallMessage>msg
         peer = sm.peer
-    elif type(msg) is OutMessage:  # a sharded message's frame (issue 15, bigtake)
+    elif type(msg) is OutMessage:  # a sharded message's frame
         sm = None
         peer = msg.peer
     else:
@@ -957,8 +957,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     return True
 
 
-# SendQueue._take_safe under congestion control, compiled (issue 15: safecompiled for small
-# messages, bigtake for sharded ones)
+# SendQueue._take_safe under congestion control, compiled (small messages and sharded ones)
 
 from nbmq.engine.congestion import Window as _Window
 
@@ -971,7 +970,7 @@ cdef class Flight:
     :func:`take_safe` without a Python ``__init__`` and read by :func:`ack` as C fields.
 
     Not tracked by the cycle collector (one per message in flight: the 100 B sender's
-    collections walked them all, issue 15). Its one cycle, window -> ``order`` -> flight ->
+    collections walked them all). Its one cycle, window -> ``order`` -> flight ->
     ``win``, is broken by ``SendQueue.clear`` and ``SendQueue.__del__``; an ack or
     ``forget`` breaks it for each flight."""
 
@@ -1093,7 +1092,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     to the next peer of ``ring`` in turn as one frame; sharded (multi-frame) messages go to
     their fixed peer or the next of ``ring``, frame after frame (each a memoryview into the
     message's buffer, its session id written in), up to the window (at least one frame per
-    message when the window has room at its start, as the twin; issue 15, bigtake). Each frame
+    message when the window has room at its start, as the twin). Each frame
     is kept as a :class:`Flight` in the peer's transmission order. From the first other
     message (dropped, a peer not connected, a full window) on, ``SendQueue._take_safe`` does
     the rest, from the same state."""

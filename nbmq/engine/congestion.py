@@ -10,7 +10,7 @@ acks), so the decrease is CUBIC's gentler 0.7, not 0.5. The round-trip time come
 (``srtt + 4 * rttvar``), floored by ``safe_resend_ivl``. The reference's wire has one Ack per
 data frame and no batched acks, so every ack clocks the window. Time is an argument.
 
-Loss recovery without waiting for the timer (issue 15): every transmission of a frame (first
+Loss recovery without waiting for the timer: every transmission of a frame (first
 send or resend) takes the next number of its peer's transmission order (``order``). An ack for
 transmission ``S``, sent at ``t``, marks as lost every frame still unacked whose latest
 transmission is at most ``S - DUPTHRESH`` (TCP's duplicate-ack threshold of 3) and that went out
@@ -19,7 +19,7 @@ either at or before ``t - reorder_window()`` (RFC 8985 RACK: a frame sent a reor
 :meth:`Window.reorder_wait` (``srtt`` plus a reordering allowance) before the ack (the frames of
 one burst share a send time); the queue resends it at once (fast retransmit). So a lost frame is
 resent about one round trip after it went out, however much the round-trip time varies
-(relay50: with the second rule alone, a queue or a CPU-starved peer stretched the wait to
+(with the second rule alone, a queue or a CPU-starved peer stretched the wait to
 several round trips, each holding the frame's message under ``send_hwm``). A frame is so resent
 at most once per round trip, since its resend is newer than anything acked when it went out; an
 ack that comes sooner than ``min_rtt`` after a frame's resend may be the first send's and shows

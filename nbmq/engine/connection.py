@@ -22,7 +22,7 @@ Beyond the reference:
   full of connected peers refuses Connects (counted).
 - A repeated ``Connect`` from an address that has a peer is answered with that peer's session
   (idempotent: a lost ``Connected`` or a duplicated ``Connect`` does not make a second peer).
-- Path validation (issue 12; QUIC's path validation, RFC 9000 section 8.2, is the model). A
+- Path validation (QUIC's path validation, RFC 9000 section 8.2, is the model). A
   known session arriving from a new address (NAT rebinding) keeps its session and its frames
   are taken, but replies and data keep going to the validated address until the new one is
   validated: its first frame there makes it a candidate and queues a ``Heartbeat(session)`` to
@@ -290,7 +290,7 @@ class Connection:
 
         Exactly :meth:`receive_datagram` for each in turn (same errors: none for bad input;
         may queue output: flush with :meth:`datagrams_to_send`, drain :meth:`next_event`).
-        Socket types override it with a faster loop (issue 15).
+        Socket types override it with a faster loop.
         """
         feed = self.receive_datagram
         for offset, length, addr in zip(offsets, lengths, addrs):

@@ -1,6 +1,6 @@
 """Stateless handshake cookies (SYN-cookie style) for a bound engine whose peer table is full.
 
-Source: issue 12 (Connect floods) and the TCP SYN-cookie idea (RFC 4987, section 3.6). A bound
+Source: Connect floods from hostile peers, and the TCP SYN-cookie idea (RFC 4987, section 3.6). A bound
 engine that has no room for a new half-open peer answers ``Connect`` with ``Connected(cookie)``
 and keeps nothing; the peer echoes the session id in its first frame (the reference's client
 sends ``Heartbeat(session)`` right after ``Connected``), and a session id equal to the cookie of

@@ -96,7 +96,7 @@ class RecvQueue:
             than dropping messages that complete while full.
         max_peer_incomplete_bytes: budget for one session's incomplete messages, bytes (None:
             only the socket's). How messages are charged and who is evicted when a budget is
-            full: the codec's Reassembler (issue 12: one peer cannot lock others out).
+            full: the codec's Reassembler (one peer cannot lock others out).
         on_drop: called ``(session_id, message_id, DropReason.EVICTED)`` for every incomplete
             message evicted to make room; the engine turns it into an event and a counter.
 
@@ -160,7 +160,7 @@ class RecvQueue:
         self._ready: deque[Parts] = deque()
         # key -> until, in insertion order = expiry order (a renewed or re-added key moves to
         # the end): maintain() forgets from the front, with no second per-message structure
-        # for the collector to walk (issue 15: SafeDealer 100 B)
+        # for the collector to walk (SafeDealer 100 B)
         self._dedup: dict[tuple[int, int], float] | None = None if dedup_ttl is None else {}
         self._next_maint = 0.0
         self.completed = 0
@@ -692,9 +692,9 @@ class SendQueue:
         its resend timer (and, with congestion control, its place in its peer's transmission
         order, within the peer's window: ``take`` stops at the first frame whose peer's window
         is full until an ack or a timeout opens it). Per-peer state is looked up once per run
-        of messages to the same peer (issue 15: the SafeDealer 100 B path). With congestion
+        of messages to the same peer (the SafeDealer 100 B path). With congestion
         control this is the pure-Python twin of ``nbmq.engine._fast.take_safe`` (small and
-        sharded messages, issue 15 bigtake; tests/engine/test_engine_safe_receive_fast.py)."""
+        sharded messages; tests/engine/test_engine_safe_receive_fast.py)."""
         queue = self._queue
         n = 0
         nbytes = 0

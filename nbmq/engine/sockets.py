@@ -363,7 +363,7 @@ class Socket(Connection):
         :meth:`datagrams_to_send` after calling this, and drain :meth:`next_event`. For a data
         frame of a connected peer on its known path, ``_on_data`` and ``RecvQueue.push``
         (without dedup or refusal, which these types do not use) are inlined: the
-        per-message hot path (issue 15). Every other frame and every failed push takes the
+        per-message hot path. Every other frame and every failed push takes the
         shared code, so behaviour, counters and events are unchanged."""
         self._now = now
         counters = self._counters
@@ -526,7 +526,7 @@ class Socket(Connection):
 
 def _check_reference_compat(parts: Sequence[Buffer]) -> None:
     """Refuse what the Rust reference (nbmq 0.2.0) would lose: it emits no frame for an empty
-    part, so its receiver never completes such a message (issue 11, item 15)."""
+    part, so its receiver never completes such a message."""
     _check_parts(parts)
     for index, part in enumerate(parts):
         if not memoryview(part).nbytes:
@@ -556,7 +556,7 @@ class Dealer(Socket):
 
     See :mod:`nbmq.engine.sockets` for the surface. Nonces count from 1 (reference). With the
     extensions built, ``send``, ``receive_datagrams`` and the queue's ``take`` run compiled
-    (:mod:`nbmq.engine._fast`, issue 15 item 2), with the same effects as the code here.
+    (:mod:`nbmq.engine._fast`), with the same effects as the code here.
     """
 
     receive_datagram = Socket._receive_unacked
@@ -594,7 +594,7 @@ class SafeDealer(Socket):
         as :meth:`receive_datagram` for each datagram in turn; may queue output, acks and
         fast resends among it: flush with :meth:`datagrams_to_send`).
 
-        Two cases run inline in this one loop, with counters summed per batch (issue 15): a
+        Two cases run inline in this one loop, with counters summed per batch: a
         data frame of a connected peer on its known path, of a message not delivered within
         the dedup window, while ``recv_hwm`` is not reached (``RecvQueue.push`` then the Ack,
         built with one ``struct`` pack), and an 8-byte Ack from such a peer
@@ -698,7 +698,7 @@ class SafeDealer(Socket):
         recvq.completed += completed
 
     receive_datagrams = _receive_datagrams_py
-    if _fast is not None:  # the same, compiled (issue 15, safecompiled)
+    if _fast is not None:  # the same, compiled
         receive_datagrams = _fast.receive_batch_safe
         send = _fast.send
 

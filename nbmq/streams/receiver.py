@@ -16,7 +16,7 @@ Buffer = bytes | bytearray | memoryview
 
 class _Released:
     """Stands in for the decoder of a failed connection, so its buffered bytes are freed at once
-    (issue 12 item 2: they stayed alive for as long as anything held the connection or its error)."""
+    (they stayed alive for as long as anything held the connection or its error)."""
 
     __slots__ = ()
     buffered = 0

@@ -1,4 +1,4 @@
-"""The frames table's ack_hash column (nbmq.capture.datagrams.ack_hashes, issue 14): the compiled
+"""The frames table's ack_hash column (nbmq.capture.datagrams.ack_hashes): the compiled
 FNV-1a loop against its numpy twin and the codec, on bundled captures and random frames."""
 
 from __future__ import annotations

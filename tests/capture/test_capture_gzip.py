@@ -1,4 +1,4 @@
-"""gzip-compressed captures (``.pcap.gz``, ``.pcapng.gz``) read like the plain ones (issue 11)."""
+"""gzip-compressed captures (``.pcap.gz``, ``.pcapng.gz``) read like the plain ones."""
 
 from __future__ import annotations
 

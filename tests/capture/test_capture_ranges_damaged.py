@@ -1,4 +1,4 @@
-"""Byte ranges of a damaged classic pcap add up to the whole-file read, errors included (issue 11).
+"""Byte ranges of a damaged classic pcap add up to the whole-file read, errors included.
 
 The rule under test (``RecordScanner.walk_range``): a range owns the whole-file walk's records
 whose header starts in it and the framing errors those records own. Readers with
@@ -18,7 +18,7 @@ from nbmq.capture.files.errorlog import ErrorLog
 from nbmq.capture.files.formats import parse_pcap_header
 from nbmq.capture.files.records import RecordScanner
 
-DELETED_AT = 2_098_474  # the byte issue 11 deleted from dealer.pcap
+DELETED_AT = 2_098_474  # the byte deleted from dealer.pcap for this test
 
 
 def _union(data: bytes, splits, engine: str = "fast", mode: str = "walk") -> DatagramBatch:

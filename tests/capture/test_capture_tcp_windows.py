@@ -1,4 +1,4 @@
-"""The TCP pre-scan walks a classic pcap in windows and drops the pages behind (issue 14).
+"""The TCP pre-scan walks a classic pcap in windows and drops the pages behind.
 
 ``has_tcp_traffic`` runs on the driver of ``nbmq pipeline`` over every capture; walked whole,
 a 2.1 GB capture stayed resident (2.2 GB driver RSS). The windows must give exactly the

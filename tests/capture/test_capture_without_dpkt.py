@@ -1,4 +1,4 @@
-"""Reading captures with dpkt hidden (issue 16 item 4): classic pcap needs no dpkt, the rest says so.
+"""Reading captures with dpkt hidden: classic pcap needs no dpkt, the rest says so.
 
 Each case runs in a fresh interpreter whose ``sys.meta_path`` refuses ``dpkt`` (as on a machine
 without the ``capture`` extra), once per codec twin.

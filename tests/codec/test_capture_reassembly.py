@@ -1,5 +1,5 @@
 """Frames captured from the Rust reference reassemble to every message the manifest lists as
-complete, with the same sha256 per part (issue 3), through both codec twins."""
+complete, with the same sha256 per part, through both codec twins."""
 
 from __future__ import annotations
 

@@ -315,7 +315,7 @@ def test_reassembler_hand_built_frames(fields, chunk, twice):
 @st.composite
 def budget_traffic(draw):
     """Claims from a few sessions, lazy (over 1 MiB) and whole, under tight socket and peer
-    budgets (issue 12): charges, evictions and refusals must match."""
+    budgets: charges, evictions and refusals must match."""
     rng = random.Random(draw(st.integers(0, 2**32)))
     ops = []
     for _ in range(draw(st.integers(5, 60))):

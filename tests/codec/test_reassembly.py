@@ -280,7 +280,7 @@ def test_caps_and_budget(codec):
     assert (info.value.offset, info.value.reason) == (20, "message over max_message_size")
     for mid in range(2):  # 2 * (1000 + 256) fits in 3000
         r.add_datagram(codec.encode_data_frame(1, mid, 1, 0, 1000, 1000, 0, b"x"))
-    # a third claim of the same owner evicts its oldest (issue 12: the offender pays)
+    # a third claim of the same owner evicts its oldest (the offender pays)
     r.add_datagram(codec.encode_data_frame(1, 9, 1, 0, 1000, 1000, 0, b"x"))
     assert r.take_evicted() == [(1, 0)] and r.take_evicted() == []
     assert r.evicted == 1 and r.dropped_too_large == 1 and r.incomplete_bytes == 2 * 1256

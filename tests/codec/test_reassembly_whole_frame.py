@@ -1,6 +1,5 @@
 """The Cython Reassembler completes a one-frame message (one part, one chunk: the common small
-message) without its incomplete-message bookkeeping when the message's claim fits the budgets
-(issue 15). The twin always takes the general path: results, counters, charges and
+message) without its incomplete-message bookkeeping when the message's claim fits the budgets. The twin always takes the general path: results, counters, charges and
 evictions must still agree, on both sides of the fit check."""
 
 from __future__ import annotations

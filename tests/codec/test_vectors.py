@@ -281,7 +281,7 @@ RECV_OURS = {
     # keeps one copy; the Reassembler hands out every completion (the queueing layer dedups).
     "recv_whole_message_repeated_before_pull": {7: "again"},
     # The reference sends no frame for an empty part and so never completes such a message;
-    # ours completes once the received parts add up to message_size (issue 11, item 14).
+    # ours completes once the received parts add up to message_size.
     "recv_empty_middle_part_never_completes": {
         2: {"session_id": 10, "message_id": 0x67F10A697F983FBD, "parts_hex": ["61", "", "63"]},
     },

@@ -1,4 +1,4 @@
-"""SafeDealer congestion control on virtual time (issue 15 item 3): the per-peer window
+"""SafeDealer congestion control on virtual time: the per-peer window
 (grown on acks, halved on resend timeouts once per round trip) and the RFC 6298 resend timer
 floored by ``safe_resend_ivl``."""
 

@@ -1,4 +1,4 @@
-"""SafeDealer loss detection on virtual time (issue 15, relay50): a lost frame is resent about
+"""SafeDealer loss detection on virtual time: a lost frame is resent about
 one round trip after it went out, however much the RTT varies (RFC 8985 RACK: a frame sent a
 reordering window, ``min_rtt / 4``, before an acked one is lost); a resend acked sooner than
 ``min_rtt`` after it went out was spurious and widens that window; a loss at the tail of a

@@ -1,4 +1,4 @@
-"""SafeDealer loss recovery on virtual time (issue 15, SafeDealer item 1): a frame an ack
+"""SafeDealer loss recovery on virtual time: a frame an ack
 shows lost is resent at once (fast retransmit: DUPTHRESH later transmissions acked and older
 than srtt plus a reordering allowance), at most once per round trip; reordering resends nothing;
 random loss shrinks the window at most once per round and not at all within LOSS_TOLERANCE;

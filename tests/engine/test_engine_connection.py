@@ -328,7 +328,7 @@ def test_disconnected_answers_with_connect_at_once():
     assert len(client.connected_peers) == 1
 
 
-# -- path validation (issue 12, item 4) ----------------------------------------------------------
+# -- path validation ----------------------------------------------------------
 
 EVIL = ("6.6.6.6", 666)
 

@@ -1,4 +1,4 @@
-"""Stateless handshake cookies under a Connect flood (issue 12); virtual time only."""
+"""Stateless handshake cookies under a Connect flood; virtual time only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 12, item 1: one peer's claims of huge messages cannot block other peers.
+"""One peer's claims of huge messages cannot block other peers.
 
 A hostile peer holds 8 claims of 16 MiB (one 466-byte frame each, renewed before the TTL)
 while an honest peer's messages keep arriving: on the simulator (virtual time) and over UDP.

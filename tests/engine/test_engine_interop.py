@@ -1,4 +1,4 @@
-"""Issue 11, items 14-15: the Rust reference's empty parts.
+"""The Rust reference's empty parts.
 
 The reference (nbmq 0.2.0) emits no frame for an empty part, so its messages with an empty part
 arrive as frames of the other parts only: they complete here once the received parts add up to

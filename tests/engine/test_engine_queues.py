@@ -129,7 +129,7 @@ def test_recv_dedup_window_renewed_by_late_repeats():
 
 def test_recv_dedup_forgets_in_expiry_order_after_renewals_and_redelivery():
     """The dedup entries expire oldest first although renewals and a redelivery after the
-    window change their order (issue 15: the dict itself is the expiry order, so a renewed
+    window change their order (the dict itself is the expiry order, so a renewed
     or re-added entry must move behind the others or it would hold them back)."""
     q = RecvQueue(dedup_ttl=1.0, queue_maint_ivl=0.0)
     (a,), _ = frames_of([b"a"], nonce=1)

@@ -1,4 +1,4 @@
-"""Dealer's and Dish's inlined receive path (issue 15), one datagram at a time
+"""Dealer's and Dish's inlined receive path, one datagram at a time
 and in recvmmsg-style batches (``receive_datagrams``), against the generic
 ``Connection.receive_datagram`` + ``RecvQueue.push``: the same datagrams give the same
 messages, events, counters and replies, including every slow case (handshake, new path,

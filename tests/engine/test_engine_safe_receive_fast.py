@@ -1,4 +1,4 @@
-"""SafeDealer's inlined batch receive (issue 15, SafeDealer item 2) against the generic
+"""SafeDealer's inlined batch receive against the generic
 ``Connection.receive_datagram`` + ``SafeDealer._on_data`` / ``_on_ack``: the same datagrams
 give the same messages, output (acks, fast resends), events, counters and peers, including
 every slow case (handshake, duplicates, recv_hwm refusal, new path, malformed, unknown session,
@@ -297,7 +297,7 @@ def test_safe_take_compiled_matches_the_python_take(monkeypatch):
 
 def test_compiled_flight_is_the_python_flight():
     """_fast.Flight (made by the compiled take) against queues._Flight: the same attributes
-    after construction and after forget() (issue 15: the flight record in C)."""
+    after construction and after forget() (the flight record in C)."""
     from nbmq.engine import sockets
     from nbmq.engine.congestion import Window
     from nbmq.engine.queues import _Flight
@@ -397,7 +397,7 @@ def test_flights_in_flight_are_freed_with_their_engine(close):
 
 
 def _big_take_script(python: bool, monkeypatch):
-    """Multi-frame messages (issue 15, bigtake) to two peers in turn, with small ones between
+    """Multi-frame messages to two peers in turn, with small ones between
     them, through windows that fill mid-message and max_tick_send cutting messages, acks that
     open the windows, send_hwm refusals, a peer leaving mid-message and the resend timer: the
     frames handed out, every flight (hash, frame, message, due, sent_at, tx), each window's
@@ -482,7 +482,7 @@ def _big_take_script(python: bool, monkeypatch):
 
 
 def test_safe_take_of_multi_frame_messages_compiled_matches_the_python_take(monkeypatch):
-    """The compiled take of sharded messages (issue 15, bigtake) against ``_take_safe``: the
+    """The compiled take of sharded messages against ``_take_safe``: the
     same frames, flights (hash, due, sent_at, tx), transmission orders, windows, queue and
     counters at every step, and the compiled ack of those frames against ``SendQueue.ack``."""
     fast = _big_take_script(False, monkeypatch)
@@ -539,8 +539,8 @@ def test_compiled_take_keeps_multi_frame_messages_as_compiled_flights():
 
 @pytest.mark.parametrize("close", [True, False])
 def test_multi_frame_flights_in_flight_are_freed_with_their_engine(close):
-    """The compiled flights of a sharded message (memoryviews into its buffer; issue 15,
-    bigtake) are freed with their engine, closed or dropped without closing."""
+    """The compiled flights of a sharded message (memoryviews into its
+    buffer) are freed with their engine, closed or dropped without closing."""
     import gc
     import weakref
 

@@ -1,5 +1,5 @@
 """Dealer's compiled send path (``nbmq.engine._fast``: ``send``, the queue's ``take``, the
-batch receive; issue 15 item 2) against the pure-Python engine code it twins
+batch receive) against the pure-Python engine code it twins
 (``Socket.send``, ``SendQueue.take``, ``Socket._receive_batch_unacked``): one script of
 sends, flushes, peers joining and leaving, ``send_hwm``, ``max_tick_send`` and close gives the
 same datagrams (bytes and addresses), the same errors, events and counters."""

@@ -200,7 +200,7 @@ def test_safe_dealer_backpressure_when_receiver_full():
     got = []
     assert net.run_until(lambda: got.extend(server.recv_all()) or len(got) == 6, 5.0)
     # every one once; the order of resent messages is not promised (a timeout resends the
-    # oldest frame first and backs the timer off for the rest: RFC 6298 5.5, issue 15)
+    # oldest frame first and backs the timer off for the rest: RFC 6298 5.5)
     assert sorted(got) == [[b"m%d" % i] for i in range(6)]
     assert server.engine.counters.dropped_total == 0
 

@@ -1,4 +1,4 @@
-"""BQSP memory bounds (issue 12 item 2): a failed connection frees its buffer at once, without the
+"""BQSP memory bounds: a failed connection frees its buffer at once, without the
 cyclic GC, and the server caps the bytes held in incomplete packets across all connections."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""rqueue drop notices, our opt-in extension (issue 12 item 6), and the engines' small additions:
-str content in notify (issue 11 item 13), the broker's buffered() and disconnect()."""
+"""rqueue drop notices, our opt-in extension, and the engines' small additions:
+str content in notify, the broker's buffered() and disconnect()."""
 
 from __future__ import annotations
 

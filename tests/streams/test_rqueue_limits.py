@@ -1,5 +1,5 @@
-"""The rqueue server under stalled, idle and too many clients (issue 12 item 3), and drop notices
-end to end (issue 12 item 6). Small timeouts; every wait is bounded."""
+"""The rqueue server under stalled, idle and too many clients, and drop notices
+end to end. Small timeouts; every wait is bounded."""
 
 from __future__ import annotations
 

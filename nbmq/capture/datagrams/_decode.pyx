@@ -340,7 +340,7 @@ def fnv1a64_ranges(const uint8_t[::1] buf, const int64_t[::1] starts, const int6
     with nogil:
         i = 0
         # Four ranges at once: one range is a chain of dependent multiplies (about 4 cycles a
-        # byte); four independent chains keep the multiplier busy (issue 14: ~2.3 GB at 5M).
+        # byte); four independent chains keep the multiplier busy (~2.3 GB at 5M).
         while i + 4 <= n:
             p0 = base + starts[i]
             p1 = base + starts[i + 1]

@@ -4,7 +4,7 @@ A SafeDealer receiver answers a data frame with ``Ack(session_id, h)``, ``h`` = 
 the data frame's exact bytes, header and chunk (``codec.ack_hash``; ARCHITECTURE.md, wire facts);
 the sender drops the frame whose hash an Ack names (an 8-byte payload, big-endian). So a data
 frame and the Acks for it share one number, and a report matches them on it without reading any
-payload (issue 14: hashing the payload column in Spark was most of the report step).
+payload (hashing the payload column in Spark was most of the report step).
 
 The hashing is done by ``nbmq.capture.datagrams._decode.fnv1a64_ranges`` when it is built, else
 by :func:`fnv1a64_ranges` here with numpy, one byte position of every row at a time; tests hold

@@ -81,7 +81,7 @@ class OpenedCapture:
         which on kernels with large page-cache folios kept a whole folio resident per call).
 
         A walk over a big mapped capture touches every page; dropping the pages behind it keeps
-        the process's resident memory flat in the capture's size (issue 14). Pages are read
+        the process's resident memory flat in the capture's size. Pages are read
         again (from the page cache) if touched later. Does nothing for bytes given by the
         caller or where ``madvise(MADV_DONTNEED)`` is missing.
         """

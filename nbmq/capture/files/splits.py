@@ -36,7 +36,7 @@ def walk_windows(
     whole-file walk at or before it (the previous window's last record), as byte ranges are.
     Once the consumer resumes the generator after a window, the pages before that window's
     last record are released (``OpenedCapture.release``), so resident memory stays about one
-    window whatever the capture's size (issue 14).
+    window whatever the capture's size.
 
     Args:
         cap: the opened capture; scanner: its ``RecordScanner``; log: receives framing errors.
@@ -141,7 +141,7 @@ def range_starts(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> li
         # a range owns the whole-file walk's records starting in it and the errors they own
         # (RecordScanner.walk_range); walking from the record before it also meets a record of
         # the range that is cut by the end of the file, which the walk's offsets leave out.
-        # The walk goes window by window (flat memory on big files: issue 14).
+        # The walk goes window by window (flat memory on big files).
         starts = sorted({s for s, _e in splits})
         found: dict[int, tuple[int, int]] = {}
         k = 0

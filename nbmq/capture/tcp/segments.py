@@ -82,7 +82,7 @@ def _records(cap: OpenedCapture, log: ErrorLog) -> Iterator[tuple[np.ndarray, ..
 
     Classic pcap is walked in windows (``nbmq.capture.files.splits.walk_windows``: they add
     up to the whole-file walk, damage included, and the mapped pages behind are dropped), so
-    memory stays flat in the capture's size (issue 14: the whole walk of a 2.1 GB capture kept
+    memory stays flat in the capture's size (the whole walk of a 2.1 GB capture kept
     2.2 GB resident).
     """
     if detect_format(cap.buf, cap.size) == "pcap":
