@@ -364,6 +364,12 @@ def run(
             steps.advance()
             lap("messages")
 
+        steps.step("diagnosing -> findings/")
+        from .findings import write_findings
+
+        messages, findings = write_findings(spark, frames, tables, files)  # adds messages.suspect
+        lap("findings")
+
         steps.step("summarising -> sessions/")
         # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
         from .report.passes import Passes
@@ -388,6 +394,7 @@ def run(
             "totals": totals,
             "tables": tables,
             "plan": plan,
+            "findings": findings,
             **plan_counts,
         }
         if streams:
