@@ -58,6 +58,7 @@ __all__ = [
     "liveness_gaps",
     "silences",
     "estimate_interval",
+    "in_flight_window",
     "liveness_findings",
     "message_findings",
     "damage_spans",
@@ -190,6 +191,23 @@ def estimate_interval(samples_s: Sequence[float] | np.ndarray) -> tuple[float, s
     if samples.size == 0:
         return DEFAULT_HEARTBEAT_INTERVAL_S, "reference default"
     return max(float(np.median(samples)), MIN_INTERVAL_S), f"estimated from {samples.size} heartbeats"
+
+
+def in_flight_window(interval_s: float, round_trip_s: float | None = None) -> float:
+    """Seconds before a capture's end within which an incomplete message may still be in flight.
+
+    Args:
+        interval_s: the capture's heartbeat interval, seconds.
+        round_trip_s: the capture's median round trip from data frames to their Acks, seconds,
+            or None (no Acks).
+
+    Returns:
+        One heartbeat interval, or two round trips where Acks measure a longer one (a slow
+        link: frames spend longer on the wire than a sender waits between heartbeats).
+    """
+    if round_trip_s is None or pd.isna(round_trip_s):
+        return float(interval_s)
+    return max(float(interval_s), 2.0 * float(round_trip_s))
 
 
 def liveness_findings(
@@ -449,8 +467,9 @@ def findings_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 #: Schema of the frames pass's output rows: per peer (``capture``, session id and sender joined
 #: by ``\x1f``) its busy spans (``span``), Disconnected and Ack counts (``disconnected``,
 #: ``acks``), heartbeat samples (``heartbeat``: a = the frame before, b = the heartbeat); per
-#: capture its last timestamp (``end``: b_ns; peer = the capture) and its capture-error texts
-#: (``damage``: peer = the capture and the text).
+#: capture its last timestamp (``end``: b_ns; peer = the capture), its capture-error texts
+#: (``damage``: peer = the capture and the text) and round-trip samples (``round_trip``: a_ns,
+#: ns from a data frame to its Ack; peer = the capture).
 _PASS_SCHEMA = "peer string, what string, a_ns long, a_frame long, b_ns long, b_frame long, n long"
 _FINDINGS_DDL = "capture string, time_ns long, frame long, session_id decimal(20,0), message_id decimal(20,0), severity string, kind string, detail string"
 _KEY = ["capture", "session_id", "src", "message_id"]
@@ -505,10 +524,40 @@ def _peer_pass(batches: Iterator[Any]) -> Iterator[Any]:
                 peers, at, count = np.unique(idx[hit], return_index=True, return_counts=True)
                 rows = hit[at]  # each peer's first such frame (sorted by time within a peer)
                 emit(names[peers], what, ts[rows], fr[rows], ts[rows], fr[rows], count)
+        if (kind == _ACK).any():
+            hashes = alive["ack_hash"]
+            has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[order]
+            caps, trips = _round_trips(names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[order][has])
+            zeros = np.zeros(trips.size, np.int64)
+            emit(caps, "round_trip", trips, zeros, zeros, zeros, np.ones(trips.size, np.int64))
     yield pa.RecordBatch.from_pydict(out, schema=pa.schema([
         ("peer", pa.string()), ("what", pa.string()), ("a_ns", pa.int64()), ("a_frame", pa.int64()),
         ("b_ns", pa.int64()), ("b_frame", pa.int64()), ("n", pa.int64()),
     ]))
+
+
+#: Most round-trip samples the frames pass keeps per partition (evenly spaced over its acks).
+_ROUND_TRIP_SAMPLES = 1000
+
+
+def _round_trips(names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.ndarray, ack_hash: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Round trips, ns, of acked data frames: from a data frame's first copy to the first Ack
+    carrying its hash in the same session (what a capture near the sender measures; near the
+    receiver it is the receiver's turnaround, a lower bound).
+
+    Args: the frames pass's rows that carry an ack hash, sorted by peer then time: ``names``
+    (peer keys), ``idx`` (int64 index into names), ``ts`` (int64 ns), ``kind``, ``ack_hash``
+    (int64). Returns (each sample's capture, int64 samples in ns).
+    """
+    session = pd.Series(names).str.rsplit(_SEP, n=1).str[0].to_numpy(dtype=object)[idx]
+    frame = pd.DataFrame({"session": session, "hash": ack_hash.astype(np.int64), "ts": ts, "kind": kind})
+    data = frame[frame.kind == 0].drop_duplicates(["session", "hash"])  # rows are in time order per peer
+    acks = frame[frame.kind == _ACK].sort_values("ts").drop_duplicates(["session", "hash"])
+    pairs = data.merge(acks, on=["session", "hash"], suffixes=("", "_ack"))
+    pairs = pairs[pairs.ts_ack >= pairs.ts]
+    if len(pairs) > _ROUND_TRIP_SAMPLES:
+        pairs = pairs.iloc[np.linspace(0, len(pairs) - 1, _ROUND_TRIP_SAMPLES).astype(np.int64)]
+    return pairs.session.str.split(_SEP, n=1).str[0].tolist(), (pairs.ts_ack - pairs.ts).to_numpy(np.int64)
 
 
 def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
@@ -575,14 +624,15 @@ def write_findings(
     valid = F.col("error").isNull() & F.col("session_id").isNotNull() & (F.col("session_id") != 0)
     peer = F.when(valid, F.concat_ws(_SEP, "capture", F.col("session_id").cast("string"), addr_port("src_addr", "src_port")))
     passed = (
-        frames.select("capture", peer.alias("peer"), "ts_ns", "frame_number", "kind",
+        frames.select("capture", peer.alias("peer"), "ts_ns", "frame_number", "kind", "ack_hash",
                       F.when(F.col("error").startswith("capture: "), F.col("error")).alias("damage"))
         .mapInArrow(_peer_pass, _PASS_SCHEMA)
         .toPandas()
     )
     capture_end = {r.peer: int(r.b_ns) for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()}
     damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
-    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage"])])
+    trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
+    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip"])])
     samples = per_peer[per_peer["what"] == "heartbeat"]
     intervals = {c: estimate_interval(((s["b_ns"] - s["a_ns"]) / _NS).to_numpy()) for c, s in samples.groupby("capture")}
     intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
@@ -620,7 +670,8 @@ def write_findings(
     parts: list[DataFrame] = []
     if interesting.limit(1).count():
         params = spark.createDataFrame(
-            [(c, int(capture_end[c]), float(intervals[c][0])) for c in capture_end], "capture string, capture_end_ns long, window_s double"
+            [(c, int(capture_end[c]), in_flight_window(intervals[c][0], trips.get(c))) for c in capture_end],
+            "capture string, capture_end_ns long, window_s double",
         )
         acks = spark.createDataFrame(acked, "capture string, session_id decimal(20,0)").withColumn("acked", F.lit(True))
         firsts = key_frames.join(interesting.select(*_KEY), _KEY, "left_semi").groupBy(*_KEY).agg(F.min("frame_number").alias("first_frame"))
@@ -657,7 +708,7 @@ def write_findings(
     table = table.select(
         "capture", F.timestamp_micros(F.floor(F.col("time_ns") / 1000)).alias("time"),
         *[c for c, _ in FINDINGS_COLUMNS[2:]],
-    ).orderBy("capture", "time", "frame", "kind")
+    ).repartition(1).sortWithinPartitions("capture", "time", "frame", "kind")  # small: one sorted file
     saved = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:

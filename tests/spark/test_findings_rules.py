@@ -16,6 +16,7 @@ from nbmq.spark.findings import (
     damage_spans,
     estimate_interval,
     findings_frame,
+    in_flight_window,
     liveness_findings,
     liveness_gaps,
     message_findings,
@@ -195,3 +196,22 @@ def test_findings_frame():
     empty = findings_frame([])
     assert list(empty.columns) == ["capture", "time_ns", "frame", "session_id", "message_id", "severity", "kind", "detail"]
     assert set(KINDS.values()) == {"error", "warning", "note"}
+
+
+def test_in_flight_window():
+    assert in_flight_window(1.0) == 1.0 and in_flight_window(1.0, float("nan")) == 1.0
+    assert in_flight_window(1.0, 0.001) == 1.0  # a fast link: the interval
+    assert in_flight_window(1.0, 0.8) == 1.6  # a slow one: two round trips
+
+
+def test_round_trips_pair_data_frames_with_their_acks():
+    from nbmq.spark.findings import _round_trips
+
+    names = np.array(["c\x1f7\x1fa", "c\x1f7\x1fb", "d\x1f8\x1fa"], dtype=object)
+    # peer 0 sends data (hashes 11, 12, 11 again: a resend); peer 1 acks 12 then 11; peer 2 (another session) acks 11
+    idx = np.array([0, 0, 0, 1, 1, 2])
+    ts = np.array([0, 10, 50, 30, 70, 5]) * S // 1000
+    kind = np.array([0, 0, 0, 5, 5, 5])
+    hashes = np.array([11, 12, 11, 12, 11, 11])
+    caps, trips = _round_trips(names, idx, ts, kind, hashes)
+    assert caps == ["c", "c"] and sorted(trips.tolist()) == [20 * S // 1000, 70 * S // 1000]
