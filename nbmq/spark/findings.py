@@ -170,27 +170,38 @@ def silences(times_ns: np.ndarray, capture_end_ns: int, interval_s: float) -> pd
     return liveness_gaps(times, times, capture_end_ns, interval_s)
 
 
-def estimate_interval(samples_s: Sequence[float] | np.ndarray) -> tuple[float, str]:
-    """The heartbeat interval of a capture, from its heartbeat samples.
+def estimate_interval(after_traffic_s: Sequence[float] | np.ndarray, spacing_s: Sequence[float] | np.ndarray = ()) -> tuple[float, str]:
+    """The heartbeat interval of a capture, from two kinds of heartbeat samples.
 
-    A sample is the time from a peer's last non-heartbeat frame to the heartbeat that follows
-    it in the same session: a peer heartbeats a peer it sent nothing to for
-    ``peer_heartbeat_ivl`` (the reference then heartbeats on every tick while idle, so only the
-    first heartbeat after other traffic measures the interval).
+    A peer heartbeats a peer it sent nothing to for ``peer_heartbeat_ivl``, so the time from
+    its last other frame to the heartbeat that follows measures the interval
+    (``after_traffic_s``; the reference then heartbeats on every tick while idle, so the
+    spacing of its heartbeats says little). A peer that heartbeats on a fixed clock whatever
+    else it sends makes those samples small (a heartbeat soon after a data frame), and then
+    the spacing of consecutive heartbeats is the interval (``spacing_s``). So the first kind's
+    median is the interval, unless it is under half the spacing's.
 
     Args:
-        samples_s: seconds, any number (none: the reference default).
+        after_traffic_s: seconds from a peer's last non-heartbeat frame to its next heartbeat.
+        spacing_s: seconds between consecutive heartbeats of a peer.
 
     Returns:
-        ``(interval seconds, how)``: the median sample (at least ``MIN_INTERVAL_S``) and
+        ``(interval seconds, how)``: that median (at least ``MIN_INTERVAL_S``) and
         ``"estimated from N heartbeats"``, or ``DEFAULT_HEARTBEAT_INTERVAL_S`` and
-        ``"reference default"``.
+        ``"reference default"`` when there are no samples.
     """
-    samples = np.asarray(samples_s, np.float64)
-    samples = samples[np.isfinite(samples) & (samples > 0)]
-    if samples.size == 0:
+    medians, count = [], 0
+    for samples in (after_traffic_s, spacing_s):
+        values = np.asarray(samples, np.float64)
+        values = values[np.isfinite(values) & (values > 0)]
+        medians.append(float(np.median(values)) if values.size else None)
+        count += values.size
+    after, spacing = medians
+    if after is None and spacing is None:
         return DEFAULT_HEARTBEAT_INTERVAL_S, "reference default"
-    return max(float(np.median(samples)), MIN_INTERVAL_S), f"estimated from {samples.size} heartbeats"
+    if after is None or (spacing is not None and after < spacing / 2):
+        after = spacing
+    return max(float(after), MIN_INTERVAL_S), f"estimated from {count} heartbeats"  # type: ignore[arg-type]
 
 
 def in_flight_window(interval_s: float, round_trip_s: float | None = None) -> float:
@@ -516,8 +527,13 @@ def _peer_pass(batches: Iterator[Any]) -> Iterator[Any]:
         starts = np.flatnonzero(first | (dt > _FLOOR_NS))
         last = np.r_[starts[1:] - 1, idx.size - 1]
         emit(names[idx[starts]], "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
-        sample = np.flatnonzero(~first & (kind == _HEARTBEAT) & (np.r_[-1, kind[:-1]] != _HEARTBEAT))
+        sample = _spread(np.flatnonzero(~first & (kind == _HEARTBEAT) & (np.r_[-1, kind[:-1]] != _HEARTBEAT)))
         emit(names[idx[sample]], "heartbeat", ts[sample - 1], fr[sample - 1], ts[sample], fr[sample], np.ones(sample.size, np.int64))
+        beats = np.flatnonzero(kind == _HEARTBEAT)
+        after = beats[1:][idx[beats[1:]] == idx[beats[:-1]]]  # a heartbeat with an earlier one of its peer
+        before = beats[:-1][idx[beats[1:]] == idx[beats[:-1]]]
+        keep = _spread(np.arange(after.size))
+        emit(names[idx[after[keep]]], "spacing", ts[before[keep]], fr[before[keep]], ts[after[keep]], fr[after[keep]], np.ones(keep.size, np.int64))
         for what, code in (("disconnected", _DISCONNECTED), ("acks", _ACK)):
             hit = np.flatnonzero(kind == code)
             if hit.size:
@@ -536,8 +552,17 @@ def _peer_pass(batches: Iterator[Any]) -> Iterator[Any]:
     ]))
 
 
-#: Most round-trip samples the frames pass keeps per partition (evenly spaced over its acks).
-_ROUND_TRIP_SAMPLES = 1000
+#: Most samples of each kind (heartbeat, spacing, round trip) the frames pass keeps per
+#: partition, evenly spaced: a median needs no more, and an idle reference peer heartbeats on
+#: every tick.
+_SAMPLES = 1000
+
+
+def _spread(index: np.ndarray) -> np.ndarray:
+    """At most ``_SAMPLES`` elements of ``index``, evenly spaced."""
+    if index.size <= _SAMPLES:
+        return index
+    return index[np.linspace(0, index.size - 1, _SAMPLES).astype(np.int64)]
 
 
 def _round_trips(names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.ndarray, ack_hash: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -549,15 +574,17 @@ def _round_trips(names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.nd
     (peer keys), ``idx`` (int64 index into names), ``ts`` (int64 ns), ``kind``, ``ack_hash``
     (int64). Returns (each sample's capture, int64 samples in ns).
     """
-    session = pd.Series(names).str.rsplit(_SEP, n=1).str[0].to_numpy(dtype=object)[idx]
-    frame = pd.DataFrame({"session": session, "hash": ack_hash.astype(np.int64), "ts": ts, "kind": kind})
+    sessions, session_of = np.unique(pd.Series(names).str.rsplit(_SEP, n=1).str[0].to_numpy(dtype=object), return_inverse=True)
+    session = session_of[idx]
+    acked = np.isin(session, session[kind == _ACK])  # only sessions that carry Acks
+    frame = pd.DataFrame({"session": session[acked], "hash": ack_hash[acked], "ts": ts[acked], "kind": kind[acked]})
     data = frame[frame.kind == 0].drop_duplicates(["session", "hash"])  # rows are in time order per peer
     acks = frame[frame.kind == _ACK].sort_values("ts").drop_duplicates(["session", "hash"])
     pairs = data.merge(acks, on=["session", "hash"], suffixes=("", "_ack"))
     pairs = pairs[pairs.ts_ack >= pairs.ts]
-    if len(pairs) > _ROUND_TRIP_SAMPLES:
-        pairs = pairs.iloc[np.linspace(0, len(pairs) - 1, _ROUND_TRIP_SAMPLES).astype(np.int64)]
-    return pairs.session.str.split(_SEP, n=1).str[0].tolist(), (pairs.ts_ack - pairs.ts).to_numpy(np.int64)
+    pairs = pairs.iloc[_spread(np.arange(len(pairs)))]
+    captures = pd.Series(sessions[pairs.session.to_numpy()]).str.split(_SEP, n=1).str[0]
+    return captures.tolist(), (pairs.ts_ack - pairs.ts).to_numpy(np.int64)
 
 
 def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
@@ -618,6 +645,7 @@ def write_findings(
 
     from .inputs import capture_names, local_path, splittable
     from .messages import addr_port
+    from .schema import SUSPECT_FIELD
 
     base = tables["messages"].rsplit("/", 1)[0]
     tables["findings"] = f"{base}/findings"
@@ -633,8 +661,10 @@ def write_findings(
     damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
     trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
     per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip"])])
-    samples = per_peer[per_peer["what"] == "heartbeat"]
-    intervals = {c: estimate_interval(((s["b_ns"] - s["a_ns"]) / _NS).to_numpy()) for c, s in samples.groupby("capture")}
+    samples = per_peer[per_peer["what"].isin(["heartbeat", "spacing"])]
+    samples = samples.assign(seconds=(samples["b_ns"] - samples["a_ns"]) / _NS)
+    intervals = {c: estimate_interval(s.seconds[s.what == "heartbeat"].to_numpy(), s.seconds[s.what == "spacing"].to_numpy())
+                 for c, s in samples.groupby("capture")}
     intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
     spans = per_peer[per_peer["what"] == "span"].rename(columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"})
     disc = per_peer[per_peer["what"] == "disconnected"].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
@@ -651,37 +681,46 @@ def write_findings(
             suspect_frames += [(capture, int(f)) for f in spans_of["frame"].dropna()]
         found.append(damage_findings(capture, texts.tolist(), spans_of))
 
-    key_frames = frames.where((F.col("kind") == 0) & F.col("error").isNull()).select(
-        "capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "message_id", "frame_number"
-    )
-    suspect = spark.createDataFrame([], "capture string, session_id decimal(20,0), src string, message_id decimal(20,0), suspect_frame long")
+    data_frames = frames.where((F.col("kind") == 0) & F.col("error").isNull())
+    src = addr_port("src_addr", "src_port").alias("src")
+    suspect_ddl = "capture string, session_id decimal(20,0), src string, message_id decimal(20,0), suspect_frame long"
+    suspect_keys = pd.DataFrame(columns=[*_KEY, "suspect_frame"])
     if suspect_frames:
         marks = spark.createDataFrame(suspect_frames, "capture string, frame_number long")
-        suspect = spark.createDataFrame(
-            key_frames.join(F.broadcast(marks), ["capture", "frame_number"])
-            .groupBy(*_KEY).agg(F.min("frame_number").alias("suspect_frame")).toPandas(),
-            suspect.schema,
+        suspect_keys = (
+            data_frames.join(F.broadcast(marks), ["capture", "frame_number"])
+            .select("capture", "session_id", src, "message_id", "frame_number")
+            .groupBy(*_KEY).agg(F.min("frame_number").alias("suspect_frame")).toPandas()
         )
+    suspect = spark.createDataFrame(suspect_keys, suspect_ddl)
 
-    messages = spark.read.parquet(tables["messages"])
-    interesting = messages.join(F.broadcast(suspect), _KEY, "left").where(
-        ~F.col("complete") | (F.col("duplicates") > 0) | F.col("suspect_frame").isNotNull()
+    messages = spark.read.parquet(tables["messages"]).drop(SUSPECT_FIELD.name)
+    interesting = (
+        messages.join(F.broadcast(suspect), _KEY, "left")
+        .where(~F.col("complete") | (F.col("duplicates") > 0) | F.col("suspect_frame").isNotNull())
+        .select(*_KEY, "part_count", "message_size", "part_sizes", "complete", "missing_bytes", "duplicates",
+                (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns"),
+                "suspect_frame")
+        .cache()  # counted here, joined below: Spark then knows its size (a broadcast when small)
     )
     parts: list[DataFrame] = []
-    if interesting.limit(1).count():
+    if interesting.count():
         params = spark.createDataFrame(
             [(c, int(capture_end[c]), in_flight_window(intervals[c][0], trips.get(c))) for c in capture_end],
             "capture string, capture_end_ns long, window_s double",
         )
         acks = spark.createDataFrame(acked, "capture string, session_id decimal(20,0)").withColumn("acked", F.lit(True))
-        firsts = key_frames.join(interesting.select(*_KEY), _KEY, "left_semi").groupBy(*_KEY).agg(F.min("frame_number").alias("first_frame"))
+        ids = ["capture", "session_id", "message_id"]  # the sender is matched after the join: its text only for those rows
+        firsts = (
+            data_frames.join(interesting.select(*_KEY), ids)
+            .where(F.col("src") == addr_port("src_addr", "src_port"))
+            .groupBy(*_KEY).agg(F.min("frame_number").alias("first_frame"))
+        )
         parts.append(
             interesting.join(firsts, _KEY, "left")
             .join(F.broadcast(params), "capture", "left")
             .join(F.broadcast(acks), ["capture", "session_id"], "left")
-            .select(*_KEY, "part_count", "message_size", "part_sizes", "complete", "missing_bytes", "duplicates",
-                    (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns"),
-                    "capture_end_ns", "window_s", F.coalesce("acked", F.lit(False)).alias("acked"), "first_frame", "suspect_frame")
+            .withColumn("acked", F.coalesce("acked", F.lit(False)))
             .mapInPandas(_message_batches, _FINDINGS_DDL)
         )
 
@@ -713,8 +752,9 @@ def write_findings(
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     try:
         table.write.mode("overwrite").parquet(tables["findings"])
-        _add_suspect(spark, messages, suspect, tables["messages"])
+        _add_suspect(spark, messages, suspect_keys, tables["messages"])
     finally:
+        interesting.unpersist()
         if saved is None:
             spark.conf.unset("spark.sql.parquet.outputTimestampType")
         else:
@@ -739,17 +779,21 @@ def _spark_ready(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _add_suspect(spark: SparkSession, messages: DataFrame, suspect: DataFrame, path: str) -> None:
-    """Rewrite the messages table at ``path`` with the ``suspect`` column (true for the keys in ``suspect``)."""
+def _add_suspect(spark: SparkSession, messages: DataFrame, suspect: pd.DataFrame, path: str) -> None:
+    """Rewrite the messages table at ``path`` with the ``suspect`` column (true for the keys in
+    ``suspect``, a small pandas frame of :data:`_KEY` columns)."""
     from pyspark.sql import functions as F
 
     from .schema import SUSPECT_FIELD
 
     name = SUSPECT_FIELD.name
-    marked = (
-        messages.join(F.broadcast(suspect.select(*_KEY, F.lit(True).alias(name))), _KEY, "left")
-        .select(*messages.columns, F.coalesce(name, F.lit(False)).alias(name))
-    )
+    marked = messages.withColumn(name, F.lit(False))
+    if len(suspect):
+        keys = spark.createDataFrame(suspect[_KEY], "capture string, session_id decimal(20,0), src string, message_id decimal(20,0)")
+        marked = (
+            messages.join(F.broadcast(keys.withColumn(name, F.lit(True))), _KEY, "left")
+            .select(*messages.columns, F.coalesce(name, F.lit(False)).alias(name))
+        )
     staging = f"{path.rstrip('/')}.suspect-staging"
     marked.write.mode("overwrite").parquet(staging)
     _replace_dir(spark, staging, path)

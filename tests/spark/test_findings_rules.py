@@ -82,6 +82,13 @@ def test_estimate_interval():
     assert estimate_interval([]) == (DEFAULT_HEARTBEAT_INTERVAL_S, "reference default")
     assert estimate_interval([0.2, 0.25, 0.3, 9.0]) == (pytest.approx(0.275), "estimated from 4 heartbeats")
     assert estimate_interval([0.001]) == (MIN_INTERVAL_S, "estimated from 1 heartbeats")
+    # heartbeats on a fixed clock whatever else is sent: the spacing says 1 s
+    assert estimate_interval([0.01, 0.02, 0.03], [1.0, 1.0, 2.0]) == (1.0, "estimated from 6 heartbeats")
+    # the reference heartbeats every tick once idle: the first after traffic says 1 s
+    assert estimate_interval([1.0, 1.01], [0.001] * 50)[0] == pytest.approx(1.005)
+    # idle heartbeats plus longer spacings across traffic: the first kind still
+    assert estimate_interval([1.0, 1.0, 1.0], [1.25, 1.0, 1.8])[0] == 1.0
+    assert estimate_interval([], [0.5, 0.5]) == (0.5, "estimated from 2 heartbeats")
     assert estimate_interval([float("nan"), -1.0])[1] == "reference default"
 
 
