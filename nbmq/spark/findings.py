@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -382,17 +383,26 @@ def damage_spans(path: str) -> pd.DataFrame | None:
         One row per span: ``offset`` (bytes, the bad header), ``frame`` (the 1-based frame
         number of the record before it, or null when that record was not read), ``time_ns``
         (that record's timestamp, or null), ``reason``; None when the file is not a classic
-        pcap (pcapng, gzip): its damage is known only from the frames table's error rows.
+        pcap (pcapng, gzip, not a capture at all, unreadable): its damage is known only from
+        the frames table's error rows. Never raises on a file's contents.
     """
     from ..capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
     from ..capture.files.records import RecordScanner
     from ..capture.files.source import OpenedCapture
 
-    cap = OpenedCapture(path)
+    from ..errors import NbmqError
+
     try:
-        if cap.size < PCAP_FILE_HEADER_LEN or detect_format(cap.buf, cap.size) != "pcap":
+        cap = OpenedCapture(path)
+    except OSError:
+        return None
+    try:
+        try:
+            if cap.size < PCAP_FILE_HEADER_LEN or detect_format(cap.buf, cap.size) != "pcap":
+                return None
+            header = parse_pcap_header(cap.buf, cap.size)
+        except (NbmqError, ValueError):  # not a capture at all: the frames table's error row says so
             return None
-        header = parse_pcap_header(cap.buf, cap.size)
         scanner = RecordScanner(cap.buf, cap.size, header)
         log = _SpanLog()
         offsets = scanner.walk(PCAP_FILE_HEADER_LEN, cap.size, log)  # type: ignore[arg-type]
@@ -480,14 +490,20 @@ def findings_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 #: ``acks``), heartbeat samples (``heartbeat``: a = the frame before, b = the heartbeat); per
 #: capture its last timestamp (``end``: b_ns; peer = the capture), its capture-error texts
 #: (``damage``: peer = the capture and the text) and round-trip samples (``round_trip``: a_ns,
-#: ns from a data frame to its Ack; peer = the capture).
+#: ns from a data frame to its Ack; peer = the capture); per wanted message its first frame
+#: (``first``: a_ns = the key hash, a_frame).
 _PASS_SCHEMA = "peer string, what string, a_ns long, a_frame long, b_ns long, b_frame long, n long"
 _FINDINGS_DDL = "capture string, time_ns long, frame long, session_id decimal(20,0), message_id decimal(20,0), severity string, kind string, detail string"
 _KEY = ["capture", "session_id", "src", "message_id"]
 
 
-def _peer_pass(batches: Iterator[Any]) -> Iterator[Any]:
-    """The frames pass over one partition (``mapInArrow``): vectorised, rows of :data:`_PASS_SCHEMA`."""
+def _peer_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
+    """The frames pass over one partition (``mapInArrow``): vectorised, rows of :data:`_PASS_SCHEMA`.
+
+    ``wanted``: int64 hashes of the messages whose first frame number is needed (the
+    ``message`` column's values); each found gives a ``first`` row (a_ns: the hash, a_frame:
+    its first frame in this partition).
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -511,6 +527,18 @@ def _peer_pass(batches: Iterator[Any]) -> Iterator[Any]:
     caps = ends["capture"].to_pylist()
     zeros = np.zeros(len(caps), np.int64)
     emit(caps, "end", zeros, zeros, ends["ts_ns_max"].to_numpy(), zeros, zeros)
+
+    if wanted.size:
+        data = table.filter(pc.is_valid(table["message"]))
+        keys = data["message"].to_numpy()
+        hit = np.flatnonzero(np.isin(keys, wanted))
+        if hit.size:
+            keys, frames = keys[hit], data["frame_number"].fill_null(0).to_numpy()[hit]
+            order = np.lexsort((frames, keys))
+            keys, frames = keys[order], frames[order]
+            head = np.r_[True, keys[1:] != keys[:-1]]
+            zeros = np.zeros(int(head.sum()), np.int64)
+            emit([""] * zeros.size, "first", keys[head], frames[head], zeros, zeros, zeros)
 
     alive = table.filter(pc.is_valid(table["peer"]))
     if alive.num_rows:
@@ -597,12 +625,6 @@ def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(capture=parts[0], session_id=parts[1].map(Decimal), src=parts[2])
 
 
-def _message_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    """``mapInPandas`` wrapper of :func:`message_findings`."""
-    for batch in batches:
-        yield message_findings(batch)
-
-
 def _replace_dir(spark: SparkSession, new: str, old: str) -> None:
     """Move directory ``new`` to ``old``, replacing it (local paths, or a Hadoop file system)."""
     import os
@@ -649,18 +671,31 @@ def write_findings(
 
     base = tables["messages"].rsplit("/", 1)[0]
     tables["findings"] = f"{base}/findings"
+    # the messages with something to report (incomplete or repeated), on the driver: the frames
+    # pass looks up their first frame numbers by a hash of their key
+    messages = spark.read.parquet(tables["messages"]).drop(SUSPECT_FIELD.name)
+    columns = [*_KEY, "part_count", "message_size", "part_sizes", "complete", "missing_bytes", "duplicates",
+               (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns")]
+    noted = messages.where(~F.col("complete") | (F.col("duplicates") > 0)).select(
+        *columns, F.xxhash64("capture", "session_id", "src", "message_id").alias("key_hash")
+    ).toPandas()
+
     valid = F.col("error").isNull() & F.col("session_id").isNotNull() & (F.col("session_id") != 0)
+    data = F.col("error").isNull() & (F.col("kind") == 0)
     peer = F.when(valid, F.concat_ws(_SEP, "capture", F.col("session_id").cast("string"), addr_port("src_addr", "src_port")))
+    message = F.when(data, F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id"))
     passed = (
         frames.select("capture", peer.alias("peer"), "ts_ns", "frame_number", "kind", "ack_hash",
-                      F.when(F.col("error").startswith("capture: "), F.col("error")).alias("damage"))
-        .mapInArrow(_peer_pass, _PASS_SCHEMA)
+                      F.when(F.col("error").startswith("capture: "), F.col("error")).alias("damage"), message.alias("message"))
+        .mapInArrow(partial(_peer_pass, noted["key_hash"].to_numpy(np.int64)), _PASS_SCHEMA)
         .toPandas()
     )
     capture_end = {r.peer: int(r.b_ns) for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()}
     damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
     trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
-    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip"])])
+    firsts = passed[passed["what"] == "first"].groupby("a_ns")["a_frame"].min()  # key hash -> first frame
+    noted["first_frame"] = noted.pop("key_hash").map(firsts)
+    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "first"])])
     samples = per_peer[per_peer["what"].isin(["heartbeat", "spacing"])]
     samples = samples.assign(seconds=(samples["b_ns"] - samples["a_ns"]) / _NS)
     intervals = {c: estimate_interval(s.seconds[s.what == "heartbeat"].to_numpy(), s.seconds[s.what == "spacing"].to_numpy())
@@ -669,7 +704,7 @@ def write_findings(
     spans = per_peer[per_peer["what"] == "span"].rename(columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"})
     disc = per_peer[per_peer["what"] == "disconnected"].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
     found = [liveness_findings(spans, disc.rename(columns={"a_ns": "first_ns"}), capture_end, intervals)]
-    acked = per_peer[per_peer["what"] == "acks"][["capture", "session_id"]].drop_duplicates()
+    acked = {(c, int(sid)) for c, sid in zip(*(per_peer[per_peer["what"] == "acks"][k] for k in ("capture", "session_id")))}
 
     # capture damage: the frames table's capture-error rows, and a walk of each such pcap file
     paths = {name: path for path, name in capture_names(list(files)).items()}
@@ -681,53 +716,30 @@ def write_findings(
             suspect_frames += [(capture, int(f)) for f in spans_of["frame"].dropna()]
         found.append(damage_findings(capture, texts.tolist(), spans_of))
 
-    data_frames = frames.where((F.col("kind") == 0) & F.col("error").isNull())
-    src = addr_port("src_addr", "src_port").alias("src")
-    suspect_ddl = "capture string, session_id decimal(20,0), src string, message_id decimal(20,0), suspect_frame long"
+    # suspect messages: the frames of the records next to damage (a join only when there are some)
     suspect_keys = pd.DataFrame(columns=[*_KEY, "suspect_frame"])
     if suspect_frames:
         marks = spark.createDataFrame(suspect_frames, "capture string, frame_number long")
         suspect_keys = (
-            data_frames.join(F.broadcast(marks), ["capture", "frame_number"])
-            .select("capture", "session_id", src, "message_id", "frame_number")
+            frames.where(data).join(F.broadcast(marks), ["capture", "frame_number"])
+            .select("capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "message_id", "frame_number")
             .groupBy(*_KEY).agg(F.min("frame_number").alias("suspect_frame")).toPandas()
         )
-    suspect = spark.createDataFrame(suspect_keys, suspect_ddl)
-
-    messages = spark.read.parquet(tables["messages"]).drop(SUSPECT_FIELD.name)
-    interesting = (
-        messages.join(F.broadcast(suspect), _KEY, "left")
-        .where(~F.col("complete") | (F.col("duplicates") > 0) | F.col("suspect_frame").isNotNull())
-        .select(*_KEY, "part_count", "message_size", "part_sizes", "complete", "missing_bytes", "duplicates",
-                (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns"),
-                "suspect_frame")
-        .cache()  # counted here, joined below: Spark then knows its size (a broadcast when small)
-    )
-    parts: list[DataFrame] = []
-    if interesting.count():
-        params = spark.createDataFrame(
-            [(c, int(capture_end[c]), in_flight_window(intervals[c][0], trips.get(c))) for c in capture_end],
-            "capture string, capture_end_ns long, window_s double",
-        )
-        acks = spark.createDataFrame(acked, "capture string, session_id decimal(20,0)").withColumn("acked", F.lit(True))
-        ids = ["capture", "session_id", "message_id"]  # the sender is matched after the join: its text only for those rows
-        firsts = (
-            data_frames.join(interesting.select(*_KEY), ids)
-            .where(F.col("src") == addr_port("src_addr", "src_port"))
-            .groupBy(*_KEY).agg(F.min("frame_number").alias("first_frame"))
-        )
-        parts.append(
-            interesting.join(firsts, _KEY, "left")
-            .join(F.broadcast(params), "capture", "left")
-            .join(F.broadcast(acks), ["capture", "session_id"], "left")
-            .withColumn("acked", F.coalesce("acked", F.lit(False)))
-            .mapInPandas(_message_batches, _FINDINGS_DDL)
-        )
+        keys = spark.createDataFrame(suspect_keys[_KEY], "capture string, session_id decimal(20,0), src string, message_id decimal(20,0)")
+        more = messages.join(F.broadcast(keys), _KEY, "left_semi").where(F.col("complete") & (F.col("duplicates") == 0))
+        noted = pd.concat([noted, more.select(*columns).toPandas()], ignore_index=True)
+    if len(noted):
+        noted = noted.merge(suspect_keys, on=_KEY, how="left")
+        noted["first_frame"] = noted["first_frame"].fillna(noted["suspect_frame"])
+        noted["capture_end_ns"] = noted["capture"].map(capture_end)
+        noted["window_s"] = [in_flight_window(intervals[c][0], trips.get(c)) for c in noted["capture"]]
+        noted["acked"] = [(c, int(sid)) in acked for c, sid in zip(noted["capture"], noted["session_id"])]
+        found.append(message_findings(noted))
 
     # malformed datagrams and Disconnected frames: Spark filters, one row each
     src, dst = addr_port("src_addr", "src_port"), addr_port("dst_addr", "dst_port")
     malformed = F.col("error").isNotNull()
-    parts.append(
+    parts: list[DataFrame] = [
         frames.where((malformed & ~F.col("error").startswith("capture: ")) | ((F.col("kind") == _DISCONNECTED) & F.col("error").isNull()))
         .select(
             "capture", F.col("ts_ns").alias("time_ns"), F.col("frame_number").alias("frame"),
@@ -738,7 +750,7 @@ def write_findings(
                                       F.lit(" bytes) does not decode: "), F.col("error")))
             .otherwise(F.concat(src, F.lit(" sent Disconnected to "), dst)).alias("detail"),
         )
-    )
+    ]
     driver_rows = pd.concat([f for f in found if len(f)], ignore_index=True) if any(len(f) for f in found) else findings_frame([])
     parts.append(spark.createDataFrame(_spark_ready(driver_rows), _FINDINGS_DDL))
     table = parts[0]
@@ -754,7 +766,6 @@ def write_findings(
         table.write.mode("overwrite").parquet(tables["findings"])
         _add_suspect(spark, messages, suspect_keys, tables["messages"])
     finally:
-        interesting.unpersist()
         if saved is None:
             spark.conf.unset("spark.sql.parquet.outputTimestampType")
         else:

@@ -194,6 +194,9 @@ def test_damage_spans_of_a_pcap_with_a_deleted_byte(tmp_path):
     assert spans.time_ns[0] == (1_700_000_000 + 2) * S
     (tmp_path / "c.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(40))
     assert damage_spans(str(tmp_path / "c.pcapng")) is None
+    (tmp_path / "d.pcap").write_bytes(b"not a capture at all, just text")
+    assert damage_spans(str(tmp_path / "d.pcap")) is None
+    assert damage_spans(str(tmp_path / "missing.pcap")) is None
 
 
 def test_findings_frame():
