@@ -809,6 +809,9 @@ def _add_suspect(path: str, suspect: pd.DataFrame) -> None:
             row = table.slice(int(i), 1).select(_KEY).to_pylist()[0]
             flags[i] = (row["capture"], int(row["session_id"]), row["src"], int(row["message_id"])) in marked
         table = table.append_column(pa.field(SUSPECT_FIELD.name, pa.bool_()), pa.array(flags))
+        table = table.cast(pa.schema([  # Spark's INT96 timestamps (UTC instants) as TIMESTAMP(MICROS) UTC
+            pa.field(f.name, pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f for f in table.schema
+        ]), safe=False)  # microsecond values: nothing to lose
         with fs.open_output_stream(f"{staging}/{info.base_name}") as f:
             pq.write_table(table, f)
     fs.delete_dir(root)
