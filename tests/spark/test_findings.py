@@ -370,3 +370,12 @@ def test_table_schema(faults):
     assert schema.field("frame").type == pa.int64()
     assert schema.field("session_id").type == pa.decimal128(20, 0)
     assert schema.field("message_id").type == pa.decimal128(20, 0)
+
+
+def test_messages_table_gains_suspect(faults, spark):
+    from nbmq.spark.schema import messages_table_schema
+
+    _summary, out, _caps, _cut = faults
+    written = spark.read.parquet(str(out / "messages")).schema
+    want = messages_table_schema(parts=False)
+    assert [(f.name, f.dataType) for f in written.fields] == [(f.name, f.dataType) for f in want.fields]
