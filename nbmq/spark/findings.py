@@ -241,7 +241,9 @@ def liveness_findings(
     - the session's other peers were heard from within ``SILENCE_FACTOR`` intervals before it
       starts (when they had gone silent first, this peer rightly forgot them: only the first
       silence of a dead session is a finding). A session whose other side never appears in the
-      capture is judged on this peer alone.
+      capture is judged on this peer alone;
+    - no address new to the session appears after it starts (the peer moved: NAT rebinding
+      keeps the session id, so its frames go on from the new address).
 
     Args:
         spans: columns ``capture``, ``session_id`` (int or Decimal), ``src`` ("addr:port"),
@@ -263,6 +265,7 @@ def liveness_findings(
         d_ns = closed.get((capture, int(sid)))
         for src, peer in session.groupby("src", sort=True):
             others = session[session["src"] != src]
+            first_seen = others.groupby("src")["start_ns"].min().to_numpy()
             gaps = liveness_gaps(peer["start_ns"].to_numpy(), peer["end_ns"].to_numpy(), end, interval)
             for g in gaps.itertuples(index=False):
                 a, b, to_end = int(g.start_ns), int(g.end_ns), bool(g.to_end)
@@ -277,6 +280,8 @@ def liveness_findings(
                 if len(others):
                     heard = others["end_ns"].to_numpy()[others["start_ns"].to_numpy() <= a]
                     if heard.size == 0 or a - int(heard.max()) > SILENCE_FACTOR * interval * _NS:
+                        continue
+                    if (first_seen > a).any():  # an address new to the session: the peer moved (NAT rebinding)
                         continue
                 kind = "peer_silent" if seconds > SILENCE_FACTOR * interval else "heartbeat_gap"
                 until = "the capture's end" if to_end else ("its Disconnected" if b == d_ns else "its next frame")

@@ -118,6 +118,18 @@ def test_liveness_one_sided_capture_is_judged_alone():
     assert rows[["kind", "frame"]].values.tolist() == [["peer_silent", 2]]
 
 
+def test_liveness_peer_that_moved_is_not_silent():
+    spans = _spans([
+        ("c", 7, "10.0.0.2:40000", [0.0, 1.0, 2.0]),
+        ("c", 7, "10.0.0.9:51000", [2.5, 3.5, 4.5, 5.5, 6.5]),  # the same peer after NAT rebinding
+        ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+    ])
+    assert liveness_findings(spans, NO_DISCONNECT, {"c": T0 + 7 * S}, ONE_SECOND).empty
+    # without the new address, the same silence is reported
+    alone = spans[spans.src != "10.0.0.9:51000"]
+    assert liveness_findings(alone, NO_DISCONNECT, {"c": T0 + 7 * S}, ONE_SECOND).kind.tolist() == ["peer_silent"]
+
+
 def test_liveness_disconnected_ends_the_watch():
     spans = _spans([("c", 7, "a", [0.0, 1.0, 2.0]), ("c", 7, "b", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])])
     after = pd.DataFrame({"capture": ["c"], "session_id": [7], "first_ns": [T0 + 2 * S]})
