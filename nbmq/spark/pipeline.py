@@ -230,8 +230,9 @@ def run(
         captures: pcap / pcapng files, directories or globs; None or empty: the bundled
             captures. The driver plans the reads, so it must see the files as well as the
             executors (same path on a shared file system).
-        out_dir: output directory; ``frames/``, ``messages/``, ``sessions/`` (Parquet, replaced
-            if present), ``report.html`` and ``summary.json`` are written there. With a
+        out_dir: output directory; ``frames/``, ``messages/``, ``sessions/``, ``findings/``
+            (Parquet, replaced if present; :mod:`nbmq.spark.findings`), ``report.html`` and
+            ``summary.json`` are written there. With a
             cluster master it must be a path every executor can write (shared file system,
             ``hdfs://``, ``s3a://``); the report and summary are written by the driver.
         master: Spark master URL; None: ``spark-submit``'s, else ``local[*]``.
@@ -270,8 +271,9 @@ def run(
 
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
-        "plan", "steps": {step: wall seconds}, "tables": {name: path}}`` (steps: start, frames,
-        messages, sessions, streams, summary, report), plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
+        "plan", "steps": {step: wall seconds}, "tables": {name: path}, "findings": {"rows",
+        "severity", "kind"}}`` (steps: start, frames, messages, findings, sessions, streams,
+        summary, report), plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
         "error_rows", "connections"}}`` when a stream table was written, and with the onepass
         plan ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; also written to
         ``summary.json``.
@@ -364,6 +366,12 @@ def run(
             steps.advance()
             lap("messages")
 
+        steps.step("diagnosing -> findings/")
+        from .findings import write_findings
+
+        messages, findings = write_findings(spark, frames, tables, files)  # adds messages.suspect
+        lap("findings")
+
         steps.step("summarising -> sessions/")
         # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
         from .report.passes import Passes
@@ -388,6 +396,7 @@ def run(
             "totals": totals,
             "tables": tables,
             "plan": plan,
+            "findings": findings,
             **plan_counts,
         }
         if streams:

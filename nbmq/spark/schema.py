@@ -30,6 +30,8 @@ __all__ = [
     "SESSIONS_SCHEMA",
     "frames_schema",
     "messages_schema",
+    "SUSPECT_FIELD",
+    "messages_table_schema",
 ]
 
 #: Spark type of an unsigned 64-bit identifier.
@@ -104,6 +106,19 @@ MESSAGES_SCHEMA = _fields(_MESSAGE_FIELDS)
 def messages_schema(parts: bool = False) -> StructType:
     """The messages table's schema, with or without the ``parts`` column."""
     return _fields([f for f in _MESSAGE_FIELDS if parts or f[0] != "parts"])
+
+
+#: The written ``messages/`` table's last column: true when a frame of the message comes from a
+#: record next to capture damage (its bytes may not be what was sent, complete or not). The
+#: reassembly builds :func:`messages_schema`; the findings step
+#: (:func:`nbmq.spark.findings.write_findings`) adds this column from the frames table.
+SUSPECT_FIELD = StructField("suspect", BooleanType(), True)
+
+
+def messages_table_schema(parts: bool = False) -> StructType:
+    """The schema of ``messages/`` as the pipeline writes it: :func:`messages_schema` plus
+    :data:`SUSPECT_FIELD`."""
+    return StructType([*messages_schema(parts).fields, SUSPECT_FIELD])
 
 
 _SESSION_FIELDS: list[tuple[str, DataType]] = [

@@ -1,0 +1,239 @@
+"""The findings rules as pure functions: no Spark (these run on the pure-Python twin too)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nbmq.spark.findings import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    KINDS,
+    MIN_INTERVAL_S,
+    damage_findings,
+    damage_spans,
+    estimate_interval,
+    findings_frame,
+    in_flight_window,
+    liveness_findings,
+    liveness_gaps,
+    message_findings,
+    silences,
+)
+
+S = 1_000_000_000  # ns per second
+T0 = 1_700_000_000 * S
+
+
+def _spans(rows):
+    """rows: (capture, session_id, src, times in seconds after T0) -> spans of length 0."""
+    out = [(c, sid, src, T0 + int(t * S), i + 1) for c, sid, src, times in rows for i, t in enumerate(times)]
+    df = pd.DataFrame(out, columns=["capture", "session_id", "src", "start_ns", "start_frame"])
+    return df.assign(end_ns=df.start_ns, end_frame=df.start_frame)
+
+
+def _frames(rows):
+    return [None if pd.isna(f) else int(f) for f in rows.frame]
+
+
+NO_DISCONNECT = pd.DataFrame({"capture": [], "session_id": [], "first_ns": []})
+ONE_SECOND = {"c": (1.0, "reference default")}
+
+
+def test_silences_mid_capture_and_to_the_end():
+    times = T0 + np.array([0, 0.5, 1.0, 2.7, 3.0, 7.5, 8.0]) * S
+    gaps = silences(times, T0 + 10 * S, 1.0)
+    assert gaps[["kind", "to_end"]].values.tolist() == [
+        ["heartbeat_gap", False],  # 1.0 -> 2.7: 1.7 s
+        ["peer_silent", False],  # 3.0 -> 7.5: 4.5 s
+        ["heartbeat_gap", True],  # 8.0 -> the end: 2.0 s
+    ]
+    assert gaps.seconds.round(6).tolist() == [1.7, 4.5, 2.0]
+    assert gaps.span.tolist() == [2, 4, 6]  # index of the frame each gap follows
+    assert gaps.start_ns.tolist() == [times[2], times[4], times[6]]
+
+
+def test_silences_thresholds_are_strict():
+    times = T0 + np.array([0, 1.5, 4.5]) * S
+    gaps = silences(times, T0 + int(7.5 * S), 1.0)  # 1.5 s, 3.0 s, 3.0 s
+    assert gaps.kind.tolist() == ["heartbeat_gap", "heartbeat_gap"]  # 1.5 is not over 1.5
+
+
+def test_silences_any_order_and_overlapping_spans():
+    times = T0 + np.array([5.0, 0.0, 1.0]) * S
+    assert silences(times, T0 + 5 * S, 1.0).span.tolist() == [2]  # after the frame at 1.0
+    # a long busy span covers what its neighbours leave open
+    starts = T0 + np.array([0, 1, 8]) * S
+    ends = T0 + np.array([9, 1, 8]) * S
+    assert liveness_gaps(starts, ends, T0 + 9 * S, 1.0).empty
+
+
+def test_silences_bad_arguments():
+    with pytest.raises(ValueError, match="interval_s"):
+        silences(np.array([T0]), T0, 0.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        liveness_gaps(np.array([T0]), np.array([T0, T0]), T0, 1.0)
+    assert silences(np.array([], np.int64), T0, 1.0).empty
+
+
+def test_estimate_interval():
+    assert estimate_interval([]) == (DEFAULT_HEARTBEAT_INTERVAL_S, "reference default")
+    assert estimate_interval([0.2, 0.25, 0.3, 9.0]) == (pytest.approx(0.275), "estimated from 4 heartbeats")
+    assert estimate_interval([0.001]) == (MIN_INTERVAL_S, "estimated from 1 heartbeats")
+    # heartbeats on a fixed clock whatever else is sent: the spacing says 1 s
+    assert estimate_interval([0.01, 0.02, 0.03], [1.0, 1.0, 2.0]) == (1.0, "estimated from 6 heartbeats")
+    # the reference heartbeats every tick once idle: the first after traffic says 1 s
+    assert estimate_interval([1.0, 1.01], [0.001] * 50)[0] == pytest.approx(1.005)
+    # idle heartbeats plus longer spacings across traffic: the first kind still
+    assert estimate_interval([1.0, 1.0, 1.0], [1.25, 1.0, 1.8])[0] == 1.0
+    assert estimate_interval([], [0.5, 0.5]) == (0.5, "estimated from 2 heartbeats")
+    assert estimate_interval([float("nan"), -1.0])[1] == "reference default"
+
+
+def test_liveness_killed_client_server_goes_quiet_later():
+    """The client dies at 2 s; the server heartbeats it until its keepalive (10 s) expires:
+    only the client's silence is a finding, the server's later one follows from it."""
+    spans = _spans([
+        ("c", 7, "client", [0.0, 1.0, 2.0]),
+        ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]),
+    ])
+    rows = liveness_findings(spans, NO_DISCONNECT, {"c": T0 + 20 * S}, ONE_SECOND)
+    assert rows[["kind", "frame", "time_ns"]].values.tolist() == [["peer_silent", 3, T0 + 2 * S]]
+    assert rows.detail[0] == ("client sent nothing for 18.000 s, until the capture's end, and no Disconnected "
+                              "(heartbeat interval 1 s, reference default)")
+    assert rows.severity[0] == "error" and rows.session_id[0] == 7
+
+
+def test_liveness_both_sides_stop_together():
+    spans = _spans([("c", 7, "a", [0.0, 1.0]), ("c", 7, "b", [0.0, 1.0])])
+    rows = liveness_findings(spans, NO_DISCONNECT, {"c": T0 + 6 * S}, ONE_SECOND)
+    assert rows.kind.tolist() == ["peer_silent", "peer_silent"]
+
+
+def test_liveness_one_sided_capture_is_judged_alone():
+    spans = _spans([("c", 7, "a", [0.0, 1.0, 4.5])])
+    rows = liveness_findings(spans, NO_DISCONNECT, {"c": T0 + int(4.5 * S)}, ONE_SECOND)
+    assert rows[["kind", "frame"]].values.tolist() == [["peer_silent", 2]]
+
+
+def test_liveness_peer_that_moved_is_not_silent():
+    spans = _spans([
+        ("c", 7, "10.0.0.2:40000", [0.0, 1.0, 2.0]),
+        ("c", 7, "10.0.0.9:51000", [2.5, 3.5, 4.5, 5.5, 6.5]),  # the same peer after NAT rebinding
+        ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+    ])
+    assert liveness_findings(spans, NO_DISCONNECT, {"c": T0 + 7 * S}, ONE_SECOND).empty
+    # without the new address, the same silence is reported
+    alone = spans[spans.src != "10.0.0.9:51000"]
+    assert liveness_findings(alone, NO_DISCONNECT, {"c": T0 + 7 * S}, ONE_SECOND).kind.tolist() == ["peer_silent"]
+
+
+def test_liveness_disconnected_ends_the_watch():
+    spans = _spans([("c", 7, "a", [0.0, 1.0, 2.0]), ("c", 7, "b", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])])
+    after = pd.DataFrame({"capture": ["c"], "session_id": [7], "first_ns": [T0 + 2 * S]})
+    assert liveness_findings(spans, after, {"c": T0 + 20 * S}, ONE_SECOND).empty
+    # a Disconnected 2.5 s into the silence cuts it there: a gap, not a silence
+    during = after.assign(first_ns=T0 + int(4.5 * S))
+    rows = liveness_findings(spans, during, {"c": T0 + 20 * S}, ONE_SECOND)
+    assert rows.kind.tolist() == ["heartbeat_gap"]
+    assert "until its Disconnected" in rows.detail[0] and "no Disconnected" not in rows.detail[0]
+
+
+def _message(**over):
+    m = {"capture": "c", "session_id": Decimal(7), "src": "10.0.0.2:40000", "message_id": Decimal(2**64 - 1),
+         "part_count": 3, "message_size": 3000, "part_sizes": [1000, None, None], "complete": False,
+         "missing_bytes": 2000, "duplicates": 0, "first_ns": T0, "last_ns": T0 + S // 2,
+         "capture_end_ns": T0 + 10 * S, "window_s": 1.0, "acked": False, "first_frame": 4, "suspect_frame": None}
+    m.update(over)
+    return m
+
+
+def test_messages_lost_or_in_flight():
+    rows = message_findings(pd.DataFrame([
+        _message(),
+        _message(last_ns=T0 + 9 * S),  # 1.0 s before the end: within the window
+        _message(last_ns=T0 + 9 * S - 1),  # just over
+    ]))
+    assert rows.kind.tolist() == ["message_lost_frames", "message_in_flight_at_end", "message_lost_frames"]
+    assert rows.detail[0] == ("message from 10.0.0.2:40000: 2000 of 3000 bytes missing, parts 1-2 of 3 never "
+                              "seen; last frame 9.500 s before the capture's end (over 1 s: lost)")
+    assert rows.severity.tolist() == ["error", "note", "error"]
+    assert rows.frame.tolist() == [4, 4, 4] and rows.time_ns.tolist() == [T0] * 3
+    assert rows.message_id[0] == Decimal(2**64 - 1)
+
+
+def test_messages_resend_duplicate_suspect():
+    rows = message_findings(pd.DataFrame([
+        _message(complete=True, missing_bytes=0, duplicates=2, acked=True),
+        _message(complete=True, missing_bytes=0, duplicates=1),
+        _message(complete=True, missing_bytes=0, suspect_frame=9),
+        _message(part_sizes=[1000, 1000, None], missing_bytes=1500, suspect_frame=np.nan, first_frame=np.nan),
+    ]))
+    assert rows.kind.tolist() == ["resend", "duplicate", "message_suspect", "message_lost_frames"]
+    assert "2 chunk(s) resent" in rows.detail[0]
+    assert _frames(rows)[2:] == [9, None]
+    assert "(reassembled complete)" in rows.detail[2]
+    assert "parts 2 of 3 never seen" in rows.detail[3]
+
+
+def test_damage_findings_from_error_texts():
+    spans = pd.DataFrame({"offset": [500], "frame": [4], "time_ns": [T0], "reason": ["implausible record header"]})
+    texts = ["capture: offset 500: implausible record header", "capture: frame 9: bad UDP length",
+             "capture: unreadable record"]
+    rows = damage_findings("c", texts, spans)
+    assert set(rows.kind) == {"capture_damage"} and _frames(rows) == [4, 9, None]
+    assert "byte offset 500" in rows.detail[0] and rows.detail[1] == "packet did not decode: bad UDP length"
+    # a framing error past the texts the frames table kept replaces a filler row
+    two = pd.concat([spans, spans.assign(offset=900, frame=7)], ignore_index=True)
+    assert _frames(damage_findings("c", texts, two)) == [4, 7, 9]
+    # a capture that is not walked: one row per error text
+    assert len(damage_findings("c", texts, None)) == 3
+
+
+def test_damage_spans_of_a_pcap_with_a_deleted_byte(tmp_path):
+    from nbmq.capture import write_pcap
+
+    rows = [(1_700_000_000.0 + i, "10.0.0.1", 1, "10.0.0.2", 2, bytes(100)) for i in range(5)]
+    write_pcap(tmp_path / "a.pcap", rows)
+    raw = (tmp_path / "a.pcap").read_bytes()
+    at = 24 + 2 * (16 + 42 + 100) + 16 + 50  # inside the third record's payload
+    (tmp_path / "b.pcap").write_bytes(raw[:at] + raw[at + 1 :])
+    assert damage_spans(str(tmp_path / "a.pcap")).empty
+    spans = damage_spans(str(tmp_path / "b.pcap"))
+    assert spans[["frame", "reason"]].values.tolist() == [[3, "implausible record header"]]
+    assert spans.time_ns[0] == (1_700_000_000 + 2) * S
+    (tmp_path / "c.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(40))
+    assert damage_spans(str(tmp_path / "c.pcapng")) is None
+    (tmp_path / "d.pcap").write_bytes(b"not a capture at all, just text")
+    assert damage_spans(str(tmp_path / "d.pcap")) is None
+    assert damage_spans(str(tmp_path / "missing.pcap")) is None
+
+
+def test_findings_frame():
+    with pytest.raises(ValueError, match="unknown finding kind 'gap'"):
+        findings_frame([{"capture": "c", "time_ns": None, "frame": None, "session_id": None,
+                         "message_id": None, "kind": "gap", "detail": ""}])
+    empty = findings_frame([])
+    assert list(empty.columns) == ["capture", "time_ns", "frame", "session_id", "message_id", "severity", "kind", "detail"]
+    assert set(KINDS.values()) == {"error", "warning", "note"}
+
+
+def test_in_flight_window():
+    assert in_flight_window(1.0) == 1.0 and in_flight_window(1.0, float("nan")) == 1.0
+    assert in_flight_window(1.0, 0.001) == 1.0  # a fast link: the interval
+    assert in_flight_window(1.0, 0.8) == 1.6  # a slow one: two round trips
+
+
+def test_round_trips_pair_data_frames_with_their_acks():
+    from nbmq.spark.findings import _round_trips
+
+    names = np.array(["c\x1f7\x1fa", "c\x1f7\x1fb", "d\x1f8\x1fa"], dtype=object)
+    # peer 0 sends data (hashes 11, 12, 11 again: a resend); peer 1 acks 12 then 11; peer 2 (another session) acks 11
+    idx = np.array([0, 0, 0, 1, 1, 2])
+    ts = np.array([0, 10, 50, 30, 70, 5]) * S // 1000
+    kind = np.array([0, 0, 0, 5, 5, 5])
+    hashes = np.array([11, 12, 11, 12, 11, 11])
+    caps, trips = _round_trips(names, idx, ts, kind, hashes)
+    assert caps == ["c", "c"] and sorted(trips.tolist()) == [20 * S // 1000, 70 * S // 1000]
