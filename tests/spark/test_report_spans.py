@@ -91,6 +91,12 @@ def test_health_section(span_run):
     assert re.search(r"<td class=l>wrong version[^<]*</td><td>1</td>", section)
     assert "Heartbeat after a 5 s gap" in section  # the flow graph's gap row
     assert ">Connected<" in section
+    # the capture's findings: the 5 s silence, the expired message, the one in flight at the end
+    for kind in ("peer_silent", "message_lost_frames", "message_in_flight_at_end", "malformed_frame"):
+        assert re.search(rf"<a href='#kind-{kind}'>{kind}</a> 1\b", section), kind
+    expert = page[page.index("<h2 id=expert>"):]
+    sid = f"0x{SID:016x}"
+    assert re.search(rf"<td class=l>health.pcap</td><td>3.000000</td><td>11</td><td class=l><a href='#sess-health-pcap-{sid}'>", expert)
     data = json.loads(re.search(r"id='nbmq-report-data'>(.*?)</script>", page, re.S).group(1))
     health = [c for c in data["charts"] if c["group"] == "health.pcap" and c["title"] == "loss and health"]
     assert [s["label"] for s in health[0]["series"]] == ["duplicate data frames/s", "incomplete messages/s (by first frame)"]

@@ -11,50 +11,43 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+from ..findings import SEVERITIES
 from .units import count, hex_id
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SEVERITIES", "load", "relative_times", "section", "session_anchor"]
+__all__ = ["load", "relative_times", "section", "session_anchor"]
 
-#: Severities, most severe first (Wireshark's order).
-SEVERITIES = ("error", "warning", "note")
 #: Rows listed per (severity, kind); the rest are counted and stay in findings/.
 MAX_ROWS_PER_KIND = 50
-_COLUMNS = ["capture", "time", "frame", "session_id", "message_id", "severity", "kind", "detail"]
 
 
 def load(path: str | None) -> pd.DataFrame | None:
-    """The findings table at ``path`` (a Parquet directory or file) as pandas, ids as Python ints.
+    """The findings table at ``path`` (:func:`nbmq.spark.findings.read_findings`), with ``time``
+    as float epoch seconds and ids as Python ints.
 
     Args:
         path: where the pipeline wrote ``findings/``; None when it wrote none.
 
     Returns:
-        A frame with the table's columns and ``time`` as float epoch seconds, or None when
-        ``path`` is None or holds no findings table (an output written before there was one).
-
-    Raises:
-        pyarrow.ArrowInvalid: the table exists but is not Parquet.
+        The frame, or None when ``path`` is None or holds no findings table (an output written
+        before there was one).
     """
     if path is None:
         return None
-    import pyarrow.dataset as ds
-
-    try:
-        table = ds.dataset(path, format="parquet").to_table()
-    except FileNotFoundError:
-        return None
-    if not set(_COLUMNS) <= set(table.column_names):
-        return None
     import pandas as pd
 
-    frame = table.select(_COLUMNS).to_pandas()
-    times = pd.to_datetime(frame["time"], utc=True)
-    frame["time"] = (times - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
-    for column in ("session_id", "message_id", "frame"):
-        frame[column] = frame[column].map(lambda v: None if v is None or v != v else int(v)).astype(object)
+    from ..findings import read_findings
+
+    try:
+        frame = read_findings(path)
+    except FileNotFoundError:
+        return None
+    frame["time"] = (pd.to_datetime(frame["time"], utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+    for column in ("session_id", "message_id", "frame"):  # object: a NaN would stand for a missing id
+        frame[column] = pd.Series([None if v is None or v is pd.NA or v != v else int(v) for v in frame[column]],
+                                  index=frame.index, dtype=object)
     return frame
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..findings import SEVERITIES
 from . import charts, expert
 from .aggregate import GAP_FACTOR, HEARTBEAT_INTERVAL_S, ReportData
 from .units import count, duration, hex_id, rate, size
@@ -287,7 +288,7 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
         ("incomplete messages", count(totals.get("messages_incomplete", 0))), ("sessions", count(totals.get("sessions", 0))),
         ("malformed datagrams", count(totals.get("error_rows", 0))), ("duplicates", count(totals.get("duplicates", 0))),
     ] + [(f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"])) for k, v in summary.get("streams", {}).items()]
-      + [(f"{s} findings", count(counts.get(s, 0))) for s in expert.SEVERITIES if findings is not None]))
+      + [(f"{s} findings", count(counts.get(s, 0))) for s in SEVERITIES if findings is not None]))
     nav = ["<a href='#captures'>Captures</a>", "<a href='#latency'>Latency</a>", "<a href='#expert'>Expert info</a>"]
     nav += [f"<a href='#cap-{_e(c)}'>{_e(c)}</a>" for c in nbmq_caps["capture"]]
     nav += [f"<a href='#{k}'>{k}</a>" for k in data.streams]

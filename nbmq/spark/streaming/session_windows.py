@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..findings import DEFAULT_HEARTBEAT_INTERVAL_S, SILENCE_FACTOR
 from .messages import (
     PeerMessages,
     StreamMessageOptions,
@@ -59,9 +60,9 @@ _DATA_FIELDS = ["part_count", "part_index", "message_size", "part_size", "chunk_
 _KINDS = ["data", "connect", "connected", "disconnected", "heartbeat", "ack"]
 _DISCONNECTED = 3
 
-#: A sender silent for longer than this (3 x the reference's 1 s heartbeat interval) without a
-#: Disconnected is a silent peer (the findings' ``peer_silent`` rule).
-SILENCE_LIMIT_S = 3.0
+#: A sender silent for longer than this (3 heartbeat intervals of the reference's default)
+#: without a Disconnected is a silent peer: the findings' ``peer_silent`` rule.
+SILENCE_LIMIT_S = SILENCE_FACTOR * DEFAULT_HEARTBEAT_INTERVAL_S
 
 #: per-window counters, in output order
 WINDOW_COUNTERS = [f"frames_{k}" for k in _KINDS] + [
