@@ -256,7 +256,7 @@ def timeline(cap: Any, t: Any, control: Any, findings: Any, clients: dict[tuple[
                     markers.append({"x": float(f"{r.at_s:.6g}"), "lane": lane,
                                     "color": SEVERITY_COLORS.get(r.severity, "#555555"), "label": str(r.kind)})
     chart = _chart("session timeline: when each peer sent anything (bars) and what happened (markers)",
-                   cap_name, x, "session, direction", series, shade, kind="lanes", height=40 + 26 * len(lanes))
+                   cap_name, x, "session, direction", series, shade, kind="lanes", height=130 + 28 * len(lanes))
     chart["y"]["lanes"] = lanes
     chart["markers"] = markers
     return chart
