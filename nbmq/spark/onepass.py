@@ -1,9 +1,7 @@
-"""Frames and messages from one read of the captures (``nbmq pipeline --plan onepass``; issue 14, item 5).
+"""Frames and messages from one read of the captures (``nbmq pipeline`` with a local ``--out``).
 
-The steps plan decodes the captures into ``frames/`` (one job), then reads that table again to
-reassemble ``messages/`` (a second job that shuffles every data frame, or its local variant).
-Here one Spark job does both: its tasks are the ``nbmq`` source's partitions (one file, or one
-byte range of a large pcap), as :mod:`nbmq.spark.frames_writer`'s are. Each task
+One Spark job decodes the captures and reassembles the messages: its tasks are the ``nbmq``
+source's partitions (one file, or one byte range of a large pcap). Each task
 
 1. reads its partition (:meth:`nbmq.spark.datasource.NbmqReader.read`, payload included) and
    writes every batch to ``frames/part-NNNNN.parquet`` with pyarrow (without ``payload`` when
@@ -39,10 +37,13 @@ conflict hash only goes through the combine too, where a lone row record passes 
 Every record of a conflicting key is in the staging directory (its frame records were written
 there, its row records are moved there), so the combine sees the key whole.
 
-The tables are those of the steps plan (``tests/spark/test_onepass.py`` compares them): the
-frames table as :func:`nbmq.spark.frames_writer.write_frames_arrow` writes it (timestamps as
-TIMESTAMP(MICROS, UTC) instead of Spark's INT96: the same values read back), the messages table
-row for row. Local output directories only (a path every executor sees), as the arrow writer.
+The tables are those the pipeline writes to a Hadoop-compatible output (Spark's writer and
+:func:`nbmq.spark.messages_local.build_messages_local`; ``tests/spark/test_onepass.py``
+compares them, and the messages with :func:`nbmq.spark.messages.build_messages`), row for row.
+Local output directories only (a path every executor sees).
+
+A task writes its part files under names fixed by its partition index and returns only small
+values, so a retried task (a Python worker killed mid-task) replaces what the lost attempt left.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ class OnePass:
 
 def _local(out: str | Path) -> Path:
     if "://" in str(out):
-        raise ValueError(f"plan='onepass' writes local paths only, not {str(out)!r}")
+        raise ValueError(f"the one-pass job writes local paths only, not {str(out)!r}")
     return Path(out).resolve()
 
 
