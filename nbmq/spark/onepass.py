@@ -140,6 +140,7 @@ class OnePass:
         conflicts: sorted uint64 conflict hashes (set by :func:`finish_messages`).
         moved: row records moved to the staging directory (set by :func:`finish_messages`).
         combine: where the staged records were combined (set by :func:`finish_messages`).
+        decoded: where the tasks ran: ``"spark"`` (a job) or ``"driver"`` (threads here).
     """
 
     frames_dir: Path
@@ -153,13 +154,14 @@ class OnePass:
     conflicts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     moved: int = 0
     combine: str = "none"
+    decoded: str = "spark"
 
     def counts(self) -> dict[str, Any]:
-        """The figures for ``summary.json``: tasks, frames rows, records, conflicts, moves and
-        where the combine ran (``"none"``, ``"driver"``, ``"spark"``)."""
+        """The figures for ``summary.json``: tasks, frames rows, records, conflicts, moves, where
+        the combine ran (``"none"``, ``"driver"``, ``"spark"``) and where the tasks ran."""
         return {"tasks": len(self.tasks), "frames_rows": self.frames_rows, "row_records": self.row_records,
                 "frame_records": self.frame_records, "conflict_hashes": int(self.conflicts.size),
-                "moved_rows": self.moved, "combine": self.combine}
+                "moved_rows": self.moved, "combine": self.combine, "decoded": self.decoded}
 
 
 def _local(out: str | Path) -> Path:
@@ -184,6 +186,7 @@ def write_parts(
     parts: bool = False,
     max_message_size: int | None = None,
     segment_rows: int | None = None,
+    in_driver: bool = False,
 ) -> OnePass:
     """The one job: decode every partition, write ``frames/`` and the partition-complete
     message rows to ``messages/``, stage the rest (module docstring, steps 1-4).
@@ -197,6 +200,9 @@ def write_parts(
         parts: the messages table's ``parts`` column.
         max_message_size: larger claimed messages are rejected, bytes (default: u32 max).
         segment_rows: the local pass's segment (default its own; smaller only in tests).
+        in_driver: run the tasks in this process (threads, one per core) instead of a Spark
+            job: for inputs too small to repay a job's scheduling and Python workers' start
+            (the same task function, so the same files).
 
     Returns:
         An :class:`OnePass` for :func:`finish_messages`. ``messages/`` is not complete before that.
@@ -278,13 +284,20 @@ def write_parts(
         fh = np.unique(np.concatenate(frame_h)) if frame_h else np.zeros(0, np.uint64)
         return index, frames.rows, rows.rows, edges.rows if edges is not None else 0, hashes.tobytes(), fh.tobytes()
 
-    done = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(task).collect()
+    if in_driver:
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = max(1, min(len(jobs), spark.sparkContext.defaultParallelism))
+        with ThreadPoolExecutor(workers, thread_name_prefix="nbmq-onepass") as pool:
+            done = list(pool.map(task, jobs))
+    else:
+        done = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(task).collect()
     done.sort()
     for d in (frames_dir, messages_dir):
         (d / "_SUCCESS").touch()
     frame_hashes = [np.frombuffer(r[5], np.uint64) for r in done]
     return OnePass(
-        frames_dir=frames_dir, messages_dir=messages_dir, staging=staging,
+        frames_dir=frames_dir, messages_dir=messages_dir, staging=staging, decoded="driver" if in_driver else "spark",
         frames_rows=sum(r[1] for r in done), row_records=sum(r[2] for r in done),
         frame_records=sum(r[3] for r in done),
         frame_hashes=np.unique(np.concatenate(frame_hashes)) if frame_hashes else np.zeros(0, np.uint64),

@@ -37,6 +37,7 @@ __all__ = ["Output", "OutputError", "SUCCESS", "is_remote"]
 SUCCESS = "_SUCCESS"
 #: entries that mark a directory as an earlier pipeline output (replaced without asking)
 _OURS = (SUCCESS, "summary.json", "frames")
+_ASIDE = "-previous"  # suffix of the previous output while the swap runs
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -122,10 +123,16 @@ class Output:
                               f"{exc.strerror or exc}") from exc
 
     def _remove_stale(self) -> None:
-        """Remove staging directories of this ``out_dir`` whose process is gone."""
-        for entry in Path(self._parent).glob(self._prefix + "*"):
+        """Remove staging directories of this ``out_dir`` whose process is gone; a previous
+        output that such a process had moved aside is put back when ``out_dir`` is missing (the
+        process died between the swap's two renames)."""
+        for entry in sorted(Path(self._parent).glob(self._prefix + "*")):
             pid = entry.name[len(self._prefix):].split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if entry.name.endswith(_ASIDE) and not os.path.lexists(self.final):
+                os.rename(entry, self.final)
+            else:
                 shutil.rmtree(entry, ignore_errors=True)
 
     # -- through Hadoop's FileSystem (URIs) ------------------------------------------------------
@@ -168,7 +175,7 @@ class Output:
     def commit(self, spark: SparkSession | None) -> None:
         """Mark the staging directory finished (``_SUCCESS``) and swap it into ``out_dir``."""
         self.write_bytes(spark, SUCCESS, b"")
-        aside = f"{self._parent}/{self._prefix}{os.getpid()}-{secrets.token_hex(4)}-previous"
+        aside = f"{self._parent}/{self._prefix}{os.getpid()}-{secrets.token_hex(4)}{_ASIDE}"
         if self.local:
             had = os.path.lexists(self.final)
             if had:

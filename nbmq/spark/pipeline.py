@@ -16,6 +16,11 @@ pass and combine. The sessions are summarised from both tables; small aggregates
 summary and the report. Malformed datagrams and unreadable capture records are rows and
 counts, never a failure.
 
+The input's size decides the rest: local captures within one split and
+:data:`DRIVER_INPUT_BYTES` (the bundled ones, everyday captures) are decoded by the one-pass
+tasks in the driver's threads, and the sessions and report jobs run with
+:data:`SMALL_INPUT_CONF`, so Spark's fixed cost is paid once, at start-up.
+
 Runs survive faults and never mix: local masters retry a failed task
 (:func:`nbmq.spark.spark_session.with_task_retries`), the tasks write their part files under
 fixed names (a retry replaces what a killed attempt left), and everything is written into a
@@ -63,6 +68,21 @@ SUMMARY_COLUMNS = [
 DEFAULT_RQUEUE_PORTS = (6567,)
 
 
+#: Inputs of at most this many bytes (and within one split) are decoded by the one-pass tasks in
+#: the driver's threads: a Spark job's scheduling and its Python workers' start cost more there.
+DRIVER_INPUT_BYTES = 64 * 1024 * 1024
+#: Spark SQL settings for the sessions and report jobs of such an input: one shuffle partition,
+#: no adaptive re-planning, expressions interpreted instead of compiled. Each new query shape
+#: otherwise pays for Janino compiling its generated code, more than the work on a few
+#: thousand rows (bundled captures, same session, medians of 2 at load ~9: sessions step 1.2
+#: against 3.1 s, report 7.3 against 10.3 s).
+SMALL_INPUT_CONF = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 #: Spark settings for the reassembly job only. Spark measures an Arrow batch's byte size after
 #: every row it adds while maxBytesPerBatch is set (64 MiB by default): ~7% of that job's JVM time
 #: here. Its input rows are valid data frames (chunks <= 466 bytes), so the 10,000-row cap
@@ -83,6 +103,17 @@ def _split_for(files: Sequence[str], cores: int) -> int:
 
     largest = max((file_size(f) for f in files if splittable(f)), default=0)
     return max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores)))
+
+
+def _small_input(files: Sequence[str], split_bytes: int) -> bool:
+    """True when the local captures together fit in one split and in :data:`DRIVER_INPUT_BYTES`:
+    less than one task's share of work (a remote capture never counts as small)."""
+    from .inputs import file_size, is_local
+
+    if not all(is_local(f) for f in files):
+        return False
+    limit = min(split_bytes, DRIVER_INPUT_BYTES) if split_bytes > 0 else DRIVER_INPUT_BYTES  # 0: never split
+    return sum(file_size(f) for f in files) <= limit
 
 
 @contextmanager
@@ -280,9 +311,12 @@ def run(
             steps.attach(spark)
             steps.advance()
             lap("start")
-            with _session_conf(spark, PARQUET_TIMESTAMPS):
+            if split_bytes is None:
+                split_bytes = _split_for(files, spark.sparkContext.defaultParallelism)
+            small = _small_input(files, split_bytes)
+            with _session_conf(spark, {**PARQUET_TIMESTAMPS, **(SMALL_INPUT_CONF if small else {})}):
                 summary = _steps(spark, files, output, steps, lap, started, payload=payload, parts=parts,
-                                 split_bytes=split_bytes, report=report, bqsp_ports=bqsp_ports,
+                                 split_bytes=split_bytes, small=small, report=report, bqsp_ports=bqsp_ports,
                                  rqueue_ports=rqueue_ports, prep=prep)
             summary["steps"] = lap.seconds
             summary["seconds"] = time.perf_counter() - started
@@ -310,17 +344,16 @@ def _session(spark: SparkSession | None, master: str | None, conf: dict[str, str
 
 
 def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, lap: _Laps, started: float, *,
-           payload: bool, parts: bool, split_bytes: int | None, report: bool,
+           payload: bool, parts: bool, split_bytes: int, small: bool, report: bool,
            bqsp_ports: Sequence[int] | None, rqueue_ports: Sequence[int] | None, prep: Prestart) -> dict[str, Any]:
-    """The pipeline's steps, each writing into ``output``'s staging directory; returns the summary."""
+    """The pipeline's steps, each writing into ``output``'s staging directory; returns the summary.
+    ``small``: :func:`_small_input` (decoded in the driver, Spark SQL tuned for few rows)."""
     tables = {name: output.path(name) for name in ("frames", "messages", "sessions")}
-    if split_bytes is None:
-        split_bytes = _split_for(files, spark.sparkContext.defaultParallelism)
     options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
 
     steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
     frames, messages, plan_counts = _frames_and_messages(spark, options, tables, output.local, steps, lap,
-                                                         payload=payload, parts=parts)
+                                                         payload=payload, parts=parts, small=small)
 
     steps.step("summarising -> sessions/")
     # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
@@ -346,6 +379,7 @@ def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, la
         "totals": totals,
         "tables": {name: output.final_path(name) for name in tables},
         "plan": "onepass" if output.local else "steps",
+        "small_input": small,
         **plan_counts,
     }
     if streams:
@@ -360,20 +394,23 @@ def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, la
 
 
 def _frames_and_messages(spark: SparkSession, options: dict[str, str], tables: dict[str, str], local: bool,
-                         steps: _Steps, lap: _Laps, *, payload: bool, parts: bool) -> tuple[Any, Any, dict[str, Any]]:
+                         steps: _Steps, lap: _Laps, *, payload: bool, parts: bool,
+                         small: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """Write ``frames/`` and ``messages/``; return both tables (read back) and the plan's counts.
 
     A local output: one job decodes each partition once and writes its frames and the messages
     complete in it, a combine finishes the keys seen in several (:mod:`nbmq.spark.onepass`).
     A Hadoop-compatible output (executors may not share a local file system): Spark writes the
     frames table from the ``nbmq`` source and :func:`~nbmq.spark.messages_local.build_messages_local`
-    reassembles it with the same local pass and combine.
+    reassembles it with the same local pass and combine. A ``small`` input (:func:`_small_input`)
+    to a local output is decoded by the same tasks in the driver, without a Spark job.
     """
     source = spark.read.format("nbmq").options(**options).load()
     if local:
         from .onepass import finish_messages, write_parts
 
-        one = write_parts(spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts)
+        one = write_parts(spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts,
+                          in_driver=small)
         frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")

@@ -79,6 +79,31 @@ def test_unusable_out_is_one_line_exit_2_before_spark(tmp_path, capsys, monkeypa
     assert _listing(tmp_path) == before
 
 
+def test_output_swaps_in_on_commit_and_leaves_out_on_abandon(tmp_path):
+    """Output alone (no Spark): a committed run replaces --out whole and marks it; an abandoned
+    one leaves --out and no staging directory; a dead run's moved-aside output comes back."""
+    from nbmq.spark.output import SUCCESS, Output
+
+    out = tmp_path / "out"
+    first = Output(out)
+    first.prepare()
+    first.write_bytes(None, "summary.json", b"1")
+    first.commit(None)
+    assert sorted(p.name for p in out.iterdir()) == [SUCCESS, "summary.json"]
+    second = Output(out)
+    second.prepare()
+    Path(second.path("stale-free")).write_text("x")
+    second.abandon(None)
+    assert (out / "summary.json").read_bytes() == b"1" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    # a run killed between the swap's two renames: --out missing, the previous output aside
+    dead = 2**22 + 1  # above the default pid_max: no such process
+    out.rename(tmp_path / f".out.nbmq-{dead}-0000-previous")
+    (tmp_path / f".out.nbmq-{dead}-1111").mkdir()
+    Output(out).prepare()
+    assert (out / "summary.json").read_bytes() == b"1"
+    assert [p.name for p in tmp_path.iterdir() if p.name != "out"][0].startswith(f".out.nbmq-{os.getpid()}-")
+
+
 def test_task_retries_on_local_masters():
     """Local masters get retries; explicit attempts, local clusters and clusters are left alone."""
     from nbmq.spark.spark_session import TASK_ATTEMPTS, cores_of_master, with_task_retries
