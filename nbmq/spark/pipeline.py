@@ -358,10 +358,10 @@ def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, la
     steps.step("summarising -> sessions/")
     # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
     from .report.passes import Passes
-    from .sessions_table import sessions_frame
+    from .sessions_table import write_sessions
 
     passes = Passes(spark, frames, messages, tables["frames"])
-    sessions_frame(spark, passes.sessions()).write.mode("overwrite").parquet(tables["sessions"])
+    write_sessions(spark, passes.sessions(), tables["sessions"])
     steps.advance()
     lap("sessions")
 

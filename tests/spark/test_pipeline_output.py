@@ -150,7 +150,7 @@ def test_failed_run_leaves_the_previous_output(spark, tmp_path, monkeypatch):
     def broken(*_a, **_k):
         raise RuntimeError("sessions step broke")
 
-    monkeypatch.setattr(sessions_table, "sessions_frame", broken)
+    monkeypatch.setattr(sessions_table, "write_sessions", broken)
     with pytest.raises(RuntimeError, match="sessions step broke"):
         pipeline.run([CAPTURES / "dealer.pcap"], out, spark=spark, report=False, **_QUIET)
     assert _listing(out) == before
