@@ -12,12 +12,7 @@ it up on a bundled capture, then times (median of --repeat runs, start-up exclud
 - with ``--pipeline`` or when ``tshark`` is on PATH: the whole pipeline (frames, messages,
   sessions to Parquet) beside ``tshark -r CAPTURE -T fields`` extracting the same fields.
 
-With ``--messages`` only the messages step is timed (issue 14, item 5): the frames table is
-written to Parquet once (as ``nbmq pipeline`` does), then ``build_messages`` (shuffle every data
-frame) and ``build_messages_local`` (one read, reassembly inside partitions) write the messages
-table in turn, interleaved, and the medians and their ratio are printed.
-
-Run: ``python benchmarks/bench_pipeline.py [--datagrams N] [--repeat 3] [--capture PATH] [--messages]``.
+Run: ``python benchmarks/bench_pipeline.py [--datagrams N] [--repeat 3] [--capture PATH]``.
 """
 
 from __future__ import annotations
@@ -151,8 +146,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-mb", type=float, default=0, help="split size (default: one range per core, as nbmq pipeline plans it)")
     parser.add_argument("--pipeline", action="store_true", help="also time the whole pipeline")
     parser.add_argument("--no-udf", action="store_true", help="skip the UDF baseline")
-    parser.add_argument("--messages", action="store_true",
-                        help="time only the messages step: shuffled vs partition-local, interleaved")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -185,11 +178,6 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"Spark {spark.version} on {spark.sparkContext.master} ({cores} cores), codec "
                           f"{'cython' if codec.COMPILED else 'python'}, split {split / 2**20:.1f} MiB; start-up "
                           f"{time.perf_counter() - t:.1f} s (excluded)")
-
-        if args.messages:
-            _bench_messages(spark, str(capture), tmp, split, args.repeat, args.warmup, console)
-            spark.stop()
-            return 0
 
         from pyspark.sql import functions as F
         from pyspark.sql.types import IntegerType, LongType, StructField, StructType
@@ -301,72 +289,6 @@ def main(argv: list[str] | None = None) -> int:
         if not args.capture:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0
-
-
-def _tree_cpu() -> float:
-    """CPU seconds (user + system, reaped children included) of this process's descendants: the
-    Spark JVM and its Python workers. Steadier than wall time on a shared machine."""
-    import os
-
-    tick = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[tuple[int, list[str]]]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append((int(name), fields))
-    total, stack = 0.0, [os.getpid()]
-    while stack:
-        for pid, fields in children.get(stack.pop(), []):
-            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-            stack.append(pid)
-    return total
-
-
-def _bench_messages(spark, path: str, tmp: Path, split: int, repeat: int, warmup: int, console) -> None:  # type: ignore[no-untyped-def]
-    """Messages step only: shuffled vs partition-local on the Parquet frames, interleaved runs
-    (wall seconds and the CPU seconds of the JVM and its Python workers)."""
-    import os
-
-    from nbmq.spark.messages import build_messages
-    from nbmq.spark.messages_local import build_messages_local
-    from nbmq.spark.pipeline import _MESSAGES_CONF, _session_conf
-
-    frames_dir = str(tmp / "frames")
-    spark.read.format("nbmq").option("split_bytes", str(split)).load(path).write.mode("overwrite").parquet(frames_dir)
-    frames = spark.read.parquet(frames_dir)
-    ways = {"shuffle (build_messages)": build_messages, "local (build_messages_local)": build_messages_local}
-    times: dict[str, list[float]] = {k: [] for k in ways}
-    cpus: dict[str, list[float]] = {k: [] for k in ways}
-    rows: dict[str, int] = {}
-    cpu_ok = Path("/proc/self/stat").exists()
-    with _session_conf(spark, _MESSAGES_CONF):
-        for i in range(warmup + repeat):
-            for label, build in ways.items():
-                out = str(tmp / f"messages-{len(rows)}")
-                c = _tree_cpu() if cpu_ok else 0.0
-                t = time.perf_counter()
-                build(frames).write.mode("overwrite").parquet(out)
-                dt = time.perf_counter() - t
-                dc = _tree_cpu() - c if cpu_ok else float("nan")
-                rows[label] = spark.read.parquet(out).count()
-                if i >= warmup:
-                    times[label].append(dt)
-                    cpus[label].append(dc)
-                console.print(f"{label}: {dt:.2f} s, cpu {dc:.1f} s{' (warm-up)' if i < warmup else ''}, "
-                              f"load {os.getloadavg()[0]:.1f}")
-    base = statistics.median(times["shuffle (build_messages)"])
-    base_cpu = statistics.median(cpus["shuffle (build_messages)"])
-    for label, ts in times.items():
-        med = statistics.median(ts)
-        cpu = statistics.median(cpus[label])
-        print(f"{label}: median {med:.2f} s of {[round(x, 2) for x in ts]}, cpu median {cpu:.1f} s of "
-              f"{[round(x, 1) for x in cpus[label]]}, {rows[label]:,} rows, {base / med:.2f}x the shuffled "
-              f"path (cpu {base_cpu / cpu:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,15 @@
 """Issue 14 "Batch" benchmark: the whole ``nbmq pipeline`` on up to 5,000,000 datagrams beside tshark.
 
-For each size (default 500k, 1M, 2.5M, 5M datagrams) a realistic capture is generated once
-(``scale_capture.generate``: handshakes, heartbeats, multi-chunk messages, SafeDealer acks,
-loss and resends; ~430 bytes a record, cached as ``WORKDIR/scale-N.pcap``), then, in the same
-run and interleaved per repeat:
+For each size (default: the bundled captures, 300k and 1M datagrams of heartbeat-heavy
+traffic, 5M) a capture is generated once and cached in ``WORKDIR``: ``N`` is
+``scale_capture.generate`` (64 sessions: handshakes, heartbeats, multi-chunk messages,
+SafeDealer acks, loss and resends; ~430 bytes a record), ``Nhb`` is
+``scale_capture.generate_heartbeat_heavy`` (one Dealer pair, ~60% heartbeats, as a real
+capture of 271k datagrams), ``bundled`` is the bundled captures (no generation). Then, in the
+same run and interleaved per repeat:
+
+- a bare Spark session (start, ``spark.range(1000).count()``, stop) on the same master: the
+  fixed cost a run cannot avoid, reported as the pipeline's ratio to it;
 
 - ``nbmq pipeline CAPTURE --out DIR --master local[2] -q`` (the console script, a subprocess);
 - ``tshark -r CAPTURE -T fields -e frame.time_epoch -e ip.src ...`` (the frames table's fields
@@ -40,8 +46,12 @@ from pathlib import Path
 
 __all__ = ["Measured", "measure", "pipeline_command", "tshark_command", "main"]
 
-SIZES = (500_000, 1_000_000, 2_500_000, 5_000_000)
-TARGET_RATIO = 3.0  # issue 14: the pipeline at least 3x faster than tshark
+SIZES = ("bundled", "300000hb", "1000000hb", "5000000")
+TARGET_RATIO = 3.0  # at 5M: the pipeline at least 3x faster than tshark
+#: at most this many times a bare Spark session's time on the bundled captures
+TARGET_BARE_RATIO = 2.0
+#: the report step at most this share of the run at every size
+TARGET_REPORT_SHARE = 0.10
 #: tshark fields of the frames table that tshark knows without the nbmq dissector.
 TSHARK_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "udp.srcport", "ip.dst", "udp.dstport",
                  "udp.length", "data.data")
@@ -172,10 +182,39 @@ def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, s
     return result
 
 
-def pipeline_command(capture: Path, out: Path, master: str, extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
-    """The ``nbmq pipeline`` console command (as ``python -m nbmq.cli``: the same entry point)."""
-    return [sys.executable, "-m", "nbmq.cli", "pipeline", str(capture), "--out", str(out), "--master", master,
-            "-q", *extra]
+def pipeline_command(captures: list[Path], out: Path, master: str, extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+    """The ``nbmq pipeline`` console command (as ``python -m nbmq.cli``: the same entry point);
+    no ``captures``: the bundled ones."""
+    return [sys.executable, "-m", "nbmq.cli", "pipeline", *map(str, captures), "--out", str(out), "--master",
+            master, "-q", *extra]
+
+
+def bare_spark_command(master: str) -> list[str]:
+    """A fresh process that starts a Spark session as the pipeline does, counts 1000 rows, stops."""
+    code = ("from nbmq.spark.spark_session import build_session\n"
+            f"s = build_session({master!r})\ns.range(1000).count()\ns.stop()\n")
+    return [sys.executable, "-c", code]
+
+
+def _capture_for(size: str, workdir: Path) -> tuple[list[Path], int]:
+    """The captures of one ``--datagrams`` entry (generated once, cached) and their datagrams."""
+    from scale_capture import generate, generate_heartbeat_heavy
+
+    if size == "bundled":
+        from nbmq.examples import bundled_captures
+
+        paths = list(bundled_captures())
+        manifest = json.loads((paths[0].parent / "manifest.json").read_text())
+        names = {p.name for p in paths}
+        return paths, sum(c["datagrams"]["total"] for c in manifest["captures"] if c["file"] in names)
+    heavy = size.endswith("hb")
+    n = int(size[:-2] if heavy else size)
+    capture = workdir / f"scale-{size}.pcap"
+    if not capture.exists():
+        info = (generate_heartbeat_heavy if heavy else generate)(capture, n)
+        print(f"generated {capture}: {info.datagrams:,} datagrams, {info.messages:,} messages, "
+              f"{info.bytes / 1e9:.2f} GB in {info.seconds:.1f} s", file=sys.stderr)
+    return [capture], n
 
 
 def tshark_command(tshark: str, capture: Path, lua: Path | None = None) -> list[str]:
@@ -187,6 +226,14 @@ def tshark_command(tshark: str, capture: Path, lua: Path | None = None) -> list[
     return cmd + [a for f in fields for a in ("-e", f)]
 
 
+def _sequence(cmds: list[list[str]]) -> Measured:
+    """Run ``cmds`` one after the other (tshark per bundled capture); seconds summed, peaks the largest."""
+    done = [measure(c) for c in cmds]
+    return Measured(seconds=sum(d.seconds for d in done), returncode=max(d.returncode for d in done),
+                    peak=max(d.peak for d in done), roles=max(done, key=lambda d: d.peak).roles,
+                    samples=sum(d.samples for d in done), load=done[0].load)
+
+
 def _mb(n: int) -> str:
     return f"{n / 2**20:,.0f}"
 
@@ -195,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments, generate the captures, run and print the table; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datagrams", default=",".join(map(str, SIZES)),
-                        help="comma-separated capture sizes in datagrams (default: %(default)s)")
+                        help="comma-separated sizes: N datagrams, Nhb (heartbeat-heavy), bundled "
+                        "(default: %(default)s)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()),
                         help="where the captures are cached and the pipeline writes (default: %(default)s)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each command per size (median)")
@@ -213,40 +261,38 @@ def main(argv: list[str] | None = None) -> int:
 
     import nbmq
 
-    sizes = [int(s.replace("_", "")) for s in args.datagrams.split(",") if s.strip()]
+    sizes = [s.strip().replace("_", "") for s in args.datagrams.split(",") if s.strip()]
     tshark = shutil.which("tshark") if args.tshark else None
     lua = Path(nbmq.__file__).parent / "wireshark" / "nbmq.lua"
     args.workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(nbmq.__file__).parent.parent),
                                                        os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     rows = []
-    for n in sizes:
-        capture = args.workdir / f"scale-{n}.pcap"
-        if not capture.exists():
-            info = generate(capture, n)
-            print(f"generated {capture}: {info.datagrams:,} datagrams, {info.messages:,} messages, "
-                  f"{info.bytes / 1e9:.2f} GB in {info.seconds:.1f} s", file=sys.stderr)
-        out = args.workdir / f"scale-{n}-out"
-        runs: dict[str, list[Measured]] = {"nbmq": [], "tshark": [], "tshark+lua": []}
+    for size in sizes:
+        captures, n = _capture_for(size, args.workdir)
+        out = args.workdir / f"scale-{size}-out"
+        runs: dict[str, list[Measured]] = {"nbmq": [], "bare spark": [], "tshark": [], "tshark+lua": []}
         steps: list[dict[str, float]] = []
         for _ in range(args.repeat):
-            m = measure(pipeline_command(capture, out, args.master, args.pipeline_arg), env=env)
+            runs["bare spark"].append(measure(bare_spark_command(args.master), env=env))
+            m = measure(pipeline_command([] if size == "bundled" else captures, out, args.master,
+                                         args.pipeline_arg), env=env)
             if m.returncode != 0:
-                print(f"nbmq pipeline exited {m.returncode} on {capture}", file=sys.stderr)
+                print(f"nbmq pipeline exited {m.returncode} on {size}", file=sys.stderr)
             runs["nbmq"].append(m)
             try:
                 steps.append(json.loads((out / "summary.json").read_text()).get("steps", {}))
             except (OSError, ValueError):
                 pass
             if tshark:
-                runs["tshark"].append(measure(tshark_command(tshark, capture)))
+                runs["tshark"].append(_sequence([tshark_command(tshark, c) for c in captures]))
                 if args.lua:
-                    runs["tshark+lua"].append(measure(tshark_command(tshark, capture, lua)))
-            print(f"{n:,}: " + ", ".join(f"{k} {v[-1].seconds:.1f} s peak {_mb(v[-1].peak)} MiB"
+                    runs["tshark+lua"].append(_sequence([tshark_command(tshark, c, lua) for c in captures]))
+            print(f"{size}: " + ", ".join(f"{k} {v[-1].seconds:.1f} s peak {_mb(v[-1].peak)} MiB"
                                          for k, v in runs.items() if v), file=sys.stderr)
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
-        row: dict[str, object] = {"datagrams": n, "bytes": capture.stat().st_size}
+        row: dict[str, object] = {"datagrams": n, "size": size, "bytes": sum(c.stat().st_size for c in captures)}
         for k, v in runs.items():
             if v:
                 row[k] = {"seconds": statistics.median(r.seconds for r in v),
@@ -268,7 +314,8 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
     from rich.table import Table
 
     table = Table(title=f"nbmq pipeline ({args.master}) vs tshark -T fields, median of {args.repeat}")
-    for col in ("datagrams", "capture MB", "nbmq s", "tshark s", "ratio", "tshark+lua s", "ratio lua",
+    for col in ("size", "datagrams", "capture MB", "nbmq s", "bare spark s", "nbmq/bare", "report share",
+                "tshark s", "ratio", "tshark+lua s", "ratio lua",
                 "nbmq peak MiB (py/jvm/workers; anon; pss)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
         table.add_column(col, justify="right")
     for r in rows:
@@ -276,8 +323,12 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
         ts: dict = r.get("tshark", {})  # type: ignore[assignment]
         tl: dict = r.get("tshark+lua", {})  # type: ignore[assignment]
         roles = nb["roles"]
+        bare: dict = r.get("bare spark", {})  # type: ignore[assignment]
+        report = r.get("steps", {}).get("report", 0.0)  # type: ignore[union-attr]
         table.add_row(
-            f"{r['datagrams']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{nb['seconds']:.1f}",
+            str(r["size"]), f"{r['datagrams']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{nb['seconds']:.1f}",
+            f"{bare['seconds']:.1f}" if bare else "-", f"{nb['seconds'] / bare['seconds']:.2f}" if bare else "-",
+            f"{report / nb['seconds']:.0%}",
             f"{ts['seconds']:.1f}" if ts else "-", f"{ts['seconds'] / nb['seconds']:.2f}x" if ts else "-",
             f"{tl['seconds']:.1f}" if tl else "-", f"{tl['seconds'] / nb['seconds']:.2f}x" if tl else "-",
             f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])}; "
@@ -287,6 +338,15 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
         )
     console = Console() if Console().is_terminal else Console(width=200)
     console.print(table)
+    for r in rows:
+        if r["size"] == "bundled" and "bare spark" in r:
+            ratio = r["nbmq"]["seconds"] / r["bare spark"]["seconds"]  # type: ignore[index]
+            console.print(f"bundled captures: {ratio:.2f}x a bare Spark session (target at most "
+                          f"{TARGET_BARE_RATIO:g}x): {'met' if ratio <= TARGET_BARE_RATIO else 'NOT met'}")
+        share = r.get("steps", {}).get("report", 0.0) / r["nbmq"]["seconds"]  # type: ignore[union-attr,index]
+        if share > TARGET_REPORT_SHARE:
+            console.print(f"{r['size']}: the report step is {share:.0%} of the run (target at most "
+                          f"{TARGET_REPORT_SHARE:.0%})")
     first, last = rows[0], rows[-1]
     if len(rows) > 1:
         growth = last["nbmq"]["peak"] / max(1, first["nbmq"]["peak"])  # type: ignore[index]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CaptureInfo", "generate"]
+__all__ = ["CaptureInfo", "generate", "generate_heartbeat_heavy"]
 
 #: Big-endian data frame header (34 bytes), the layout of nbmq.wire.
 _DATA = np.dtype([("version", "u1"), ("kind", "u1"), ("session_id", ">u8"), ("message_id", ">u8"),
@@ -63,14 +63,15 @@ def _clients(sessions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, sessions: int, handshake: bool,
-           clients: tuple[np.ndarray, np.ndarray, np.ndarray], spacing_ns: int) -> tuple[object, int]:
+           clients: tuple[np.ndarray, np.ndarray, np.ndarray], spacing_ns: int,
+           safe_every: int = 8) -> tuple[object, int]:
     """About ``n_target`` datagrams from ``t0`` (ns) to ``t0 + n_target * spacing_ns``: (DatagramBatch, messages)."""
     from nbmq import codec
     from nbmq.capture import DatagramBatch
 
     addrs, ports, sids = clients
     span = n_target * spacing_ns
-    safe = np.arange(sessions) % 8 == 0
+    safe = np.arange(sessions) % safe_every == 0 if safe_every else np.zeros(sessions, bool)
 
     # control frames first (their count is known): handshakes and heartbeats
     ctl_sess, ctl_kind, ctl_dir, ctl_t = [], [], [], []
@@ -178,7 +179,7 @@ def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, session
 
 
 def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, sessions: int = 64,
-             block: int = 250_000, spacing_ns: int = _SPACING_NS) -> CaptureInfo:
+             block: int = 250_000, spacing_ns: int = _SPACING_NS, safe_every: int = 8) -> CaptureInfo:
     """Write a classic pcap (Ethernet, microsecond timestamps) of about ``datagrams`` records.
 
     Args:
@@ -190,6 +191,7 @@ def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, ses
         sessions: client sessions (1..62,500).
         block: datagrams built in memory at a time (bounds the memory: ~0.8 KB each).
         spacing_ns: capture time per datagram (ns; default 20,000: 50,000 datagrams/s).
+        safe_every: every ``safe_every``-th session is a SafeDealer (0: none, Dealers only).
 
     Returns:
         A :class:`CaptureInfo`.
@@ -216,7 +218,8 @@ def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, ses
         with open(part, "wb") as f:
             while written < datagrams:
                 want = min(block, datagrams - written)
-                batch, m = _block(rng, want, written, clock, sessions, written == 0, clients, spacing_ns)
+                batch, m = _block(rng, want, written, clock, sessions, written == 0, clients, spacing_ns,
+                                  safe_every)
                 clock += want * spacing_ns
                 write_pcap(scratch, batch)
                 with open(scratch, "rb") as s:
@@ -231,3 +234,10 @@ def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, ses
         scratch.unlink(missing_ok=True)
         part.unlink(missing_ok=True)
     return CaptureInfo(written, messages, target.stat().st_size, time.perf_counter() - started)
+
+
+def generate_heartbeat_heavy(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1) -> CaptureInfo:
+    """A capture shaped as a real Dealer pair's: one session, no SafeDealer, 300 ms of capture
+    time per datagram, so the two heartbeats a second are ~60% of the datagrams (the measured
+    capture: 271k datagrams, 109k data frames, 162k heartbeats). Arguments as :func:`generate`."""
+    return generate(path, datagrams, seed=seed, sessions=1, spacing_ns=300_000_000, safe_every=0)

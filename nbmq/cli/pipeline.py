@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``nbmq pipeline`` options to ``parser`` (the :mod:`nbmq.cli` contract)."""
     parser.add_argument("captures", nargs="*", metavar="CAPTURE", help="pcap/pcapng files or directories")
     parser.add_argument("--out", "-o", default="out", metavar="DIR",
-                        help="output directory, created if missing (default: out)")
+                        help="output directory, replaced whole when the run succeeds (default: out); a local "
+                        "path or a Hadoop-compatible URI (hdfs://, s3a://, file://)")
     parser.add_argument(
         "--master",
         default=None,
@@ -44,24 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pcapng", action="store_true", help="with no CAPTURE, also the bundled dealer.pcapng")
     parser.add_argument("--no-payload", dest="payload", action="store_false", help="leave payload out of frames/")
     parser.add_argument("--parts", action="store_true", help="keep each message's parts (bytes) in messages/")
-    parser.add_argument(
-        "--plan", choices=("onepass", "steps"), default=None,
-        help="onepass: one job decodes each capture part once and writes its frames and the messages "
-        "complete in it, combining only keys seen in several parts (local --out only); steps: a frames "
-        "job, then a messages job reading frames/. Default: onepass for a local --out unless "
-        "--messages or --frames-writer is given, else steps; same tables",
-    )
-    parser.add_argument(
-        "--messages", choices=("shuffle", "local"), default=None,
-        help="the steps plan's messages step: shuffle every data frame by key (shuffle, its default), or "
-        "read the frames once and reassemble inside each partition, combining only keys seen in several "
-        "(local); same table",
-    )
-    parser.add_argument(
-        "--frames-writer", choices=("spark", "arrow"), default=None,
-        help="the steps plan's frames step: Spark writes frames/ (spark, its default), or each task writes "
-        "its part with pyarrow (arrow: local output only; same table, a fraction of the JVM time)",
-    )
     parser.add_argument(
         "--split-mb", type=float, default=64.0, metavar="MB",
         help="split classic pcap files larger than this into byte ranges (default 64; 0: never)",
@@ -96,27 +79,19 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 on success; 1 when the tables were written but the report failed (the reason on
         stderr and in ``summary.json``); 2 when the ``spark`` extra is missing, a capture path
-        matches nothing, ``--out`` is not a usable directory, ``--conf`` is malformed or
-        ``--plan onepass`` is given with a remote ``--out``, ``--messages`` or
-        ``--frames-writer`` (the reason on stderr).
+        matches nothing, ``--out`` is a file, a directory that is no pipeline output or cannot
+        be written, or ``--conf`` is malformed (one line on stderr naming the path or item;
+        all of these before Spark starts).
     """
     missing = missing_extra()
     if missing:
         print(f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' "
               f"(missing: {', '.join(missing)})", file=sys.stderr)
         return 2
+    from ..spark.output import OutputError
     from ..spark.pipeline import DEFAULT_RQUEUE_PORTS
     from ..spark.pipeline import run as run_job
 
-    plan = getattr(args, "plan", None)
-    if plan == "onepass" and "://" in str(args.out):
-        print(f"nbmq pipeline: --plan onepass writes a local --out only, not {args.out!r} (use --plan steps)",
-              file=sys.stderr)
-        return 2
-    if plan == "onepass" and (getattr(args, "messages", None) or getattr(args, "frames_writer", None)):
-        print("nbmq pipeline: --messages and --frames-writer choose the steps plan's jobs; not with --plan onepass",
-              file=sys.stderr)
-        return 2
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -131,9 +106,6 @@ def run(args: argparse.Namespace) -> int:
             master=args.master,
             payload=args.payload,
             parts=args.parts,
-            messages=getattr(args, "messages", None),
-            frames_writer=getattr(args, "frames_writer", None),
-            plan=getattr(args, "plan", None),
             pcapng=args.pcapng,
             split_bytes=int(args.split_mb * 1024 * 1024),
             conf=conf,
@@ -143,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
             bqsp_ports=getattr(args, "bqsp_ports", None),
             rqueue_ports=getattr(args, "rqueue_ports", None) or list(DEFAULT_RQUEUE_PORTS),
         )
-    except (FileNotFoundError, NotADirectoryError, FileExistsError) as exc:
-        # a capture path matching nothing, or --out naming a file: say which, no traceback
+    except (FileNotFoundError, OutputError) as exc:
+        # a capture path matching nothing, or an --out that cannot take the output: say which
         print(f"nbmq pipeline: {exc}", file=sys.stderr)
         return 2
     return 1 if "report_error" in summary else 0

@@ -180,7 +180,7 @@ class NbmqReader(DataSourceReader):
 
 #: ``_plan`` results of this process, by (path, split size, file size, mtime): the pipeline plans
 #: on the driver while the JVM starts (``nbmq.spark.prestart``), and the driver-side planners
-#: (``frames_writer``) then find the walk done. A changed file has another key.
+#: (the one-pass job) then find the walk done. A changed file has another key.
 _PLANNED: dict[tuple[str, int, int, int], list[CapturePartition]] = {}
 _PLANNING = threading.Lock()  # a second caller waits for the walk in progress instead of repeating it
 

@@ -1,31 +1,22 @@
-"""Writing the frames table with pyarrow inside the Python tasks (``nbmq pipeline``'s
-``frames_writer="arrow"``; issue 14).
+"""Parquet part files written with pyarrow inside the Python tasks (the frames and messages
+tables of :mod:`nbmq.spark.onepass`).
 
-The ``nbmq`` source decodes a capture range to Arrow in a Python worker; written the usual way
-(``spark.read.format("nbmq")...write.parquet``) every batch crosses to the JVM, becomes rows and
-is encoded again by Spark's row-at-a-time Parquet writer. On 1M datagrams that costs ~7 JVM
-core-seconds (~2 of them turning Arrow into rows, the rest Parquet encoding) against ~0.7
-core-seconds of decoding; ``pyarrow.parquet`` writes the same batches in ~0.7 more. Here each
-Spark task reads one partition of the source (``read_partition``: same plan, same rows, same
-order) and writes its batches to ``part-NNNNN.parquet`` itself; the JVM only schedules.
-
-The table read back by Spark has the same columns, types and rows as Spark's own write
-(timestamps as TIMESTAMP(MICROS, UTC) instead of Spark's INT96: the same values read back).
-Only for output directories on the local file system (a path every executor sees).
+The ``nbmq`` source decodes a capture range to Arrow in a Python worker; written through Spark
+every batch crosses to the JVM, becomes rows and is encoded again by Spark's row-at-a-time
+Parquet writer. On 1M datagrams that costs ~7 JVM core-seconds (~2 of them turning Arrow into
+rows, the rest Parquet encoding) against ~0.7 core-seconds of decoding; ``pyarrow.parquet``
+writes the same batches in ~0.7 more. The table read back by Spark has the same columns, types
+and rows as Spark's own write (timestamps as TIMESTAMP(MICROS, UTC), as Spark writes them with
+:data:`nbmq.spark.spark_session.PARQUET_TIMESTAMPS`).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-__all__ = ["write_frames_arrow", "PartWriter", "FRAMES_ROW_GROUP_ROWS"]
+__all__ = ["PartWriter", "FRAMES_ROW_GROUP_ROWS", "FRAMES_DICTIONARY"]
 
 #: rows per row group of a frames part file written here (see :class:`PartWriter`)
 FRAMES_ROW_GROUP_ROWS = 65536
@@ -34,52 +25,6 @@ FRAMES_ROW_GROUP_ROWS = 65536
 #: frames, the file 1% larger)
 FRAMES_DICTIONARY = ("capture", "src_addr", "src_port", "dst_addr", "dst_port", "kind", "kind_name",
                      "version", "error", "part_count", "part_index", "truncated", "session_id")
-
-
-def write_frames_arrow(spark: SparkSession, options: dict[str, str], payload: bool, out: str | Path) -> int:
-    """Decode the captures named by ``options`` and write ``out`` (replaced) as Parquet files.
-
-    Args:
-        spark: the session (its executors run the decoding and the writes).
-        options: the ``nbmq`` source's options (``paths``, ``split_bytes``, ...).
-        payload: keep the ``payload`` column.
-        out: local output directory (``frames/``); removed first if present.
-
-    Returns:
-        Number of rows written (capture-error rows included).
-
-    Raises:
-        ValueError: ``out`` is not a local path; the source's own errors (no path, ...).
-    """
-    from .datasource import NbmqReader
-    from .schema import frames_schema
-
-    if "://" in str(out):
-        raise ValueError(f"frames_writer='arrow' writes local paths only, not {out!r}")
-    schema = frames_schema(payload=payload)
-    reader = NbmqReader(dict(options), schema)
-    parts = reader.partitions()
-    target = Path(out)
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    jobs = [(i, p) for i, p in enumerate(parts)]
-    directory = str(target.resolve())
-
-    def write(job: tuple[int, Any]) -> int:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        index, part = job
-        path = os.path.join(directory, f"part-{index:05d}.parquet")
-        with PartWriter(path, to_arrow_schema(schema, timezone="UTC"), FRAMES_ROW_GROUP_ROWS,
-                        FRAMES_DICTIONARY) as writer:
-            for batch in reader.read(part):
-                writer.write(batch)
-        return writer.rows
-
-    written = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(write).collect()
-    (target / "_SUCCESS").touch()
-    return int(sum(written))
 
 
 class PartWriter:

@@ -29,7 +29,6 @@ Counting rules:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,6 @@ import numpy as np
 import pyarrow as pa
 
 from .. import extensions
-from ._reassemble_py import _coverage, reassemble_group
 from ._reassemble_py import reassemble_groups as _reassemble_groups_py
 from .datasource import _u64_decimal
 from .schema import messages_schema
@@ -359,37 +357,60 @@ def group_rows(
     return flags, cols
 
 
-def _finish(group: _Group, want_parts: bool, max_message_size: int) -> tuple:
-    """One key's frames (``group``, in capture order) -> its messages row as a tuple (the reference
-    rule, ``reassemble_group``; the streaming messages use it)."""
+def message_row(group: _Group, want_parts: bool, max_message_size: int) -> tuple:
+    """One key's frames (``group``, in capture order) -> its messages row as a tuple.
+
+    The same reassembly as every other path (:func:`group_rows`, one call for this group):
+    the streaming messages and the combine of :mod:`nbmq.spark.messages_local` use it, so a
+    row there equals the batch table's row of the same frames.
+
+    Args:
+        group: the key ``(capture, session_id, src, message_id)`` (u64 ids as ints), ``dst``,
+            ``rows`` of (part_count, part_index, message_size, part_size, chunk_offset, ts_ns)
+            and ``chunks`` (the payloads), in capture order.
+        want_parts: fill the tuple's last value with the completed parts (bytes); else None.
+        max_message_size: larger claimed messages are rejected, bytes.
+
+    Returns:
+        capture, session_id, src, dst, message_id, part_count, message_size, part_sizes,
+        part_sha256, complete, missing_bytes, frames, duplicates, rejected, first_ts and
+        last_ts (int microseconds), parts.
+    """
     capture, sid, src, mid = group.key
-    rows = group.rows
-    chunks = group.chunks
-    part_count, _, message_size, _, _, _ = rows[0]
-    if len(rows) == 1:
-        first = last = rows[0][5]
-    else:
-        ts = [r[5] for r in rows]
-        first, last = min(ts), max(ts)
-    done, duplicates, rejected = reassemble_group(rows, chunks, max_message_size)
-    if done is not None:
-        part_sizes: list[int | None] = [len(p) for p in done]
-        sha = [hashlib.sha256(p).hexdigest() for p in done]
-        missing = 0
-        parts = [bytes(p) for p in done] if want_parts else None
-        message_size = sum(part_sizes)  # type: ignore[arg-type]
-        part_count = len(done)
-    else:
-        sizes, covered = _coverage(rows, chunks)
-        part_sizes = [sizes.get(i) for i in range(part_count)]
-        sha = None
-        missing = max(0, message_size - covered)
-        parts = None
+    n = len(group.rows)
+    pc, pi, ms, ps, co, ts = (list(c) for c in zip(*group.rows))
+    ids = np.empty(n, np.uint64)
+    frames = pa.table({
+        "capture": pa.array([capture] * n, pa.string()),
+        "src": pa.array([src] * n, pa.string()),
+        "dst": pa.array([group.dst] * n, pa.string()),
+        "session_id": _u64_decimal(np.full_like(ids, sid), None, _U64_TYPE),
+        "message_id": _u64_decimal(np.full_like(ids, mid), None, _U64_TYPE),
+        "part_count": pa.array(pc, pa.int32()), "part_index": pa.array(pi, pa.int32()),
+        "message_size": pa.array(ms, pa.int64()), "part_size": pa.array(ps, pa.int64()),
+        "chunk_offset": pa.array(co, pa.int64()),
+        "payload": pa.array([bytes(c) for c in group.chunks], pa.binary()),
+        "ts_ns": pa.array(ts, pa.int64()),
+    })
+    _, cols = group_rows(frames, None, np.zeros(1, np.int64), _row_schema(want_parts), want_parts,
+                         max_message_size)
+    value = {name: col[0].as_py() for name, col in cols.items()}
+    first, last = (int(cols[c].cast(pa.int64())[0].as_py()) for c in ("first_ts", "last_ts"))
     return (
-        capture, sid, src, group.dst, mid, part_count, message_size, part_sizes, sha,
-        done is not None, missing, len(rows), duplicates, rejected, first // 1000, last // 1000,
-        parts,
+        capture, sid, src, value["dst"], mid, value["part_count"], value["message_size"], value["part_sizes"],
+        value["part_sha256"], value["complete"], value["missing_bytes"], value["frames"], value["duplicates"],
+        value["rejected"], first, last, value.get("parts") if want_parts else None,
     )
+
+
+_U64_TYPE = pa.decimal128(20, 0)
+
+
+def _row_schema(parts: bool) -> pa.Schema:
+    """The messages table's Arrow schema (with ``parts`` or not)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(messages_schema(parts), timezone="UTC")
 
 
 class _Output:

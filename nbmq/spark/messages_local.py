@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .messages import _MAX_U32, _Group, _Output, _finish, _key_starts, _u64, addr_port, group_rows
+from .messages import _MAX_U32, _Group, _Output, _key_starts, _u64, addr_port, group_rows, message_row
 from .schema import messages_schema
 
 if TYPE_CHECKING:
@@ -321,7 +321,7 @@ def _settle(p: _Pending, parts: bool, limit: int) -> tuple | None:
         g.rows = [(r["f_part_count"], r["f_part_index"], r["f_message_size"], r["f_part_size"],
                    r["f_chunk_offset"], r["_t0"]) for r in recs]
         g.chunks = [memoryview(r["f_payload"]) for r in recs]
-        return _finish(g, parts, limit)
+        return message_row(g, parts, limit)
     head = recs[0]
     if head["_kind"] != ROW:
         return None

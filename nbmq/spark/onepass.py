@@ -1,9 +1,7 @@
-"""Frames and messages from one read of the captures (``nbmq pipeline --plan onepass``; issue 14, item 5).
+"""Frames and messages from one read of the captures (``nbmq pipeline`` with a local ``--out``).
 
-The steps plan decodes the captures into ``frames/`` (one job), then reads that table again to
-reassemble ``messages/`` (a second job that shuffles every data frame, or its local variant).
-Here one Spark job does both: its tasks are the ``nbmq`` source's partitions (one file, or one
-byte range of a large pcap), as :mod:`nbmq.spark.frames_writer`'s are. Each task
+One Spark job decodes the captures and reassembles the messages: its tasks are the ``nbmq``
+source's partitions (one file, or one byte range of a large pcap). Each task
 
 1. reads its partition (:meth:`nbmq.spark.datasource.NbmqReader.read`, payload included) and
    writes every batch to ``frames/part-NNNNN.parquet`` with pyarrow (without ``payload`` when
@@ -39,10 +37,13 @@ conflict hash only goes through the combine too, where a lone row record passes 
 Every record of a conflicting key is in the staging directory (its frame records were written
 there, its row records are moved there), so the combine sees the key whole.
 
-The tables are those of the steps plan (``tests/spark/test_onepass.py`` compares them): the
-frames table as :func:`nbmq.spark.frames_writer.write_frames_arrow` writes it (timestamps as
-TIMESTAMP(MICROS, UTC) instead of Spark's INT96: the same values read back), the messages table
-row for row. Local output directories only (a path every executor sees), as the arrow writer.
+The tables are those the pipeline writes to a Hadoop-compatible output (Spark's writer and
+:func:`nbmq.spark.messages_local.build_messages_local`; ``tests/spark/test_onepass.py``
+compares them, and the messages with :func:`nbmq.spark.messages.build_messages`), row for row.
+Local output directories only (a path every executor sees).
+
+A task writes its part files under names fixed by its partition index and returns only small
+values, so a retried task (a Python worker killed mid-task) replaces what the lost attempt left.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class OnePass:
         conflicts: sorted uint64 conflict hashes (set by :func:`finish_messages`).
         moved: row records moved to the staging directory (set by :func:`finish_messages`).
         combine: where the staged records were combined (set by :func:`finish_messages`).
+        decoded: where the tasks ran: ``"spark"`` (a job) or ``"driver"`` (threads here).
     """
 
     frames_dir: Path
@@ -152,18 +154,19 @@ class OnePass:
     conflicts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     moved: int = 0
     combine: str = "none"
+    decoded: str = "spark"
 
     def counts(self) -> dict[str, Any]:
-        """The figures for ``summary.json``: tasks, frames rows, records, conflicts, moves and
-        where the combine ran (``"none"``, ``"driver"``, ``"spark"``)."""
+        """The figures for ``summary.json``: tasks, frames rows, records, conflicts, moves, where
+        the combine ran (``"none"``, ``"driver"``, ``"spark"``) and where the tasks ran."""
         return {"tasks": len(self.tasks), "frames_rows": self.frames_rows, "row_records": self.row_records,
                 "frame_records": self.frame_records, "conflict_hashes": int(self.conflicts.size),
-                "moved_rows": self.moved, "combine": self.combine}
+                "moved_rows": self.moved, "combine": self.combine, "decoded": self.decoded}
 
 
 def _local(out: str | Path) -> Path:
     if "://" in str(out):
-        raise ValueError(f"plan='onepass' writes local paths only, not {str(out)!r}")
+        raise ValueError(f"the one-pass job writes local paths only, not {str(out)!r}")
     return Path(out).resolve()
 
 
@@ -183,6 +186,7 @@ def write_parts(
     parts: bool = False,
     max_message_size: int | None = None,
     segment_rows: int | None = None,
+    in_driver: bool = False,
 ) -> OnePass:
     """The one job: decode every partition, write ``frames/`` and the partition-complete
     message rows to ``messages/``, stage the rest (module docstring, steps 1-4).
@@ -196,6 +200,9 @@ def write_parts(
         parts: the messages table's ``parts`` column.
         max_message_size: larger claimed messages are rejected, bytes (default: u32 max).
         segment_rows: the local pass's segment (default its own; smaller only in tests).
+        in_driver: run the tasks in this process (threads, one per core) instead of a Spark
+            job: for inputs too small to repay a job's scheduling and Python workers' start
+            (the same task function, so the same files).
 
     Returns:
         An :class:`OnePass` for :func:`finish_messages`. ``messages/`` is not complete before that.
@@ -277,13 +284,20 @@ def write_parts(
         fh = np.unique(np.concatenate(frame_h)) if frame_h else np.zeros(0, np.uint64)
         return index, frames.rows, rows.rows, edges.rows if edges is not None else 0, hashes.tobytes(), fh.tobytes()
 
-    done = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(task).collect()
+    if in_driver:
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = max(1, min(len(jobs), spark.sparkContext.defaultParallelism))
+        with ThreadPoolExecutor(workers, thread_name_prefix="nbmq-onepass") as pool:
+            done = list(pool.map(task, jobs))
+    else:
+        done = spark.sparkContext.parallelize(jobs, max(1, len(jobs))).map(task).collect()
     done.sort()
     for d in (frames_dir, messages_dir):
         (d / "_SUCCESS").touch()
     frame_hashes = [np.frombuffer(r[5], np.uint64) for r in done]
     return OnePass(
-        frames_dir=frames_dir, messages_dir=messages_dir, staging=staging,
+        frames_dir=frames_dir, messages_dir=messages_dir, staging=staging, decoded="driver" if in_driver else "spark",
         frames_rows=sum(r[1] for r in done), row_records=sum(r[2] for r in done),
         frame_records=sum(r[3] for r in done),
         frame_hashes=np.unique(np.concatenate(frame_hashes)) if frame_hashes else np.zeros(0, np.uint64),

@@ -4,16 +4,28 @@
 
     from nbmq.spark.pipeline import run
     summary = run(["dealer.pcap"], "out/")            # local[*]
-    summary = run(None, "out/", master="spark://host:7077")   # the bundled captures
+    summary = run(None, "hdfs://nn/out", master="spark://host:7077")   # the bundled captures
 
-Steps, each a Spark job: with a local output directory (``plan="onepass"``, the default there)
-one job decodes each capture partition once, writes its frames and the messages complete inside
-it, and a small combine finishes the keys seen in several partitions (:mod:`nbmq.spark.onepass`);
-otherwise (``plan="steps"``) the ``nbmq`` data source decodes the captures, the frames table is
-written and the messages are reassembled from that Parquet copy (so the captures are decoded
-once). The sessions are summarised from both tables; small aggregates feed the summary and the
-report.
-Malformed datagrams and unreadable capture records are rows and counts, never a failure.
+One plan, chosen from where the output lives; users choose nothing internal. With a local
+output directory one Spark job decodes each capture partition once, writes its frames and the
+messages complete inside it, and a small combine finishes the keys seen in several partitions
+(:mod:`nbmq.spark.onepass`). With a Hadoop-compatible output (``hdfs://``, ``s3a://``, ...,
+where executors share no local file system) Spark writes ``frames/`` from the ``nbmq`` source
+and :func:`nbmq.spark.messages_local.build_messages_local` reassembles it with the same local
+pass and combine. The sessions are summarised from both tables; small aggregates feed the
+summary and the report. Malformed datagrams and unreadable capture records are rows and
+counts, never a failure.
+
+The input's size decides the rest: local captures within one split and
+:data:`DRIVER_INPUT_BYTES` (the bundled ones, everyday captures) are decoded by the one-pass
+tasks in the driver's threads, and the sessions and report jobs run with
+:data:`SMALL_INPUT_CONF`, so Spark's fixed cost is paid once, at start-up.
+
+Runs survive faults and never mix: local masters retry a failed task
+(:func:`nbmq.spark.spark_session.with_task_retries`), the tasks write their part files under
+fixed names (a retry replaces what a killed attempt left), and everything is written into a
+staging directory beside ``out_dir`` that replaces it only when the run succeeded
+(:mod:`nbmq.spark.output`). Every timestamp column is written as TIMESTAMP(MICROS) in UTC.
 
 BQSP and rqueue over TCP: when a capture holds TCP segments on the configured ports
 (``rqueue_ports``, default 6567; ``bqsp_ports``, none by default since BQSP names no port), the
@@ -56,6 +68,21 @@ SUMMARY_COLUMNS = [
 DEFAULT_RQUEUE_PORTS = (6567,)
 
 
+#: Inputs of at most this many bytes (and within one split) are decoded by the one-pass tasks in
+#: the driver's threads: a Spark job's scheduling and its Python workers' start cost more there.
+DRIVER_INPUT_BYTES = 64 * 1024 * 1024
+#: Spark SQL settings for the sessions and report jobs of such an input: one shuffle partition,
+#: no adaptive re-planning, expressions interpreted instead of compiled. Each new query shape
+#: otherwise pays for Janino compiling its generated code, more than the work on a few
+#: thousand rows (bundled captures, same session, medians of 2 at load ~9: sessions step 1.2
+#: against 3.1 s, report 7.3 against 10.3 s).
+SMALL_INPUT_CONF = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 #: Spark settings for the reassembly job only. Spark measures an Arrow batch's byte size after
 #: every row it adds while maxBytesPerBatch is set (64 MiB by default): ~7% of that job's JVM time
 #: here. Its input rows are valid data frames (chunks <= 466 bytes), so the 10,000-row cap
@@ -76,6 +103,17 @@ def _split_for(files: Sequence[str], cores: int) -> int:
 
     largest = max((file_size(f) for f in files if splittable(f)), default=0)
     return max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores)))
+
+
+def _small_input(files: Sequence[str], split_bytes: int) -> bool:
+    """True when the local captures together fit in one split and in :data:`DRIVER_INPUT_BYTES`:
+    less than one task's share of work (a remote capture never counts as small)."""
+    from .inputs import file_size, is_local
+
+    if not all(is_local(f) for f in files):
+        return False
+    limit = min(split_bytes, DRIVER_INPUT_BYTES) if split_bytes > 0 else DRIVER_INPUT_BYTES  # 0: never split
+    return sum(file_size(f) for f in files) <= limit
 
 
 @contextmanager
@@ -190,20 +228,6 @@ def _summary_rows(passes: Any, names: Sequence[str] = ()) -> list[dict[str, Any]
     return passes.summary_rows(list(names), SUMMARY_COLUMNS)
 
 
-def _choose_plan(plan: str | None, out_dir: str | Path, messages: str | None, frames_writer: str | None) -> str:
-    """``run``'s ``plan`` argument resolved: ``"onepass"`` or ``"steps"`` (see ``run``)."""
-    remote = "://" in str(out_dir)
-    if plan is None:
-        return "steps" if remote or messages is not None or frames_writer is not None else "onepass"
-    if plan not in ("onepass", "steps"):
-        raise ValueError(f"plan must be 'onepass' or 'steps', got {plan!r}")
-    if plan == "onepass" and remote:
-        raise ValueError(f"plan 'onepass' writes local output directories only, not {str(out_dir)!r}")
-    if plan == "onepass" and (messages is not None or frames_writer is not None):
-        raise ValueError("plan 'onepass' takes neither messages nor frames_writer (they choose the steps plan's jobs)")
-    return plan
-
-
 def run(
     captures: Sequence[str | Path] | None,
     out_dir: str | Path,
@@ -212,7 +236,6 @@ def run(
     spark: SparkSession | None = None,
     payload: bool = True,
     parts: bool = False,
-    messages: str | None = None,
     pcapng: bool = False,
     split_bytes: int | None = None,
     conf: dict[str, str] | None = None,
@@ -221,8 +244,6 @@ def run(
     print_summary: bool = True,
     bqsp_ports: Sequence[int] | None = None,
     rqueue_ports: Sequence[int] | None = DEFAULT_RQUEUE_PORTS,
-    frames_writer: str | None = None,
-    plan: str | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline.
 
@@ -230,20 +251,18 @@ def run(
         captures: pcap / pcapng files, directories or globs; None or empty: the bundled
             captures. The driver plans the reads, so it must see the files as well as the
             executors (same path on a shared file system).
-        out_dir: output directory; ``frames/``, ``messages/``, ``sessions/``, ``findings/``
-            (Parquet, replaced if present; :mod:`nbmq.spark.findings`), ``report.html`` and
-            ``summary.json`` are written there. With a
-            cluster master it must be a path every executor can write (shared file system,
-            ``hdfs://``, ``s3a://``); the report and summary are written by the driver.
-        master: Spark master URL; None: ``spark-submit``'s, else ``local[*]``.
+        out_dir: output directory (a local path, or a Hadoop-compatible URI such as
+            ``hdfs://``, ``s3a://``, ``file://``): ``frames/``, ``messages/``, ``sessions/``,
+            ``findings/`` (Parquet; :mod:`nbmq.spark.findings`), ``report.html``,
+            ``summary.json`` and ``_SUCCESS``. The run writes into
+            a staging directory beside it and replaces ``out_dir`` whole only when it succeeds
+            (:mod:`nbmq.spark.output`). With a cluster master it must be a path every executor
+            can write; the report and summary are written by the driver.
+        master: Spark master URL; None: ``spark-submit``'s, else ``local[*]`` (local masters
+            get task retries, :func:`nbmq.spark.spark_session.with_task_retries`).
         spark: use this session instead of building one (``master`` and ``conf`` then ignored).
         payload: keep the ``payload`` column in ``frames/``.
         parts: add the ``parts`` column (the message bytes) to ``messages/``.
-        messages: the steps plan's messages step: ``"shuffle"`` (its default):
-            :func:`nbmq.spark.messages.build_messages`, every data frame shuffled by key;
-            ``"local"``: :func:`nbmq.spark.messages_local.build_messages_local`, reassembly
-            inside each frames partition, only message rows shuffled (about as fast on
-            local[2], see README). Same table (issue 14, item 5). Giving it selects the steps plan.
         pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
             ``dealer.pcap``, so its messages and sessions appear twice under another name).
         split_bytes: byte-range split size for large classic pcap files (default: one range per
@@ -257,173 +276,197 @@ def run(
         rqueue_ports: TCP ports decoded as rqueue into ``rqueue/`` (default 6567; None or
             empty: no rqueue table). Either table is written only when some capture holds TCP
             traffic on its ports.
-        frames_writer: the steps plan's frames step: ``"spark"`` (its default): Spark writes
-            ``frames/`` from the ``nbmq`` source; ``"arrow"``: each task writes its partition
-            with pyarrow (:mod:`nbmq.spark.frames_writer`, local output directories only; the
-            same table, a fraction of the JVM time; issue 14). Giving it selects the steps plan.
-        plan: ``"onepass"``: one job decodes each partition once, writes its frames and the
-            messages complete inside it, and only keys seen in several partitions (or twice)
-            are combined afterwards (:mod:`nbmq.spark.onepass`; local ``out_dir`` only; step
-            ``frames`` is that job, ``messages`` the combine); ``"steps"``: a frames job, then
-            a messages job reading ``frames/``. None (default): ``"onepass"`` when ``out_dir``
-            is a local path and neither ``messages`` nor ``frames_writer`` is given, else
-            ``"steps"``. Same tables either way (issue 14, item 5).
+
+    The plan follows from ``out_dir`` (module docstring): a local path gets the one decoding
+    job of :mod:`nbmq.spark.onepass`; a URI gets Spark's writer for ``frames/`` and
+    :func:`nbmq.spark.messages_local.build_messages_local` for ``messages/``. Same tables.
 
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
-        "plan", "steps": {step: wall seconds}, "tables": {name: path}, "findings": {"rows",
+        "plan", "steps": {step: wall seconds}, "tables": {name: final path}, "findings": {"rows",
         "severity", "kind"}}`` (steps: start, frames, messages, findings, sessions, streams,
-        summary, report), plus ``"streams": {"bqsp"|"rqueue": {"files", "rows",
-        "error_rows", "connections"}}`` when a stream table was written, and with the onepass
-        plan ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; also written to
-        ``summary.json``.
+        summary, report), plus ``"streams": {"bqsp"|"rqueue":
+        {"files", "rows", "error_rows", "connections"}}`` when a stream table was written, and
+        for a local ``out_dir`` ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; also
+        written to ``summary.json``.
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
-        ValueError: ``messages`` is neither ``"local"`` nor ``"shuffle"``; ``frames_writer`` is
-            neither ``"spark"`` nor ``"arrow"``; ``plan`` is neither ``"onepass"`` nor
-            ``"steps"``, or ``"onepass"`` with a non-local ``out_dir``, ``messages`` or
-            ``frames_writer``.
-        NotADirectoryError: ``out_dir`` is a local path naming an existing non-directory.
+        nbmq.spark.output.OutputError: ``out_dir`` is a file, a non-empty directory that is no
+            pipeline output, or cannot be written (local paths: before Spark starts).
     """
-    plan = _choose_plan(plan, out_dir, messages, frames_writer)
-    messages, frames_writer = messages or "shuffle", frames_writer or "spark"
-    if messages not in ("local", "shuffle"):
-        raise ValueError(f"messages must be 'local' or 'shuffle', got {messages!r}")
-    if frames_writer not in ("spark", "arrow"):
-        raise ValueError(f"frames_writer must be 'spark' or 'arrow', got {frames_writer!r}")
     started = time.perf_counter()
     lap = _Laps()
-    out = Path(out_dir)
     from .inputs import expand_paths
+    from .output import Output
+    from .spark_session import PARQUET_TIMESTAMPS
 
     paths = [str(p) for p in captures] if captures else default_captures(pcapng)
     files = expand_paths(paths)  # the driver plans the reads, so it must see the files too
-    tables = {name: str(out / name) for name in ("frames", "messages", "sessions")}
-    if not (str(out_dir).startswith(("hdfs://", "s3a://", "s3://", "gs://", "abfs://"))):
-        if out.exists() and not out.is_dir():  # mkdir would say only "File exists"
-            raise NotADirectoryError(f"output directory {str(out_dir)!r} exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
-
-    with _Steps(spark, progress) as steps, _prestart(files, spark, master, conf, split_bytes, report,
-                                                     {"bqsp": bqsp_ports, "rqueue": rqueue_ports}) as prep:
-        if spark is None:  # the JVM launches while ``prep`` imports, plans and walks (issue 14)
-            from .spark_session import build_session
-
-            spark = build_session(master, conf=conf)
-        else:
-            from . import register
-
-            register(spark)
-        from .messages import build_messages
-        from .messages_local import build_messages_local
-
-        build = build_messages_local if messages == "local" else build_messages
-        steps.attach(spark)
-        steps.advance()
-        lap("start")
-
-        reader = spark.read.format("nbmq").option("paths", ",".join(files))
-        if split_bytes is None:
-            split_bytes = _split_for(files, spark.sparkContext.defaultParallelism)
-        reader = reader.option("split_bytes", str(int(split_bytes)))
-        source = reader.load()
-        options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
-        if plan == "onepass":
-            from .onepass import finish_messages, write_parts
-
-            steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
-            one = write_parts(spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts)
-            frames = spark.read.parquet(tables["frames"])
-            steps.advance()
-            lap("frames")
-            steps.step("combining keys across partitions -> messages/")
-            with _session_conf(spark, _MESSAGES_CONF):
-                finish_messages(spark, one, frames if payload else source, parts=parts)
-            plan_counts = {"onepass": one.counts()}
-            messages = spark.read.parquet(tables["messages"])
-            steps.advance()
-            lap("messages")
-        else:
-            plan_counts = {}
-            steps.step(f"decoding {len(files)} capture(s) -> frames/")
-            if frames_writer == "arrow":
-                from .frames_writer import write_frames_arrow
-
-                write_frames_arrow(spark, options, payload, tables["frames"])
-            else:
-                (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
-            frames = spark.read.parquet(tables["frames"])
-            steps.advance()
-            lap("frames")
-
-            steps.step("reassembling -> messages/")
-            with _session_conf(spark, _MESSAGES_CONF):
-                build(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
-                    tables["messages"]
-                )
-            messages = spark.read.parquet(tables["messages"])
-            steps.advance()
-            lap("messages")
-
-        steps.step("diagnosing -> findings/")
-        from .findings import write_findings
-
-        messages, findings = write_findings(spark, frames, tables, files)  # adds messages.suspect
-        lap("findings")
-
-        steps.step("summarising -> sessions/")
-        # One aggregation per table feeds the sessions table, the summary and the report (issue 14).
-        from .report.passes import Passes
-        from .sessions_table import sessions_frame
-
-        passes = Passes(spark, frames, messages, tables["frames"])
-        sessions_frame(spark, passes.sessions()).write.mode("overwrite").parquet(tables["sessions"])
-        steps.advance()
-        lap("sessions")
-
-        streams = _stream_tables(spark, files, out, tables, steps, payload, bqsp_ports, rqueue_ports, prep)
-        lap("streams")
-
-        steps.step("summary and report")
-        rows = _summary_rows(passes, [Path(p).name for p in files])
-        lap("summary")
-        totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
-        summary: dict[str, Any] = {
-            "out_dir": str(out_dir),
-            "master": spark.sparkContext.master,
-            "captures": rows,
-            "totals": totals,
-            "tables": tables,
-            "plan": plan,
-            "findings": findings,
-            **plan_counts,
-        }
-        if streams:
-            summary["streams"] = streams
-        if report:
-            from .report import collect, write_report
-
-            summary["steps"] = dict(lap.seconds)  # the page counts these and its own step
-            report_started = time.perf_counter()
-            try:  # a report bug must not cost the tables and summary.json
-                write_report(out / "report.html", summary, collect(spark, tables, passes=passes), started=report_started)
-                summary["report"] = str(out / "report.html")
-            except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
-                summary["report_error"] = f"{type(exc).__name__}: {exc}"
-                print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
-            lap("report")
-        passes.close()  # collect() closed it already: this frees it when there is no report
-        steps.advance()
-    summary["steps"] = lap.seconds
-    summary["seconds"] = time.perf_counter() - started
+    output = Output(out_dir)
+    output.prepare()
     try:
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    except OSError:
-        pass
+        with _Steps(spark, progress) as steps, _prestart(files, spark, master, conf, split_bytes, report,
+                                                         {"bqsp": bqsp_ports, "rqueue": rqueue_ports}) as prep:
+            spark = _session(spark, master, conf)
+            output.prepare_remote(spark)
+            steps.attach(spark)
+            steps.advance()
+            lap("start")
+            if split_bytes is None:
+                split_bytes = _split_for(files, spark.sparkContext.defaultParallelism)
+            small = _small_input(files, split_bytes)
+            with _session_conf(spark, {**PARQUET_TIMESTAMPS, **(SMALL_INPUT_CONF if small else {})}):
+                summary = _steps(spark, files, output, steps, lap, started, payload=payload, parts=parts,
+                                 split_bytes=split_bytes, small=small, report=report, bqsp_ports=bqsp_ports,
+                                 rqueue_ports=rqueue_ports, prep=prep)
+            summary["steps"] = lap.seconds
+            summary["seconds"] = time.perf_counter() - started
+            output.write_bytes(spark, "summary.json", json.dumps(summary, indent=1, default=str).encode())
+            output.commit(spark)
+    except BaseException:
+        output.abandon(spark)
+        raise
     if print_summary:
         print_table(summary)
     return summary
+
+
+def _session(spark: SparkSession | None, master: str | None, conf: dict[str, str] | None) -> SparkSession:
+    """``spark`` with the ``nbmq`` sources registered, or a new session (the JVM launches while
+    the prestart thread imports, plans and walks)."""
+    if spark is None:
+        from .spark_session import build_session
+
+        return build_session(master, conf=conf)
+    from . import register
+
+    register(spark)
+    return spark
+
+
+def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, lap: _Laps, started: float, *,
+           payload: bool, parts: bool, split_bytes: int, small: bool, report: bool,
+           bqsp_ports: Sequence[int] | None, rqueue_ports: Sequence[int] | None, prep: Prestart) -> dict[str, Any]:
+    """The pipeline's steps, each writing into ``output``'s staging directory; returns the summary.
+    ``small``: :func:`_small_input` (decoded in the driver, Spark SQL tuned for few rows)."""
+    tables = {name: output.path(name) for name in ("frames", "messages", "sessions")}
+    options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
+
+    steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
+    frames, messages, plan_counts = _frames_and_messages(spark, options, tables, output.local, steps, lap,
+                                                         payload=payload, parts=parts, small=small)
+
+    steps.step("diagnosing -> findings/")
+    from .findings import write_findings
+
+    messages, findings = write_findings(spark, frames, tables, files)  # adds messages.suspect
+    lap("findings")
+
+    steps.step("summarising -> sessions/")
+    # One aggregation per table feeds the sessions table, the summary and the report.
+    from .report.passes import Passes
+    from .sessions_table import write_sessions
+
+    passes = Passes(spark, frames, messages, tables["frames"])
+    write_sessions(spark, passes.sessions(), tables["sessions"])
+    steps.advance()
+    lap("sessions")
+
+    streams = _stream_tables(spark, files, output, tables, steps, payload, bqsp_ports, rqueue_ports, prep)
+    lap("streams")
+
+    steps.step("summary and report")
+    rows = _summary_rows(passes, [Path(p).name for p in files])
+    lap("summary")
+    totals = {c: sum(r[c] for r in rows) for c in SUMMARY_COLUMNS if c != "capture"}
+    summary: dict[str, Any] = {
+        "out_dir": output.final,
+        "master": spark.sparkContext.master,
+        "captures": rows,
+        "totals": totals,
+        "tables": {name: output.final_path(name) for name in tables},
+        "plan": "onepass" if output.local else "steps",
+        "small_input": small,
+        "findings": findings,
+        **plan_counts,
+    }
+    if streams:
+        summary["streams"] = streams
+    if report:
+        summary["steps"] = dict(lap.seconds)  # the page counts these and its own step
+        _write_report(spark, output, summary, tables, passes)
+        lap("report")
+    passes.close()  # collect() closed it already: this frees it when there is no report
+    steps.advance()
+    return summary
+
+
+def _frames_and_messages(spark: SparkSession, options: dict[str, str], tables: dict[str, str], local: bool,
+                         steps: _Steps, lap: _Laps, *, payload: bool, parts: bool,
+                         small: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+    """Write ``frames/`` and ``messages/``; return both tables (read back) and the plan's counts.
+
+    A local output: one job decodes each partition once and writes its frames and the messages
+    complete in it, a combine finishes the keys seen in several (:mod:`nbmq.spark.onepass`).
+    A Hadoop-compatible output (executors may not share a local file system): Spark writes the
+    frames table from the ``nbmq`` source and :func:`~nbmq.spark.messages_local.build_messages_local`
+    reassembles it with the same local pass and combine. A ``small`` input (:func:`_small_input`)
+    to a local output is decoded by the same tasks in the driver, without a Spark job.
+    """
+    source = spark.read.format("nbmq").options(**options).load()
+    if local:
+        from .onepass import finish_messages, write_parts
+
+        one = write_parts(spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts,
+                          in_driver=small)
+        frames = spark.read.parquet(tables["frames"])
+        steps.advance()
+        lap("frames")
+        steps.step("combining keys across partitions -> messages/")
+        with _session_conf(spark, _MESSAGES_CONF):
+            finish_messages(spark, one, frames if payload else source, parts=parts)
+        counts = {"onepass": one.counts()}
+    else:
+        from .messages_local import build_messages_local
+
+        (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
+        frames = spark.read.parquet(tables["frames"])
+        steps.advance()
+        lap("frames")
+        steps.step("reassembling -> messages/")
+        with _session_conf(spark, _MESSAGES_CONF):
+            build_messages_local(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
+                tables["messages"])
+        counts = {}
+    messages = spark.read.parquet(tables["messages"])
+    steps.advance()
+    lap("messages")
+    return frames, messages, counts
+
+
+def _write_report(spark: SparkSession, output: Any, summary: dict[str, Any], tables: dict[str, str],
+                  passes: Any) -> None:
+    """Write ``report.html``; a report bug costs the report only, never the tables and
+    ``summary.json`` (its reason goes to ``summary["report_error"]`` and stderr)."""
+    from .report import collect, write_report
+
+    started = time.perf_counter()
+    try:
+        data = collect(spark, tables, passes=passes)
+        if output.local:
+            write_report(output.path("report.html"), summary, data, started=started, findings=tables.get("findings"))
+        else:  # rendered locally, then copied to the store
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                page = write_report(Path(tmp) / "report.html", summary, data, started=started,
+                                    findings=tables.get("findings"))
+                output.write_bytes(spark, "report.html", page.read_bytes())
+        summary["report"] = output.final_path("report.html")
+    except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
+        summary["report_error"] = f"{type(exc).__name__}: {exc}"
+        print(f"nbmq pipeline: the report failed: {summary['report_error']}", file=sys.stderr)
 
 
 def _prestart(
@@ -461,7 +504,7 @@ def _prestart(
 def _stream_tables(
     spark: SparkSession,
     files: Sequence[str],
-    out: Path,
+    output: Any,
     tables: dict[str, str],
     steps: _Steps,
     payload: bool,
@@ -488,7 +531,7 @@ def _stream_tables(
         if not with_traffic:
             continue
         steps.step(f"decoding {protocol} over TCP -> {protocol}/")
-        tables[protocol] = str(out / protocol)
+        tables[protocol] = output.path(protocol)
         (
             spark.read.format(f"nbmq_{protocol}")
             .option("paths", ",".join(with_traffic))

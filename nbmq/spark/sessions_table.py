@@ -32,7 +32,7 @@ from .schema import SESSIONS_SCHEMA
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["build_sessions", "sessions_from_groups", "sessions_frame", "summarise_capture"]
+__all__ = ["build_sessions", "sessions_from_groups", "sessions_frame", "summarise_capture", "write_sessions"]
 
 _CONNECT, _CONNECTED, _DISCONNECTED, _HEARTBEAT, _ACK, _DATA = 1, 2, 3, 4, 5, 0
 _DIRECTIONAL = {_DATA: "data", _HEARTBEAT: "heartbeats", _ACK: "acks", _DISCONNECTED: "disconnected"}
@@ -160,6 +160,36 @@ def sessions_frame(spark: Any, table: pd.DataFrame) -> DataFrame:
     """The pandas sessions table (:func:`sessions_from_groups`) as a Spark DataFrame of
     :data:`~nbmq.spark.schema.SESSIONS_SCHEMA`, to be written as ``sessions/``."""
     return spark.createDataFrame(table, schema=SESSIONS_SCHEMA)
+
+
+def write_sessions(spark: Any, table: pd.DataFrame, path: str) -> None:
+    """Write the pandas sessions table as the Parquet table ``path`` (replaced).
+
+    A local ``path`` is written by pyarrow in this process (one part file and ``_SUCCESS``; a
+    table of one row per session does not repay a Spark job); a URI by Spark
+    (:func:`sessions_frame`). Either way the columns are :data:`~nbmq.spark.schema.SESSIONS_SCHEMA`,
+    timestamps TIMESTAMP(MICROS) in UTC.
+    """
+    from .output import is_remote
+
+    if is_remote(path):
+        sessions_frame(spark, table).write.mode("overwrite").parquet(path)
+        return
+    import shutil
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = Path(path)
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    schema = to_arrow_schema(SESSIONS_SCHEMA, timezone="UTC")
+    pq.write_table(pa.Table.from_pandas(table, schema=schema, preserve_index=False),
+                   target / "part-00000.parquet", compression="snappy")
+    (target / "_SUCCESS").touch()
 
 
 def _port(endpoint: str) -> int:

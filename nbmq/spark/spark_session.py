@@ -19,6 +19,10 @@ What it sets, and why (each measured on a plain ``pip install pyspark``):
 - Local masters: a driver heap of 384 MiB + 128 MiB per core (:func:`local_driver_memory`,
   ``640m`` on ``local[2]``) and ``-XX:MaxDirectMemorySize=1g``, so the JVM's memory stops
   following the capture's size (issue 14); a ``spark.driver.memory`` of yours wins.
+- Local masters retry a failed task (``local[N]`` becomes ``local[N,4]``,
+  :func:`with_task_retries`): Spark's local mode otherwise aborts the job on the first loss.
+- Parquet timestamps as TIMESTAMP(MICROS) in UTC (:data:`PARQUET_TIMESTAMPS`), the type the
+  pipeline's own writers use, instead of INT96.
 """
 
 from __future__ import annotations
@@ -38,10 +42,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARROW_UNCHECKED", "DEFAULT_MASTER", "build_session", "class_archive_options", "cores_of_master",
-    "is_local_master", "local_driver_memory", "session_settings",
+    "is_local_master", "local_driver_memory", "session_settings", "with_task_retries", "TASK_ATTEMPTS",
+    "PARQUET_TIMESTAMPS",
 ]
 
 DEFAULT_MASTER = "local[*]"
+#: attempts of a task on a local master (Spark's own default on clusters, ``spark.task.maxFailures``;
+#: local mode takes it from the master URL only, ``local[N,F]``, and otherwise never retries)
+TASK_ATTEMPTS = 4
+#: Parquet timestamps as TIMESTAMP(MICROS), adjusted to UTC, in every table Spark writes (its
+#: default, INT96, reads back in pyarrow as timestamp[ns] without a zone)
+PARQUET_TIMESTAMPS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -92,6 +103,18 @@ _CDS_MAGIC = (0xF00BABA8).to_bytes(4, "little")
 _CDS_STALE_S = 600.0
 #: The archive's JVM flags: a missing, stale or foreign archive is ignored without a word.
 _CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def with_task_retries(master: str) -> str:
+    """``master`` with :data:`TASK_ATTEMPTS` attempts per task when it is ``local`` or
+    ``local[N]`` / ``local[*]`` (``local[N,F]``, ``local-cluster[...]`` and clusters: unchanged).
+
+    A Python worker killed mid-task (out of memory, a signal) then costs a retry, not the run.
+    """
+    m = re.fullmatch(r"local(?:\[\s*(\*|\d+)\s*\])?", master.strip())
+    if m is None:
+        return master
+    return f"local[{m.group(1) or 1},{TASK_ATTEMPTS}]"
 
 
 def _cache_dir() -> Path:
@@ -292,6 +315,7 @@ def session_settings(master: str | None, conf: Mapping[str, str] | None = None, 
         "spark.sql.execution.arrow.pyspark.validateSchema.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.debug.maxToStringFields": "200",
+        **PARQUET_TIMESTAMPS,
         "spark.driver.extraJavaOptions": f"{log4j} {ARROW_UNCHECKED} {archive}".rstrip(),
     }
     if local:
@@ -356,6 +380,8 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # running under spark-submit
     effective = master or (None if submitted else DEFAULT_MASTER)
+    if effective is not None:
+        effective = with_task_retries(effective)
     if effective is not None and is_local_master(effective):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The archive only helps a JVM this call launches: not under spark-submit, nor when

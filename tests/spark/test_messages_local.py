@@ -188,22 +188,3 @@ def test_settle_leaves_earlier_or_interleaved_frames_to_the_redo_path():
     inter = _records(frames[:1], t0=1_001)
     inter[0]["_f0"] = inter[0]["_f1"] = 0  # same time as the row's frames, earlier number
     assert _settled([head] + inter) is None
-
-
-@pytest.mark.spark
-def test_pipeline_messages_local_writes_the_same_tables(spark, bundled_run, tmp_path):
-    """``nbmq pipeline --messages local`` on the bundled captures: messages/ and sessions/ equal
-    the default (shuffled) run's."""
-    import contextlib
-    import io
-
-    from nbmq.cli.pipeline import main
-
-    code, default_out, _ = bundled_run
-    assert code == 0
-    out = tmp_path / "out"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["--out", str(out), "--quiet", "--messages", "local", "--no-report"]) == 0
-    for table in ("messages", "sessions"):
-        got = _rows(spark.read.parquet(str(out / table)))
-        assert got and got == _rows(spark.read.parquet(str(default_out / table)))

@@ -198,7 +198,7 @@ def test_local_pass_is_the_same_with_either_loop(monkeypatch, parts):
     # a row record's first and last frame are its key's earliest and latest in that segment
     us = lambda name: fast.column(name).cast(pa.int64()).to_numpy(zero_copy_only=False)[row]  # noqa: E731
     assert np.array_equal(us("_t0") // 1000, us("first_ts")) and np.array_equal(us("_t1") // 1000, us("last_ts"))
-    # every row record is what the frame-at-a-time rule (``_finish``) makes of its key's frames
+    # every row record is what the batch rule (``reassemble_batches``) makes of its key's frames
     want = pa.Table.from_batches(list(messages.reassemble_batches(
         iter(table.sort_by([(k, "ascending") for k in messages.KEY + ["ts_ns", "frame_number"]]).to_batches()),
         out_schema, parts=parts)), schema=out_schema)

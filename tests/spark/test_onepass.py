@@ -1,5 +1,6 @@
-"""``plan="onepass"`` (issue 14, item 5): frames and messages from one read of the captures give
-exactly the steps plan's tables, also when messages straddle byte ranges, frames come late in
+"""The one-pass job (a local output): frames and messages from one read of the captures give
+exactly the tables of a Hadoop-compatible output (Spark's writer and the local pass, reached
+here through a ``file://`` URI), also when messages straddle byte ranges, frames come late in
 another range, a message completes in two ranges, and key hashes collide."""
 
 from __future__ import annotations
@@ -121,44 +122,51 @@ def test_onepass_messages_equal_the_shuffled_ones_across_ranges(spark, tmp_path,
         assert frames.exceptAll(source).count() == 0 and source.exceptAll(frames).count() == 0
 
 
+def _uri(path) -> str:
+    """A local directory as a Hadoop ``file://`` URI: the pipeline's plan for remote outputs."""
+    return "file://" + str(path)
+
+
 @pytest.mark.spark
-def test_onepass_pipeline_equals_steps_with_redo_no_payload_and_parts(spark, tmp_path):
-    """The whole pipeline both ways on a capture in 64 KiB ranges whose late frames also go back
-    in time (keys the combine cannot settle: the redo path), without the payload in frames/
-    (the reassembly still has it) and with the parts column: frames, messages and sessions equal."""
+def test_onepass_pipeline_equals_the_uri_plan_with_redo_no_payload_and_parts(spark, tmp_path):
+    """The whole pipeline to a local path and to a URI on a capture in 64 KiB ranges whose late
+    frames also go back in time (keys the combine cannot settle: the redo path), without the
+    payload in frames/ (the reassembly still has it) and with the parts column: frames,
+    messages and sessions equal."""
     from nbmq.spark.pipeline import run
 
     _ranges_capture(tmp_path / "back.pcap", seed=8, backwards=True)
     kw = {"spark": spark, "split_bytes": SPLIT, "payload": False, "parts": True, **_QUIET}
-    steps = run([tmp_path / "back.pcap"], tmp_path / "steps", plan="steps", **kw)
+    remote = run([tmp_path / "back.pcap"], _uri(tmp_path / "uri"), **kw)
     one = run([tmp_path / "back.pcap"], tmp_path / "one", **kw)
-    assert one["plan"] == "onepass" and steps["plan"] == "steps"
+    assert one["plan"] == "onepass" and remote["plan"] == "steps"
     assert one["onepass"]["combine"] == "spark"  # the redo marks send it to Spark
-    assert one["totals"] == steps["totals"]
+    assert one["totals"] == remote["totals"]
     for table in ("frames", "messages", "sessions"):
         got = spark.read.parquet(str(tmp_path / "one" / table))
-        want = spark.read.parquet(str(tmp_path / "steps" / table))
+        want = spark.read.parquet(str(tmp_path / "uri" / table))
         assert got.schema == want.schema, table
         assert "payload" not in got.columns or table != "frames"
         assert _rows(got) == _rows(want), table
+    assert (tmp_path / "uri" / "_SUCCESS").exists() and (tmp_path / "uri" / "summary.json").exists()
 
 
 @pytest.mark.spark
-def test_onepass_pipeline_equals_steps_on_bundled_captures(spark, bundled_run, tmp_path):
-    """``nbmq pipeline`` (onepass by default for a local --out) against ``run(plan="steps")`` on
-    every bundled capture (dealer.pcapng too): same summary and tables."""
+def test_onepass_pipeline_equals_the_uri_plan_on_bundled_captures(spark, bundled_run, tmp_path):
+    """``nbmq pipeline`` (a local --out) against a ``file://`` output on every bundled capture
+    (dealer.pcapng too): same summary and tables."""
     from nbmq.spark.pipeline import run
 
     code, out, _ = bundled_run
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["plan"] == "onepass" and summary["onepass"]["tasks"] >= 3
-    steps = run(None, tmp_path / "steps", spark=spark, plan="steps", **_QUIET)
-    assert steps["totals"] == summary["totals"]
+    remote = run(None, _uri(tmp_path / "uri"), spark=spark, **_QUIET)
+    assert remote["totals"] == summary["totals"]
     with contextlib.redirect_stdout(io.StringIO()):
         one = run(None, tmp_path / "one", spark=spark, pcapng=True, **_QUIET)
-    also = run(None, tmp_path / "steps_ng", spark=spark, pcapng=True, plan="steps", **_QUIET)
-    for a, b in ((out, tmp_path / "steps"), (tmp_path / "one", tmp_path / "steps_ng")):
+    also = run(None, _uri(tmp_path / "uri_ng"), spark=spark, pcapng=True, **_QUIET)
+    for a, b in ((out, tmp_path / "uri"), (tmp_path / "one", tmp_path / "uri_ng")):
         for table in ("frames", "messages", "sessions"):
             got, want = spark.read.parquet(str(a / table)), spark.read.parquet(str(b / table))
             assert got.schema == want.schema, table
@@ -166,38 +174,15 @@ def test_onepass_pipeline_equals_steps_on_bundled_captures(spark, bundled_run, t
     assert one["totals"] == also["totals"]
 
 
-@pytest.mark.spark
-def test_cli_plan_option(spark, tmp_path, capsys):
-    """``--plan steps`` runs the steps plan; ``--plan onepass`` refuses a remote --out or a steps
-    plan option before Spark starts; an unknown plan is an argparse error."""
+def test_cli_offers_no_internal_choices(capsys):
+    """The plan is the pipeline's: ``--plan``, ``--messages`` and ``--frames-writer`` are gone."""
     from nbmq.cli.pipeline import main
 
-    dealer = str(CAPTURES / "dealer.pcap")
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main([dealer, "--out", str(tmp_path / "s"), "-q", "--no-report", "--plan", "steps"]) == 0
-    assert json.loads((tmp_path / "s" / "summary.json").read_text())["plan"] == "steps"
-    assert main([dealer, "--out", "hdfs://nn/out", "-q", "--plan", "onepass"]) == 2
-    assert "local --out only" in capsys.readouterr().err
-    assert main([dealer, "--out", str(tmp_path / "x"), "-q", "--plan", "onepass", "--messages", "local"]) == 2
-    assert "--plan onepass" in capsys.readouterr().err
-    assert not (tmp_path / "x").exists()
-    with pytest.raises(SystemExit) as exc:
-        main([dealer, "--plan", "twopass"])
-    assert exc.value.code == 2
-
-
-def test_plan_choice():
-    """The default plan: onepass for a local out_dir, steps for a URI or a steps-plan option."""
-    from nbmq.spark.pipeline import _choose_plan
-
-    assert _choose_plan(None, "out", None, None) == "onepass"
-    assert _choose_plan(None, "hdfs://nn/out", None, None) == "steps"
-    assert _choose_plan(None, "out", "local", None) == "steps"
-    assert _choose_plan(None, "out", None, "arrow") == "steps"
-    assert _choose_plan("steps", "out", None, None) == "steps"
-    for bad in (("onepass", "s3a://b/out", None, None), ("onepass", "out", "shuffle", None), ("x", "out", None, None)):
-        with pytest.raises(ValueError):
-            _choose_plan(*bad)
+    for option in (["--plan", "steps"], ["--messages", "local"], ["--frames-writer", "arrow"]):
+        with pytest.raises(SystemExit) as exc:
+            main([str(CAPTURES / "dealer.pcap"), *option])
+        assert exc.value.code == 2
+        assert "unrecognized arguments" in capsys.readouterr().err
 
 
 def test_key_hashes_are_stable_across_processes():

@@ -370,20 +370,22 @@ def _streams_section(proto: str, st: dict[str, Any], caps: Any, figures: _Charts
     return "\n".join(p)
 
 
-def write_report(path: str | Path, summary: dict[str, Any], data: ReportData, started: float | None = None) -> Path:
+def write_report(path: str | Path, summary: dict[str, Any], data: ReportData, started: float | None = None,
+                 findings: str | None = None) -> Path:
     """Render the report and write it (UTF-8).
 
     Args:
         path: the HTML file to write (replaced).
-        summary: the pipeline summary (see :func:`render`); its ``tables`` may name
-            ``findings``, whose rows fill the Expert info section and the timelines' markers.
+        summary: the pipeline summary (see :func:`render`).
         data: :func:`nbmq.spark.report.aggregate.collect`'s result.
         started: ``time.perf_counter()`` when the report step began (see :func:`render`).
+        findings: the ``findings/`` table whose rows fill the Expert info section and the
+            timelines' markers (default: ``summary["tables"]["findings"]``, a finished run's).
 
     Returns:
         ``path`` as a Path. Raises OSError when it cannot be written.
     """
     path = Path(path)
-    findings = expert.load(summary.get("tables", {}).get("findings"))
-    path.write_text(render(summary, data, findings, started), encoding="utf-8")
+    table = expert.load(findings if findings is not None else summary.get("tables", {}).get("findings"))
+    path.write_text(render(summary, data, table, started), encoding="utf-8")
     return path

@@ -10,10 +10,10 @@ group's new frames over as one pandas frame, so the per-call overhead is paid pe
 batch, not per message. A peer is also what the socket budgets: its incomplete messages share
 ``max_incomplete_bytes``, as on a live socket (ARCHITECTURE: budgets are per peer).
 
-Each message's row is computed by the batch pipeline's own per-key step
-(:func:`nbmq.spark.messages._finish`, which feeds the codec's ``Reassembler``), over every frame
-of the message seen so far in capture order, so a streamed row equals the batch row of the
-same frames. Rules, per peer:
+Each message's row is computed by the batch pipeline's own reassembly
+(:func:`nbmq.spark.messages.message_row`, the group loop of :func:`~nbmq.spark.messages.group_rows`),
+over every frame of the message seen so far in capture order, so a streamed row equals the
+batch row of the same frames. Rules, per peer:
 
 - A completed message is held (its frames) until the watermark passes its completion (the
   capture time of the frame that completed it) plus ``completed_grace`` (default: the
@@ -73,7 +73,7 @@ FRAME_COLUMNS = [
     "chunk_offset", "payload", "ts_ns", "frame_number",
 ]
 
-#: order of the values in a messages row tuple (``nbmq.spark.messages._finish``)
+#: order of the values in a messages row tuple (``nbmq.spark.messages.message_row``)
 MESSAGE_ROW_FIELDS = [
     "capture", "session_id", "src", "dst", "message_id", "part_count", "message_size",
     "part_sizes", "part_sha256", "complete", "missing_bytes", "frames", "duplicates",
@@ -186,7 +186,7 @@ class PeerMessages:
         Returns:
             Rows in :data:`MESSAGE_ROW_FIELDS` order (ids as u64 ints, times in µs).
         """
-        from ..messages import _finish, _Group
+        from ..messages import _Group, message_row
 
         capture, sid, src = key
         ttl_ns = int(options.uncompleted_message_ttl * 1e9)
@@ -220,7 +220,7 @@ class PeerMessages:
                     zip(*(g[c].tolist() for c in ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "ts_ns")))
                 )
                 group.chunks = [memoryview(p) for p in g["payload"].tolist()]
-                row = _finish(group, False, options.max_message_size)
+                row = message_row(group, False, options.max_message_size)
                 first_ns = int(g["ts_ns"].iloc[0])
                 if row[9]:  # complete: held for late frames until the grace has passed
                     done_ns = self.held.pop(int(mid), int(g["ts_ns"].max()))
