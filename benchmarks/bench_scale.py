@@ -1,4 +1,4 @@
-"""Issue 14 "Batch" benchmark: the whole ``nbmq pipeline`` on up to 5,000,000 datagrams beside tshark.
+"""The batch benchmark: the whole ``nbmq pipeline`` on up to 5,000,000 datagrams beside tshark.
 
 For each size (default: the bundled captures, 300k and 1M datagrams of heartbeat-heavy
 traffic, 5M) a capture is generated once and cached in ``WORKDIR``: ``N`` is

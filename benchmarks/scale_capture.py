@@ -1,6 +1,6 @@
 """A realistic nbmq capture of any size, generated block by block in bounded memory.
 
-Used by ``bench_scale.py`` (issue 14, "Batch" benchmark). The traffic: ``sessions`` Dealer
+Used by ``bench_scale.py``. The traffic: ``sessions`` Dealer
 clients (10.0.x.y:40000+i) talking to one bound socket (10.1.0.1:7000) at 50,000 datagrams/s of
 capture time:
 
@@ -35,7 +35,7 @@ _DATA = np.dtype([("version", "u1"), ("kind", "u1"), ("session_id", ">u8"), ("me
                   ("part_size", ">u4"), ("chunk_size", ">u2"), ("chunk_offset", ">u4")])
 _CONTROL = np.dtype([("version", "u1"), ("kind", "u1"), ("session_id", ">u8")])
 _CHUNK = 466
-_MAX_MESSAGE = 2200  # exclusive; with the acks and heartbeats, ~460 bytes a record (issue 14: 5M ~ 2.3 GB)
+_MAX_MESSAGE = 2200  # exclusive; with the acks and heartbeats, ~460 bytes a record (5M ~ 2.3 GB)
 _SPACING_NS = 20_000  # 50,000 datagrams per second of capture time
 _START_NS = 1_700_000_000_000_000_000
 _SERVER = ("10.1.0.1", 7000)

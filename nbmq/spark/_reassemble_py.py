@@ -7,7 +7,7 @@ order (ts_ns, frame_number). Its rule (module docstring of :mod:`nbmq.spark.mess
   and are not reassembled (a hostile size claim allocates nothing); their duplicates are exact
   repeats of (part_index, chunk_offset, bytes);
 - otherwise the frames go, in order, to one codec ``Reassembler`` (its rules: overlaps,
-  conflicting headers, size caps, empty absent parts of issue 11); every frame after completion
+  conflicting headers, size caps, empty absent parts); every frame after completion
   is a duplicate, a rejection drops what was held and later frames start over;
 - an incomplete group's part sizes and missing bytes come from the frame headers (``_coverage``).
 

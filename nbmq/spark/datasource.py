@@ -24,7 +24,7 @@ Options (all strings, as Spark passes them):
 - ``udp_ports``: comma-separated UDP ports; only datagrams from or to one of them are read.
 - ``batch_rows`` (65536): rows per Arrow record batch handed to Spark.
 - ``window_bytes`` (32 MiB): a local classic pcap range is decoded this many bytes at a time
-  (same rows, same order; memory about one window per task, issue 14). ``0`` decodes each
+  (same rows, same order; memory about one window per task). ``0`` decodes each
   range whole.
 
 A ``.schema(...)`` naming a subset of the frames columns (same types) builds only those columns:
@@ -227,7 +227,7 @@ def read_partition(
     A local classic pcap range is read ``window_bytes`` at a time (``_windows``): the same rows
     in the same order, the capture-error rows still last, but memory stays about one window
     whatever the range's size, and Spark gets the first rows after one window's decoding
-    instead of the whole range's (issue 14: a 1 GB range held ~1.2 GB per worker).
+    instead of the whole range's (a 1 GB range held ~1.2 GB per worker).
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -528,7 +528,7 @@ def frames_batches(
             cols["payload"] = _gather(buffer, starts, plen)
         if want("error"):
             cols["error"] = _dictionary(error, ~ok, error_names)
-        if want("ack_hash"):  # from the bytes here, so readers of the table need no payload (issue 14)
+        if want("ack_hash"):  # from the bytes here, so readers of the table need no payload
             from ..capture.datagrams.ack_hashes import ack_hashes
 
             cols["ack_hash"] = _masked(*ack_hashes(buffer, r), pa.int64())

@@ -23,8 +23,7 @@ Counting rules:
 - ``missing_bytes``: 0 when complete, else ``message_size`` minus the distinct bytes the
   frames cover (overlaps counted once).
 - A message whose received parts' sizes add up to ``message_size`` is complete; the absent
-  parts are empty (the Rust reference sends no frame for an empty part; the codec's rule,
-  issue 11). Both paths below give such messages their empty parts.
+  parts are empty (the Rust reference sends no frame for an empty part; the codec's rule). Both paths below give such messages their empty parts.
 """
 
 from __future__ import annotations

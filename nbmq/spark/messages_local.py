@@ -1,4 +1,4 @@
-"""The messages table without shuffling the frames: reassembly inside each frames partition (issue 14, item 5).
+"""The messages table without shuffling the frames: reassembly inside each frames partition.
 
 :func:`nbmq.spark.messages.build_messages` shuffles every data frame (payload included) by its
 key. Most keys, though, live in one frames partition (one file, or one byte range of a large

@@ -1,4 +1,4 @@
-"""The pipeline driver's own work, done in a thread while the Spark JVM starts (issue 14).
+"""The pipeline driver's own work, done in a thread while the Spark JVM starts.
 
 ``nbmq pipeline`` waits 5-10 s for its SparkSession (the JVM's launch and the SparkContext),
 during which the driver's Python process is idle. :class:`Prestart` fills that time with the

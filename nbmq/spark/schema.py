@@ -66,7 +66,7 @@ _FRAME_FIELDS: list[tuple[str, DataType]] = [
     ("chunk_offset", LongType()),
     ("payload", BinaryType()),  # chunk (data) / payload (control); whole datagram on error rows
     ("error", StringType()),  # null, or why the datagram did not decode
-    # Last, so the columns before it keep their positions (issue 14). The SafeDealer ack hash the
+    # Last, so the columns before it keep their positions. The SafeDealer ack hash the
     # row names: a data frame's FNV-1a 64 over its whole datagram (what an Ack for it carries), an
     # Ack's 8-byte payload; the u64's bits as signed; null on other rows (nbmq.capture.datagrams.ack_hashes).
     ("ack_hash", LongType()),

@@ -46,11 +46,11 @@ def build_sessions(frames: DataFrame, messages: DataFrame) -> DataFrame:
 
     valid = frames.where(F.col("error").isNull() & F.col("kind").isNotNull())
     # Grouped on the raw columns; the id and endpoint text are built per group, not per frame
-    # (addr:port is one-to-one, so the groups are the same): issue 14's 5M-datagram benchmark.
+    # (addr:port is one-to-one, so the groups are the same): measured on 5M datagrams.
     keys = ["capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port", "kind"]
     # The Connect times come from their own aggregation over the few Connect frames: a
     # collect_list among the counts made Spark aggregate every frame without code generation
-    # (ObjectHashAggregate), 3.1 against 1.6 JVM core-s on 1M frames, same rows (issue 14).
+    # (ObjectHashAggregate), 3.1 against 1.6 JVM core-s on 1M frames, same rows.
     connect_ns = (
         valid.where(F.col("kind") == _CONNECT)
         .groupBy(*keys)

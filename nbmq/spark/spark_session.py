@@ -15,10 +15,10 @@ What it sets, and why (each measured on a plain ``pip install pyspark``):
   not start one more Python process just to find it.
 - A class-data-sharing archive for the driver JVM (:func:`class_archive_options`): Spark loads
   ~15,000 classes from 280 jars at start-up; mapped from an archive written by an earlier run
-  the JVM needs half the CPU to a ready session (issue 14; ``NBMQ_SPARK_CDS=0`` turns it off).
+  the JVM needs half the CPU to a ready session (``NBMQ_SPARK_CDS=0`` turns it off).
 - Local masters: a driver heap of 384 MiB + 128 MiB per core (:func:`local_driver_memory`,
   ``640m`` on ``local[2]``) and ``-XX:MaxDirectMemorySize=1g``, so the JVM's memory stops
-  following the capture's size (issue 14); a ``spark.driver.memory`` of yours wins.
+  following the capture's size; a ``spark.driver.memory`` of yours wins.
 - Local masters retry a failed task (``local[N]`` becomes ``local[N,4]``,
   :func:`with_task_retries`): Spark's local mode otherwise aborts the job on the first loss.
 - Parquet timestamps as TIMESTAMP(MICROS) in UTC (:data:`PARQUET_TIMESTAMPS`), the type the
@@ -253,7 +253,7 @@ _DIRECT_CAP = "-XX:MaxDirectMemorySize=1g"
 def local_driver_memory(cores: int) -> str:
     """``spark.driver.memory`` for a local master with ``cores`` task slots: ``"640m"`` on 2.
 
-    Why a bound at all (issue 14): with Spark's default 1 GiB heap, G1 grows the heap as long as
+    Why a bound at all: with Spark's default 1 GiB heap, G1 grows the heap as long as
     the run allocates, so the JVM's peak followed the capture's size (heap committed 702 MiB at
     500k datagrams, 905 MiB at 1M, the full 1 GiB at 5M), while what stays live after a
     collection is 160-370 MiB at every size. With 384 MiB + 128 MiB per core the heap stops at

@@ -1,4 +1,4 @@
-"""The frames table's ack_hash column (issue 14): last in the schema, the same with and without
+"""The frames table's ack_hash column: last in the schema, the same with and without
 payload, and what the report matches SafeDealer acks on (``--no-payload`` keeps the figures)."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_data_frame_hash_is_the_codecs():
 @pytest.mark.timeout(900)
 def test_report_acks_without_payload_match_the_payload_hash(spark, tmp_path):
     """``--no-payload``: the report's SafeDealer ack figures come from ``ack_hash`` and equal those
-    of a frames table without the column (hashed from ``payload``, as before issue 14)."""
+    of a frames table without the column (hashed from ``payload``, as older tables need)."""
     from nbmq.spark.pipeline import run
     from nbmq.spark.report import collect
 

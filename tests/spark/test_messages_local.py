@@ -1,4 +1,4 @@
-"""Partition-local reassembly (issue 14, item 5): one read of the frames gives exactly the
+"""Partition-local reassembly: one read of the frames gives exactly the
 shuffled messages table, also when messages straddle byte ranges and frames come late."""
 
 from __future__ import annotations

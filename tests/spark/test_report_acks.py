@@ -1,5 +1,5 @@
 """The report's SafeDealer figures: ack round trips and resends come from one aggregation per
-frame hash (issue 14); a repeated frame of a session that never acks is a duplicate, not a resend."""
+frame hash; a repeated frame of a session that never acks is a duplicate, not a resend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The report's time axis from the frames table's Parquet footers (issue 14), or None so that a
+"""The report's time axis from the frames table's Parquet footers, or None so that a
 Spark job computes it: no Spark here, pyarrow writes the tables."""
 
 from __future__ import annotations

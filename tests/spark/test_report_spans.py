@@ -1,4 +1,4 @@
-"""Issue 11: the pipeline and its report on captures whose messages span 1 s .. 1 day."""
+"""The pipeline and its report on captures whose messages span 1 s .. 1 day."""
 
 from __future__ import annotations
 

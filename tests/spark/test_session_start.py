@@ -1,4 +1,4 @@
-"""The Spark start of ``nbmq pipeline`` (issue 14): the driver JVM's class-data-sharing archive,
+"""The Spark start of ``nbmq pipeline``: the driver JVM's class-data-sharing archive,
 the local heap bound, the driver work done while the JVM launches, and a JVM that cannot start.
 
 Only the tests marked ``spark`` start a JVM (the shared session fixture, or a child process).

@@ -1,4 +1,4 @@
-"""The pipeline builds sessions/ and the summary from the report's aggregates (issue 14, one pass
+"""The pipeline builds sessions/ and the summary from the report's aggregates (one pass
 per table): both must equal what the Spark-side definitions give on the same frames and messages."""
 
 from __future__ import annotations

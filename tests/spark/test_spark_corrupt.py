@@ -49,7 +49,7 @@ def _traffic():
             put(CLIENT, SERVER, frame)
             duplicates += complete  # an empty part's chunk after the message completed
             received += len(frame) - 34
-            complete = received == sum(sizes)  # absent parts can only be empty (issue 11 item 14)
+            complete = received == sum(sizes)  # absent parts can only be empty
         if nonce % 5 == 0:  # a resend after completion (SafeDealer style)
             put(CLIENT, SERVER, frames[0])
             data_frames += 1

@@ -1,4 +1,4 @@
-"""Input paths a PySpark user expects (issue 11): nested directories, gzip, file:// and Hadoop URIs.
+"""Input paths a PySpark user expects: nested directories, gzip, file:// and Hadoop URIs.
 
 No Spark session here: path expansion runs on the driver, ``capture_source`` on executors.
 """

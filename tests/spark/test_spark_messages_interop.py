@@ -1,5 +1,5 @@
 """messages: messages of the Rust reference with empty parts (no frame for those parts) are
-complete, on the column-wise path and the frame-at-a-time path, and through Spark (issue 11)."""
+complete, on the column-wise path and the frame-at-a-time path, and through Spark."""
 
 from __future__ import annotations
 

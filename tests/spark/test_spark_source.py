@@ -67,7 +67,7 @@ def test_pcap_and_pcapng_give_identical_tables(spark):
 
 
 def test_nested_gzip_and_file_uris(spark, tmp_path):
-    """Issue 11: directories recursively, .pcap.gz / .pcapng.gz, file:// URIs; unknown schemes named."""
+    """Directories recursively, .pcap.gz / .pcapng.gz, file:// URIs; unknown schemes named."""
     import gzip
     import shutil
 
@@ -88,7 +88,7 @@ def test_nested_gzip_and_file_uris(spark, tmp_path):
 
 
 def test_damaged_pcap_splits_match_the_whole_read(spark, tmp_path):
-    """Issue 11: a deleted byte made 256 KiB splits lose 3 datagrams and the error, silently."""
+    """A deleted byte once made 256 KiB splits lose 3 datagrams and the error, silently."""
     data = (CAPTURES / "dealer.pcap").read_bytes()
     path = tmp_path / "damaged.pcap"
     path.write_bytes(data[:2_098_474] + data[2_098_475:])

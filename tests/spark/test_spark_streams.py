@@ -93,7 +93,7 @@ def test_pipeline_writes_stream_tables(spark, tmp_path, bundled_run):
 
 
 def test_gzip_file_uri_in_a_nested_directory(spark, tmp_path):
-    """Issue 11: the TCP sources take the same paths as ``nbmq`` (recursive, .gz, file://)."""
+    """The TCP sources take the same paths as ``nbmq`` (recursive, .gz, file://)."""
     import gzip
 
     (tmp_path / "x" / "y").mkdir(parents=True)

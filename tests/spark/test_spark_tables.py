@@ -1,4 +1,4 @@
-"""The pipeline's tables on the bundled captures against the manifest (issue 7)."""
+"""The pipeline's tables on the bundled captures against the manifest."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The frames source decodes a classic pcap range in windows (issue 14): exactly the rows of a
+"""The frames source decodes a classic pcap range in windows: exactly the rows of a
 whole-range read, in the same order, damage rows included, whatever the window and the ranges.
 
 No Spark session: ``read_partition`` is what each task runs.

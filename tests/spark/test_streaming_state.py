@@ -188,7 +188,7 @@ def _stream_rows(folder, name, data, cuts, available_now=True):
 
 
 def _damaged(kind, tmp_path):
-    """A small capture with damage the batch readers resynchronise past (issue 11 item 3):
+    """A small capture with damage the batch readers resynchronise past:
     pcap: a zeroed region; pcapng: a block with both lengths wrong (skipped) and one flipped
     bit in another block's leading length (framed by its trailing copy)."""
     import random
@@ -263,7 +263,7 @@ def _both_lengths_wrong(tmp_path, claim):
 
 @pytest.mark.parametrize("reaches", [True, False])
 def test_growing_pcapng_resynchronises_past_a_length_running_past_the_bytes(tmp_path, reaches):
-    """Gap b (issue 14): a packet block whose leading length runs past the bytes on disk and
+    """Gap b: a packet block whose leading length runs past the bytes on disk and
     whose trailing copy disagrees no longer holds the frames behind it back until its claimed
     end is written or the file is final: once whole blocks follow the resynchronisation, the
     stream reads on. Its error row waits for the size to word it as the batch read does:

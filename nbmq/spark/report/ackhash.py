@@ -1,6 +1,6 @@
 """The SafeDealer ack hash of each data frame of a frames table, as a Spark pandas UDF.
 
-Only for frames tables written before their ``ack_hash`` column (issue 14): the decoder computes
+Only for frames tables written before their ``ack_hash`` column: the decoder computes
 that column now (``nbmq.capture.datagrams.ack_hashes``) and the report reads it instead.
 
 A receiver acks FNV-1a 64 over the data frame's exact bytes (``codec.ack_hash``, seed 000); the
@@ -34,7 +34,7 @@ def _hashes(v: pd.Series, k: pd.Series, s: pd.Series, m: pd.Series, pc: pd.Serie
     u64; the report only compares hashes). ``s``/``m`` may be u64, int64 (same bits) or Decimal."""
     # The headers are built column by column with numpy, then each frame's hash is FNV-1a over
     # its header slice, continued over its chunk. Ids come in as int64 bits and the hash goes
-    # out as int64: Decimal objects both ways were most of the UDF's time (issue 14, 5M datagrams).
+    # out as int64: Decimal objects both ways were most of the UDF's time.
     from ... import codec
 
     header = np.zeros(len(v), _HEADER_DTYPE)

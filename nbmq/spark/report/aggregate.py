@@ -93,7 +93,7 @@ def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None =
 
     Returns:
         A :class:`ReportData`. SafeDealer ack round trips match data frames and Acks on the
-        frames' ``ack_hash`` column (issue 14; ``--no-payload`` tables have it too); a frames table
+        frames' ``ack_hash`` column (``--no-payload`` tables have it too); a frames table
         written before that column is hashed from its ``payload`` column, and one with neither
         leaves them out, with a note that says so.
     """
@@ -238,7 +238,7 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
     if has_acks and ("ack_hash" in frames.columns or "payload" in frames.columns):
         is_ack = F.col("kind") == 5
         if "ack_hash" in frames.columns:
-            # The decoder's column (issue 14): a data frame's hash and the hash an Ack carries,
+            # The decoder's column: a data frame's hash and the hash an Ack carries,
             # so no payload is read (it was most of the report's time at 5M datagrams).
             hashed_ack, h = is_ack & F.col("ack_hash").isNotNull(), F.col("ack_hash")
         else:  # a frames table written before the column: hash the payload (report/ackhash.py)

@@ -1,4 +1,4 @@
-"""The few Spark passes behind the sessions table, the summary and the report (issue 14).
+"""The few Spark passes behind the sessions table, the summary and the report.
 
 ::
 

@@ -58,7 +58,7 @@ def nice_bin_width(span: float, bins: int = 120) -> float:
     """A round time bin (seconds, always a float) giving at most ``bins`` bins over ``span`` s.
 
     A float always: it goes into a ``double`` Spark column, whose verifier rejects an int
-    (issue 11: every capture over 40 s failed the pipeline).
+    (every capture over 40 s failed the pipeline).
     """
     want = max(span, 0.0) / bins
     return float(next((w for w in _NICE_WIDTHS if w >= want), math.ceil(want / 3600) * 3600))

@@ -27,7 +27,7 @@ class Deferred:
     """A pcapng damage the stream has resynchronised past whose error *text* the file's final
     size decides: a block whose leading length runs past the bytes on disk, the trailing copy
     disagreeing. The batch read says ``truncated block`` when the file ends before ``to`` and
-    ``block lengths differ`` when it reaches it (issue 14 gap a), so the row waits for that.
+    ``block lengths differ`` when it reaches it, so the row waits for that.
 
     Attributes:
         at: byte offset of the damaged block; to: where its leading length says it ends;
@@ -75,13 +75,13 @@ def whole_records(path: str, start: int = 0, records: int = 0, final: bool = Fal
                   pending: Deferred | None = None) -> Boundary:
     """Walk the capture at ``path`` from the boundary ``start`` to its last whole record.
 
-    Damage is resynchronised past exactly as the batch readers do (issue 11 item 3: classic
+    Damage is resynchronised past exactly as the batch readers do (classic
     pcap ``RecordScanner.walk``, pcapng ``walk_pcapng``), but a growing file's end must not
     decide it: a resynchronisation the readers would confirm only because the bytes end there
     (pcap: fewer than ``CONFIRM_HEADERS`` headers after the candidate; pcapng: a candidate block
     not yet followed by a whole block) is not taken; ``end`` stays *before* the record that
     owns the damage, so the batch that finally reads past it reads that record and counts the
-    damage's error row once (issue 14).
+    damage's error row once.
 
     Args:
         path: a pcap or pcapng file, possibly still growing.
@@ -95,7 +95,7 @@ def whole_records(path: str, start: int = 0, records: int = 0, final: bool = Fal
 
     A pcapng block whose leading length runs past the bytes on disk and whose trailing copy
     disagrees is passed as soon as the resynchronisation after it is settled (it no longer
-    holds the frames behind it back until its claimed end is written, issue 14 gap b); its
+    holds the frames behind it back until its claimed end is written); its
     error row waits as ``deferred`` until its text is decided (gap a).
 
     Returns:

@@ -28,7 +28,7 @@ A pcapng reader maps the size the planner walked, so it words damage from the sa
 pcapng block whose both lengths are wrong and whose leading one runs past the bytes on disk is
 skipped once four whole blocks follow a settled resynchronisation (the frames behind it are not
 held back); its error row comes in the batch where the file reaches the claimed end (``block
-lengths differ``) or turns final (``truncated block``), the batch read's wording (issue 14).
+lengths differ``) or turns final (``truncated block``), the batch read's wording.
 
 End of data: with ``end_row`` (``"true"``) an ``availableNow`` run adds, after the data, one
 row whose ``error`` is :data:`END_OF_DATA` and whose ``timestamp`` is :data:`END_TIMESTAMP`
@@ -414,7 +414,7 @@ def read_stream_range(
         return
 
     def read() -> Any:
-        # part.start is a record of the whole-file walk: walking from it is exact (issue 11)
+        # part.start is a record of the whole-file walk: walking from it is exact
         batch = read_datagrams(view, start=part.start, end=None if pcap else part.end, udp_ports=udp_ports,
                                first_frame=part.first_frame if pcap else None,
                                walk_from=max(part.start, 24) if pcap else None)
