@@ -22,7 +22,7 @@ _QUIET = {"progress": False, "print_summary": False}
 #: the capture the kill tests cut into byte ranges (2.7 MB in 0.25 MB ranges: 11 tasks)
 _KILL_CAPTURE = CAPTURES / "dealer.pcap"
 _KILL_SPLIT_MB = "0.25"
-_TABLES = ("frames", "messages", "sessions")
+_TABLES = ("frames", "messages", "sessions", "findings")
 
 
 def _listing(root: Path) -> dict[str, bytes]:
@@ -131,7 +131,7 @@ def test_reused_out_holds_only_this_run(spark, tmp_path):
     (out / "report.html").write_text("stale")
     (out / "summary.json").write_text("{}")
     summary = run([CAPTURES / "safe_dealer.pcap"], out, spark=spark, report=False, **_QUIET)
-    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "frames", "messages", "sessions", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "findings", "frames", "messages", "sessions", "summary.json"]
     assert json.loads((out / "summary.json").read_text())["totals"] == summary["totals"]
     assert summary["tables"] == {t: str(out / t) for t in _TABLES}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
