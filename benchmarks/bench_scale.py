@@ -257,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from scale_capture import generate
 
     import nbmq
 

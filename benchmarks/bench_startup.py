@@ -60,9 +60,10 @@ def _java_cpu(parent: int) -> float:
 def child_breakdown(t0: float, master: str) -> dict[str, float]:
     """Run in the measured process: time each part of the start (see the module docstring)."""
     marks: dict[str, float] = {}
-    import nbmq.spark.pipeline  # noqa: F401 -- what `nbmq pipeline` imports before run()
     import pyspark.context as context
     import pyspark.sql  # noqa: F401
+
+    import nbmq.spark.pipeline  # noqa: F401 -- what `nbmq pipeline` imports before run()
 
     marks["imports"] = time.time() - t0
     launch = context.launch_gateway

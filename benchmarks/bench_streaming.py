@@ -23,9 +23,9 @@ Run: ``python benchmarks/bench_streaming.py [--rates 100000,200000,...] [--secon
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
-import multiprocessing
 import statistics
 import sys
 import tempfile

@@ -16,7 +16,6 @@ import contextlib
 import zlib
 from collections.abc import Iterator
 
-
 import numpy as np
 
 from nbmq import _codec_py

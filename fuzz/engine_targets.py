@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import random
 import types
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from nbmq import codec
 from nbmq.wire import FrameKind

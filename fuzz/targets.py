@@ -9,7 +9,7 @@ target from ``PENDING`` to ``DEFAULT`` when its fix is merged.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["TARGETS", "DEFAULT", "PENDING", "load"]
 

@@ -7,8 +7,9 @@ same values, or raise the same ``NbmqError`` class with the same ``offset`` and 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -82,9 +82,9 @@ def test_disagreement_and_foreign_exceptions_are_findings():
 
 @needs_compiled
 def test_capture_twins_switches_the_compiled_paths_off_and_back():
+    from fuzz.capture_targets import python_paths
     from nbmq.capture.datagrams import decode_fast
     from nbmq.capture.files import records
-    from fuzz.capture_targets import python_paths
 
     walk = records._walk_chain
     with python_paths():

@@ -29,13 +29,12 @@ duplicate rather than starting a message that could only expire.
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 import mmap
 import operator
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Hashable
+from typing import Any, cast
 
 import numpy as np
 
@@ -388,7 +387,7 @@ class Reassembler:
         return None
 
     def _evict(self, owner: _Owner, current: _Message | None) -> None:
-        for key, message in owner.messages.items():
+        for key, message in owner.messages.items():  # noqa: B007 (the loop leaves key set)
             if message is not current:
                 break
         self._release(key, message)

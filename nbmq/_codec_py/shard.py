@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..wire import DATA_HEADER_SIZE, MAX_CHUNK_SIZE, MAX_MESSAGE_SIZE, MAX_PARTS, FrameKind, VERSION
+from ..wire import DATA_HEADER_SIZE, MAX_CHUNK_SIZE, MAX_MESSAGE_SIZE, MAX_PARTS, VERSION, FrameKind
 from .frames import DATA_HEADER, Buffer
 
 _U64 = 0xFFFFFFFFFFFFFFFF

@@ -47,12 +47,12 @@ numpy (no per-row Python code).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 

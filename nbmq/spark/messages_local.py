@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .messages import _MAX_U32, _Group, _Output, _key_starts, _u64, addr_port, group_rows, message_row
+from .messages import _MAX_U32, _Group, _key_starts, _Output, _u64, addr_port, group_rows, message_row
 from .schema import messages_schema
 
 if TYPE_CHECKING:

@@ -378,7 +378,7 @@ def _combine_here(files: list[Path], messages_dir: Path, out_schema: pa.Schema, 
 
     from .frames_writer import PartWriter
     from .messages import _u64
-    from .messages_local import _combine, _codes
+    from .messages_local import _codes, _combine
 
     table = pa.concat_tables([pq.read_table(f, schema=rec_schema) for f in files]).combine_chunks()
     if table.num_rows == 0:

@@ -27,8 +27,8 @@ from enum import Enum
 from .. import codec
 from ..errors import DecodeError
 from ..events import ConnectionClosed, Event, PacketReceived
-from .receiver import Buffer, StreamReceiver
 from ..wire import BQSP_DEFAULT_MAX_PACKET
+from .receiver import Buffer, StreamReceiver
 
 __all__ = [
     "Event",

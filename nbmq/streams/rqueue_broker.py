@@ -37,10 +37,10 @@ from ..events import (
     SlowConsumer,
     Subscribed,
 )
+from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
+from .receiver import Buffer
 from .rqueue_topics import DROP_NOTICE_TOPIC, Topic, encode_drop_count
 from .rqueue_topics import topic_bytes as _topic_bytes
-from .receiver import Buffer
-from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
 
 __all__ = ["RqueueBroker", "SLOW_CONSUMER_POLICIES"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from .. import codec
 from ..errors import DecodeError
 from ..events import ConnectionClosed, Notification, NotificationsDropped
+from ..wire import RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
+from .receiver import Buffer, StreamReceiver
 from .rqueue_topics import DROP_NOTICE_TOPIC, Topic, decode_drop_count
 from .rqueue_topics import topic_bytes as _topic_bytes
-from .receiver import Buffer, StreamReceiver
-from ..wire import RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
 
 __all__ = ["RqueueClientConnection"]
 

@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 from nbmq.capture import LinkType
 from nbmq.capture.datagrams.assemble import address_table
 from nbmq.capture.datagrams.decode_fast import COMPILED, decode_packets
-from nbmq.capture.files.formats import parse_pcap_header
 from nbmq.capture.files.errorlog import ErrorLog
+from nbmq.capture.files.formats import parse_pcap_header
 from nbmq.capture.files.records import RecordScanner
-
 
 REQUIRED = os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0")
 pytestmark = [

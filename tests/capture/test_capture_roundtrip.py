@@ -25,8 +25,8 @@ def _rows(n: int = 300) -> list[tuple]:
     rows = []
     for i in range(n):
         v6 = i % 4 == 3
-        src = "fd00::%x" % (i % 5 + 1) if v6 else "127.0.0.%d" % (i % 3 + 1)
-        dst = "::1" if v6 else "10.0.%d.1" % (i % 7)
+        src = f"fd00::{i % 5 + 1:x}" if v6 else f"127.0.0.{i % 3 + 1}"
+        dst = "::1" if v6 else f"10.0.{i % 7}.1"
         payload = bytes((i * 7 + k) % 256 for k in range(i % 97))
         rows.append((T0 + i * 0.000123, src, 40000 + i % 11, dst, 47101, payload))
     return rows

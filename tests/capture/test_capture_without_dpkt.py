@@ -20,7 +20,6 @@ from nbmq.capture import read_datagrams
 from nbmq.examples import CAPTURE_DIR
 from nbmq.examples.streams import stream_captures
 
-
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 RQUEUE_PCAP = next(p for p in stream_captures() if p.name == "rqueue.pcap")
 REPO = Path(__file__).resolve().parents[2]

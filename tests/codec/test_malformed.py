@@ -67,7 +67,7 @@ def run_stream(codec, stream: bytes, rng: random.Random) -> None:
         for step in (1, 3, len(stream) or 1, rng.randint(1, 9)):
             decoder = make()
 
-            def go():
+            def go(decoder=decoder, step=step):
                 for i in range(0, len(stream), step):
                     decoder.feed(stream[i : i + step])
                     list(decoder)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 import pytest
-from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 BUNDLED = ["dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"]
 

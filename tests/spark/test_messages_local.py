@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 SPLIT = str(64 * 1024)  # small byte ranges: many messages straddle a range boundary

@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 SPLIT = 64 * 1024  # small byte ranges: many messages straddle a range boundary

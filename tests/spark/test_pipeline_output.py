@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 _QUIET = {"progress": False, "print_summary": False}

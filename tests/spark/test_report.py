@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nbmq.examples import CAPTURE_DIR
+
 BUNDLED = ["dealer.pcap", "dealer.pcapng", "radio_dish.pcap", "safe_dealer.pcap"]  # every bundled UDP capture
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # one pipeline run in the first test

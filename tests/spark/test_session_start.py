@@ -102,8 +102,8 @@ def test_local_heap_bound_and_yours_wins() -> None:
 
 
 def test_prestart_walks_and_reraises(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbmq.capture.tcp import segments
     from nbmq.capture.dpkt_extra import DpktMissing
+    from nbmq.capture.tcp import segments
     from nbmq.examples import CAPTURE_DIR, bundled_captures
     from nbmq.spark import datasource
     from nbmq.spark.prestart import Prestart

@@ -18,11 +18,11 @@ def hostile_run(spark, tmp_path_factory):
     a non-capture and the health capture (orphan Connect, late session, gaps, malformed rows)."""
     import random
 
-    from nbmq.capture import write_pcap
-    from nbmq.spark.pipeline import run
-
     from test_report_spans import _health  # tests/spark is on sys.path (pytest's rootdir-less prepend mode)
     from test_spark_corrupt import _traffic
+
+    from nbmq.capture import write_pcap
+    from nbmq.spark.pipeline import run
 
     d = tmp_path_factory.mktemp("passes")
     for name in ("dealer.pcap", "radio_dish.pcap", "safe_dealer.pcap"):

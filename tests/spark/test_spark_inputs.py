@@ -10,9 +10,9 @@ import json
 import shutil
 
 import pytest
-from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 from nbmq.capture import read_datagrams
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 from nbmq.spark import inputs
 
 

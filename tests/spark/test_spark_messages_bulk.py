@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from nbmq.examples import CAPTURE_DIR as CAPTURES
 from nbmq.spark import messages
 from nbmq.spark.datasource import CapturePartition, read_partition
 from nbmq.spark.schema import frames_schema, messages_schema
-from nbmq.examples import CAPTURE_DIR as CAPTURES
-
 
 
 def _data_frames(name: str, repeat_third: bool) -> pa.Table:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-
 import pytest
+
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 pytestmark = pytest.mark.spark

@@ -10,6 +10,7 @@ import random
 import time
 
 import pytest
+
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 pytestmark = pytest.mark.spark

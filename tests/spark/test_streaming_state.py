@@ -8,6 +8,7 @@ import dataclasses
 import os
 
 import pytest
+
 from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 pytest.importorskip("pandas")

@@ -12,8 +12,8 @@ import pytest
 from streamutil import run
 
 import nbmq.streams.bqsp
-from nbmq.streams.bqsp import BqspConnection, BqspState, PacketReceived
 from nbmq.errors import ProtocolError
+from nbmq.streams.bqsp import BqspConnection, BqspState, PacketReceived
 from nbmq.transports.bqsp_aio import BqspClient, serve_bqsp
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbmq.streams.bqsp import BqspConnection, BqspState, ConnectionClosed, PacketReceived
 from nbmq.errors import ProtocolError
+from nbmq.streams.bqsp import BqspConnection, BqspState, ConnectionClosed, PacketReceived
 
 # seed 002: header example and the {"status":"ok"} JSON packet
 SEED_HEADER = bytes([0x10, 0, 0, 0, 0xFF, 0xAA, 1])

@@ -245,7 +245,7 @@ def test_slow_consumer_disconnect_policy_in_process() -> None:
         await asyncio.get_running_loop().sock_sendall(slow, cc.subscribe("d"))
         pub = await RqueueClient.connect(host, port)
         await sync(pub)
-        for i in range(2000):
+        for _ in range(2000):
             await pub.notify("d", b"q" * 2000)
             if server.broker.stats()["slow_consumers"]:
                 break
@@ -310,12 +310,12 @@ def test_concurrent_receivers_and_async_for(rqueue_server: ServerProcess) -> Non
         await asyncio.sleep(0.01)
         for i in range(3):
             await pub.notify("c", bytes([i]))
-        got = sorted((await asyncio.gather(*receivers)))
+        got = sorted(await asyncio.gather(*receivers))
         assert got == [(b"c", bytes([i])) for i in range(3)]
         await pub.notify("c", b"last")
         await pub.close()
         items = []
-        async for topic, content in sub:
+        async for _topic, content in sub:
             items.append(content)
             if content == b"last":
                 await sub.close()  # iteration then ends cleanly

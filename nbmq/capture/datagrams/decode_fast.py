@@ -10,7 +10,6 @@ rows, and the rules in ``decode_dpkt`` define the behaviour on the rest.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ... import extensions

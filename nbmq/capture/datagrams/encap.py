@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
@@ -16,7 +15,7 @@ __all__ = ["DatagramColumns", "DatagramRow", "columns_from_rows", "frame_headers
 
 # (timestamp seconds, src ip, src port, dst ip, dst port, payload)
 DatagramRow = tuple[float, str, int, str, int, bytes]
-Payload = Union[bytes, bytearray, memoryview]
+Payload = bytes | bytearray | memoryview
 
 _ARPHRD_LOOPBACK = 772
 _NULL_AF6 = 30  # DLT_NULL as macOS writes it (host order, little-endian here)

@@ -146,7 +146,7 @@ def range_starts(source: CaptureSource, splits: Sequence[tuple[int, int]]) -> li
         found: dict[int, tuple[int, int]] = {}
         k = 0
         last, frame = PCAP_FILE_HEADER_LEN, 1  # record before the window, and its successor's frame
-        for lo, hi, offs, frame, _from in walk_windows(cap, scanner, ErrorLog(), PCAP_FILE_HEADER_LEN):
+        for _lo, hi, offs, frame, _from in walk_windows(cap, scanner, ErrorLog(), PCAP_FILE_HEADER_LEN):
             while k < len(starts) and starts[k] < hi:
                 j = int(np.searchsorted(offs, starts[k]))
                 found[starts[k]] = (int(offs[j - 1]) if j else last, frame + j)

@@ -31,8 +31,8 @@ from ..files.errorlog import ErrorLog
 from ..files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
 from ..files.pcapng import walk_pcapng
 from ..files.records import RecordScanner
-from ..files.splits import walk_windows
 from ..files.source import CaptureSource, OpenedCapture
+from ..files.splits import walk_windows
 
 if TYPE_CHECKING:
     import dpkt

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import dpkt
 
-from nbmq.streams.bqsp import BqspConnection
 from nbmq.capture import write_pcap_packets
+from nbmq.streams.bqsp import BqspConnection
 from nbmq.streams.rqueue import RqueueBroker, RqueueClientConnection
 
 BQSP_PORT = 7701

@@ -337,7 +337,7 @@ def stream_rates(cap: Any, rates: Any, what: str) -> list[Chart]:
         peak = max(peak, float(_series(sel, "bytes", bins, width, span)[1].max()))
     scale, unit = pick_scale(peak)
     recs, byts = [], []
-    for i, ((client, server, d), sel) in enumerate(groups):
+    for i, ((client, _server, d), sel) in enumerate(groups):
         color = _PALETTE[(i // 2) % len(_PALETTE)]
         recs.append({"label": f"{client} {d}", "values": _step(_series(sel, "records", bins, width, span)[1]),
                      "color": color, "dash": DIRECTION_DASH[d]})

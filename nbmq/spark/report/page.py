@@ -197,7 +197,7 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
     spans = {r.capture: r for r in caps.itertuples()}
     conns: dict[str, int] = {}
     records: dict[str, int] = {}
-    for proto, st in data.streams.items():
+    for st in data.streams.values():
         if "connections" in st:
             for c, n in st["connections"].groupby("capture").size().items():
                 conns[c] = int(n)

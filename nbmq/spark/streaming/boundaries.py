@@ -106,10 +106,10 @@ def whole_records(path: str, start: int = 0, records: int = 0, final: bool = Fal
         OSError: the file cannot be opened (it may have rotated away).
         nbmq.errors.CaptureError: the file's first bytes are not a capture's magic.
     """
+    import dataclasses
+
     from ...capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format
     from ...capture.files.source import OpenedCapture
-
-    import dataclasses
 
     def decide(size: int) -> tuple[Deferred | None, str | None]:
         if pending is not None and (size >= pending.to or final):
