@@ -98,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("BQSP server did not start")
         port = parent.recv()
         loop_name = _use_uvloop(not args.no_uvloop)
-        print(f"BQSP request/response over loopback, echo server in its own process, median of "
-              f"{args.repeats} x {args.duration:g} s, codec={'cython' if codec.COMPILED else 'python'}, loop={loop_name}, "
-              f"cpus={os.cpu_count()}")
+        print(
+            f"BQSP request/response over loopback, echo server in its own process, median of "
+            f"{args.repeats} x {args.duration:g} s, codec={'cython' if codec.COMPILED else 'python'}, loop={loop_name}, "
+            f"cpus={os.cpu_count()}"
+        )
         header = f"{'payload':>9}{'in flight':>11}{'requests/s':>13}{'MB/s each way':>15}{'runs':>30}"
         print(header)
         print("-" * len(header))
@@ -109,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [asyncio.run(measure(port, in_flight, size, args.duration)) for _ in range(args.repeats)]
                 med = statistics.median(runs)
                 label = f"{size} B" if size < 1024 else f"{size // 1024} KiB"
-                print(f"{label:>9}{in_flight:>11}{med:>13,.0f}{med * size / 1e6:>15,.1f}"
-                      f"{', '.join(f'{r:,.0f}' for r in runs):>30}")
+                print(
+                    f"{label:>9}{in_flight:>11}{med:>13,.0f}{med * size / 1e6:>15,.1f}"
+                    f"{', '.join(f'{r:,.0f}' for r in runs):>30}"
+                )
     finally:
         parent.send("stop")
         proc.join(5)

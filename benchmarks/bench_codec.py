@@ -61,6 +61,7 @@ def _loop(fn, frames):
     def run():
         for f in frames:
             fn(f)
+
     return run
 
 
@@ -146,20 +147,34 @@ def test_encode_twin(benchmark, message_frames):
 # -- batch decode ------------------------------------------------------------------------------
 
 N_BATCH = 1_000_000
-BE_HEADER = np.dtype({
-    "names": ["version", "kind", "session_id", "message_id", "part_count", "part_index",
-              "message_size", "part_size", "chunk_size", "chunk_offset"],
-    "formats": ["u1", "u1", ">u8", ">u8", "u1", "u1", ">u4", ">u4", ">u2", ">u4"],
-    "offsets": [0, 1, 2, 10, 18, 19, 20, 24, 28, 30],
-    "itemsize": 500,
-})
+BE_HEADER = np.dtype(
+    {
+        "names": [
+            "version",
+            "kind",
+            "session_id",
+            "message_id",
+            "part_count",
+            "part_index",
+            "message_size",
+            "part_size",
+            "chunk_size",
+            "chunk_offset",
+        ],
+        "formats": ["u1", "u1", ">u8", ">u8", "u1", "u1", ">u4", ">u4", ">u2", ">u4"],
+        "offsets": [0, 1, 2, 10, 18, 19, 20, 24, 28, 30],
+        "itemsize": 500,
+    }
+)
 NATIVE_HEADER = np.dtype([(name, BE_HEADER.fields[name][0].newbyteorder("=")) for name in BE_HEADER.names])
 
 
 @pytest.fixture(scope="module")
 def big_batch():
-    frame = np.frombuffer(c.encode_data_frame(0x1122334455667788, 0x99AABBCCDDEEFF00, 3, 1,
-                                              100_000, 50_000, 1398, os.urandom(466)), np.uint8)
+    frame = np.frombuffer(
+        c.encode_data_frame(0x1122334455667788, 0x99AABBCCDDEEFF00, 3, 1, 100_000, 50_000, 1398, os.urandom(466)),
+        np.uint8,
+    )
     buffer = np.tile(frame, N_BATCH)
     offsets = np.arange(N_BATCH, dtype=np.int64) * 500
     lengths = np.full(N_BATCH, 500, dtype=np.int64)
@@ -289,6 +304,7 @@ def decode_with(module, name):
             if handle is not None:
                 handle(out)
         return count
+
     return run
 
 
@@ -311,8 +327,9 @@ def bqsp_slices():
 @pytest.fixture(scope="module")
 def rqueue_slices():
     rng = np.random.default_rng(3)
-    stream = b"".join(c.encode_notification(b"topic/%02d" % (i % 100), rng.bytes(2048 - 1 - 8))
-                      for i in range(N_PACKETS))
+    stream = b"".join(
+        c.encode_notification(b"topic/%02d" % (i % 100), rng.bytes(2048 - 1 - 8)) for i in range(N_PACKETS)
+    )
     return [stream[i : i + SLICE] for i in range(0, len(stream), SLICE)]
 
 
@@ -372,8 +389,10 @@ def test_report(capsys):
         if name not in MEDIANS or base not in MEDIANS:
             return
         t, b = MEDIANS[name], MEDIANS[base]
-        lines.append(f"{name:<26} {t / unit_work * 1e9:>10.1f} ns/{unit}  {b / t:>6.2f}x {base}"
-                     + (f"  (target >= {target}x)" if target else ""))
+        lines.append(
+            f"{name:<26} {t / unit_work * 1e9:>10.1f} ns/{unit}  {b / t:>6.2f}x {base}"
+            + (f"  (target >= {target}x)" if target else "")
+        )
 
     ratio("decode cython", "decode struct", 3, n_frames, "frame")
     ratio("decode cython memoryview", "decode struct", 3, n_frames, "frame")
@@ -383,8 +402,9 @@ def test_report(capsys):
     ratio("encode twin", "encode struct", None, n_frames, "frame")
     ratio("batch cython", "batch numpy", 1, N_BATCH, "frame")
     if "batch cython" in MEDIANS:
-        lines.append(f"{'batch cython':<26} {N_BATCH / MEDIANS['batch cython'] / 1e6:>10.1f} M frames/s"
-                     "  (target >= 20)")
+        lines.append(
+            f"{'batch cython':<26} {N_BATCH / MEDIANS['batch cython'] / 1e6:>10.1f} M frames/s  (target >= 20)"
+        )
     ratio("bqsp cython", "bqsp python", 2, N_PACKETS, "packet")
     ratio("bqsp twin", "bqsp python", None, N_PACKETS, "packet")
     ratio("rqueue cython", "rqueue python", 2, N_PACKETS, "message")

@@ -39,8 +39,7 @@ def make_run(workload: str, count: int):
     sid = codec.parse_frame(reply).session_id
     server.receive_datagram(codec.encode_control_frame(FrameKind.HEARTBEAT, sid), CLIENT, 0.0)
     if workload == "data":
-        frames = [memoryview(codec.encode_data_frame(sid, i + 1, 1, 0, 100, 100, 0, bytes(100)))
-                  for i in range(count)]
+        frames = [memoryview(codec.encode_data_frame(sid, i + 1, 1, 0, 100, 100, 0, bytes(100))) for i in range(count)]
         items = [(f, CLIENT) for f in frames]
     else:
         ports = range(20_000, 21_500) if workload == "flood-mix" else range(20_000, 20_000 + count)
@@ -86,8 +85,7 @@ if pytest is not None:
         from nbmq import codec
 
         count = 20_000
-        benchmark.pedantic(lambda run: run(), setup=lambda: ((make_run(workload, count),), {}),
-                           rounds=5)
+        benchmark.pedantic(lambda run: run(), setup=lambda: ((make_run(workload, count),), {}), rounds=5)
         benchmark.extra_info["codec"] = "cython" if codec.COMPILED else "python"
         benchmark.extra_info["us_per_datagram"] = round(benchmark.stats.stats.median / count * 1e6, 2)
 

@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each query first (JIT)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--capture", type=Path, help="reuse (or create) this capture file")
-    parser.add_argument("--split-mb", type=float, default=0, help="split size (default: one range per core, as nbmq pipeline plans it)")
+    parser.add_argument(
+        "--split-mb", type=float, default=0, help="split size (default: one range per core, as nbmq pipeline plans it)"
+    )
     parser.add_argument("--pipeline", action="store_true", help="also time the whole pipeline")
     parser.add_argument("--no-udf", action="store_true", help="skip the UDF baseline")
     args = parser.parse_args(argv)
@@ -163,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             with console.status(f"writing {args.datagrams:,} datagrams to {capture}"):
                 t = time.perf_counter()
                 n, messages = generate(capture, args.datagrams)
-                console.print(f"capture: {n:,} datagrams, {messages:,} messages, "
-                              f"{capture.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t:.1f} s")
+                console.print(
+                    f"capture: {n:,} datagrams, {messages:,} messages, "
+                    f"{capture.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t:.1f} s"
+                )
         size = capture.stat().st_size
         with console.status("starting Spark"):
             t = time.perf_counter()
@@ -175,9 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             small = str(CAPTURE_DIR / "dealer.pcap")
             spark.read.format("nbmq").load(small).selectExpr("count(*)", "sum(chunk_size)").collect()
             spark.read.format("nbmq_raw_bench").load(small).count()
-            console.print(f"Spark {spark.version} on {spark.sparkContext.master} ({cores} cores), codec "
-                          f"{'cython' if codec.COMPILED else 'python'}, split {split / 2**20:.1f} MiB; start-up "
-                          f"{time.perf_counter() - t:.1f} s (excluded)")
+            console.print(
+                f"Spark {spark.version} on {spark.sparkContext.master} ({cores} cores), codec "
+                f"{'cython' if codec.COMPILED else 'python'}, split {split / 2**20:.1f} MiB; start-up "
+                f"{time.perf_counter() - t:.1f} s (excluded)"
+            )
 
         from pyspark.sql import functions as F
         from pyspark.sql.types import IntegerType, LongType, StructField, StructType
@@ -187,37 +193,52 @@ def main(argv: list[str] | None = None) -> int:
 
         def source(payload: bool, path: str):  # type: ignore[no-untyped-def]
             def q():  # type: ignore[no-untyped-def]
-                df = (spark.read.format("nbmq").option("payload", str(payload).lower())
-                      .option("split_bytes", str(split)).load(path))
+                df = (
+                    spark.read.format("nbmq")
+                    .option("payload", str(payload).lower())
+                    .option("split_bytes", str(split))
+                    .load(path)
+                )
                 return df.selectExpr("count(*)", "sum(chunk_size)").first()
+
             return q
 
         def raw(path: str):  # type: ignore[no-untyped-def]
             def q():  # type: ignore[no-untyped-def]
                 df = spark.read.format("nbmq_raw_bench").option("split_bytes", str(split)).load(path)
                 return df.selectExpr("count(*)", "sum(length(datagram))").first()
+
             return q
 
-        header = StructType([
-            StructField("kind", IntegerType()), StructField("session_id", LongType()),
-            StructField("message_id", LongType()), StructField("part_count", IntegerType()),
-            StructField("part_index", IntegerType()), StructField("message_size", LongType()),
-            StructField("part_size", LongType()), StructField("chunk_size", IntegerType()),
-            StructField("chunk_offset", LongType()),
-        ])
+        header = StructType(
+            [
+                StructField("kind", IntegerType()),
+                StructField("session_id", LongType()),
+                StructField("message_id", LongType()),
+                StructField("part_count", IntegerType()),
+                StructField("part_index", IntegerType()),
+                StructField("message_size", LongType()),
+                StructField("part_size", LongType()),
+                StructField("chunk_size", IntegerType()),
+                StructField("chunk_offset", LongType()),
+            ]
+        )
         decode = F.udf(_udf_decode, header)
 
         def udf(path: str):  # type: ignore[no-untyped-def]
             def q():  # type: ignore[no-untyped-def]
                 df = spark.read.format("nbmq_raw_bench").option("split_bytes", str(split)).load(path)
                 return df.select(decode("datagram").alias("h")).selectExpr("count(*)", "sum(h.chunk_size)").first()
+
             return q
 
         # (label, median s, rows, median s of the same query on a one-datagram capture)
         results: list[tuple[str, float, int, float | None]] = []
-        cases = [("nbmq source, payload=false", lambda p: source(False, p)),
-                 ("nbmq source, with payload", lambda p: source(True, p)),
-                 ("raw read (capture reader, no decode)", raw)]
+        cases = [
+            ("nbmq source, payload=false", lambda p: source(False, p)),
+            ("nbmq source, with payload", lambda p: source(True, p)),
+            ("raw read (capture reader, no decode)", raw),
+        ]
         if not args.no_udf:
             cases.append(("UDF baseline (struct per row)", udf))
         for label, make in cases:
@@ -227,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                 fixed, _ = _time(make(str(tiny)), args.repeat)
                 median, row = _time(make(str(capture)), args.repeat)
             results.append((label, median, int(row[0]), fixed))  # type: ignore[index]
-            console.print(f"{label}: median {median:.2f} s (fixed per-query cost {fixed:.2f} s), "
-                          f"rows {row[0]:,}, check {row[1]:,}")  # type: ignore[index]
+            console.print(
+                f"{label}: median {median:.2f} s (fixed per-query cost {fixed:.2f} s), "
+                f"rows {row[0]:,}, check {row[1]:,}"
+            )  # type: ignore[index]
         path = str(capture)
 
         if args.pipeline or shutil.which("tshark"):
@@ -236,26 +259,41 @@ def main(argv: list[str] | None = None) -> int:
 
             out = tmp / "out"
             with console.status("timing the whole pipeline"):
+
                 def whole():  # type: ignore[no-untyped-def]
-                    return run([path], out, spark=spark, split_bytes=split, report=False,
-                               progress=False, print_summary=False)
+                    return run(
+                        [path], out, spark=spark, split_bytes=split, report=False, progress=False, print_summary=False
+                    )
+
                 first, _ = _time(whole, 1)  # the JVM still compiles this job's code paths
                 median, _ = _time(whole, args.repeat)
             results.append(("whole pipeline, first run in this session", first, args.datagrams, None))
             results.append(("whole pipeline (frames+messages+sessions)", median, args.datagrams, None))
             tshark = shutil.which("tshark")
             if tshark:
-                fields = ["frame.number", "frame.time_epoch", "ip.src", "udp.srcport", "ip.dst", "udp.dstport",
-                          "udp.length", "data.data"]
+                fields = [
+                    "frame.number",
+                    "frame.time_epoch",
+                    "ip.src",
+                    "udp.srcport",
+                    "ip.dst",
+                    "udp.dstport",
+                    "udp.length",
+                    "data.data",
+                ]
                 cmd = [tshark, "-r", path, "-T", "fields", *sum((["-e", f] for f in fields), [])]
                 with console.status("timing tshark"):
-                    median, _ = _time(lambda: subprocess.run(cmd, stdout=subprocess.DEVNULL,
-                                                             stderr=subprocess.DEVNULL, check=False), args.repeat)
+                    median, _ = _time(
+                        lambda: subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False),
+                        args.repeat,
+                    )
                 results.append(("tshark -T fields (no nbmq decode)", median, args.datagrams, None))
 
         baseline = next((r for r in results if r[0].startswith("UDF")), None)
-        table = Table(title=f"frames-table throughput, {args.datagrams:,} datagrams, {spark.sparkContext.master}, "
-                            f"median of {args.repeat}")
+        table = Table(
+            title=f"frames-table throughput, {args.datagrams:,} datagrams, {spark.sparkContext.master}, "
+            f"median of {args.repeat}"
+        )
         for col in ("method", "median s", "frames/s", "vs UDF", "net s", "net frames/s", "net vs UDF"):
             table.add_column(col, justify="left" if col == "method" else "right")
 
@@ -266,23 +304,30 @@ def main(argv: list[str] | None = None) -> int:
             label, median, rows, _ = r
             n = net(r)
             table.add_row(
-                label, f"{median:.2f}", f"{rows / median:,.0f}",
+                label,
+                f"{median:.2f}",
+                f"{rows / median:,.0f}",
                 f"{baseline[1] / median:.1f}x" if baseline else "-",
-                "-" if n is None else f"{n:.2f}", "-" if n is None else f"{rows / n:,.0f}",
+                "-" if n is None else f"{n:.2f}",
+                "-" if n is None else f"{rows / n:,.0f}",
                 f"{net(baseline) / n:.1f}x" if baseline and n is not None else "-",
             )
         out = Console() if Console().is_terminal else Console(width=140)
         out.print(table)
-        out.print("net = median minus the same query's median on a one-datagram capture (Spark's fixed "
-                        "per-query cost: planning in a fresh Python process, task launch).")
+        out.print(
+            "net = median minus the same query's median on a one-datagram capture (Spark's fixed "
+            "per-query cost: planning in a fresh Python process, task launch)."
+        )
         best = min((r for r in results if r[0].startswith("nbmq source")), key=lambda r: r[1])
         fps = args.datagrams / best[1]
         note = f"target {TARGET_FPS:,} frames/s: {'met' if fps >= TARGET_FPS else 'NOT met'} ({fps:,.0f} wall"
         note += f", {args.datagrams / net(best):,.0f} net)"
         if baseline:
-            note += (f"; target {TARGET_RATIO:.0f}x the UDF: "
-                     f"{'met' if baseline[1] / best[1] >= TARGET_RATIO else 'NOT met'} "
-                     f"({baseline[1] / best[1]:.1f}x wall, {net(baseline) / net(best):.1f}x net)")
+            note += (
+                f"; target {TARGET_RATIO:.0f}x the UDF: "
+                f"{'met' if baseline[1] / best[1] >= TARGET_RATIO else 'NOT met'} "
+                f"({baseline[1] / best[1]:.1f}x wall, {net(baseline) / net(best):.1f}x net)"
+            )
         out.print(note)
         spark.stop()
     finally:

@@ -86,8 +86,7 @@ def test_add_datagrams_twin(benchmark, message):
     label, payload, sharded = message
     _group(benchmark, label)
     r = py.Reassembler()
-    benchmark.pedantic(r.add_datagrams, args=(sharded.buffer, sharded.offsets, sharded.lengths),
-                       rounds=3)
+    benchmark.pedantic(r.add_datagrams, args=(sharded.buffer, sharded.offsets, sharded.lengths), rounds=3)
     keep(benchmark, f"add_datagrams twin {label}")
 
 
@@ -125,14 +124,15 @@ def test_report(capsys):
     lines = []
     for label, size in SIZES.items():
         base = MEDIANS.get(f"copy {label}")
-        for name in (f"add_datagrams cython {label}", f"add_datagram cython {label}",
-                     f"add_datagrams twin {label}"):
+        for name in (f"add_datagrams cython {label}", f"add_datagram cython {label}", f"add_datagrams twin {label}"):
             if base is None or name not in MEDIANS:
                 continue
             t = MEDIANS[name]
             target = "  (target >= 0.50x)" if name.startswith("add_datagrams cython") else ""
-            lines.append(f"{name:<30} {size / t / 1e9:>7.2f} GB/s  {base / t:>5.2f}x numpy copy "
-                         f"({size / base / 1e9:.2f} GB/s){target}")
+            lines.append(
+                f"{name:<30} {size / t / 1e9:>7.2f} GB/s  {base / t:>5.2f}x numpy copy "
+                f"({size / base / 1e9:.2f} GB/s){target}"
+            )
     for name, target in (("round trip cython", "  (target >= 500,000)"), ("round trip twin", "")):
         if name in MEDIANS:
             rate = ROUND_TRIPS / MEDIANS[name]

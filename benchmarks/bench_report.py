@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     capture = args.capture or tmp / "bench.pcap"
     if not capture.exists():
         n, messages = _generate(capture, args.datagrams)
-        print(f"capture: {n:,} datagrams, {messages:,} messages, {capture.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
+        print(
+            f"capture: {n:,} datagrams, {messages:,} messages, {capture.stat().st_size / 1e6:.0f} MB", file=sys.stderr
+        )
     spark = build_session(args.master, app_name="nbmq-bench-report")
     quiet = {"spark": spark, "progress": False, "print_summary": False}
     run([str(CAPTURE_DIR / "dealer.pcap")], tmp / "warm", report=True, **quiet)  # JIT, Python workers
@@ -66,10 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     base, with_report = statistics.median(times[False]), statistics.median(times[True])
     ratio = with_report / base
     result = {
-        "datagrams": summary["totals"]["datagrams"], "repeat": args.repeat,
-        "pipeline_s": round(base, 2), "pipeline_with_report_s": round(with_report, 2),
-        "report_step_s": round(statistics.median(report_only), 2), "ratio": round(ratio, 3),
-        "target": TARGET_RATIO, "met": ratio <= TARGET_RATIO,
+        "datagrams": summary["totals"]["datagrams"],
+        "repeat": args.repeat,
+        "pipeline_s": round(base, 2),
+        "pipeline_with_report_s": round(with_report, 2),
+        "report_step_s": round(statistics.median(report_only), 2),
+        "ratio": round(ratio, 3),
+        "target": TARGET_RATIO,
+        "met": ratio <= TARGET_RATIO,
         "runs": {"without": [round(x, 2) for x in times[False]], "with": [round(x, 2) for x in times[True]]},
     }
     print(json.dumps(result, indent=1))

@@ -51,7 +51,9 @@ def _resp(*args: bytes) -> bytes:
 
 def redis_message_size(channel: bytes, content_size: int) -> int:
     """Bytes of one pub/sub message as a subscriber receives it (RESP2 push)."""
-    return len(b"*3\r\n$7\r\nmessage\r\n$%d\r\n%s\r\n$%d\r\n" % (len(channel), channel, content_size)) + content_size + 2
+    return (
+        len(b"*3\r\n$7\r\nmessage\r\n$%d\r\n%s\r\n$%d\r\n" % (len(channel), channel, content_size)) + content_size + 2
+    )
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -129,8 +131,9 @@ def run_case(system: str, port: int, subscribers: int, duration: float, window: 
     readies = [ctx.Event() for _ in range(subscribers)]
     sent = ctx.RawValue("Q", 0)
     size = redis_message_size(TOPIC, CONTENT_SIZE) if system == "redis" else 3 + PAYLOAD
-    procs = [ctx.Process(target=_subscriber, args=(system, port, c, r, stop), daemon=True)
-             for c, r in zip(counters, readies)]
+    procs = [
+        ctx.Process(target=_subscriber, args=(system, port, c, r, stop), daemon=True) for c, r in zip(counters, readies)
+    ]
     for p in procs:
         p.start()
     for r in readies:
@@ -161,8 +164,17 @@ def run_case(system: str, port: int, subscribers: int, duration: float, window: 
 def start_nbmq(no_uvloop: bool = False) -> tuple[subprocess.Popen, int]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    args = [sys.executable, "-m", "nbmq.transports.rqueue_server", "--port", "0",
-            "--stats-interval", "0", "--log-level", "WARNING"]
+    args = [
+        sys.executable,
+        "-m",
+        "nbmq.transports.rqueue_server",
+        "--port",
+        "0",
+        "--stats-interval",
+        "0",
+        "--log-level",
+        "WARNING",
+    ]
     if no_uvloop:
         args.append("--no-uvloop")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, env=env)
@@ -182,9 +194,24 @@ def _free_port() -> int:
 def start_redis() -> tuple[subprocess.Popen, int]:
     port = _free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--protected-mode", "no", "--client-output-buffer-limit", "pubsub 256mb 128mb 60"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--client-output-buffer-limit",
+            "pubsub 256mb 128mb 60",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -215,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=2.0, help="seconds measured per run (default 2)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case; the median is shown (default 3)")
     parser.add_argument("--subscribers", default="1,4", help="comma-separated subscriber counts (default 1,4)")
-    parser.add_argument("--window", type=int, default=1500,
-                        help="most messages the publisher runs ahead of the slowest subscriber (default 1500)")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=1500,
+        help="most messages the publisher runs ahead of the slowest subscriber (default 1500)",
+    )
     parser.add_argument("--no-redis", action="store_true", help="skip Redis even when redis-server is on PATH")
     parser.add_argument("--no-uvloop", action="store_true", help="run the nbmq server on the default asyncio loop")
     args = parser.parse_args(argv)
@@ -232,8 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         loop = "asyncio" if args.no_uvloop else "uvloop"
     except ImportError:
         loop = "asyncio"
-    print(f"rqueue fan-out: {PAYLOAD} B notification payloads, 1 publisher, median of {args.repeats} x "
-          f"{args.duration:g} s, nbmq codec={'cython' if codec.COMPILED else 'python'}, server loop={loop}, cpus={os.cpu_count()}")
+    print(
+        f"rqueue fan-out: {PAYLOAD} B notification payloads, 1 publisher, median of {args.repeats} x "
+        f"{args.duration:g} s, nbmq codec={'cython' if codec.COMPILED else 'python'}, server loop={loop}, cpus={os.cpu_count()}"
+    )
     if "redis" not in systems:
         print("(redis-server not on PATH or --no-redis: Redis skipped)")
     results: dict[tuple[str, int], dict] = {}
@@ -253,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         redis = results.get(("redis", n))
         ratio = f"{r['total'] / redis['total']:.2f}x" if redis and system != "redis" else ""
         runs = ", ".join(f"{x:,.0f}" for x in r["runs"])
-        print(f"{system:<7}{n:>5}{r['total'] / n:>16,.0f}{r['total']:>14,.0f}"
-              f"{r['total'] * PAYLOAD / 1e6:>12,.1f}{runs:>34}{ratio:>10}")
+        print(
+            f"{system:<7}{n:>5}{r['total'] / n:>16,.0f}{r['total']:>14,.0f}"
+            f"{r['total'] * PAYLOAD / 1e6:>12,.1f}{runs:>34}{ratio:>10}"
+        )
     return 0
 
 

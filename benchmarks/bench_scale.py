@@ -53,13 +53,37 @@ TARGET_BARE_RATIO = 2.0
 #: the report step at most this share of the run at every size
 TARGET_REPORT_SHARE = 0.10
 #: tshark fields of the frames table that tshark knows without the nbmq dissector.
-TSHARK_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "udp.srcport", "ip.dst", "udp.dstport",
-                 "udp.length", "data.data")
+TSHARK_FIELDS = (
+    "frame.number",
+    "frame.time_epoch",
+    "ip.src",
+    "udp.srcport",
+    "ip.dst",
+    "udp.dstport",
+    "udp.length",
+    "data.data",
+)
 #: ... and with it (nbmq/wireshark/nbmq.lua): the decoded header and the chunk.
-LUA_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "udp.srcport", "ip.dst", "udp.dstport",
-              "udp.length", "nbmq.kind", "nbmq.session_id", "nbmq.message_id", "nbmq.part_count",
-              "nbmq.part_index", "nbmq.message_size", "nbmq.part_size", "nbmq.chunk_size",
-              "nbmq.chunk_offset", "nbmq.ack_hash", "nbmq.chunk")
+LUA_FIELDS = (
+    "frame.number",
+    "frame.time_epoch",
+    "ip.src",
+    "udp.srcport",
+    "ip.dst",
+    "udp.dstport",
+    "udp.length",
+    "nbmq.kind",
+    "nbmq.session_id",
+    "nbmq.message_id",
+    "nbmq.part_count",
+    "nbmq.part_index",
+    "nbmq.message_size",
+    "nbmq.part_size",
+    "nbmq.chunk_size",
+    "nbmq.chunk_offset",
+    "nbmq.ack_hash",
+    "nbmq.chunk",
+)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -134,8 +158,14 @@ def _tree_rss(root: int) -> dict[str, int]:
     return roles
 
 
-def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, stdout: object = None,
-            env: dict[str, str] | None = None) -> Measured:
+def measure(
+    cmd: list[str],
+    *,
+    interval: float = 0.2,
+    timeout: float = 7200.0,
+    stdout: object = None,
+    env: dict[str, str] | None = None,
+) -> Measured:
     """Run ``cmd`` and sample its process tree's RSS every ``interval`` seconds.
 
     Args:
@@ -151,8 +181,12 @@ def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, s
     """
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL if stdout is None else stdout,  # type: ignore[arg-type]
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL if stdout is None else stdout,  # type: ignore[arg-type]
+        env=env,
+        start_new_session=True,
+    )
     result = Measured(0.0, 0, load=load)
     stop = threading.Event()
 
@@ -185,14 +219,27 @@ def measure(cmd: list[str], *, interval: float = 0.2, timeout: float = 7200.0, s
 def pipeline_command(captures: list[Path], out: Path, master: str, extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
     """The ``nbmq pipeline`` console command (as ``python -m nbmq.cli``: the same entry point);
     no ``captures``: the bundled ones."""
-    return [sys.executable, "-m", "nbmq.cli", "pipeline", *map(str, captures), "--out", str(out), "--master",
-            master, "-q", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "nbmq.cli",
+        "pipeline",
+        *map(str, captures),
+        "--out",
+        str(out),
+        "--master",
+        master,
+        "-q",
+        *extra,
+    ]
 
 
 def bare_spark_command(master: str) -> list[str]:
     """A fresh process that starts a Spark session as the pipeline does, counts 1000 rows, stops."""
-    code = ("from nbmq.spark.spark_session import build_session\n"
-            f"s = build_session({master!r})\ns.range(1000).count()\ns.stop()\n")
+    code = (
+        "from nbmq.spark.spark_session import build_session\n"
+        f"s = build_session({master!r})\ns.range(1000).count()\ns.stop()\n"
+    )
     return [sys.executable, "-c", code]
 
 
@@ -212,8 +259,11 @@ def _capture_for(size: str, workdir: Path) -> tuple[list[Path], int]:
     capture = workdir / f"scale-{size}.pcap"
     if not capture.exists():
         info = (generate_heartbeat_heavy if heavy else generate)(capture, n)
-        print(f"generated {capture}: {info.datagrams:,} datagrams, {info.messages:,} messages, "
-              f"{info.bytes / 1e9:.2f} GB in {info.seconds:.1f} s", file=sys.stderr)
+        print(
+            f"generated {capture}: {info.datagrams:,} datagrams, {info.messages:,} messages, "
+            f"{info.bytes / 1e9:.2f} GB in {info.seconds:.1f} s",
+            file=sys.stderr,
+        )
     return [capture], n
 
 
@@ -229,9 +279,14 @@ def tshark_command(tshark: str, capture: Path, lua: Path | None = None) -> list[
 def _sequence(cmds: list[list[str]]) -> Measured:
     """Run ``cmds`` one after the other (tshark per bundled capture); seconds summed, peaks the largest."""
     done = [measure(c) for c in cmds]
-    return Measured(seconds=sum(d.seconds for d in done), returncode=max(d.returncode for d in done),
-                    peak=max(d.peak for d in done), roles=max(done, key=lambda d: d.peak).roles,
-                    samples=sum(d.samples for d in done), load=done[0].load)
+    return Measured(
+        seconds=sum(d.seconds for d in done),
+        returncode=max(d.returncode for d in done),
+        peak=max(d.peak for d in done),
+        roles=max(done, key=lambda d: d.peak).roles,
+        samples=sum(d.samples for d in done),
+        load=done[0].load,
+    )
 
 
 def _mb(n: int) -> str:
@@ -241,17 +296,28 @@ def _mb(n: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, generate the captures, run and print the table; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datagrams", default=",".join(map(str, SIZES)),
-                        help="comma-separated sizes: N datagrams, Nhb (heartbeat-heavy), bundled "
-                        "(default: %(default)s)")
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()),
-                        help="where the captures are cached and the pipeline writes (default: %(default)s)")
+    parser.add_argument(
+        "--datagrams",
+        default=",".join(map(str, SIZES)),
+        help="comma-separated sizes: N datagrams, Nhb (heartbeat-heavy), bundled (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where the captures are cached and the pipeline writes (default: %(default)s)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each command per size (median)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--no-lua", dest="lua", action="store_false", help="skip tshark with the Lua dissector")
     parser.add_argument("--no-tshark", dest="tshark", action="store_false", help="skip tshark entirely")
-    parser.add_argument("--pipeline-arg", action="append", default=[], metavar="ARG",
-                        help="extra argument for nbmq pipeline (repeatable), e.g. --pipeline-arg=--no-report")
+    parser.add_argument(
+        "--pipeline-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for nbmq pipeline (repeatable), e.g. --pipeline-arg=--no-report",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the pipeline's output directories")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -264,8 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     tshark = shutil.which("tshark") if args.tshark else None
     lua = Path(nbmq.__file__).parent / "wireshark" / "nbmq.lua"
     args.workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(nbmq.__file__).parent.parent),
-                                                       os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(nbmq.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        ),
+    )
     rows = []
     for size in sizes:
         captures, n = _capture_for(size, args.workdir)
@@ -274,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         steps: list[dict[str, float]] = []
         for _ in range(args.repeat):
             runs["bare spark"].append(measure(bare_spark_command(args.master), env=env))
-            m = measure(pipeline_command([] if size == "bundled" else captures, out, args.master,
-                                         args.pipeline_arg), env=env)
+            m = measure(
+                pipeline_command([] if size == "bundled" else captures, out, args.master, args.pipeline_arg), env=env
+            )
             if m.returncode != 0:
                 print(f"nbmq pipeline exited {m.returncode} on {size}", file=sys.stderr)
             runs["nbmq"].append(m)
@@ -287,24 +358,39 @@ def main(argv: list[str] | None = None) -> int:
                 runs["tshark"].append(_sequence([tshark_command(tshark, c) for c in captures]))
                 if args.lua:
                     runs["tshark+lua"].append(_sequence([tshark_command(tshark, c, lua) for c in captures]))
-            print(f"{size}: " + ", ".join(f"{k} {v[-1].seconds:.1f} s peak {_mb(v[-1].peak)} MiB"
-                                         for k, v in runs.items() if v), file=sys.stderr)
+            print(
+                f"{size}: "
+                + ", ".join(f"{k} {v[-1].seconds:.1f} s peak {_mb(v[-1].peak)} MiB" for k, v in runs.items() if v),
+                file=sys.stderr,
+            )
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
         row: dict[str, object] = {"datagrams": n, "size": size, "bytes": sum(c.stat().st_size for c in captures)}
         for k, v in runs.items():
             if v:
-                row[k] = {"seconds": statistics.median(r.seconds for r in v),
-                          "peak": statistics.median(r.peak for r in v),
-                          "roles": {role: statistics.median(r.roles.get(role, 0) for r in v) for role in v[0].roles},
-                          "load": statistics.median(r.load for r in v), "returncodes": [r.returncode for r in v]}
+                row[k] = {
+                    "seconds": statistics.median(r.seconds for r in v),
+                    "peak": statistics.median(r.peak for r in v),
+                    "roles": {role: statistics.median(r.roles.get(role, 0) for r in v) for role in v[0].roles},
+                    "load": statistics.median(r.load for r in v),
+                    "returncodes": [r.returncode for r in v],
+                }
         if steps:
             row["steps"] = {k: statistics.median(s.get(k, 0.0) for s in steps) for k in steps[0]}
         rows.append(row)
     _print(rows, args)
     if args.json:
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                         "master": args.master, "repeat": args.repeat, "rows": rows}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "master": args.master,
+                    "repeat": args.repeat,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
@@ -313,9 +399,23 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
     from rich.table import Table
 
     table = Table(title=f"nbmq pipeline ({args.master}) vs tshark -T fields, median of {args.repeat}")
-    for col in ("size", "datagrams", "capture MB", "nbmq s", "bare spark s", "nbmq/bare", "report share",
-                "tshark s", "ratio", "tshark+lua s", "ratio lua",
-                "nbmq peak MiB (py/jvm/workers; anon; pss)", "tshark peak MiB", "lua peak MiB", "nbmq steps s"):
+    for col in (
+        "size",
+        "datagrams",
+        "capture MB",
+        "nbmq s",
+        "bare spark s",
+        "nbmq/bare",
+        "report share",
+        "tshark s",
+        "ratio",
+        "tshark+lua s",
+        "ratio lua",
+        "nbmq peak MiB (py/jvm/workers; anon; pss)",
+        "tshark peak MiB",
+        "lua peak MiB",
+        "nbmq steps s",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         nb: dict = r["nbmq"]  # type: ignore[assignment]
@@ -325,14 +425,21 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
         bare: dict = r.get("bare spark", {})  # type: ignore[assignment]
         report = r.get("steps", {}).get("report", 0.0)  # type: ignore[union-attr]
         table.add_row(
-            str(r["size"]), f"{r['datagrams']:,}", f"{r['bytes'] / 1e6:,.0f}", f"{nb['seconds']:.1f}",
-            f"{bare['seconds']:.1f}" if bare else "-", f"{nb['seconds'] / bare['seconds']:.2f}" if bare else "-",
+            str(r["size"]),
+            f"{r['datagrams']:,}",
+            f"{r['bytes'] / 1e6:,.0f}",
+            f"{nb['seconds']:.1f}",
+            f"{bare['seconds']:.1f}" if bare else "-",
+            f"{nb['seconds'] / bare['seconds']:.2f}" if bare else "-",
             f"{report / nb['seconds']:.0%}",
-            f"{ts['seconds']:.1f}" if ts else "-", f"{ts['seconds'] / nb['seconds']:.2f}x" if ts else "-",
-            f"{tl['seconds']:.1f}" if tl else "-", f"{tl['seconds'] / nb['seconds']:.2f}x" if tl else "-",
+            f"{ts['seconds']:.1f}" if ts else "-",
+            f"{ts['seconds'] / nb['seconds']:.2f}x" if ts else "-",
+            f"{tl['seconds']:.1f}" if tl else "-",
+            f"{tl['seconds'] / nb['seconds']:.2f}x" if tl else "-",
             f"{_mb(nb['peak'])} ({_mb(roles['driver'])}/{_mb(roles['jvm'])}/{_mb(roles['workers'])}; "
             f"{_mb(roles['anon'])}; {_mb(roles.get('pss', 0))})",
-            _mb(ts["peak"]) if ts else "-", _mb(tl["peak"]) if tl else "-",
+            _mb(ts["peak"]) if ts else "-",
+            _mb(tl["peak"]) if tl else "-",
             " ".join(f"{k} {v:.1f}" for k, v in r.get("steps", {}).items()),  # type: ignore[union-attr]
         )
     console = Console() if Console().is_terminal else Console(width=200)
@@ -340,22 +447,29 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
     for r in rows:
         if r["size"] == "bundled" and "bare spark" in r:
             ratio = r["nbmq"]["seconds"] / r["bare spark"]["seconds"]  # type: ignore[index]
-            console.print(f"bundled captures: {ratio:.2f}x a bare Spark session (target at most "
-                          f"{TARGET_BARE_RATIO:g}x): {'met' if ratio <= TARGET_BARE_RATIO else 'NOT met'}")
+            console.print(
+                f"bundled captures: {ratio:.2f}x a bare Spark session (target at most "
+                f"{TARGET_BARE_RATIO:g}x): {'met' if ratio <= TARGET_BARE_RATIO else 'NOT met'}"
+            )
         share = r.get("steps", {}).get("report", 0.0) / r["nbmq"]["seconds"]  # type: ignore[union-attr,index]
         if share > TARGET_REPORT_SHARE:
-            console.print(f"{r['size']}: the report step is {share:.0%} of the run (target at most "
-                          f"{TARGET_REPORT_SHARE:.0%})")
+            console.print(
+                f"{r['size']}: the report step is {share:.0%} of the run (target at most {TARGET_REPORT_SHARE:.0%})"
+            )
     first, last = rows[0], rows[-1]
     if len(rows) > 1:
         growth = last["nbmq"]["peak"] / max(1, first["nbmq"]["peak"])  # type: ignore[index]
-        console.print(f"nbmq peak at {last['datagrams']:,} / at {first['datagrams']:,} datagrams: {growth:.2f} "
-                      f"(flat means ~1; the capture grew {last['bytes'] / first['bytes']:.1f}x)")  # type: ignore[operator]
+        console.print(
+            f"nbmq peak at {last['datagrams']:,} / at {first['datagrams']:,} datagrams: {growth:.2f} "
+            f"(flat means ~1; the capture grew {last['bytes'] / first['bytes']:.1f}x)"
+        )  # type: ignore[operator]
     if "tshark" in last:
         ratio = last["tshark"]["seconds"] / last["nbmq"]["seconds"]  # type: ignore[index]
-        console.print(f"target {TARGET_RATIO:.0f}x faster than tshark at {last['datagrams']:,}: "
-                      f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.2f}x); load at start "
-                      f"{last['nbmq']['load']:.1f}")  # type: ignore[index]
+        console.print(
+            f"target {TARGET_RATIO:.0f}x faster than tshark at {last['datagrams']:,}: "
+            f"{'met' if ratio >= TARGET_RATIO else 'NOT met'} ({ratio:.2f}x); load at start "
+            f"{last['nbmq']['load']:.1f}"
+        )  # type: ignore[index]
 
 
 if __name__ == "__main__":

@@ -104,10 +104,11 @@ def child_breakdown(t0: float, master: str) -> dict[str, float]:
 
 def _run_child(tree: Path, env_extra: dict[str, str], master: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree), **env_extra)
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
-            f"import bench_startup as b; print('RESULT', json.dumps(b.child_breakdown({time.time()!r}, {master!r})))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True,
-                         timeout=600)
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+        f"import bench_startup as b; print('RESULT', json.dumps(b.child_breakdown({time.time()!r}, {master!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True, timeout=600)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -117,8 +118,19 @@ def _run_child(tree: Path, env_extra: dict[str, str], master: str) -> dict[str, 
 def _run_pipeline(tree: Path, env_extra: dict[str, str], master: str, capture: str | None) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree), **env_extra)
     with tempfile.TemporaryDirectory(prefix="nbmq-startup-") as tmp:
-        cmd = [sys.executable, "-m", "nbmq.cli", "pipeline", *([capture] if capture else []), "--out", tmp,
-               "--master", master, "-q", "--no-report"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nbmq.cli",
+            "pipeline",
+            *([capture] if capture else []),
+            "--out",
+            tmp,
+            "--master",
+            master,
+            "-q",
+            "--no-report",
+        ]
         started = time.perf_counter()
         proc = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, timeout=3600)
         wall = time.perf_counter() - started
@@ -131,10 +143,20 @@ def _run_pipeline(tree: Path, env_extra: dict[str, str], master: str, capture: s
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the interleaved measurements, print medians; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
-                        help="a source tree put first on PYTHONPATH (repeatable; default: this one)")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=ENV=VALUE",
-                        help="an environment variant run on every tree (repeatable)")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="a source tree put first on PYTHONPATH (repeatable; default: this one)",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=ENV=VALUE",
+        help="an environment variant run on every tree (repeatable)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--capture", help="capture for the pipeline runs (default: the bundled ones)")
@@ -142,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree] or [
-        ("this", Path(__file__).resolve().parent.parent)]
+        ("this", Path(__file__).resolve().parent.parent)
+    ]
     variants: list[tuple[str, dict[str, str]]] = [("", {})]
     for v in args.variant:
         name, key, value = v.split("=", 2)
@@ -161,18 +184,30 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         r = _run_pipeline(tree, env, args.master, args.capture)
                     results[kind].setdefault(label, []).append(r)
-                    print(f"[{rep + 1}/{args.repeat}] {kind} {label}: "
-                          + " ".join(f"{k} {v:.2f}" for k, v in r.items()), file=sys.stderr)
-    medians = {kind: {label: {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]}
-                      for label, rs in by.items()} for kind, by in results.items()}
+                    print(
+                        f"[{rep + 1}/{args.repeat}] {kind} {label}: " + " ".join(f"{k} {v:.2f}" for k, v in r.items()),
+                        file=sys.stderr,
+                    )
+    medians = {
+        kind: {label: {k: round(statistics.median(r[k] for r in rs), 3) for k in rs[0]} for label, rs in by.items()}
+        for kind, by in results.items()
+    }
     for kind, by in medians.items():
         print(f"{kind} (median of {args.repeat}, seconds; load {statistics.median(loads):.1f}):")
         for label, m in by.items():
             print(f"  {label:>16}: " + "  ".join(f"{k} {v:.2f}" for k, v in m.items()))
     if args.json:
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                         "load_median": statistics.median(loads), "medians": medians,
-                                         "runs": results}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load_median": statistics.median(loads),
+                    "medians": medians,
+                    "runs": results,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

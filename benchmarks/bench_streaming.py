@@ -50,8 +50,9 @@ def record_offsets(path: Path):
         return np.append(offs, cap.size)
 
 
-def writer(src_path: str, offsets_path: str, dst: str, rate: float, seconds: float, took: object = None,
-           tick: float = 0.1) -> None:
+def writer(
+    src_path: str, offsets_path: str, dst: str, rate: float, seconds: float, took: object = None, tick: float = 0.1
+) -> None:
     """Append the records of ``src_path`` to ``dst`` at ``rate`` records/s, paced by blocks.
 
     Block ``i`` (due at ``t0 + i * tick``) holds the records up to ``rate * i * tick``, cut a few
@@ -94,17 +95,31 @@ def writer(src_path: str, offsets_path: str, dst: str, rate: float, seconds: flo
         os.close(src)
 
 
-def run_rate(spark, src: Path, offsets_path: Path, offsets, rate: float, seconds: float, trigger: float,
-             max_lag: float, max_batch: float, where: str | None = None):
+def run_rate(
+    spark,
+    src: Path,
+    offsets_path: Path,
+    offsets,
+    rate: float,
+    seconds: float,
+    trigger: float,
+    max_lag: float,
+    max_batch: float,
+    where: str | None = None,
+):
     folder = Path(tempfile.mkdtemp(prefix="nbmq-bench-stream-", dir=where))
     ring = folder / "ring"
     ring.mkdir()
     n = min(len(offsets) - 1, int(rate * seconds))
     (ring / "live.pcap").write_bytes(src.read_bytes()[:24])
     query = (
-        spark.readStream.format("nbmq").option("payload", "false").load(str(ring))
-        .writeStream.format("noop").option("checkpointLocation", str(folder / "ck"))
-        .trigger(processingTime=f"{trigger} seconds").start()
+        spark.readStream.format("nbmq")
+        .option("payload", "false")
+        .load(str(ring))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(folder / "ck"))
+        .trigger(processingTime=f"{trigger} seconds")
+        .start()
     )
     while not query.recentProgress:  # first (empty) batch: planning and worker start-up
         time.sleep(0.1)
@@ -137,17 +152,24 @@ def run_rate(spark, src: Path, offsets_path: Path, offsets, rate: float, seconds
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rates", default="auto",
-                    help="frames/s to try, rising (comma list), or 'auto': 0.3, 0.45, 0.6, 0.75, 0.9 and 1.05 x the "
-                    "batch read measured first (the shared machine's speed varies with its load)")
+    ap.add_argument(
+        "--rates",
+        default="auto",
+        help="frames/s to try, rising (comma list), or 'auto': 0.3, 0.45, 0.6, 0.75, 0.9 and 1.05 x the "
+        "batch read measured first (the shared machine's speed varies with its load)",
+    )
     ap.add_argument("--max-rate", type=int, default=1_000_000, help="rate the generated capture is sized for")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--trigger", type=float, default=0.5)
     ap.add_argument("--max-lag", type=float, default=3.0)
     ap.add_argument("--max-batch", type=float, default=3.0)
     ap.add_argument("--repeat", type=int, default=3, help="runs per rate (majority decides, medians shown)")
-    ap.add_argument("--dir", default=None, help="folder for the growing capture (default: the system temp "
-                    "folder; /dev/shm keeps disk writeback out of the figure)")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="folder for the growing capture (default: the system temp "
+        "folder; /dev/shm keeps disk writeback out of the figure)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_pipeline import generate
@@ -166,33 +188,54 @@ def main(argv=None) -> int:
     np.save(offsets_path, offsets)
     spark = build_session("local[2]", app_name="bench-streaming", conf={"spark.sql.shuffle.partitions": "2"})
     register(spark)
+
     def batch_read_times(k: int = 3) -> list[float]:
         out = []
         for _ in range(k):
             t = time.perf_counter()
-            spark.read.format("nbmq").option("payload", "false").load(str(cap)).write.format("noop").mode("overwrite").save()
+            spark.read.format("nbmq").option("payload", "false").load(str(cap)).write.format("noop").mode(
+                "overwrite"
+            ).save()
             out.append(time.perf_counter() - t)
         return out
 
     times = batch_read_times()
     batch_fps = (len(offsets) - 1) / statistics.median(times)
-    print(f"baseline: batch read of {len(offsets) - 1} frames: {batch_fps:,.0f} frames/s (median of 3), "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"baseline: batch read of {len(offsets) - 1} frames: {batch_fps:,.0f} frames/s (median of 3), "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     if not rates:
         rates = [int(min(args.max_rate, f * batch_fps)) // 1000 * 1000 for f in (0.3, 0.45, 0.6, 0.75, 0.9, 1.05)]
     best = 0.0
     for rate in rates:
-        runs = [run_rate(spark, cap, offsets_path, offsets, rate, args.seconds, args.trigger, args.max_lag, args.max_batch,
-                         args.dir)
-                for _ in range(args.repeat)]
+        runs = [
+            run_rate(
+                spark,
+                cap,
+                offsets_path,
+                offsets,
+                rate,
+                args.seconds,
+                args.trigger,
+                args.max_lag,
+                args.max_batch,
+                args.dir,
+            )
+            for _ in range(args.repeat)
+        ]
         ok = sum(r[0] for r in runs) * 2 > len(runs)
         offered = statistics.median(r[1] for r in runs)
         lags = [r[2] for r in runs if r[2] is not None]
         lag_text = f"median {statistics.median(lags):.2f} s" if lags else "never caught up"
         worst = statistics.median(r[3] for r in runs)
-        print(f"rate {rate:>9,} frames/s (offered median {offered:,.0f}, {sum(r[0] for r in runs)}/{len(runs)} sustained): "
-              f"lag after writer {lag_text}, slowest batch median {worst:.2f} s, load {os.getloadavg()[0]:.1f} "
-              f"-> {'sustained' if ok else 'NOT sustained'}", flush=True)
+        print(
+            f"rate {rate:>9,} frames/s (offered median {offered:,.0f}, {sum(r[0] for r in runs)}/{len(runs)} sustained): "
+            f"lag after writer {lag_text}, slowest batch median {worst:.2f} s, load {os.getloadavg()[0]:.1f} "
+            f"-> {'sustained' if ok else 'NOT sustained'}",
+            flush=True,
+        )
         if not ok:
             break
         best = offered
@@ -201,9 +244,11 @@ def main(argv=None) -> int:
     print(f"baseline: batch read, median of 6 (before and after the rates): {batch_fps:,.0f} frames/s")
     spark.stop()
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"highest sustained rate: {best:,.0f} frames/s = {best / batch_fps:.2f} x the batch read "
-          f"(target {TARGET_FPS:,} frames/s: {'met' if best >= TARGET_FPS else 'not met'}; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    print(
+        f"highest sustained rate: {best:,.0f} frames/s = {best / batch_fps:.2f} x the batch read "
+        f"(target {TARGET_FPS:,} frames/s: {'met' if best >= TARGET_FPS else 'not met'}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"
+    )
     return 0
 
 

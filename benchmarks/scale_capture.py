@@ -30,9 +30,20 @@ import numpy as np
 __all__ = ["CaptureInfo", "generate", "generate_heartbeat_heavy"]
 
 #: Big-endian data frame header (34 bytes), the layout of nbmq.wire.
-_DATA = np.dtype([("version", "u1"), ("kind", "u1"), ("session_id", ">u8"), ("message_id", ">u8"),
-                  ("part_count", "u1"), ("part_index", "u1"), ("message_size", ">u4"),
-                  ("part_size", ">u4"), ("chunk_size", ">u2"), ("chunk_offset", ">u4")])
+_DATA = np.dtype(
+    [
+        ("version", "u1"),
+        ("kind", "u1"),
+        ("session_id", ">u8"),
+        ("message_id", ">u8"),
+        ("part_count", "u1"),
+        ("part_index", "u1"),
+        ("message_size", ">u4"),
+        ("part_size", ">u4"),
+        ("chunk_size", ">u2"),
+        ("chunk_offset", ">u4"),
+    ]
+)
 _CONTROL = np.dtype([("version", "u1"), ("kind", "u1"), ("session_id", ">u8")])
 _CHUNK = 466
 _MAX_MESSAGE = 2200  # exclusive; with the acks and heartbeats, ~460 bytes a record (5M ~ 2.3 GB)
@@ -57,14 +68,23 @@ def _clients(sessions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     addrs = np.array([f"10.0.{i // 250}.{i % 250 + 1}" for i in range(sessions)], dtype=object)
     ports = 40000 + np.arange(sessions, dtype=np.uint16)
-    sids = np.array([codec.session_id(i + 1, f"{a}:{p}") for i, (a, p) in enumerate(zip(addrs, ports))],
-                    dtype=np.uint64)
+    sids = np.array(
+        [codec.session_id(i + 1, f"{a}:{p}") for i, (a, p) in enumerate(zip(addrs, ports))], dtype=np.uint64
+    )
     return addrs, ports, sids
 
 
-def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, sessions: int, handshake: bool,
-           clients: tuple[np.ndarray, np.ndarray, np.ndarray], spacing_ns: int,
-           safe_every: int = 8) -> tuple[object, int]:
+def _block(
+    rng: np.random.Generator,
+    n_target: int,
+    first: int,
+    t0: int,
+    sessions: int,
+    handshake: bool,
+    clients: tuple[np.ndarray, np.ndarray, np.ndarray],
+    spacing_ns: int,
+    safe_every: int = 8,
+) -> tuple[object, int]:
     """About ``n_target`` datagrams from ``t0`` (ns) to ``t0 + n_target * spacing_ns``: (DatagramBatch, messages)."""
     from nbmq import codec
     from nbmq.capture import DatagramBatch
@@ -129,8 +149,11 @@ def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, session
     # acks: one per safe data frame, 50 us later, hash of the frame's exact bytes
     acked = np.flatnonzero(d_safe)
     view = memoryview(buf)
-    hashes = np.fromiter((codec.ack_hash(view[s : s + ln]) for s, ln in zip(starts[acked].tolist(),
-                         lengths[acked].tolist())), np.uint64, acked.size)
+    hashes = np.fromiter(
+        (codec.ack_hash(view[s : s + ln]) for s, ln in zip(starts[acked].tolist(), lengths[acked].tolist())),
+        np.uint64,
+        acked.size,
+    )
     ack = np.zeros(acked.size, [("h", _CONTROL), ("hash", ">u8")])
     ack["h"]["version"], ack["h"]["kind"], ack["h"]["session_id"] = 1, 5, sids[d_sess[acked]]
     ack["hash"] = hashes
@@ -148,12 +171,14 @@ def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, session
     r_t = np.minimum(d_t[resend] + 200_000_000, t0 + span - 1)
 
     rows_off = np.concatenate([starts[keep], c_off, a_off, starts[resend]]).astype(np.int64)
-    rows_len = np.concatenate([lengths[keep], np.full(c_sess.size, 10), np.full(acked.size, 18),
-                               lengths[resend]]).astype(np.int32)
+    rows_len = np.concatenate(
+        [lengths[keep], np.full(c_sess.size, 10), np.full(acked.size, 18), lengths[resend]]
+    ).astype(np.int32)
     rows_t = np.concatenate([d_t[keep], c_t, d_t[acked] + 50_000, r_t])
     rows_sess = np.concatenate([d_sess[keep], c_sess, d_sess[acked], d_sess[resend]])
-    rows_dir = np.concatenate([np.zeros(int(keep.sum()), np.int8), c_dir, np.ones(acked.size, np.int8),
-                               np.zeros(resend.size, np.int8)])
+    rows_dir = np.concatenate(
+        [np.zeros(int(keep.sum()), np.int8), c_dir, np.ones(acked.size, np.int8), np.zeros(resend.size, np.int8)]
+    )
     rows_t = np.minimum(rows_t, t0 + span - 1)  # replies due after the block's end: the next block starts there
     order = np.argsort(rows_t, kind="stable")
     rows_t, rows_off, rows_len = rows_t[order], rows_off[order], rows_len[order]
@@ -178,8 +203,16 @@ def _block(rng: np.random.Generator, n_target: int, first: int, t0: int, session
     return batch, m
 
 
-def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, sessions: int = 64,
-             block: int = 250_000, spacing_ns: int = _SPACING_NS, safe_every: int = 8) -> CaptureInfo:
+def generate(
+    path: str | os.PathLike[str],
+    datagrams: int,
+    *,
+    seed: int = 1,
+    sessions: int = 64,
+    block: int = 250_000,
+    spacing_ns: int = _SPACING_NS,
+    safe_every: int = 8,
+) -> CaptureInfo:
     """Write a classic pcap (Ethernet, microsecond timestamps) of about ``datagrams`` records.
 
     Args:
@@ -218,8 +251,7 @@ def generate(path: str | os.PathLike[str], datagrams: int, *, seed: int = 1, ses
         with open(part, "wb") as f:
             while written < datagrams:
                 want = min(block, datagrams - written)
-                batch, m = _block(rng, want, written, clock, sessions, written == 0, clients, spacing_ns,
-                                  safe_every)
+                batch, m = _block(rng, want, written, clock, sessions, written == 0, clients, spacing_ns, safe_every)
                 clock += want * spacing_ns
                 write_pcap(scratch, batch)
                 with open(scratch, "rb") as s:

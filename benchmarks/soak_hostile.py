@@ -53,8 +53,9 @@ class Server:
 
     def __init__(self, argv: list[str]) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT
+        )
         line = self._readline(20.0)
         if not line.startswith("listening on "):
             self.proc.kill()
@@ -89,8 +90,21 @@ class Server:
 
 
 def rqueue_server(*flags: str) -> Server:
-    return Server(["-m", "nbmq.transports.rqueue_server", "--host", "127.0.0.1", "--port", "0",
-                   "--stats-interval", "0", "--log-level", "ERROR", *flags])
+    return Server(
+        [
+            "-m",
+            "nbmq.transports.rqueue_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--stats-interval",
+            "0",
+            "--log-level",
+            "ERROR",
+            *flags,
+        ]
+    )
 
 
 def serve_bqsp_main(max_buffered_total: int) -> None:
@@ -98,14 +112,17 @@ def serve_bqsp_main(max_buffered_total: int) -> None:
     from nbmq.transports.bqsp_aio import serve_bqsp
 
     async def main() -> None:
-        server = await serve_bqsp(lambda packet: bytes(packet.data), "127.0.0.1", 0,
-                                  max_buffered_total=max_buffered_total)
+        server = await serve_bqsp(
+            lambda packet: bytes(packet.data), "127.0.0.1", 0, max_buffered_total=max_buffered_total
+        )
         print(f"listening on 127.0.0.1:{server.port}", flush=True)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
-        print(json.dumps({"protocol_errors": server.protocol_errors,
-                          "closed_over_budget": server.closed_over_budget}), flush=True)
+        print(
+            json.dumps({"protocol_errors": server.protocol_errors, "closed_over_budget": server.closed_over_budget}),
+            flush=True,
+        )
         server.close()
 
     asyncio.run(main())
@@ -136,11 +153,23 @@ def serve_udp_main() -> None:
                 parts = None
         server.tick()
     counters = server.counters
-    fields = {k: getattr(counters, k) for k in ("datagrams_in", "messages_in", "malformed",
-                                                 "unknown_session", "unexpected", "connects_refused",
-                                                 "peers_evicted", "half_open_expired",
-                                                 "cookies_sent", "cookies_accepted",
-                                                 "cookies_rejected", "events_dropped")}
+    fields = {
+        k: getattr(counters, k)
+        for k in (
+            "datagrams_in",
+            "messages_in",
+            "malformed",
+            "unknown_session",
+            "unexpected",
+            "connects_refused",
+            "peers_evicted",
+            "half_open_expired",
+            "cookies_sent",
+            "cookies_accepted",
+            "cookies_rejected",
+            "events_dropped",
+        )
+    }
     fields.update({f"dropped_{reason.name.lower()}": n for reason, n in counters.dropped.items()})
     print(json.dumps({"good": good, "counters": fields}), flush=True)
     server.close(linger=0)
@@ -216,8 +245,7 @@ def _udp_target(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def udp_attack(address: str, seconds: float, make, sockets: int = 1, share: float = 1.0,
-               setup=None) -> str:
+def udp_attack(address: str, seconds: float, make, sockets: int = 1, share: float = 1.0, setup=None) -> str:
     """Send ``make(i, state)`` datagrams from ``sockets`` source ports, round robin, at about
     ``share`` times ATTACK_RATE datagrams/s (bursts of 64); returns a description of what was
     sent."""
@@ -273,8 +301,14 @@ def run_udp(seconds: float, attack, good_first: bool = True) -> dict:
     drops = kernel_drops(server.port)
     out = json.loads(server.stop().strip().splitlines()[-1])
     out["counters"]["kernel_rcvbuf_drops"] = drops
-    return {"sent": sent, "delivered": out["good"], "peak": peak, "start": server.start_rss,
-            "attack": result.get("attack"), "counters": out["counters"]}
+    return {
+        "sent": sent,
+        "delivered": out["good"],
+        "peak": peak,
+        "start": server.start_rss,
+        "attack": result.get("attack"),
+        "counters": out["counters"],
+    }
 
 
 def connect_flood_udp(seconds: float) -> dict:
@@ -293,8 +327,7 @@ def connect_flood_udp_late(seconds: float) -> dict:
     from nbmq.wire import FrameKind
 
     connect = codec.encode_control_frame(FrameKind.CONNECT, 0)
-    out = run_udp(seconds, lambda addr, s: udp_attack(addr, s, lambda i, _: connect, sockets=1500),
-                  good_first=False)
+    out = run_udp(seconds, lambda addr, s: udp_attack(addr, s, lambda i, _: connect, sockets=1500), good_first=False)
     out["budget"] = 0
     return out
 
@@ -325,8 +358,7 @@ def hog_udp(seconds: float) -> dict:
         # message ids cycle over 8 claims of 16 MiB - 256 bytes: with the engine charging a claim
         # its size + 256, four of them fill the default 64 MiB budget exactly
         size = 16 * MIB - 256
-        return codec.encode_data_frame(sid, 1 + i % 8, 1, 0, size, size, (i // 8) % 30000 * 466,
-                                       bytes(466))
+        return codec.encode_data_frame(sid, 1 + i % 8, 1, 0, size, size, (i // 8) % 30000 * 466, bytes(466))
 
     out = run_udp(seconds, lambda addr, s: udp_attack(addr, s, make, share=0.25, setup=setup))
     out["budget"] = 64 * MIB  # max_incomplete_bytes, the engine's default
@@ -367,8 +399,7 @@ def garbage_rqueue(seconds: float) -> dict:
     (sent, received), attack = asyncio.run(main())
     peak = server.status("VmHWM")
     server.stop()
-    return {"sent": sent, "delivered": received, "peak": peak, "start": server.start_rss,
-            "attack": attack, "budget": 0}
+    return {"sent": sent, "delivered": received, "peak": peak, "start": server.start_rss, "attack": attack, "budget": 0}
 
 
 def stalled_rqueue(seconds: float) -> dict:
@@ -392,9 +423,14 @@ def stalled_rqueue(seconds: float) -> dict:
     (sent, received), stalled_closed, idle_open = asyncio.run(main())
     peak = server.status("VmHWM")
     server.stop()
-    return {"sent": sent, "delivered": received, "peak": peak, "start": server.start_rss,
-            "attack": f"stalled closed {stalled_closed}/500 (read timeout {read_timeout:g} s), "
-                      f"idle open {idle_open}/500", "budget": 1000 * 2048}
+    return {
+        "sent": sent,
+        "delivered": received,
+        "peak": peak,
+        "start": server.start_rss,
+        "attack": f"stalled closed {stalled_closed}/500 (read timeout {read_timeout:g} s), idle open {idle_open}/500",
+        "budget": 1000 * 2048,
+    }
 
 
 def hog_bqsp(seconds: float) -> dict:
@@ -448,8 +484,14 @@ def hog_bqsp(seconds: float) -> dict:
     (sent, received), rounds = asyncio.run(main())
     peak = server.status("VmHWM")
     counters = json.loads(server.stop().strip().splitlines()[-1])
-    return {"sent": sent, "delivered": received, "peak": peak, "start": server.start_rss,
-            "attack": f"{rounds} rounds of 6 x 59 MiB, {counters}", "budget": budget}
+    return {
+        "sent": sent,
+        "delivered": received,
+        "peak": peak,
+        "start": server.start_rss,
+        "attack": f"{rounds} rounds of 6 x 59 MiB, {counters}",
+        "budget": budget,
+    }
 
 
 SCENARIOS = {
@@ -468,10 +510,12 @@ def report(name: str, out: dict) -> bool:
     growth = out["peak"] - out["start"]
     ok_delivery = fraction >= 0.99
     ok_memory = growth <= out["budget"] + SLACK
-    print(f"{name:22} delivered {out['delivered']:>6}/{out['sent']:<6} = {fraction:7.2%} "
-          f"{'ok' if ok_delivery else 'BELOW 99%':9} peak RSS {out['peak'] / MIB:6.1f} MiB "
-          f"(start {out['start'] / MIB:5.1f}, budget {out['budget'] / MIB:5.1f} + 50) "
-          f"{'ok' if ok_memory else 'OVER'}")
+    print(
+        f"{name:22} delivered {out['delivered']:>6}/{out['sent']:<6} = {fraction:7.2%} "
+        f"{'ok' if ok_delivery else 'BELOW 99%':9} peak RSS {out['peak'] / MIB:6.1f} MiB "
+        f"(start {out['start'] / MIB:5.1f}, budget {out['budget'] / MIB:5.1f} + 50) "
+        f"{'ok' if ok_memory else 'OVER'}"
+    )
     print(f"{'':22} attack: {out['attack']}")
     counters = out.get("counters")
     if counters:
@@ -484,12 +528,21 @@ def main(argv: list[str] | None = None) -> int:
     global ATTACK_RATE, BQSP_BUDGET
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="per scenario (default 8)")
-    parser.add_argument("--only", choices=sorted(SCENARIOS), action="append",
-                        help="run only these scenarios (repeatable)")
-    parser.add_argument("--attack-rate", type=float, default=ATTACK_RATE,
-                        help="hostile datagrams/s in the UDP scenarios (default 20000)")
-    parser.add_argument("--bqsp-budget", type=int, default=BQSP_BUDGET,
-                        help="the BQSP server's max_buffered_total, bytes (default 256 MiB)")
+    parser.add_argument(
+        "--only", choices=sorted(SCENARIOS), action="append", help="run only these scenarios (repeatable)"
+    )
+    parser.add_argument(
+        "--attack-rate",
+        type=float,
+        default=ATTACK_RATE,
+        help="hostile datagrams/s in the UDP scenarios (default 20000)",
+    )
+    parser.add_argument(
+        "--bqsp-budget",
+        type=int,
+        default=BQSP_BUDGET,
+        help="the BQSP server's max_buffered_total, bytes (default 256 MiB)",
+    )
     parser.add_argument("--serve", choices=("bqsp", "udp"), help=argparse.SUPPRESS)
     parser.add_argument("--max-buffered-total", type=int, default=256 * MIB, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

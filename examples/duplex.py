@@ -38,8 +38,7 @@ def loop(sock, say: bytes, name: str, counts: dict) -> None:
 def main() -> None:
     address = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:0"
     counts = {"server": 0, "client": 0}
-    with nbmq.Dealer.bind(address, **OPTIONS) as server, \
-            nbmq.Dealer.connect(server.local_address, **OPTIONS) as client:
+    with nbmq.Dealer.bind(address, **OPTIONS) as server, nbmq.Dealer.connect(server.local_address, **OPTIONS) as client:
         print(f"server bound to {server.local_address}")
         threads = [
             threading.Thread(target=loop, args=(server, b"hello", "server", counts)),

@@ -42,7 +42,10 @@ def main() -> None:
     got: list = []
     with nbmq.Radio.bind(address, **OPTIONS) as radio, nbmq.Dish.connect(radio.local_address, **OPTIONS) as dish:
         print(f"radio bound to {radio.local_address}")
-        threads = [threading.Thread(target=broadcast, args=(radio,)), threading.Thread(target=receive, args=(dish, got))]
+        threads = [
+            threading.Thread(target=broadcast, args=(radio,)),
+            threading.Thread(target=receive, args=(dish, got)),
+        ]
         for t in threads:
             t.start()
         for t in threads:

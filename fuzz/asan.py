@@ -42,7 +42,9 @@ def modules() -> list[str]:
 
 
 def _runtime(name: str) -> str:
-    path = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True).stdout.strip()
+    path = subprocess.run(
+        ["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     if not os.path.isabs(path) or not os.path.exists(path):
         raise FileNotFoundError(f"gcc has no {name} (Debian: apt-get install gcc, which brings libasan8)")
     return os.path.realpath(path)
@@ -58,14 +60,19 @@ def build() -> Path:
         subprocess.CalledProcessError: the build failed.
     """
     lib = BUILD / "lib"
-    shutil.copytree(ROOT / "nbmq", lib / "nbmq", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    shutil.copytree(
+        ROOT / "nbmq", lib / "nbmq", dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__")
+    )
     # -O1: ASan's recommended level, and half the compile time of -O3 (setup.py's NBMQ_OPTIMIZE)
     env = dict(os.environ, CFLAGS=FLAGS, LDFLAGS="-fsanitize=address,undefined", NBMQ_OPTIMIZE="-O1")
     env.pop("NBMQ_NO_EXTENSIONS", None)
     jobs = str(max(1, len(os.sched_getaffinity(0))))  # a module per core: the build is most of the time
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "-j", jobs, "-b", str(lib), "-t", str(BUILD / "tmp")],
-                   cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "-j", jobs, "-b", str(lib), "-t", str(BUILD / "tmp")],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
     return lib
 
 
@@ -87,8 +94,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "fuzz")
     parser.add_argument("--seconds", type=float, default=20.0, help="random-mutation seconds per target (0: none)")
-    parser.add_argument("--replay-seconds", type=float, default=None,
-                        help="per target, for the grown corpus (newest first; committed cases and seeds always run)")
+    parser.add_argument(
+        "--replay-seconds",
+        type=float,
+        default=None,
+        help="per target, for the grown corpus (newest first; committed cases and seeds always run)",
+    )
     parser.add_argument("--targets", nargs="+", default=list(DEFAULT), choices=sorted(TARGETS))
     args = parser.parse_args()
     started = time.monotonic()
@@ -105,8 +116,18 @@ def main() -> None:
     budget = [] if args.replay_seconds is None else ["--seconds", str(args.replay_seconds)]
     steps = [[sys.executable, "-m", "fuzz.replay", "--all", str(args.work), "--targets", *args.targets, *budget]]
     if args.seconds > 0:
-        steps += [[sys.executable, "-m", "fuzz.mutate", t, *map(str, corpus_folders(args.work, t)),
-                   f"--seconds={args.seconds}", f"--artifacts={args.work / 'artifacts' / 'asan'}"] for t in args.targets]
+        steps += [
+            [
+                sys.executable,
+                "-m",
+                "fuzz.mutate",
+                t,
+                *map(str, corpus_folders(args.work, t)),
+                f"--seconds={args.seconds}",
+                f"--artifacts={args.work / 'artifacts' / 'asan'}",
+            ]
+            for t in args.targets
+        ]
     for cmd in steps:
         print("$", " ".join(cmd[1:]), flush=True)
         code = subprocess.run(cmd, env=env, cwd=lib).returncode  # cwd first on sys.path: the sanitized copy

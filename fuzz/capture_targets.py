@@ -32,15 +32,23 @@ from .twins import Finding, check_same
 __all__ = ["capture_twins", "capture_split", "ack_hashes", "python_paths", "picture"]
 
 # (module, attribute) of every compiled helper the readers pick at import time
-_COMPILED = ((records, "_walk_chain"), (records, "_walk_fields"), (batch, "_gather"),
-             (decode_fast, "_decode"), (assemble, "_factorize"), (hashes, "_native_fnv"))
+_COMPILED = (
+    (records, "_walk_chain"),
+    (records, "_walk_fields"),
+    (batch, "_gather"),
+    (decode_fast, "_decode"),
+    (assemble, "_factorize"),
+    (hashes, "_native_fnv"),
+)
 
 
 def _require_compiled() -> None:
     missing = [f"{m.__name__}.{a}" for m, a in _COMPILED if getattr(m, a) is None]
     if missing:
-        raise ImportError(f"compiled capture helpers not loaded ({', '.join(missing)}): build the "
-                          "extensions and unset NBMQ_NO_EXTENSIONS")
+        raise ImportError(
+            f"compiled capture helpers not loaded ({', '.join(missing)}): build the "
+            "extensions and unset NBMQ_NO_EXTENSIONS"
+        )
 
 
 _require_compiled()
@@ -62,9 +70,18 @@ def python_paths() -> Iterator[None]:
 def picture(b: DatagramBatch, *, counters: bool = True) -> tuple:
     """Everything a batch says, in comparable form (payloads datagram by datagram)."""
     c = b.compact()
-    rows = (c.timestamp_ns.tolist(), c.timestamp.tolist(), list(c.src_addr), list(c.dst_addr),
-            c.src_port.tolist(), c.dst_port.tolist(), c.lengths.tolist(), c.frame_number.tolist(),
-            c.truncated.tolist(), c.payload.tobytes())
+    rows = (
+        c.timestamp_ns.tolist(),
+        c.timestamp.tolist(),
+        list(c.src_addr),
+        list(c.dst_addr),
+        c.src_port.tolist(),
+        c.dst_port.tolist(),
+        c.lengths.tolist(),
+        c.frame_number.tolist(),
+        c.truncated.tolist(),
+        c.payload.tobytes(),
+    )
     if not counters:
         return rows
     return rows + (b.packets, b.skipped, b.errors, list(b.error_reasons), b.fallback_rows)
@@ -114,25 +131,37 @@ def capture_split(data: bytes) -> None:
     # range counts the errors of the records it owns, so only their set is compared, and only
     # while the whole read kept every reason.
     sample = whole.errors <= MAX_ERROR_REASONS
-    want = (picture(whole, counters=False), whole.packets, whole.skipped, whole.errors,
-            sorted(whole.error_reasons) if sample else None)
+    want = (
+        picture(whole, counters=False),
+        whole.packets,
+        whole.skipped,
+        whole.errors,
+        sorted(whole.error_reasons) if sample else None,
+    )
     for splits in plans:
         for bases in ([None] * len(splits), first_frames(data, splits)):
             parts = [read_datagrams(data, start=s, end=e, first_frame=f) for (s, e), f in zip(splits, bases)]
             union = DatagramBatch.concat(parts)
-            got = (picture(union, counters=False), union.packets, union.skipped, union.errors,
-                   sorted(union.error_reasons) if sample else None)
+            got = (
+                picture(union, counters=False),
+                union.packets,
+                union.skipped,
+                union.errors,
+                sorted(union.error_reasons) if sample else None,
+            )
             if got != want:
-                raise Finding(f"split read {splits} (first_frame {bases}) != whole read:\n"
-                                   f"  whole: {_summary(whole)}\n  split: {_summary(union)}")
+                raise Finding(
+                    f"split read {splits} (first_frame {bases}) != whole read:\n"
+                    f"  whole: {_summary(whole)}\n  split: {_summary(union)}"
+                )
 
 
 def _summary(b: DatagramBatch) -> str:
     frames = b.frame_number.tolist()
-    return (f"{len(b)} rows, packets={b.packets} skipped={b.skipped} errors={b.errors} "
-            f"reasons={b.error_reasons} frames={frames if len(frames) < 40 else frames[:40]}")
-
-
+    return (
+        f"{len(b)} rows, packets={b.packets} skipped={b.skipped} errors={b.errors} "
+        f"reasons={b.error_reasons} frames={frames if len(frames) < 40 else frames[:40]}"
+    )
 
 
 def ack_hashes(data: bytes) -> None:

@@ -31,8 +31,14 @@ def parse_frame(data: bytes) -> None:
     """
     results = []
     for m in TWINS:
-        results.append([outcome(m.parse_frame, data), outcome(m.parse_frame, bytearray(data)),
-                        outcome(m.parse_frame, memoryview(data)), outcome(m.ack_hash, data)])
+        results.append(
+            [
+                outcome(m.parse_frame, data),
+                outcome(m.parse_frame, bytearray(data)),
+                outcome(m.parse_frame, memoryview(data)),
+                outcome(m.ack_hash, data),
+            ]
+        )
     check_same("parse_frame", *results)
     a, b, c, _ = results[0]
     if not a == b == c:
@@ -41,12 +47,22 @@ def parse_frame(data: bytes) -> None:
         frame = PY.parse_frame(data)
         for m in TWINS:
             if isinstance(frame, DataFrame):
-                again = m.encode_data_frame(frame.session_id, frame.message_id, frame.part_count, frame.part_index,
-                                            frame.message_size, frame.part_size, frame.chunk_offset, frame.chunk)
+                again = m.encode_data_frame(
+                    frame.session_id,
+                    frame.message_id,
+                    frame.part_count,
+                    frame.part_index,
+                    frame.message_size,
+                    frame.part_size,
+                    frame.chunk_offset,
+                    frame.chunk,
+                )
             else:
                 again = m.encode_control_frame(frame.kind, frame.session_id, frame.payload)
             if bytes(again) != data:
-                raise Finding(f"{m.__name__}: parse_frame then encode changes the bytes: {data.hex()} -> {bytes(again).hex()}")
+                raise Finding(
+                    f"{m.__name__}: parse_frame then encode changes the bytes: {data.hex()} -> {bytes(again).hex()}"
+                )
 
 
 def parse_frames(data: bytes) -> None:
@@ -78,8 +94,17 @@ def parse_frames(data: bytes) -> None:
 _BUDGETS = (0, 3000, 20_000, 64 * 1024 * 1024)
 _CAPS = (500, 100_000, 2**32 - 1)
 _PEER_BUDGETS = (None, 1500, 9000)
-_COUNTERS = ("frames", "duplicates", "rejected", "completed", "expired", "dropped_too_large",
-             "malformed", "evicted", "incomplete_bytes")
+_COUNTERS = (
+    "frames",
+    "duplicates",
+    "rejected",
+    "completed",
+    "expired",
+    "dropped_too_large",
+    "malformed",
+    "evicted",
+    "incomplete_bytes",
+)
 
 
 def _key(mode: int, frame: DataFrame | None) -> object:
@@ -113,8 +138,7 @@ def reassembler(data: bytes) -> None:
     if not data:
         return
     b0 = data[0]
-    budget, cap, peer, mode = (_BUDGETS[b0 % 4], _CAPS[(b0 // 4) % 3], _PEER_BUDGETS[(b0 // 12) % 3],
-                               (b0 // 36) % 3)
+    budget, cap, peer, mode = (_BUDGETS[b0 % 4], _CAPS[(b0 // 4) % 3], _PEER_BUDGETS[(b0 // 12) % 3], (b0 // 36) % 3)
     ops = split_operations(data[1:])
     logs = []
     for m in TWINS:
@@ -131,8 +155,15 @@ def reassembler(data: bytes) -> None:
                     log.append(outcome(r.add, frame, now, key))
             elif kind == 5:
                 n = len(body)
-                log.append(outcome(r.add_datagrams, body + body, np.array([0, n, 3], np.int64),
-                                   np.array([n, n, 2 * n], np.int64), now))
+                log.append(
+                    outcome(
+                        r.add_datagrams,
+                        body + body,
+                        np.array([0, n, 3], np.int64),
+                        np.array([n, n, 2 * n], np.int64),
+                        now,
+                    )
+                )
             elif kind == 6:
                 log.append(outcome(r.expire, now))
             elif kind == 7:
@@ -202,11 +233,13 @@ def _check_transactional(what: str, pieces: list[bytes], events: list, whole: li
         if error is not None or event[0] == "feed":
             error = error or event[1]
             break
-    (_, once, once_error, once_left), = whole
+    ((_, once, once_error, once_left),) = whole
     left = events[-1][3] if events and error is None else once_left  # bytes still buffered
     if (records, error, left) != (once, once_error, once_left):
-        raise Finding(f"{what}: fed in {len(pieces)} pieces it says {records!r}, {error!r}, {left} "
-                           f"bytes left; fed at once {once!r}, {once_error!r}, {once_left}")
+        raise Finding(
+            f"{what}: fed in {len(pieces)} pieces it says {records!r}, {error!r}, {left} "
+            f"bytes left; fed at once {once!r}, {once_error!r}, {once_left}"
+        )
 
 
 def bqsp_decoder(data: bytes) -> None:

@@ -117,7 +117,7 @@ def _stream_seeds(name: str) -> list[bytes]:
             directions[(seg.src, seg.dst)].append(seg.data)
     out = []
     for k, segs in enumerate(directions.values()):
-        whole = b"".join(segs)[:SEED_BYTES - 64]
+        whole = b"".join(segs)[: SEED_BYTES - 64]
         limit = 3 if k % 2 else 2  # byte 0 picks the size limit: the largest two
         out.append(bytes([limit]) + join_pieces(_fit(segs, SEED_BYTES - 64)))
         out.append(bytes([limit]) + join_pieces([whole]))
@@ -182,11 +182,16 @@ def _rewritten(rows: list[tuple]) -> list[bytes]:
     """The same datagrams in the other layouts the readers accept."""
     v6 = [(t, "2001:db8::1", sp, "2001:db8::2", dp, p) for t, _s, sp, _d, dp, p in rows]
     variants = [
-        ("pcap", rows, dict(linktype=0)), ("pcap", rows, dict(linktype=101)),
-        ("pcap", rows, dict(linktype=108)), ("pcap", rows, dict(linktype=113)),
-        ("pcap", rows, dict(linktype=276)), ("pcap", rows, dict(nanosecond=True)),
-        ("pcap", rows, dict(byte_order=">")), ("pcap", rows, dict(snaplen=60)),
-        ("pcap", v6, dict()), ("pcapng", v6, dict(linktype=113)),
+        ("pcap", rows, dict(linktype=0)),
+        ("pcap", rows, dict(linktype=101)),
+        ("pcap", rows, dict(linktype=108)),
+        ("pcap", rows, dict(linktype=113)),
+        ("pcap", rows, dict(linktype=276)),
+        ("pcap", rows, dict(nanosecond=True)),
+        ("pcap", rows, dict(byte_order=">")),
+        ("pcap", rows, dict(snaplen=60)),
+        ("pcap", v6, dict()),
+        ("pcapng", v6, dict(linktype=113)),
     ]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -208,8 +213,17 @@ def _capture_seeds() -> list[bytes]:
             n = len(_pcap_records(data))
             out += [_cut_pcap(data, k) for k in (0, n // 3, n - 4)]
     b = read_datagrams(bundled_captures()[0])
-    rows = [(float(b.timestamp[i]), b.src_addr[i], int(b.src_port[i]), b.dst_addr[i], int(b.dst_port[i]),
-             b.payload_at(i)[:200]) for i in range(8)]
+    rows = [
+        (
+            float(b.timestamp[i]),
+            b.src_addr[i],
+            int(b.src_port[i]),
+            b.dst_addr[i],
+            int(b.dst_port[i]),
+            b.payload_at(i)[:200],
+        )
+        for i in range(8)
+    ]
     return out + _rewritten(rows)
 
 
@@ -228,13 +242,16 @@ def _reassemble_groups_seeds() -> list[bytes]:
         encode(whole + [(1, 2, 0, 40, 20, 0, 20, 30), (0, 2, 1, 40, 20, 0, 20, 40)], payload),
         encode([(2, 1, 0, 60000, 60000, 0, 10, 0)], payload, limit=0),
         encode([(0, 2, 0, 10, 10, 0, 10, 0), (0, 2, 1, 10, 0, 0, 0, 0)], payload, limit=1),
-        encode([(0, 1, 0, 10240, 10240, 0, 20, 0), (0, 1, 0, 10240, 10240, 5120, 20, 20)], payload,
-               repeat=256),  # 512 frames of one message
-        encode([(2, 1, 0, 2, 60000, 0, 20, 0), (0, 1, 0, 2, 60000, 2800, 20, 0)], payload,
-               repeat=140),  # 280 frames that never complete
+        encode(
+            [(0, 1, 0, 10240, 10240, 0, 20, 0), (0, 1, 0, 10240, 10240, 5120, 20, 20)], payload, repeat=256
+        ),  # 512 frames of one message
+        encode(
+            [(2, 1, 0, 2, 60000, 0, 20, 0), (0, 1, 0, 2, 60000, 2800, 20, 0)], payload, repeat=140
+        ),  # 280 frames that never complete
         encode([(k << 5, 3, k, 30, 10, 0, 10, 0) for k in range(3)], payload * 3, buffers=3),  # three buffers
-        encode([(8, 1, 0, 10, 10, 0, 10, 0), (9, 1, 0, 10, 10, 0, 10, 0)], payload,
-               wide={0: (6, 2**63 - 1), 1: (0, 2**62)}),  # full-width claims
+        encode(
+            [(8, 1, 0, 10, 10, 0, 10, 0), (9, 1, 0, 10, 10, 0, 10, 0)], payload, wide={0: (6, 2**63 - 1), 1: (0, 2**62)}
+        ),  # full-width claims
     ]
 
 

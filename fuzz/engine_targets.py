@@ -41,16 +41,35 @@ PEERS = (("10.0.0.2", 40000), ("10.0.0.3", 40001), ("10.0.0.4", 40002), ("10.0.0
 OPTIONS = (
     {},
     {"send_hwm": 3, "recv_hwm": 2, "max_tick_send": 2, "max_message_size": 1500, "max_incomplete_bytes": 3000},
-    {"safe_resend_ivl": 0.05, "safe_resend_limit": 2, "peer_keepalive": 1.0, "peer_heartbeat_ivl": 0.2,
-     "uncompleted_message_ttl": 0.5, "max_peer_incomplete_bytes": 2000},
+    {
+        "safe_resend_ivl": 0.05,
+        "safe_resend_limit": 2,
+        "peer_keepalive": 1.0,
+        "peer_heartbeat_ivl": 0.2,
+        "uncompleted_message_ttl": 0.5,
+        "max_peer_incomplete_bytes": 2000,
+    },
     {"send_hwm": 50, "max_tick_send": 64, "recv_hwm": 100},
 )
 #: (name, value) of the option-change step
-OPTION_CHANGES = (("send_hwm", 1), ("send_hwm", 1000), ("recv_hwm", 1), ("recv_hwm", 1000),
-                  ("max_tick_send", 1), ("max_tick_send", 100), ("max_message_size", 100),
-                  ("max_incomplete_bytes", 600), ("max_peer_incomplete_bytes", 400), ("safe_resend_ivl", 0.01),
-                  ("safe_resend_limit", 0), ("uncompleted_message_ttl", 0.05), ("peer_keepalive", 0.3),
-                  ("peer_heartbeat_ivl", 0.05), ("queue_maint_ivl", 0.01), ("max_message_size", 2**32 - 1))
+OPTION_CHANGES = (
+    ("send_hwm", 1),
+    ("send_hwm", 1000),
+    ("recv_hwm", 1),
+    ("recv_hwm", 1000),
+    ("max_tick_send", 1),
+    ("max_tick_send", 100),
+    ("max_message_size", 100),
+    ("max_incomplete_bytes", 600),
+    ("max_peer_incomplete_bytes", 400),
+    ("safe_resend_ivl", 0.01),
+    ("safe_resend_limit", 0),
+    ("uncompleted_message_ttl", 0.05),
+    ("peer_keepalive", 0.3),
+    ("peer_heartbeat_ivl", 0.05),
+    ("queue_maint_ivl", 0.01),
+    ("max_message_size", 2**32 - 1),
+)
 
 
 def _sockets(kind: int, options: dict, seed: int) -> tuple[Any, Any]:
@@ -105,8 +124,17 @@ def _state(s: Any, now: float) -> tuple:
     events = []
     while (event := s.next_event()) is not None:
         events.append(repr(event))
-    return (out, events, s.recv_ready(), s.counters.as_dict(), s.next_deadline(), s.incomplete_messages,
-            s.frames_in_flight, s.pending_messages, sorted((sid, p.addr, p.state.name) for sid, p in s.peers.items()))
+    return (
+        out,
+        events,
+        s.recv_ready(),
+        s.counters.as_dict(),
+        s.next_deadline(),
+        s.incomplete_messages,
+        s.frames_in_flight,
+        s.pending_messages,
+        sorted((sid, p.addr, p.state.name) for sid, p in s.peers.items()),
+    )
 
 
 class _Script:
@@ -140,8 +168,16 @@ def _datagrams(script: _Script, kind: int, arg: int, body: bytes) -> list[tuple[
         chunk = body[:466]
         if arg & 8 and len(body) >= 4:
             pc, pi, size = 1 + body[0] % 3, body[1] % 3, len(chunk) + body[2] * 4
-            return [(bytes(codec.encode_data_frame(sid, script.mid - body[3] % 3, pc, min(pi, pc - 1), size, size,
-                                                   0, chunk)), addr)]
+            return [
+                (
+                    bytes(
+                        codec.encode_data_frame(
+                            sid, script.mid - body[3] % 3, pc, min(pi, pc - 1), size, size, 0, chunk
+                        )
+                    ),
+                    addr,
+                )
+            ]
         return [(bytes(codec.encode_data_frame(sid, script.mid, 1, 0, len(chunk), len(chunk), 0, chunk)), addr)]
     if kind == 2:  # hostile bytes: a header with the peer's session id, then anything
         return [(bytes([1, body[0] % 6 if body else 0]) + sid.to_bytes(8, "big") + body[1:], addr)]
@@ -244,10 +280,37 @@ def engine_seeds() -> list[bytes]:
     from .framing import join_operations
 
     small, big = b"m" * 40, bytes(range(256)) * 2
-    plan = [(0, b""), (0 | 16, b""), (1, small), (1 | 16, small), (12, b""), (7, small), (8 | 16, big[:300]),
-            (9, b""), (3, b""), (3 | 16 * 8, b"\x01" * 8), (1 | 16 * 4, small), (2 | 16 * 4, b"\x00\x01\x02"),
-            (6, b"junk"), (4, b""), (11 | 16 * 3, b""), (10 | 16 * 1, b""), (7, big[:466]), (7, big[:467]),
-            (13, b""), (13, b""), (3 | 16 * 3, b"\x02"), (1 | 16 * 8, b"\x02\x01\x05\x00" + small), (9 | 16 * 15, b""),
-            (10 | 16 * 11, b""), (13, b""), (5 | 16 * 8, b""), (5 | 16 * 9, b""), (11, b""), (14, b""), (7, small)]
+    plan = [
+        (0, b""),
+        (0 | 16, b""),
+        (1, small),
+        (1 | 16, small),
+        (12, b""),
+        (7, small),
+        (8 | 16, big[:300]),
+        (9, b""),
+        (3, b""),
+        (3 | 16 * 8, b"\x01" * 8),
+        (1 | 16 * 4, small),
+        (2 | 16 * 4, b"\x00\x01\x02"),
+        (6, b"junk"),
+        (4, b""),
+        (11 | 16 * 3, b""),
+        (10 | 16 * 1, b""),
+        (7, big[:466]),
+        (7, big[:467]),
+        (13, b""),
+        (13, b""),
+        (3 | 16 * 3, b"\x02"),
+        (1 | 16 * 8, b"\x02\x01\x05\x00" + small),
+        (9 | 16 * 15, b""),
+        (10 | 16 * 11, b""),
+        (13, b""),
+        (5 | 16 * 8, b""),
+        (5 | 16 * 9, b""),
+        (11, b""),
+        (14, b""),
+        (7, small),
+    ]
     body = join_operations(plan)
     return [bytes([k, 7]) + body for k in range(12)]

@@ -51,8 +51,9 @@ def _ordered(target: str, paths: list[Path], work: Path | None) -> list[Path]:
     return first + rest
 
 
-def replay(target: str, paths: list[Path], work: Path | None = None,
-           seconds: float | None = None) -> tuple[int, int, list[Path]]:
+def replay(
+    target: str, paths: list[Path], work: Path | None = None, seconds: float | None = None
+) -> tuple[int, int, list[Path]]:
     """Run every file under ``paths`` through ``target``.
 
     Args:
@@ -92,8 +93,12 @@ def main() -> None:
     parser.add_argument("paths", nargs="*", type=Path)
     parser.add_argument("--all", type=Path, metavar="WORK_DIR", help="every target over its corpus folders")
     parser.add_argument("--targets", nargs="+", default=list(DEFAULT), help="with --all (default: %(default)s)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help="per target: stop after this long once committed cases and seeds ran (newest grown inputs first)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="per target: stop after this long once committed cases and seeds ran (newest grown inputs first)",
+    )
     args = parser.parse_args()
     jobs = [(t, corpus_folders(args.all, t)) for t in args.targets] if args.all else [(args.target, args.paths)]
     if not args.all and args.target is None:

@@ -39,14 +39,32 @@ _ARTIFACT = re.compile(r"(?:Test unit written to|written to) (\S+)")
 def _command(driver: str, target: str, seconds: float, work: Path, folders: list[Path]) -> list[str]:
     artifacts = work / "artifacts"
     if driver == "atheris":
-        return [sys.executable, "-m", "fuzz.libfuzzer", target, *map(str, folders),
-                f"-max_total_time={max(1, round(seconds))}", f"-max_len={MAX_LEN}", f"-timeout={HANG_SECONDS}",
-                # atheris's own bookkeeping grows ~70 KB a run (capture_split: 2 GB after 28,000
-                # runs, while 12,000 mutated inputs without atheris stay at 48 MB): room for a
-                # 300 s `make fuzz` run, still a finding well before the machine's 24 GB
-                "-rss_limit_mb=8192", "-print_final_stats=1", f"-artifact_prefix={artifacts}/{target}-"]
-    return [sys.executable, "-m", "fuzz.mutate", target, *map(str, folders), f"--seconds={seconds}",
-            f"--max-len={MAX_LEN}", f"--artifacts={artifacts}"]
+        return [
+            sys.executable,
+            "-m",
+            "fuzz.libfuzzer",
+            target,
+            *map(str, folders),
+            f"-max_total_time={max(1, round(seconds))}",
+            f"-max_len={MAX_LEN}",
+            f"-timeout={HANG_SECONDS}",
+            # atheris's own bookkeeping grows ~70 KB a run (capture_split: 2 GB after 28,000
+            # runs, while 12,000 mutated inputs without atheris stay at 48 MB): room for a
+            # 300 s `make fuzz` run, still a finding well before the machine's 24 GB
+            "-rss_limit_mb=8192",
+            "-print_final_stats=1",
+            f"-artifact_prefix={artifacts}/{target}-",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "fuzz.mutate",
+        target,
+        *map(str, folders),
+        f"--seconds={seconds}",
+        f"--max-len={MAX_LEN}",
+        f"--artifacts={artifacts}",
+    ]
 
 
 def run_target(driver: str, target: str, seconds: float, work: Path) -> dict:
@@ -65,24 +83,42 @@ def run_target(driver: str, target: str, seconds: float, work: Path) -> dict:
     start = time.monotonic()
     with log.open("w") as out:
         try:
-            proc = subprocess.run(_command(driver, target, seconds, work, folders), cwd=ROOT, env=env,
-                                  stdout=out, stderr=subprocess.STDOUT, timeout=seconds + 120)
+            proc = subprocess.run(
+                _command(driver, target, seconds, work, folders),
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=seconds + 120,
+            )
             code = proc.returncode
         except subprocess.TimeoutExpired:
             code = -1
     text = log.read_text(errors="replace")
     stats = {k: int(v) for k, v in _STAT.findall(text)}
     artifact = _ARTIFACT.findall(text)
-    return {"target": target, "driver": driver, "seconds": time.monotonic() - start,
-            "runs": stats.get("number_of_executed_units", 0), "new": stats.get("new_units_added", 0),
-            "ok": code == 0, "artifact": artifact[-1] if artifact else None, "log": log}
+    return {
+        "target": target,
+        "driver": driver,
+        "seconds": time.monotonic() - start,
+        "runs": stats.get("number_of_executed_units", 0),
+        "new": stats.get("new_units_added", 0),
+        "ok": code == 0,
+        "artifact": artifact[-1] if artifact else None,
+        "log": log,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", nargs="+", default=list(DEFAULT), choices=sorted(TARGETS),
-                        help="default: every target but the pending ones (%(default)s)")
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=list(DEFAULT),
+        choices=sorted(TARGETS),
+        help="default: every target but the pending ones (%(default)s)",
+    )
     time_group = parser.add_mutually_exclusive_group()
     time_group.add_argument("--seconds", type=float, help="total wall time, shared equally by the targets")
     time_group.add_argument("--per-target", type=float, default=60.0, help="seconds per target (default 60)")

@@ -34,8 +34,15 @@ FIELDS = ("part_count", "part_index", "message_size", "part_size", "chunk_offset
 LIMITS = (2**32 - 1, 64, 1000, 0)
 
 
-def encode(frames: list[tuple[int, ...]], payload: bytes, keep_parts: bool = True, limit: int = 0,
-           repeat: int = 1, buffers: int = 1, wide: dict[int, tuple[int, int]] | None = None) -> bytes:
+def encode(
+    frames: list[tuple[int, ...]],
+    payload: bytes,
+    keep_parts: bool = True,
+    limit: int = 0,
+    repeat: int = 1,
+    buffers: int = 1,
+    wide: dict[int, tuple[int, int]] | None = None,
+) -> bytes:
     """An input of this target: ``frames`` as :data:`RECORD` tuples (for the seed corpus);
     ``wide`` maps a frame's index to its :data:`WIDE` tuple (set bit 3 of its flags too)."""
     head = bytes([int(keep_parts) | (limit << 1) | ((buffers - 1) << 3), (len(frames) - 1) % 24, repeat - 1])
@@ -77,8 +84,16 @@ def _frames(data: bytes) -> tuple[dict[str, np.ndarray], list[bytes], bool, int]
             if not flags & 4:  # inside the buffer (else as claimed: both twins must raise ValueError alike)
                 cs = cs % (len(buf) + 1)
                 cl = min(cl, len(buf) - cs)
-            row = {"part_count": pc, "part_index": pi, "message_size": ms * 65536 if flags & 2 else ms,
-                   "part_size": ps, "chunk_offset": co + j * cl, "chunk_len": cl, "chunk_start": cs, "buf_id": b}
+            row = {
+                "part_count": pc,
+                "part_index": pi,
+                "message_size": ms * 65536 if flags & 2 else ms,
+                "part_size": ps,
+                "chunk_offset": co + j * cl,
+                "chunk_len": cl,
+                "chunk_start": cs,
+                "buf_id": b,
+            }
             if wide is not None:
                 row[FIELDS[wide[0] % 8]] = wide[1]
             cols["new"].append((i == 0 and j == 0) or bool(flags & 1))
@@ -91,8 +106,20 @@ def _outcome(fn, a: dict[str, np.ndarray], buffers: list[bytes], keep: bool, lim
     n = a["part_count"].size
     bounds = np.append(np.flatnonzero(a["new"]), n).astype(np.int64)
     try:
-        out = fn(bounds, a["part_count"], a["part_index"], a["message_size"], a["part_size"], a["chunk_offset"],
-                 buffers, a["buf_id"], a["chunk_start"], a["chunk_len"], limit, keep)
+        out = fn(
+            bounds,
+            a["part_count"],
+            a["part_index"],
+            a["message_size"],
+            a["part_size"],
+            a["chunk_offset"],
+            buffers,
+            a["buf_id"],
+            a["chunk_start"],
+            a["chunk_len"],
+            limit,
+            keep,
+        )
     except ValueError as e:
         return ("raise", "ValueError", str(e))
     return ("ok", [np.asarray(x).tolist() for x in out])

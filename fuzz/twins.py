@@ -70,7 +70,9 @@ def outcome(fn: Callable[..., object], *args: object) -> tuple:
 def check_same(what: str, python_result: object, cython_result: object) -> None:
     """Raise ``Finding`` naming ``what`` unless both results are equal."""
     if python_result != cython_result:
-        raise Finding(f"{what}: the twins disagree\n  python: {_short(python_result)}\n  cython: {_short(cython_result)}")
+        raise Finding(
+            f"{what}: the twins disagree\n  python: {_short(python_result)}\n  cython: {_short(cython_result)}"
+        )
 
 
 def _short(value: object, limit: int = 2000) -> str:

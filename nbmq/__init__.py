@@ -51,6 +51,7 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_SOCKETS) | {"aio"})
 
+
 __version__ = "0.3.0"
 
 __all__ = [

@@ -60,11 +60,7 @@ class DecodeError(NbmqError, ValueError):
         return (type(self), (self.offset, self.reason))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(self) is type(other)
-            and self.offset == other.offset
-            and self.reason == other.reason
-        )
+        return type(self) is type(other) and self.offset == other.offset and self.reason == other.reason
 
     __hash__ = Exception.__hash__
 

@@ -52,10 +52,16 @@ def test_generated_capture_holds_the_traffic_it_promises(capture: tuple[Path, ob
     assert data["part_count"].max() == 1 and (data["chunk_offset"] > 0).any()  # multi-chunk messages
     # every Ack carries the hash of a data frame of the capture (SafeDealer, seed 000)
     view = memoryview(b.payload)
-    frames = {codec.ack_hash(view[o : o + n]) for o, n, k in zip(b.offsets.tolist(), b.lengths.tolist(),
-                                                                 rows["kind"].tolist()) if k == 0}
-    acks = [int.from_bytes(view[o + 10 : o + 18], "big") for o, k in zip(b.offsets.tolist(), rows["kind"].tolist())
-            if k == 5]
+    frames = {
+        codec.ack_hash(view[o : o + n])
+        for o, n, k in zip(b.offsets.tolist(), b.lengths.tolist(), rows["kind"].tolist())
+        if k == 0
+    }
+    acks = [
+        int.from_bytes(view[o + 10 : o + 18], "big")
+        for o, k in zip(b.offsets.tolist(), rows["kind"].tolist())
+        if k == 5
+    ]
     assert acks and all(h in frames for h in acks)
     # Connect carries session id 0; the rest name their session
     assert set(rows["session_id"][rows["kind"] == 1].tolist()) == {0}
@@ -77,8 +83,10 @@ def test_measure_reports_time_and_peak_memory_of_the_process_tree() -> None:
     bench = _load("bench_scale")
     # a parent holding ~40 MiB and a child holding ~80 MiB, both alive for ~0.8 s
     child = "x = bytearray(80 << 20); import time; time.sleep(0.8)"
-    parent = (f"import subprocess, sys; x = bytearray(40 << 20); "
-              f"p = subprocess.Popen([sys.executable, '-c', {child!r}]); p.wait()")
+    parent = (
+        f"import subprocess, sys; x = bytearray(40 << 20); "
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}]); p.wait()"
+    )
     m = bench.measure([sys.executable, "-c", parent], interval=0.1, timeout=60)
     assert m.returncode == 0 and 0.5 < m.seconds < 30 and m.samples >= 3
     assert m.roles["driver"] >= 40 << 20
@@ -97,7 +105,7 @@ def test_measure_kills_a_command_past_its_timeout() -> None:
 def test_commands_name_the_pipeline_and_the_same_fields(capture: tuple[Path, object], tmp_path: Path) -> None:
     bench = _load("bench_scale")
     path, info = capture
-    cmd = bench.pipeline_command(path, tmp_path / "out", "local[2]")
+    cmd = bench.pipeline_command([path], tmp_path / "out", "local[2]")
     assert cmd[1:4] == ["-m", "nbmq.cli", "pipeline"] and cmd[cmd.index("--master") + 1] == "local[2]"
     tshark = shutil.which("tshark")
     if tshark is None:

@@ -35,8 +35,14 @@ def _env(pure_python: bool = False) -> dict[str, str]:
 
 
 def _nbmq(*args: str, pure_python: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nbmq.cli", *args], capture_output=True, text=True,
-                          env=_env(pure_python), timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "nbmq.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(pure_python),
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -47,6 +53,7 @@ def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 # -- the subcommand table ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))
 def test_command_module_contract(name: str) -> None:
@@ -66,7 +73,8 @@ def test_command_module_contract(name: str) -> None:
         for full in names:
             top = full.split(".")[0]
             assert top == "__future__" or top in sys.stdlib_module_names, (
-                f"{cli.COMMANDS[name]} imports {full} at its top level (line {node.lineno})")
+                f"{cli.COMMANDS[name]} imports {full} at its top level (line {node.lineno})"
+            )
 
 
 def test_top_level_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +103,7 @@ def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
 
 # -- rqueue-server -------------------------------------------------------------------------------
 
+
 def test_rqueue_server_options_parse(capsys: pytest.CaptureFixture[str]) -> None:
     out = _help(capsys, "rqueue-server")
     for option in ("--host", "--port", "--threads", "--max-buffer", "--slow-consumer"):
@@ -107,9 +116,24 @@ def test_rqueue_server_options_parse(capsys: pytest.CaptureFixture[str]) -> None
 def test_rqueue_server_runs_and_stops_on_sigterm() -> None:
     """``nbmq rqueue-server --host 127.0.0.1 --port 0`` binds, announces the port, exits 0 on SIGTERM."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nbmq.cli", "rqueue-server", "--host", "127.0.0.1", "--port", "0",
-         "--no-uvloop", "--stats-interval", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "nbmq.cli",
+            "rqueue-server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-uvloop",
+            "--stats-interval",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
     )
     try:
         line = proc.stdout.readline()  # the server flushes this line once bound
@@ -139,6 +163,7 @@ def test_rqueue_server_runs_and_stops_on_sigterm() -> None:
 
 # -- pipeline (argument handling only: no Spark starts in these tests) --------------------------
 
+
 def test_pipeline_out_defaults_to_out() -> None:
     args = cli.build_parser().parse_args(["pipeline"])
     assert args.out == "out" and args.captures == []
@@ -162,8 +187,9 @@ def test_pipeline_missing_capture_is_a_clear_error(tmp_path: Path, capsys: pytes
     assert str(missing) in capsys.readouterr().err
 
 
-def test_pipeline_names_the_missing_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                          tmp_path: Path) -> None:
+def test_pipeline_names_the_missing_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import nbmq.cli.pipeline as spark_cli
 
     monkeypatch.setattr(spark_cli, "missing_extra", lambda: ["pyspark", "pyarrow"])
@@ -193,6 +219,7 @@ def test_pipeline_module_does_not_import_its_cli() -> None:
 
 
 # -- decode ----------------------------------------------------------------------------------------
+
 
 def _manifest_rqueue_messages() -> int:
     manifest = json.loads(streams_manifest_path().read_text())

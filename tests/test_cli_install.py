@@ -21,8 +21,9 @@ import pytest
 pytestmark = pytest.mark.install
 
 ROOT = Path(__file__).resolve().parents[1]
-_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "out", "*.egg-info", "__pycache__",
-                                 "*.so", "*.c", ".hypothesis", ".benchmarks")
+_IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "out", "*.egg-info", "__pycache__", "*.so", "*.c", ".hypothesis", ".benchmarks"
+)
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -37,8 +38,12 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env.update(NBMQ_NO_EXTENSIONS="1", PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=_IGNORE, symlinks=True)
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(src)],
-                 env, tmp, timeout=600)
+    built = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(src)],
+        env,
+        tmp,
+        timeout=600,
+    )
     wheels = sorted((tmp / "dist").glob("nbmq-*.whl"))
     if built.returncode != 0 or not wheels:
         pytest.skip(f"cannot build the nbmq wheel here: {built.stderr.strip()[-500:]}")
@@ -46,8 +51,22 @@ def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env, tmp)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
-    installed = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                      "-q", str(wheels[0])], env, tmp)
+    installed = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            str(wheels[0]),
+        ],
+        env,
+        tmp,
+    )
     if installed.returncode != 0:
         pytest.skip(f"cannot install the wheel into a fresh venv: {installed.stderr.strip()[-500:]}")
     # numpy (nbmq's one dependency) from this interpreter, alone in a directory on the venv's path
@@ -72,10 +91,17 @@ def _env() -> dict[str, str]:
 
 
 def test_the_venv_has_no_extras(plain_venv: Path, tmp_path: Path) -> None:
-    probe = _run([str(plain_venv / "python"), "-c",
-                  "import importlib.util as u, nbmq; "
-                  "print(nbmq.__file__); print([m for m in ('dpkt','pyarrow','pyspark','pandas','rich') "
-                  "if u.find_spec(m)])"], _env(), tmp_path)
+    probe = _run(
+        [
+            str(plain_venv / "python"),
+            "-c",
+            "import importlib.util as u, nbmq; "
+            "print(nbmq.__file__); print([m for m in ('dpkt','pyarrow','pyspark','pandas','rich') "
+            "if u.find_spec(m)])",
+        ],
+        _env(),
+        tmp_path,
+    )
     assert probe.returncode == 0, probe.stderr
     where, extras = probe.stdout.splitlines()
     assert str(ROOT) not in where and "site-packages" in where
@@ -131,13 +157,13 @@ def _has_symbol_table(path: Path) -> bool:
     data = path.read_bytes()
     assert data[:4] == b"\x7fELF" and data[4] == 2, f"{path} is not a 64-bit ELF file"
     fmt = "<" if data[5] == 1 else ">"
-    shoff, = struct.unpack_from(fmt + "Q", data, 0x28)
+    (shoff,) = struct.unpack_from(fmt + "Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from(fmt + "HHH", data, 0x3A)
     sections = [struct.unpack_from(fmt + "IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
     names_at = sections[shstrndx][4]
     for name_off, *_ in sections:
         end = data.index(b"\0", names_at + name_off)
-        if data[names_at + name_off:end] == b".symtab":
+        if data[names_at + name_off : end] == b".symtab":
             return True
     return False
 

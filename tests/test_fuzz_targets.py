@@ -16,8 +16,10 @@ from fuzz.twins import Finding, check_same, outcome
 
 compiled = [
     pytest.mark.c_extension,
-    pytest.mark.skipif(os.environ.get("NBMQ_NO_EXTENSIONS", "") not in ("", "0"),
-                       reason="the fuzz targets compare against the compiled extensions"),
+    pytest.mark.skipif(
+        os.environ.get("NBMQ_NO_EXTENSIONS", "") not in ("", "0"),
+        reason="the fuzz targets compare against the compiled extensions",
+    ),
 ]
 
 
@@ -124,8 +126,9 @@ def test_mutation_driver_stops_at_a_finding():
 
 
 @needs_compiled
-@pytest.mark.parametrize("path", sorted(p for p in corpus.REGRESSIONS.glob("*/*") if p.is_file()),
-                         ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path", sorted(p for p in corpus.REGRESSIONS.glob("*/*") if p.is_file()), ids=lambda p: f"{p.parent.name}/{p.name}"
+)
 def test_committed_regressions_pass_their_target(path):
     """Every input once found failing, kept in fuzz/corpus/<target>/, passes since its fix."""
     targets.load(path.parent.name)(path.read_bytes())

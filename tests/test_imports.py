@@ -59,7 +59,9 @@ def _imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
     is_package = path.name.startswith("__init__.")
     if path.suffix == ".pyx":
         texts = [path.read_text()]
-        texts += [p.read_text() for p in sorted((path.parent / "_cython").glob("*.pxi"))] if name == "nbmq._codec" else []
+        texts += (
+            [p.read_text() for p in sorted((path.parent / "_cython").glob("*.pxi"))] if name == "nbmq._codec" else []
+        )
         for text in texts:
             for m in _CYTHON_IMPORT.finditer(text):
                 line = text.count("\n", 0, m.start()) + 1
@@ -94,8 +96,10 @@ def _under(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-GRAPH = {name: sorted({m for m, _ in _imports(name, path) if _under(m, ("nbmq",)) and m != name and m in MODULES})
-         for name, path in MODULES.items()}
+GRAPH = {
+    name: sorted({m for m, _ in _imports(name, path) if _under(m, ("nbmq",)) and m != name and m in MODULES})
+    for name, path in MODULES.items()
+}
 IMPORTS = {name: list(_imports(name, path)) for name, path in MODULES.items()}
 
 
@@ -105,8 +109,7 @@ def _cli_modules() -> set[str]:
     tree = ast.parse(MODULES["nbmq.cli"].read_text())
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(getattr(t, "id", None) == "COMMANDS"
-                                                                  for t in targets):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(getattr(t, "id", None) == "COMMANDS" for t in targets):
             modules |= {v.value for v in node.value.values}  # type: ignore[union-attr]
     return modules
 
@@ -131,8 +134,9 @@ RULES = [
 
 def test_modules_found() -> None:
     """The walk sees the package (a test that parses nothing would pass on anything)."""
-    assert {"nbmq", "nbmq.cli", "nbmq.codec", "nbmq.engine.connection", "nbmq.spark.pipeline",
-            "nbmq._codec"} <= set(MODULES)
+    assert {"nbmq", "nbmq.cli", "nbmq.codec", "nbmq.engine.connection", "nbmq.spark.pipeline", "nbmq._codec"} <= set(
+        MODULES
+    )
     assert "nbmq.codec" in GRAPH["nbmq"]
     assert "nbmq.spark.pipeline" in GRAPH["nbmq.cli.pipeline"]  # a function-level import is seen
     assert {"nbmq.cli.decode", "nbmq.cli.pipeline", "nbmq.cli.monitor"} <= CLI_MODULES
@@ -182,7 +186,7 @@ def _path(component: list[str]) -> str:
     while True:
         nxt = next(w for w in GRAPH[trail[-1]] if w in members)
         if nxt in seen:
-            return " -> ".join(trail[trail.index(nxt):] + [nxt])
+            return " -> ".join(trail[trail.index(nxt) :] + [nxt])
         trail.append(nxt)
         seen.add(nxt)
 
@@ -199,16 +203,24 @@ def test_the_cycle_finder_finds_a_circle(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.parametrize("who,forbidden,why", RULES, ids=[r[2] for r in RULES])
 def test_layer_rules(who: tuple[str, ...], forbidden: tuple[str, ...], why: str) -> None:
-    bad = [f"{name} imports {target} (line {line})"
-           for name, imports in IMPORTS.items() if _under(name, who)
-           for target, line in imports if _under(target, forbidden)]
+    bad = [
+        f"{name} imports {target} (line {line})"
+        for name, imports in IMPORTS.items()
+        if _under(name, who)
+        for target, line in imports
+        if _under(target, forbidden)
+    ]
     assert not bad, f"{why}:\n  " + "\n  ".join(bad)
 
 
 def test_nothing_imports_a_command_line_module() -> None:
-    bad = [f"{name} imports {target} (line {line})"
-           for name, imports in IMPORTS.items() if name not in ENTRY_POINTS
-           for target, line in imports if target in CLI_MODULES]
+    bad = [
+        f"{name} imports {target} (line {line})"
+        for name, imports in IMPORTS.items()
+        if name not in ENTRY_POINTS
+        for target, line in imports
+        if target in CLI_MODULES
+    ]
     assert not bad, "only entry points may import a CLI module (ARCHITECTURE.md):\n  " + "\n  ".join(bad)
 
 

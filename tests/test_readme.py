@@ -70,7 +70,7 @@ def parse_blocks(text: str, document: str = "README.md") -> tuple[list[Block], l
             while j < len(lines) and not lines[j].startswith(close):
                 j += 1
             reason = marker[1] if marker else None
-            blocks.append(Block(i + 1, fence.group(2).lower(), "\n".join(lines[i + 1:j]) + "\n", reason, document))
+            blocks.append(Block(i + 1, fence.group(2).lower(), "\n".join(lines[i + 1 : j]) + "\n", reason, document))
             marker = None
             i = j
         elif line.strip() and marker is not None:  # prose between a marker and its block
@@ -122,7 +122,9 @@ def test_readme_blocks_found_and_markers_valid() -> None:
         if block.not_run is not None:
             assert block.not_run, f"{block}: a not-run marker needs a reason"
     skipped = [f"{b}: {b.not_run}" for b in BLOCKS if b.not_run is not None]
-    print(f"README.md and docs/: {len(RUNNABLE) - len(skipped)} blocks run, {len(skipped)} not run:", *skipped, sep="\n  ")
+    print(
+        f"README.md and docs/: {len(RUNNABLE) - len(skipped)} blocks run, {len(skipped)} not run:", *skipped, sep="\n  "
+    )
     assert len(skipped) <= len(RUNNABLE) // 2, "most README blocks must run"
 
 
@@ -139,8 +141,9 @@ def test_marker_parser_honours_markers() -> None:
 def test_python_block_runs(block: Block, tmp_path: Path) -> None:
     script = tmp_path / f"readme_line{block.line}.py"
     script.write_text(block.code)
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
-                            text=True, timeout=240)
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=240
+    )
     assert result.returncode == 0, f"{block} failed:\n{block.code}\n--- stderr ---\n{result.stderr[-3000:]}"
 
 
@@ -162,14 +165,22 @@ def test_sh_block_runs_or_parses(block: Block, tmp_path: Path) -> None:
     assert commands, f"{block}: no command in it"
     for line, argv in commands:
         where = f"{block.document}:{line}: {shlex.join(argv)}"
-        assert argv[0] == "nbmq", (f"{where}: only `nbmq ...` lines run from the documents; mark the block "
-                                   "<!-- not-run: REASON --> if it cannot run in the test suite")
+        assert argv[0] == "nbmq", (
+            f"{where}: only `nbmq ...` lines run from the documents; mark the block "
+            "<!-- not-run: REASON --> if it cannot run in the test suite"
+        )
         rest = argv[1:]
         if "--out" in rest:  # never write into the checkout
             rest[rest.index("--out") + 1] = str(tmp_path / "out")
         if rest and rest[0] in CHEAP or {"--help", "-h", "--version"} & set(rest):
-            result = subprocess.run([sys.executable, "-m", "nbmq.cli", *rest], cwd=tmp_path, env=_env(),
-                                    capture_output=True, text=True, timeout=120)
+            result = subprocess.run(
+                [sys.executable, "-m", "nbmq.cli", *rest],
+                cwd=tmp_path,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert result.returncode == 0, f"{where} exited {result.returncode}:\n{result.stderr[-3000:]}"
             continue
         try:

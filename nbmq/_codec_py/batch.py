@@ -25,9 +25,7 @@ def check_rows(offsets: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np
     lengths = np.asarray(lengths)
     if offsets.ndim != 1 or offsets.shape != lengths.shape:
         raise ValueError("offsets and lengths must be 1-D arrays of the same length")
-    if (offsets.size and offsets.dtype.kind not in "iu") or (
-        lengths.size and lengths.dtype.kind not in "iu"
-    ):
+    if (offsets.size and offsets.dtype.kind not in "iu") or (lengths.size and lengths.dtype.kind not in "iu"):
         raise TypeError("offsets and lengths must be integer arrays")
     return offsets, lengths
 
@@ -69,8 +67,18 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
             row["kind"] = datagram[1]
         if fields is not None:
             if datagram[1] == FrameKind.DATA:
-                (_, _, row["session_id"], row["message_id"], row["part_count"], row["part_index"],
-                 row["message_size"], row["part_size"], row["chunk_size"], row["chunk_offset"]) = fields
+                (
+                    _,
+                    _,
+                    row["session_id"],
+                    row["message_id"],
+                    row["part_count"],
+                    row["part_index"],
+                    row["message_size"],
+                    row["part_size"],
+                    row["chunk_size"],
+                    row["chunk_offset"],
+                ) = fields
                 header = DATA_HEADER_SIZE
             else:
                 row["session_id"] = fields[2]

@@ -172,17 +172,25 @@ def encode_data_frame_into(
     """
     chunk_view = memoryview(chunk).cast("B")
     size = len(chunk_view)
-    _check_data_args(
-        session_id, message_id, part_count, part_index, message_size, part_size, chunk_offset, size
-    )
+    _check_data_args(session_id, message_id, part_count, part_index, message_size, part_size, chunk_offset, size)
     out = memoryview(buffer).cast("B")
     offset = operator.index(offset)
     end = offset + DATA_HEADER_SIZE + size
     if offset < 0 or end > len(out):
         raise ValueError("no room for the frame in the buffer")
     DATA_HEADER.pack_into(
-        out, offset, VERSION, FrameKind.DATA, session_id, message_id, part_count, part_index,
-        message_size, part_size, size, chunk_offset,
+        out,
+        offset,
+        VERSION,
+        FrameKind.DATA,
+        session_id,
+        message_id,
+        part_count,
+        part_index,
+        message_size,
+        part_size,
+        size,
+        chunk_offset,
     )
     out[offset + DATA_HEADER_SIZE : end] = chunk_view
     return DATA_HEADER_SIZE + size
@@ -205,8 +213,16 @@ def encode_data_frame(
     """
     out = bytearray(DATA_HEADER_SIZE + len(memoryview(chunk).cast("B")))
     encode_data_frame_into(
-        out, 0, session_id, message_id, part_count, part_index, message_size, part_size,
-        chunk_offset, chunk,
+        out,
+        0,
+        session_id,
+        message_id,
+        part_count,
+        part_index,
+        message_size,
+        part_size,
+        chunk_offset,
+        chunk,
     )
     return bytes(out)
 

@@ -92,8 +92,19 @@ class _Owner:
 
 
 class _Message:
-    __slots__ = ("part_count", "message_size", "parts", "parts_done", "parts_seen", "sizes_seen",
-                 "first_seen", "lazy", "received", "charge", "owner")
+    __slots__ = (
+        "part_count",
+        "message_size",
+        "parts",
+        "parts_done",
+        "parts_seen",
+        "sizes_seen",
+        "first_seen",
+        "lazy",
+        "received",
+        "charge",
+        "owner",
+    )
 
     def __init__(self, part_count: int, message_size: int, now: float, owner: _Owner) -> None:
         self.part_count = part_count
@@ -221,8 +232,7 @@ class Reassembler:
             key = (frame.session_id, frame.message_id)
         part_count, part_index, message_size, part_size, chunk_offset = map(
             operator.index,
-            (frame.part_count, frame.part_index, frame.message_size, frame.part_size,
-             frame.chunk_offset),
+            (frame.part_count, frame.part_index, frame.message_size, frame.part_size, frame.chunk_offset),
         )
         chunk = memoryview(frame.chunk).cast("B")
         # The single-frame rules parse_frame enforces, for frames built by hand: every field
@@ -454,9 +464,7 @@ class Reassembler:
         found = self._owners.get(owner)
         return 0 if found is None else found.used
 
-    def add_datagram(
-        self, datagram: Buffer, now: float = 0.0, key: Hashable = None
-    ) -> list[np.ndarray] | None:
+    def add_datagram(self, datagram: Buffer, now: float = 0.0, key: Hashable = None) -> list[np.ndarray] | None:
         """Parse one datagram and add it: ``add(parse_frame(datagram), now, key)`` in one call.
 
         The fast path of the receive loop: no frame object is built and the chunk is copied

@@ -97,12 +97,20 @@ def shard_message(parts: Sequence[Buffer], session_id: int, message_id: int) -> 
         while True:
             size = min(MAX_CHUNK_SIZE, part_size - chunk_offset)
             DATA_HEADER.pack_into(
-                out, pos, VERSION, FrameKind.DATA, session_id, message_id, part_count, index,
-                message_size, part_size, size, chunk_offset,
+                out,
+                pos,
+                VERSION,
+                FrameKind.DATA,
+                session_id,
+                message_id,
+                part_count,
+                index,
+                message_size,
+                part_size,
+                size,
+                chunk_offset,
             )
-            out[pos + DATA_HEADER_SIZE : pos + DATA_HEADER_SIZE + size] = view[
-                chunk_offset : chunk_offset + size
-            ]
+            out[pos + DATA_HEADER_SIZE : pos + DATA_HEADER_SIZE + size] = view[chunk_offset : chunk_offset + size]
             offsets[frame] = pos
             lengths[frame] = DATA_HEADER_SIZE + size
             pos += DATA_HEADER_SIZE + size
@@ -121,6 +129,4 @@ def shard_message_bytes(parts: Sequence[Buffer], session_id: int, message_id: in
     """
     sharded = shard_message(parts, session_id, message_id)
     data = sharded.buffer.tobytes()
-    return [
-        data[o : o + n] for o, n in zip(sharded.offsets.tolist(), sharded.lengths.tolist())
-    ]
+    return [data[o : o + n] for o, n in zip(sharded.offsets.tolist(), sharded.lengths.tolist())]

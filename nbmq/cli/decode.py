@@ -37,13 +37,30 @@ DEFAULT_RQUEUE_PORT = 6567
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``CAPTURE ...``, ``--rqueue-port`` and ``--bqsp-port`` to ``parser``."""
-    parser.add_argument("captures", nargs="*", metavar="CAPTURE",
-                        help="pcap/pcapng files or directories (default: the bundled captures)")
-    parser.add_argument("--rqueue-port", dest="rqueue_ports", type=int, action="append", default=None,
-                        metavar="PORT", help="TCP port of rqueue servers (repeatable; default 6567)")
-    parser.add_argument("--bqsp-port", dest="bqsp_ports", type=int, action="append", default=None,
-                        metavar="PORT", help="TCP port of BQSP servers (repeatable; none by default: "
-                        "BQSP names no port)")
+    parser.add_argument(
+        "captures",
+        nargs="*",
+        metavar="CAPTURE",
+        help="pcap/pcapng files or directories (default: the bundled captures)",
+    )
+    parser.add_argument(
+        "--rqueue-port",
+        dest="rqueue_ports",
+        type=int,
+        action="append",
+        default=None,
+        metavar="PORT",
+        help="TCP port of rqueue servers (repeatable; default 6567)",
+    )
+    parser.add_argument(
+        "--bqsp-port",
+        dest="bqsp_ports",
+        type=int,
+        action="append",
+        default=None,
+        metavar="PORT",
+        help="TCP port of BQSP servers (repeatable; none by default: BQSP names no port)",
+    )
 
 
 def _expand(paths: list[str]) -> list[tuple[str, str | None]]:
@@ -108,8 +125,10 @@ def _tcp_line(path: str, protocol: str, ports: list[int]) -> str | None:
     what = "messages" if protocol == "rqueue" else "packets"
     detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
     port_list = ",".join(str(p) for p in ports)
-    return (f"{protocol} (TCP port {port_list}): {sum(kinds.values())} {what}, {errors} error rows, "
-            f"{len(connections)} connections" + (f"; {detail}" if detail else ""))
+    return (
+        f"{protocol} (TCP port {port_list}): {sum(kinds.values())} {what}, {errors} error rows, "
+        f"{len(connections)} connections" + (f"; {detail}" if detail else "")
+    )
 
 
 def _has_other_tcp(path: str) -> bool:
@@ -147,8 +166,12 @@ def run(args: argparse.Namespace) -> int:
         if problem is None:
             try:
                 lines = [_udp_line(path, codec)]
-                found = [line for protocol, ports in streams if ports
-                         if (line := _tcp_line(path, protocol, ports)) is not None]
+                found = [
+                    line
+                    for protocol, ports in streams
+                    if ports
+                    if (line := _tcp_line(path, protocol, ports)) is not None
+                ]
                 if not found and _has_other_tcp(path):
                     found = ["TCP traffic on other ports (decode it with --rqueue-port / --bqsp-port)"]
                 lines += found

@@ -28,8 +28,17 @@ HELP = "live per-session health of a folder of growing captures (Spark Structure
 
 __all__ = ["HELP", "add_arguments", "run", "MonitorTable", "interval_seconds"]
 
-_UNITS = {"ms": 1e-3, "millisecond": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0,
-          "h": 3600.0, "hour": 3600.0}
+_UNITS = {
+    "ms": 1e-3,
+    "millisecond": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+}
 
 
 def interval_seconds(text: str) -> float:
@@ -50,8 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=1.0, help="window length, seconds of capture time (default 1)")
     parser.add_argument("--watermark", default="2 seconds", help="how late a frame may arrive (default '2 seconds')")
     parser.add_argument("--trigger", type=float, default=1.0, help="seconds between micro-batches (default 1)")
-    parser.add_argument("--idle", type=float, default=2.0,
-                        help="close a capture's open windows once it has not grown for this many seconds (default 2; 0: never)")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=2.0,
+        help="close a capture's open windows once it has not grown for this many seconds (default 2; 0: never)",
+    )
     parser.add_argument("--out", help="also append every window row to Parquet in this folder")
     parser.add_argument("--checkpoint", help="checkpoint folder (default: a temporary one; give one to resume)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
@@ -59,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=0.0, help="stop after this many seconds (0: never)")
     parser.add_argument("--available-now", action="store_true", help="read what is on disk now, then stop")
     parser.add_argument(
-        "--final", action="store_true",
+        "--final",
+        action="store_true",
         help="with --available-now: the captures are finished, close every window at the end (the source's "
         "end_row; a checkpoint given with --checkpoint then drops later frames as late)",
     )
@@ -86,8 +100,11 @@ class MonitorTable:
             key = (row["capture"], int(row["session_id"]))
             s = self.sessions.setdefault(key, {"totals": {}, "last": None, "max_silence": None})
             for name, value in row.items():
-                if name.startswith(("frames_", "messages_")) and name != "messages_in_flight" or name in (
-                        "bytes", "message_bytes", "resends"):
+                if (
+                    name.startswith(("frames_", "messages_"))
+                    and name != "messages_in_flight"
+                    or name in ("bytes", "message_bytes", "resends")
+                ):
                     s["totals"][name] = s["totals"].get(name, 0) + int(value or 0)
             s["last"] = row
             silence = row.get("max_silence_s")
@@ -98,22 +115,51 @@ class MonitorTable:
         """A ``rich.table.Table`` of the sessions (latest window's frames and bytes, totals)."""
         from rich.table import Table
 
-        table = Table(title=f"nbmq monitor: {len(self.sessions)} sessions, {self.windows} windows, {self.batches} batches")
-        for col in ("capture", "session", "window end", "frames/win", "bytes/win", "frames", "data", "hb",
-                    "acks", "msgs ok", "msgs incompl.", "in flight", "resends", "max silence s", "peers"):
+        table = Table(
+            title=f"nbmq monitor: {len(self.sessions)} sessions, {self.windows} windows, {self.batches} batches"
+        )
+        for col in (
+            "capture",
+            "session",
+            "window end",
+            "frames/win",
+            "bytes/win",
+            "frames",
+            "data",
+            "hb",
+            "acks",
+            "msgs ok",
+            "msgs incompl.",
+            "in flight",
+            "resends",
+            "max silence s",
+            "peers",
+        ):
             table.add_column(col, justify="left" if col in ("capture", "session", "window end", "peers") else "right")
         for (capture, sid), s in sorted(self.sessions.items()):
             last, t = s["last"], s["totals"]
             frames_win = sum(int(last[k] or 0) for k in last if k.startswith("frames_"))
-            state = "disconnected" if t.get("frames_disconnected") else (
-                f"{last.get('silent_peers')} silent" if last.get("silent_peers") else "alive")
+            state = (
+                "disconnected"
+                if t.get("frames_disconnected")
+                else (f"{last.get('silent_peers')} silent" if last.get("silent_peers") else "alive")
+            )
             table.add_row(
-                capture, f"{sid:016x}", str(last["window_end"])[:23], str(frames_win), str(last["bytes"]),
-                str(sum(v for k, v in t.items() if k.startswith("frames_"))), str(t.get("frames_data", 0)),
-                str(t.get("frames_heartbeat", 0)), str(t.get("frames_ack", 0)), str(t.get("messages_complete", 0)),
+                capture,
+                f"{sid:016x}",
+                str(last["window_end"])[:23],
+                str(frames_win),
+                str(last["bytes"]),
+                str(sum(v for k, v in t.items() if k.startswith("frames_"))),
+                str(t.get("frames_data", 0)),
+                str(t.get("frames_heartbeat", 0)),
+                str(t.get("frames_ack", 0)),
+                str(t.get("messages_complete", 0)),
                 str(t.get("messages_incomplete", 0) + int(last.get("messages_in_flight") or 0)),
-                str(last.get("messages_in_flight") or 0), str(t.get("resends", 0)),
-                "-" if s["max_silence"] is None else f"{s['max_silence']:.3f}", state,
+                str(last.get("messages_in_flight") or 0),
+                str(t.get("resends", 0)),
+                "-" if s["max_silence"] is None else f"{s['max_silence']:.3f}",
+                state,
             )
         return table
 
@@ -170,7 +216,11 @@ def run(args: argparse.Namespace) -> int:
     frames = reader.load(os.path.abspath(args.dir))
     sessions = build_stream_sessions(frames, args.window, StreamMessageOptions(watermark=args.watermark))
     writer = sessions.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
-    writer = writer.trigger(availableNow=True) if args.available_now else writer.trigger(processingTime=f"{args.trigger} seconds")
+    writer = (
+        writer.trigger(availableNow=True)
+        if args.available_now
+        else writer.trigger(processingTime=f"{args.trigger} seconds")
+    )
     query = writer.start()
     deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
     shown = -1

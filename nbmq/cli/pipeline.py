@@ -34,9 +34,14 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``nbmq pipeline`` options to ``parser`` (the :mod:`nbmq.cli` contract)."""
     parser.add_argument("captures", nargs="*", metavar="CAPTURE", help="pcap/pcapng files or directories")
-    parser.add_argument("--out", "-o", default="out", metavar="DIR",
-                        help="output directory, replaced whole when the run succeeds (default: out); a local "
-                        "path or a Hadoop-compatible URI (hdfs://, s3a://, file://)")
+    parser.add_argument(
+        "--out",
+        "-o",
+        default="out",
+        metavar="DIR",
+        help="output directory, replaced whole when the run succeeds (default: out); a local "
+        "path or a Hadoop-compatible URI (hdfs://, s3a://, file://)",
+    )
     parser.add_argument(
         "--master",
         default=None,
@@ -46,19 +51,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-payload", dest="payload", action="store_false", help="leave payload out of frames/")
     parser.add_argument("--parts", action="store_true", help="keep each message's parts (bytes) in messages/")
     parser.add_argument(
-        "--split-mb", type=float, default=64.0, metavar="MB",
+        "--split-mb",
+        type=float,
+        default=64.0,
+        metavar="MB",
         help="split classic pcap files larger than this into byte ranges (default 64; 0: never)",
     )
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration (repeatable)"
     )
     parser.add_argument(
-        "--bqsp-port", dest="bqsp_ports", type=int, action="append", default=None, metavar="PORT",
+        "--bqsp-port",
+        dest="bqsp_ports",
+        type=int,
+        action="append",
+        default=None,
+        metavar="PORT",
         help="TCP port of BQSP servers: its connections are decoded into bqsp/ (repeatable; BQSP "
         "has no default port, so no bqsp/ without it)",
     )
     parser.add_argument(
-        "--rqueue-port", dest="rqueue_ports", type=int, action="append", default=None, metavar="PORT",
+        "--rqueue-port",
+        dest="rqueue_ports",
+        type=int,
+        action="append",
+        default=None,
+        metavar="PORT",
         help="TCP port of rqueue servers, decoded into rqueue/ (repeatable; default 6567)",
     )
     parser.add_argument("--no-report", dest="report", action="store_false", help="skip report.html")
@@ -85,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
     """
     missing = missing_extra()
     if missing:
-        print(f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' "
-              f"(missing: {', '.join(missing)})", file=sys.stderr)
+        print(
+            f"nbmq pipeline needs the Spark extra: pip install 'nbmq[spark]' (missing: {', '.join(missing)})",
+            file=sys.stderr,
+        )
         return 2
     from ..spark.output import OutputError
     from ..spark.pipeline import DEFAULT_RQUEUE_PORTS

@@ -16,7 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``install [--dest DIR]`` and ``path`` (print where the shipped .lua files are)."""
     sub = parser.add_subparsers(dest="wireshark_action", metavar="ACTION")
     inst = sub.add_parser("install", help="copy the .lua files to the personal Lua plugin folder")
-    inst.add_argument("--dest", default=None, help="folder to copy to (default: Wireshark's personal Lua plugin folder)")
+    inst.add_argument(
+        "--dest", default=None, help="folder to copy to (default: Wireshark's personal Lua plugin folder)"
+    )
     sub.add_parser("path", help="print the folder of the shipped .lua files (for tshark -X lua_script:...)")
 
 
@@ -38,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for path in written:
         print(path)
-    print(f"installed {len(written)} dissectors in {written[0].parent}; restart Wireshark or use "
-          "Analyze > Reload Lua Plugins. BQSP names no port: set Protocols > BQSP > TCP port "
-          "(tshark: -o bqsp.tcp_port:PORT); captures with reordered segments need "
-          "-o tcp.reassemble_out_of_order:TRUE.")
+    print(
+        f"installed {len(written)} dissectors in {written[0].parent}; restart Wireshark or use "
+        "Analyze > Reload Lua Plugins. BQSP names no port: set Protocols > BQSP > TCP port "
+        "(tshark: -o bqsp.tcp_port:PORT); captures with reordered segments need "
+        "-o tcp.reassemble_out_of_order:TRUE."
+    )
     return 0

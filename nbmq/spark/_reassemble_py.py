@@ -98,9 +98,7 @@ def _reassemble(rows: list[tuple], chunks: list, max_message_size: int) -> tuple
     return done, duplicates + reassembler.duplicates - before, rejected
 
 
-def reassemble_group(
-    rows: list[tuple], chunks: list, max_message_size: int
-) -> tuple[list[Any] | None, int, int]:
+def reassemble_group(rows: list[tuple], chunks: list, max_message_size: int) -> tuple[list[Any] | None, int, int]:
     """One group's frames -> (completed parts or None, duplicates, rejected), the reference rule.
 
     Args:
@@ -135,16 +133,25 @@ def reassemble_group(
 
 
 def group_frames(
-    a: int, b: int, part_count: np.ndarray, part_index: np.ndarray, message_size: np.ndarray,
-    part_size: np.ndarray, chunk_offset: np.ndarray, buffers: list, buf_id: np.ndarray,
-    chunk_start: np.ndarray, chunk_len: np.ndarray,
+    a: int,
+    b: int,
+    part_count: np.ndarray,
+    part_index: np.ndarray,
+    message_size: np.ndarray,
+    part_size: np.ndarray,
+    chunk_offset: np.ndarray,
+    buffers: list,
+    buf_id: np.ndarray,
+    chunk_start: np.ndarray,
+    chunk_len: np.ndarray,
 ) -> tuple[list[tuple], list[memoryview]]:
     """Rows ``a:b`` of the arrays of :func:`reassemble_groups` -> ``reassemble_group``'s rows and chunks."""
     fields = [f[a:b].tolist() for f in (part_count, part_index, message_size, part_size, chunk_offset)]
     rows = [(*r, 0) for r in zip(*fields)]
     views = [memoryview(x).cast("B") for x in buffers]
-    chunks = [views[i][s : s + k] for i, s, k in zip(buf_id[a:b].tolist(), chunk_start[a:b].tolist(),
-                                                     chunk_len[a:b].tolist())]
+    chunks = [
+        views[i][s : s + k] for i, s, k in zip(buf_id[a:b].tolist(), chunk_start[a:b].tolist(), chunk_len[a:b].tolist())
+    ]
     return rows, chunks
 
 
@@ -191,9 +198,14 @@ def reassemble_groups(
             slots), or a chunk lies outside its buffer. Other header values never raise (the
             codec's own errors are counted as rejections).
     """
-    (bounds, part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start,
-     chunk_len) = check_arguments(bounds, [part_count, part_index, message_size, part_size, chunk_offset, buf_id,
-                                           chunk_start, chunk_len], buffers, max_message_size)
+    (bounds, part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start, chunk_len) = (
+        check_arguments(
+            bounds,
+            [part_count, part_index, message_size, part_size, chunk_offset, buf_id, chunk_start, chunk_len],
+            buffers,
+            max_message_size,
+        )
+    )
     g = len(bounds) - 1
     complete = np.zeros(g, np.uint8)
     out_count = np.zeros(g, np.int32)
@@ -209,8 +221,9 @@ def reassemble_groups(
     at = 0
     for i in range(g):
         a, b = int(bounds[i]), int(bounds[i + 1])
-        rows, chunks = group_frames(a, b, part_count, part_index, message_size, part_size, chunk_offset,
-                                    buffers, buf_id, chunk_start, chunk_len)
+        rows, chunks = group_frames(
+            a, b, part_count, part_index, message_size, part_size, chunk_offset, buffers, buf_id, chunk_start, chunk_len
+        )
         done, duplicates[i], rejected[i] = reassemble_group(rows, chunks, max_message_size)
         if done is not None:
             complete[i] = 1
@@ -234,15 +247,32 @@ def reassemble_groups(
             starts.extend([0] * max(pc0, 0))
             digests.extend([bytes(32)] * max(pc0, 0))
         slots[i + 1] = len(sizes)
-    return (complete, out_count, out_size, duplicates, rejected, missing, slots,
-            np.array(sizes, np.int64), np.array(starts, np.int64),
-            np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 32).copy(),
-            np.frombuffer(b"".join(data), np.uint8).copy())
+    return (
+        complete,
+        out_count,
+        out_size,
+        duplicates,
+        rejected,
+        missing,
+        slots,
+        np.array(sizes, np.int64),
+        np.array(starts, np.int64),
+        np.frombuffer(b"".join(digests), np.uint8).reshape(-1, 32).copy(),
+        np.frombuffer(b"".join(data), np.uint8).copy(),
+    )
 
 
 #: The row arguments of ``reassemble_groups``, in call order (their names in ValueError messages).
-ROW_ARGUMENTS = ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "buf_id", "chunk_start",
-                 "chunk_len")
+ROW_ARGUMENTS = (
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
+    "chunk_offset",
+    "buf_id",
+    "chunk_start",
+    "chunk_len",
+)
 #: The wire's part_count is a u8: an incomplete group holds this many output slots at most.
 MAX_PART_COUNT = 255
 #: The chunks of one call add up to at most this many bytes (int64 sums cannot wrap below it).

@@ -357,9 +357,7 @@ def read_frames_batches(
     if batch.errors and damage is not None:
         damage.add(batch.errors, batch.error_reasons)
     elif batch.errors:
-        yield _capture_error_batch(
-            capture, [f"capture: {r}" for r in batch.error_reasons], batch.errors, arrow_schema
-        )
+        yield _capture_error_batch(capture, [f"capture: {r}" for r in batch.error_reasons], batch.errors, arrow_schema)
 
 
 def _capture_error_batch(capture: str, reasons: list[str], count: int, arrow_schema: pa.Schema) -> pa.RecordBatch:

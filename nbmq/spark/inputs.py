@@ -182,7 +182,7 @@ def capture_names(paths: Sequence[str]) -> dict[str, str]:
     parts = {p: [c for c in urlsplit(p).path.replace(os.sep, "/").split("/") if c] or [p] for p in paths}
     depth = dict.fromkeys(paths, 1)
     while True:
-        names = {p: "/".join(parts[p][-depth[p]:]) for p in paths}
+        names = {p: "/".join(parts[p][-depth[p] :]) for p in paths}
         seen: dict[str, list[str]] = {}
         for p, name in names.items():
             seen.setdefault(name, []).append(p)

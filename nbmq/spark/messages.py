@@ -193,8 +193,12 @@ def reassemble_batches(
 
 
 def _row_key(batch: pa.RecordBatch, i: int) -> tuple:
-    return (batch.column("capture")[i].as_py(), int(_u64(batch.column("session_id"))[i]),
-            batch.column("src")[i].as_py(), int(_u64(batch.column("message_id"))[i]))
+    return (
+        batch.column("capture")[i].as_py(),
+        int(_u64(batch.column("session_id"))[i]),
+        batch.column("src")[i].as_py(),
+        int(_u64(batch.column("message_id"))[i]),
+    )
 
 
 def _key_starts(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
@@ -287,8 +291,19 @@ def group_rows(
         ids, cstart, clen = ids[order], cstart[order], clen[order]
     bounds = np.append(np.asarray(starts, np.int64), n)
     (complete, count, size, dups, rejected, missing, slots, slot_size, slot_start, digests, data) = _KERNEL(
-        bounds, sorted_("part_count"), sorted_("part_index"), sorted_("message_size"), sorted_("part_size"),
-        sorted_("chunk_offset"), buffers, ids, cstart, clen, limit, parts)
+        bounds,
+        sorted_("part_count"),
+        sorted_("part_index"),
+        sorted_("message_size"),
+        sorted_("part_size"),
+        sorted_("chunk_offset"),
+        buffers,
+        ids,
+        cstart,
+        clen,
+        limit,
+        parts,
+    )
     flags = done = complete.astype(bool)
     ts = sorted_("ts_ns")
     g = len(starts)
@@ -302,8 +317,13 @@ def group_rows(
         slot_keep = np.repeat(done, per_group)
         slot_size, slot_start, digests = slot_size[slot_keep], slot_start[slot_keep], digests[slot_keep]
         count, size, dups, rejected, missing = count[sel], size[sel], dups[sel], rejected[sel], missing[sel]
-        first_ts, last_ts, nframes, firsts, per_group = first_ts[sel], last_ts[sel], nframes[sel], firsts[sel], \
-            per_group[sel]
+        first_ts, last_ts, nframes, firsts, per_group = (
+            first_ts[sel],
+            last_ts[sel],
+            nframes[sel],
+            firsts[sel],
+            per_group[sel],
+        )
         done = done[sel]
         g = sel.size
         slots = np.zeros(g + 1, np.int64)
@@ -342,11 +362,13 @@ def group_rows(
         if parts:
             blob_offsets = np.append(d_start, d_start[-1] + d_size[-1] if d_size.size else 0)
             if blob_offsets[-1] < 2**31:
-                blobs = pa.BinaryArray.from_buffers(pa.binary(), len(d_size), [
-                    None, pa.py_buffer(blob_offsets.astype(np.int32)), pa.py_buffer(data)])
+                blobs = pa.BinaryArray.from_buffers(
+                    pa.binary(), len(d_size), [None, pa.py_buffer(blob_offsets.astype(np.int32)), pa.py_buffer(data)]
+                )
             else:
-                blobs = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(d_size), [
-                    None, pa.py_buffer(blob_offsets), pa.py_buffer(data)]).cast(pa.binary())
+                blobs = pa.LargeBinaryArray.from_buffers(
+                    pa.large_binary(), len(d_size), [None, pa.py_buffer(blob_offsets), pa.py_buffer(data)]
+                ).cast(pa.binary())
             cols["parts"] = pa.ListArray.from_arrays(done_offsets, blobs, mask=mask)
         else:
             cols["parts"] = pa.nulls(g, field["parts"])
@@ -379,26 +401,43 @@ def message_row(group: _Group, want_parts: bool, max_message_size: int) -> tuple
     n = len(group.rows)
     pc, pi, ms, ps, co, ts = (list(c) for c in zip(*group.rows))
     ids = np.empty(n, np.uint64)
-    frames = pa.table({
-        "capture": pa.array([capture] * n, pa.string()),
-        "src": pa.array([src] * n, pa.string()),
-        "dst": pa.array([group.dst] * n, pa.string()),
-        "session_id": _u64_decimal(np.full_like(ids, sid), None, _U64_TYPE),
-        "message_id": _u64_decimal(np.full_like(ids, mid), None, _U64_TYPE),
-        "part_count": pa.array(pc, pa.int32()), "part_index": pa.array(pi, pa.int32()),
-        "message_size": pa.array(ms, pa.int64()), "part_size": pa.array(ps, pa.int64()),
-        "chunk_offset": pa.array(co, pa.int64()),
-        "payload": pa.array([bytes(c) for c in group.chunks], pa.binary()),
-        "ts_ns": pa.array(ts, pa.int64()),
-    })
-    _, cols = group_rows(frames, None, np.zeros(1, np.int64), _row_schema(want_parts), want_parts,
-                         max_message_size)
+    frames = pa.table(
+        {
+            "capture": pa.array([capture] * n, pa.string()),
+            "src": pa.array([src] * n, pa.string()),
+            "dst": pa.array([group.dst] * n, pa.string()),
+            "session_id": _u64_decimal(np.full_like(ids, sid), None, _U64_TYPE),
+            "message_id": _u64_decimal(np.full_like(ids, mid), None, _U64_TYPE),
+            "part_count": pa.array(pc, pa.int32()),
+            "part_index": pa.array(pi, pa.int32()),
+            "message_size": pa.array(ms, pa.int64()),
+            "part_size": pa.array(ps, pa.int64()),
+            "chunk_offset": pa.array(co, pa.int64()),
+            "payload": pa.array([bytes(c) for c in group.chunks], pa.binary()),
+            "ts_ns": pa.array(ts, pa.int64()),
+        }
+    )
+    _, cols = group_rows(frames, None, np.zeros(1, np.int64), _row_schema(want_parts), want_parts, max_message_size)
     value = {name: col[0].as_py() for name, col in cols.items()}
     first, last = (int(cols[c].cast(pa.int64())[0].as_py()) for c in ("first_ts", "last_ts"))
     return (
-        capture, sid, src, value["dst"], mid, value["part_count"], value["message_size"], value["part_sizes"],
-        value["part_sha256"], value["complete"], value["missing_bytes"], value["frames"], value["duplicates"],
-        value["rejected"], first, last, value.get("parts") if want_parts else None,
+        capture,
+        sid,
+        src,
+        value["dst"],
+        mid,
+        value["part_count"],
+        value["message_size"],
+        value["part_sizes"],
+        value["part_sha256"],
+        value["complete"],
+        value["missing_bytes"],
+        value["frames"],
+        value["duplicates"],
+        value["rejected"],
+        first,
+        last,
+        value.get("parts") if want_parts else None,
     )
 
 
@@ -430,9 +469,23 @@ class _Output:
         cols = list(zip(*self.rows))
         self.rows = []
         names = [
-            "capture", "session_id", "src", "dst", "message_id", "part_count", "message_size",
-            "part_sizes", "part_sha256", "complete", "missing_bytes", "frames", "duplicates",
-            "rejected", "first_ts", "last_ts", "parts",
+            "capture",
+            "session_id",
+            "src",
+            "dst",
+            "message_id",
+            "part_count",
+            "message_size",
+            "part_sizes",
+            "part_sha256",
+            "complete",
+            "missing_bytes",
+            "frames",
+            "duplicates",
+            "rejected",
+            "first_ts",
+            "last_ts",
+            "parts",
         ]
         by_name = dict(zip(names, cols))
         arrays = []

@@ -60,15 +60,37 @@ def _data(frames: DataFrame) -> DataFrame:
         addr_port("src_addr", "src_port").alias("src"),
         "message_id",
         addr_port("dst_addr", "dst_port").alias("dst"),
-        "part_count", "part_index", "message_size", "part_size", "chunk_offset",
-        "payload", "ts_ns", "frame_number",
+        "part_count",
+        "part_index",
+        "message_size",
+        "part_size",
+        "chunk_offset",
+        "payload",
+        "ts_ns",
+        "frame_number",
     )
 
 
 #: columns of the frames table the local pass reads (``_data``'s inputs)
-_READ_COLS = ["capture", "session_id", "src_addr", "src_port", "message_id", "dst_addr", "dst_port",
-              "part_count", "part_index", "message_size", "part_size", "chunk_offset", "payload", "ts_ns",
-              "frame_number", "kind", "error"]
+_READ_COLS = [
+    "capture",
+    "session_id",
+    "src_addr",
+    "src_port",
+    "message_id",
+    "dst_addr",
+    "dst_port",
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
+    "chunk_offset",
+    "payload",
+    "ts_ns",
+    "frame_number",
+    "kind",
+    "error",
+]
 
 
 def _parquet_pieces(frames: DataFrame) -> list[tuple[str, int]] | None:
@@ -113,12 +135,15 @@ def _addr_port_arrow(addr: pa.Array, port: pa.Array) -> pa.Array:
 
     if len(addr) and not addr.null_count and not port.null_count:
         enc = pc.dictionary_encode(addr)
-        pair = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 17) | \
-            port.to_numpy(zero_copy_only=False).astype(np.int64)
+        pair = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 17) | port.to_numpy(
+            zero_copy_only=False
+        ).astype(np.int64)
         uniq, inverse = np.unique(pair, return_inverse=True)
         names = enc.dictionary.to_pylist()
-        texts = [(f"[{a}]:{p}" if ":" in a else f"{a}:{p}") for a, p in
-                 ((names[int(u >> 17)], int(u & 0x1FFFF)) for u in uniq.tolist())]
+        texts = [
+            (f"[{a}]:{p}" if ":" in a else f"{a}:{p}")
+            for a, p in ((names[int(u >> 17)], int(u & 0x1FFFF)) for u in uniq.tolist())
+        ]
         return pa.array(texts, pa.string()).take(pa.array(inverse.reshape(-1)))
     text = pc.cast(port, pa.string())
     v6 = pc.binary_join_element_wise("[", addr, "]:", text, "")
@@ -137,12 +162,37 @@ def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
         b = b.filter(keep)
     c = b.column
     return pa.RecordBatch.from_arrays(
-        [c("capture"), c("session_id"), _addr_port_arrow(c("src_addr"), c("src_port")), c("message_id"),
-         _addr_port_arrow(c("dst_addr"), c("dst_port")), c("part_count"), c("part_index"),
-         c("message_size"), c("part_size"), c("chunk_offset"), c("payload"), c("ts_ns"),
-         c("frame_number")],
-        names=["capture", "session_id", "src", "message_id", "dst", "part_count", "part_index",
-               "message_size", "part_size", "chunk_offset", "payload", "ts_ns", "frame_number"])
+        [
+            c("capture"),
+            c("session_id"),
+            _addr_port_arrow(c("src_addr"), c("src_port")),
+            c("message_id"),
+            _addr_port_arrow(c("dst_addr"), c("dst_port")),
+            c("part_count"),
+            c("part_index"),
+            c("message_size"),
+            c("part_size"),
+            c("chunk_offset"),
+            c("payload"),
+            c("ts_ns"),
+            c("frame_number"),
+        ],
+        names=[
+            "capture",
+            "session_id",
+            "src",
+            "message_id",
+            "dst",
+            "part_count",
+            "part_index",
+            "message_size",
+            "part_size",
+            "chunk_offset",
+            "payload",
+            "ts_ns",
+            "frame_number",
+        ],
+    )
 
 
 def _read_pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -174,8 +224,14 @@ def _record_schema(parts: bool) -> Any:
 _SEGMENT_ROWS = 131072
 
 
-def _local_pass(batches: Iterator[pa.RecordBatch], record_schema: pa.Schema, parts: bool, limit: int,
-                out_schema: pa.Schema, segment_rows: int = _SEGMENT_ROWS) -> Iterator[pa.RecordBatch]:
+def _local_pass(
+    batches: Iterator[pa.RecordBatch],
+    record_schema: pa.Schema,
+    parts: bool,
+    limit: int,
+    out_schema: pa.Schema,
+    segment_rows: int = _SEGMENT_ROWS,
+) -> Iterator[pa.RecordBatch]:
     """One frames partition, in file order, -> row records and frame records (module docstring, step 1).
 
     The frames are taken in segments of about ``_SEGMENT_ROWS``; a key left incomplete by a
@@ -203,13 +259,23 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
     enc = pc.dictionary_encode(column)
     if isinstance(enc, pa.ChunkedArray):
-        return np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks]) if enc.num_chunks \
+        return (
+            np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks])
+            if enc.num_chunks
             else np.zeros(0, np.int64)
+        )
     return enc.indices.to_numpy(zero_copy_only=False)
 
 
-def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, record_schema: pa.Schema,
-             parts: bool, limit: int, out_schema: pa.Schema):  # type: ignore[no-untyped-def]
+def _segment(
+    new: list[pa.RecordBatch],
+    carry: pa.Table | None,
+    final: bool,
+    record_schema: pa.Schema,
+    parts: bool,
+    limit: int,
+    out_schema: pa.Schema,
+):  # type: ignore[no-untyped-def]
     """Reassemble one segment (carried frames first, then ``new``); yield its records and
     return the frames to carry into the next segment (None if none).
 
@@ -240,8 +306,12 @@ def _segment(new: list[pa.RecordBatch], carry: pa.Table | None, final: bool, rec
     if m:
         cols: dict[str, Any] = dict(rows)
         cols["_kind"] = pa.array(np.full(m, ROW, np.int64))
-        for c, v in (("_t0", ts[starts[sel]]), ("_f0", fn[starts[sel]]), ("_t1", ts[ends[sel]]),
-                     ("_f1", fn[ends[sel]])):
+        for c, v in (
+            ("_t0", ts[starts[sel]]),
+            ("_f0", fn[starts[sel]]),
+            ("_t1", ts[ends[sel]]),
+            ("_f1", fn[ends[sel]]),
+        ):
             cols[c] = pa.array(v)
         yield _record_batch(cols, m, record_schema)
     # incomplete keys: carried while fresh frames come, else out as frame records
@@ -287,8 +357,12 @@ def _record_batch(cols: dict[str, Any], m: int, record_schema: pa.Schema) -> pa.
 
 
 def _py_key(batch: pa.RecordBatch, i: int) -> tuple:
-    return (batch.column("capture")[i].as_py(), int(_u64(batch.column("session_id"))[i]),
-            batch.column("src")[i].as_py(), int(_u64(batch.column("message_id"))[i]))
+    return (
+        batch.column("capture")[i].as_py(),
+        int(_u64(batch.column("session_id"))[i]),
+        batch.column("src")[i].as_py(),
+        int(_u64(batch.column("message_id"))[i]),
+    )
 
 
 class _Pending:
@@ -305,9 +379,23 @@ class _Pending:
 def _row_tuple(r: dict[str, Any]) -> tuple:
     """A row record (``to_pylist`` dict, timestamps as int us) -> the tuple ``_Output`` takes."""
     return (
-        r["capture"], int(r["session_id"]), r["src"], r["dst"], int(r["message_id"]), r["part_count"],
-        r["message_size"], r["part_sizes"], r["part_sha256"], r["complete"], r["missing_bytes"],
-        r["frames"], r["duplicates"], r["rejected"], r["first_ts"], r["last_ts"], r.get("parts"),
+        r["capture"],
+        int(r["session_id"]),
+        r["src"],
+        r["dst"],
+        int(r["message_id"]),
+        r["part_count"],
+        r["message_size"],
+        r["part_sizes"],
+        r["part_sha256"],
+        r["complete"],
+        r["missing_bytes"],
+        r["frames"],
+        r["duplicates"],
+        r["rejected"],
+        r["first_ts"],
+        r["last_ts"],
+        r.get("parts"),
     )
 
 
@@ -318,8 +406,10 @@ def _settle(p: _Pending, parts: bool, limit: int) -> tuple | None:
     kinds = [r["_kind"] for r in recs]
     if ROW not in kinds:
         g = _Group(p.key, recs[0]["dst"])
-        g.rows = [(r["f_part_count"], r["f_part_index"], r["f_message_size"], r["f_part_size"],
-                   r["f_chunk_offset"], r["_t0"]) for r in recs]
+        g.rows = [
+            (r["f_part_count"], r["f_part_index"], r["f_message_size"], r["f_part_size"], r["f_chunk_offset"], r["_t0"])
+            for r in recs
+        ]
         g.chunks = [memoryview(r["f_payload"]) for r in recs]
         return message_row(g, parts, limit)
     head = recs[0]
@@ -337,8 +427,9 @@ def _settle(p: _Pending, parts: bool, limit: int) -> tuple | None:
     return tuple(row)
 
 
-def _combine(batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bool,
-             limit: int) -> Iterator[pa.RecordBatch]:
+def _combine(
+    batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bool, limit: int
+) -> Iterator[pa.RecordBatch]:
     """Records sorted by (_h, key, _t0, _f0) -> message rows (``out_schema`` plus ``_h``)."""
     names = [f.name for f in out_schema]
     with_h = out_schema.append(pa.field("_h", pa.int64())).append(pa.field("_redo", pa.bool_()))
@@ -365,8 +456,9 @@ def _combine(batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bo
     def marks() -> pa.RecordBatch:
         m = len(redo)
         cols = [pa.nulls(m, f.type) for f in out_schema]
-        return pa.RecordBatch.from_arrays([*cols, pa.array(redo, pa.int64()), pa.array(np.ones(m, bool))],
-                                          schema=with_h)
+        return pa.RecordBatch.from_arrays(
+            [*cols, pa.array(redo, pa.int64()), pa.array(np.ones(m, bool))], schema=with_h
+        )
 
     for batch in batches:
         n = batch.num_rows
@@ -387,14 +479,16 @@ def _combine(batches: Iterator[pa.RecordBatch], out_schema: pa.Schema, parts: bo
             cols = [batch.column(c).take(take) for c in names]
             cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, out_schema)]
             yield pa.RecordBatch.from_arrays(
-                [*cols, batch.column("_h").take(take), pa.array(np.zeros(len(take), bool))], schema=with_h)
+                [*cols, batch.column("_h").take(take), pa.array(np.zeros(len(take), bool))], schema=with_h
+            )
         slow = np.flatnonzero(~fast)
         if slow.size == 0:
             continue
         # timestamps as integer microseconds (to_pylist would make datetimes)
         plain = pa.RecordBatch.from_arrays(
             [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in batch.columns],
-            names=batch.schema.names)
+            names=batch.schema.names,
+        )
         for g in slow.tolist():
             a, b = int(bounds[g]), int(bounds[g + 1])
             recs = plain.slice(a, b - a).to_pylist()
@@ -468,8 +562,9 @@ def build_messages_local(
     return combine_records(records, frames, parts=parts, max_message_size=max_message_size)
 
 
-def combine_records(records: DataFrame, frames: DataFrame, *, parts: bool = False,
-                    max_message_size: int = _MAX_U32) -> DataFrame:
+def combine_records(
+    records: DataFrame, frames: DataFrame, *, parts: bool = False, max_message_size: int = _MAX_U32
+) -> DataFrame:
     """Steps 2 and 3 of the module docstring: the message rows of local-pass records.
 
     Args:
@@ -497,8 +592,7 @@ def combine_records(records: DataFrame, frames: DataFrame, *, parts: bool = Fals
 
     flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
     rows = (
-        records
-        .withColumn("_h", F.xxhash64(*KEY))
+        records.withColumn("_h", F.xxhash64(*KEY))
         .repartition("_h")
         .sortWithinPartitions("_h", *KEY, *_ORDER)
         .mapInArrow(combine, flagged)

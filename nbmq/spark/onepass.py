@@ -121,7 +121,9 @@ def key_hashes(batch: pa.RecordBatch | pa.Table, mask: int = HASH_MASK) -> np.nd
         return np.zeros(0, np.uint64)
     sid = _u64(batch.column("session_id")).astype(np.uint64)
     mid = _u64(batch.column("message_id")).astype(np.uint64)
-    h = _mix(_string_hashes(batch.column("capture")) ^ _mix(_string_hashes(batch.column("src")) ^ _mix(sid ^ _mix(mid))))
+    h = _mix(
+        _string_hashes(batch.column("capture")) ^ _mix(_string_hashes(batch.column("src")) ^ _mix(sid ^ _mix(mid)))
+    )
     return h & _U64(mask)
 
 
@@ -159,9 +161,16 @@ class OnePass:
     def counts(self) -> dict[str, Any]:
         """The figures for ``summary.json``: tasks, frames rows, records, conflicts, moves, where
         the combine ran (``"none"``, ``"driver"``, ``"spark"``) and where the tasks ran."""
-        return {"tasks": len(self.tasks), "frames_rows": self.frames_rows, "row_records": self.row_records,
-                "frame_records": self.frame_records, "conflict_hashes": int(self.conflicts.size),
-                "moved_rows": self.moved, "combine": self.combine, "decoded": self.decoded}
+        return {
+            "tasks": len(self.tasks),
+            "frames_rows": self.frames_rows,
+            "row_records": self.row_records,
+            "frame_records": self.frame_records,
+            "conflict_hashes": int(self.conflicts.size),
+            "moved_rows": self.moved,
+            "combine": self.combine,
+            "decoded": self.decoded,
+        }
 
 
 def _local(out: str | Path) -> Path:
@@ -238,10 +247,12 @@ def write_parts(
     def task(job: tuple[int, Any]) -> tuple[int, int, int, int, bytes, bytes]:
         index, part = job
         name = f"part-{index:05d}"
-        frames = PartWriter(os.path.join(fdir, name + ".parquet"), frames_arrow, FRAMES_ROW_GROUP_ROWS,
-                            FRAMES_DICTIONARY)
-        rows = PartWriter(os.path.join(mdir, name + ".parquet"), out_schema, MESSAGES_ROW_GROUP_ROWS,
-                          MESSAGES_DICTIONARY)
+        frames = PartWriter(
+            os.path.join(fdir, name + ".parquet"), frames_arrow, FRAMES_ROW_GROUP_ROWS, FRAMES_DICTIONARY
+        )
+        rows = PartWriter(
+            os.path.join(mdir, name + ".parquet"), out_schema, MESSAGES_ROW_GROUP_ROWS, MESSAGES_DICTIONARY
+        )
         edges: PartWriter | None = None
         row_h: list[np.ndarray] = []
         order: list[np.ndarray] = []
@@ -264,13 +275,20 @@ def write_parts(
                     r = rec.filter(pa.array(is_row)) if not is_row.all() else rec
                     rows.write(pa.RecordBatch.from_arrays([r.column(f.name) for f in out_schema], schema=out_schema))
                     row_h.append(h[is_row])
-                    order.append(np.column_stack(
-                        [h[is_row].view(np.int64)] + [r.column(c).to_numpy(zero_copy_only=False).astype(np.int64)
-                                                      for c in ("_t0", "_f0", "_t1", "_f1")]))
+                    order.append(
+                        np.column_stack(
+                            [h[is_row].view(np.int64)]
+                            + [
+                                r.column(c).to_numpy(zero_copy_only=False).astype(np.int64)
+                                for c in ("_t0", "_f0", "_t1", "_f1")
+                            ]
+                        )
+                    )
                 if not is_row.all():
                     if edges is None:
-                        edges = PartWriter(os.path.join(sdir, "records", name + ".parquet"), rec_schema,
-                                           MESSAGES_ROW_GROUP_ROWS)
+                        edges = PartWriter(
+                            os.path.join(sdir, "records", name + ".parquet"), rec_schema, MESSAGES_ROW_GROUP_ROWS
+                        )
                     edges.write(rec.filter(pa.array(~is_row)) if is_row.any() else rec)
                     frame_h.append(np.unique(h[~is_row]))
         finally:
@@ -297,8 +315,12 @@ def write_parts(
         (d / "_SUCCESS").touch()
     frame_hashes = [np.frombuffer(r[5], np.uint64) for r in done]
     return OnePass(
-        frames_dir=frames_dir, messages_dir=messages_dir, staging=staging, decoded="driver" if in_driver else "spark",
-        frames_rows=sum(r[1] for r in done), row_records=sum(r[2] for r in done),
+        frames_dir=frames_dir,
+        messages_dir=messages_dir,
+        staging=staging,
+        decoded="driver" if in_driver else "spark",
+        frames_rows=sum(r[1] for r in done),
+        row_records=sum(r[2] for r in done),
         frame_records=sum(r[3] for r in done),
         frame_hashes=np.unique(np.concatenate(frame_hashes)) if frame_hashes else np.zeros(0, np.uint64),
         tasks=[(r[0], np.frombuffer(r[4], np.uint64), fh) for r, fh in zip(done, frame_hashes)],
@@ -312,8 +334,9 @@ def conflict_hashes(run: OnePass) -> np.ndarray:
     return np.union1d(run.frame_hashes, shared).astype(np.uint64)
 
 
-def finish_messages(spark: SparkSession, run: OnePass, frames: DataFrame, *, parts: bool = False,
-                    max_message_size: int | None = None) -> OnePass:
+def finish_messages(
+    spark: SparkSession, run: OnePass, frames: DataFrame, *, parts: bool = False, max_message_size: int | None = None
+) -> OnePass:
     """Move the conflicting row records to the staging directory, combine it into ``messages/``
     (appended: ``part-combined.parquet`` from the driver, Spark's part files from Spark) and
     remove it (module docstring).
@@ -353,8 +376,9 @@ def finish_messages(spark: SparkSession, run: OnePass, frames: DataFrame, *, par
     files = sorted((run.staging / "records").glob("*.parquet"))
     if run.frame_records or run.moved:
         staged = sum(f.stat().st_size for f in files)
-        if staged <= DRIVER_COMBINE_BYTES and _combine_here(files, run.messages_dir, out_schema, rec_schema,
-                                                            parts, limit):
+        if staged <= DRIVER_COMBINE_BYTES and _combine_here(
+            files, run.messages_dir, out_schema, rec_schema, parts, limit
+        ):
             run.combine = "driver"
         else:
             records = spark.read.schema(_record_schema(parts)).parquet(*[str(f) for f in files])
@@ -365,8 +389,9 @@ def finish_messages(spark: SparkSession, run: OnePass, frames: DataFrame, *, par
     return run
 
 
-def _combine_here(files: list[Path], messages_dir: Path, out_schema: pa.Schema, rec_schema: pa.Schema,
-                  parts: bool, limit: int) -> bool:
+def _combine_here(
+    files: list[Path], messages_dir: Path, out_schema: pa.Schema, rec_schema: pa.Schema, parts: bool, limit: int
+) -> bool:
     """Combine small staged records in this process with ``messages_local._combine`` (a Spark
     job's scheduling costs more than the work here) and write ``messages/part-combined.parquet``.
 
@@ -384,23 +409,32 @@ def _combine_here(files: list[Path], messages_dir: Path, out_schema: pa.Schema, 
     if table.num_rows == 0:
         return True
     h = key_hashes(table, HASH_MASK)  # the tasks' hash (tests narrow it: keys then share it here too)
-    order = np.lexsort((table.column("_f0").to_numpy(), table.column("_t0").to_numpy(),
-                        _u64(table.column("message_id")), _u64(table.column("session_id")),
-                        _codes(table.column("src")), _codes(table.column("capture")), h))
+    order = np.lexsort(
+        (
+            table.column("_f0").to_numpy(),
+            table.column("_t0").to_numpy(),
+            _u64(table.column("message_id")),
+            _u64(table.column("session_id")),
+            _codes(table.column("src")),
+            _codes(table.column("capture")),
+            h,
+        )
+    )
     table = table.take(pa.array(order)).append_column("_h", pa.array(h[order].view(np.int64)))
-    out = [b for b in _combine(iter(table.to_batches(max_chunksize=65536)), out_schema, parts, limit)
-           if b.num_rows]
+    out = [b for b in _combine(iter(table.to_batches(max_chunksize=65536)), out_schema, parts, limit) if b.num_rows]
     if any(b.column("_redo").to_numpy(zero_copy_only=False).any() for b in out):
         return False
-    with PartWriter(messages_dir / "part-combined.parquet", out_schema, MESSAGES_ROW_GROUP_ROWS,
-                    MESSAGES_DICTIONARY) as writer:
+    with PartWriter(
+        messages_dir / "part-combined.parquet", out_schema, MESSAGES_ROW_GROUP_ROWS, MESSAGES_DICTIONARY
+    ) as writer:
         for b in out:
             writer.write(pa.RecordBatch.from_arrays([b.column(f.name) for f in out_schema], schema=out_schema))
     return True
 
 
-def _move_rows(index: int, conflicts: np.ndarray, mdir: str, sdir: str, out_schema: pa.Schema,
-               rec_schema: pa.Schema, row_kind: int) -> int:
+def _move_rows(
+    index: int, conflicts: np.ndarray, mdir: str, sdir: str, out_schema: pa.Schema, rec_schema: pa.Schema, row_kind: int
+) -> int:
     """Rewrite ``messages/part-<index>.parquet`` without its rows under a conflict hash and
     write those rows, as row records, to the staging directory; return how many moved.
     Streams the file a batch at a time."""
@@ -415,13 +449,16 @@ def _move_rows(index: int, conflicts: np.ndarray, mdir: str, sdir: str, out_sche
     tmp = os.path.join(mdir, "." + name + ".parquet.tmp")  # hidden: never read as a part
     moved = 0
     seen = 0
-    with PartWriter(tmp, out_schema, MESSAGES_ROW_GROUP_ROWS, MESSAGES_DICTIONARY) as kept, \
-            PartWriter(os.path.join(sdir, "records", "rows-" + name[5:] + ".parquet"), rec_schema,
-                       MESSAGES_ROW_GROUP_ROWS) as staged:
+    with (
+        PartWriter(tmp, out_schema, MESSAGES_ROW_GROUP_ROWS, MESSAGES_DICTIONARY) as kept,
+        PartWriter(
+            os.path.join(sdir, "records", "rows-" + name[5:] + ".parquet"), rec_schema, MESSAGES_ROW_GROUP_ROWS
+        ) as staged,
+    ):
         for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
             n = batch.num_rows
-            hit = np.isin(hashes[seen:seen + n], conflicts)
-            o = order[seen:seen + n][hit]
+            hit = np.isin(hashes[seen : seen + n], conflicts)
+            o = order[seen : seen + n][hit]
             seen += n
             if not hit.any():
                 kept.write(batch)
@@ -434,8 +471,11 @@ def _move_rows(index: int, conflicts: np.ndarray, mdir: str, sdir: str, out_sche
             for j, c in enumerate(("_t0", "_f0", "_t1", "_f1"), start=1):
                 cols[c] = pa.array(o[:, j])
             arrays = [cols[f.name] if f.name in cols else pa.nulls(m, f.type) for f in rec_schema]
-            staged.write(pa.RecordBatch.from_arrays([a if a.type == f.type else a.cast(f.type)
-                                                     for a, f in zip(arrays, rec_schema)], schema=rec_schema))
+            staged.write(
+                pa.RecordBatch.from_arrays(
+                    [a if a.type == f.type else a.cast(f.type) for a, f in zip(arrays, rec_schema)], schema=rec_schema
+                )
+            )
             moved += m
     if seen != len(hashes):
         raise RuntimeError(f"{path}: {seen} rows, {len(hashes)} in its order file")

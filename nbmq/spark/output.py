@@ -112,22 +112,23 @@ class Output:
             if not final.is_dir():
                 raise OutputError(f"output directory {self.final!r} exists and is not a directory")
             if any(final.iterdir()) and not any((final / n).exists() for n in _OURS):
-                raise OutputError(f"output directory {self.final!r} holds files that are not a pipeline output "
-                                  f"(it would be replaced); name a new or empty directory")
+                raise OutputError(
+                    f"output directory {self.final!r} holds files that are not a pipeline output "
+                    f"(it would be replaced); name a new or empty directory"
+                )
         try:
             Path(self._parent).mkdir(parents=True, exist_ok=True)
             self._remove_stale()
             Path(self.staging).mkdir()
         except OSError as exc:
-            raise OutputError(f"output directory {self.final!r} cannot be written: "
-                              f"{exc.strerror or exc}") from exc
+            raise OutputError(f"output directory {self.final!r} cannot be written: {exc.strerror or exc}") from exc
 
     def _remove_stale(self) -> None:
         """Remove staging directories of this ``out_dir`` whose process is gone; a previous
         output that such a process had moved aside is put back when ``out_dir`` is missing (the
         process died between the swap's two renames)."""
         for entry in sorted(Path(self._parent).glob(self._prefix + "*")):
-            pid = entry.name[len(self._prefix):].split("-", 1)[0]
+            pid = entry.name[len(self._prefix) :].split("-", 1)[0]
             if not pid.isdigit() or _pid_alive(int(pid)):
                 continue
             if entry.name.endswith(_ASIDE) and not os.path.lexists(self.final):

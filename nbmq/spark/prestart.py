@@ -36,6 +36,7 @@ PREFETCH_MODULES = (
 #: ... and with a report.
 REPORT_MODULES = ("nbmq.spark.report",)
 
+
 def _import_all(names: Sequence[str]) -> None:
     for name in names:
         try:

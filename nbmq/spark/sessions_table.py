@@ -70,7 +70,11 @@ def build_sessions(frames: DataFrame, messages: DataFrame) -> DataFrame:
             F.col("session_id").cast("string").alias("session_id"),
             addr_port("src_addr", "src_port").alias("src"),
             addr_port("dst_addr", "dst_port").alias("dst"),
-            "kind", "frames", "bytes", "first_ns", "last_ns",
+            "kind",
+            "frames",
+            "bytes",
+            "first_ns",
+            "last_ns",
             F.coalesce("connect_ns", F.array().cast("array<bigint>")).alias("connect_ns"),
         )
     )
@@ -95,13 +99,13 @@ def build_sessions(frames: DataFrame, messages: DataFrame) -> DataFrame:
         return summarise_capture(frames_pdf, messages_pdf)
 
     return (
-        per_kind.groupBy("capture")
-        .cogroup(per_sender.groupBy("capture"))
-        .applyInPandas(summarise, schema=out_schema)
+        per_kind.groupBy("capture").cogroup(per_sender.groupBy("capture")).applyInPandas(summarise, schema=out_schema)
     )
 
 
-def sessions_from_groups(frame_groups: pd.DataFrame, connects: pd.DataFrame, message_groups: pd.DataFrame) -> pd.DataFrame:
+def sessions_from_groups(
+    frame_groups: pd.DataFrame, connects: pd.DataFrame, message_groups: pd.DataFrame
+) -> pd.DataFrame:
     """The sessions table (pandas) from the report's aggregates, the rows :func:`build_sessions` gives.
 
     The pipeline aggregates the frames and messages once for the sessions table, the summary and
@@ -123,26 +127,59 @@ def sessions_from_groups(frame_groups: pd.DataFrame, connects: pd.DataFrame, mes
     columns = SESSIONS_SCHEMA.fieldNames()
     g = frame_groups[frame_groups["reason"].isna() & frame_groups["kind"].notna()]
     keys = ["capture", "session_id", "src", "dst", "kind"]
-    kinds = pd.DataFrame({
-        "capture": g["capture"], "session_id": [None if s is None else str(s) for s in g["session_id"]],
-        "src": g["src"], "dst": g["dst"], "kind": g["kind"].astype("int64"),
-        "frames": g["frames"], "bytes": g["bytes"], "first_ns": g["first_ns"], "last_ns": g["last_ns"],
-    }, columns=keys + ["frames", "bytes", "first_ns", "last_ns"])
-    kinds = kinds.groupby(keys, dropna=False, sort=False).agg(
-        frames=("frames", "sum"), bytes=("bytes", "sum"), first_ns=("first_ns", "min"), last_ns=("last_ns", "max"),
-    ).reset_index()
-    times = {(r.capture, None if r.session_id is None else str(r.session_id), r.src, r.dst): list(r.connect_ns)
-             for r in connects.itertuples(index=False)}
-    kinds["connect_ns"] = [times.get((c, s, a, b), []) if k == _CONNECT else []
-                           for c, s, a, b, k in zip(kinds["capture"], kinds["session_id"], kinds["src"], kinds["dst"], kinds["kind"])]
+    kinds = pd.DataFrame(
+        {
+            "capture": g["capture"],
+            "session_id": [None if s is None else str(s) for s in g["session_id"]],
+            "src": g["src"],
+            "dst": g["dst"],
+            "kind": g["kind"].astype("int64"),
+            "frames": g["frames"],
+            "bytes": g["bytes"],
+            "first_ns": g["first_ns"],
+            "last_ns": g["last_ns"],
+        },
+        columns=keys + ["frames", "bytes", "first_ns", "last_ns"],
+    )
+    kinds = (
+        kinds.groupby(keys, dropna=False, sort=False)
+        .agg(
+            frames=("frames", "sum"),
+            bytes=("bytes", "sum"),
+            first_ns=("first_ns", "min"),
+            last_ns=("last_ns", "max"),
+        )
+        .reset_index()
+    )
+    times = {
+        (r.capture, None if r.session_id is None else str(r.session_id), r.src, r.dst): list(r.connect_ns)
+        for r in connects.itertuples(index=False)
+    }
+    kinds["connect_ns"] = [
+        times.get((c, s, a, b), []) if k == _CONNECT else []
+        for c, s, a, b, k in zip(kinds["capture"], kinds["session_id"], kinds["src"], kinds["dst"], kinds["kind"])
+    ]
     m = message_groups
-    senders = pd.DataFrame({
-        "capture": m["capture"], "session_id": [None if s is None else str(s) for s in m["session_id"]],
-        "src": m["src"], "complete": m["messages"], "incomplete": m["incomplete"], "message_bytes": m["message_bytes"],
-    }, columns=["capture", "session_id", "src", "complete", "incomplete", "message_bytes"])
-    senders = senders.groupby(["capture", "session_id", "src"], dropna=False, sort=False).agg(
-        complete=("complete", "sum"), incomplete=("incomplete", "sum"), message_bytes=("message_bytes", "sum"),
-    ).reset_index()
+    senders = pd.DataFrame(
+        {
+            "capture": m["capture"],
+            "session_id": [None if s is None else str(s) for s in m["session_id"]],
+            "src": m["src"],
+            "complete": m["messages"],
+            "incomplete": m["incomplete"],
+            "message_bytes": m["message_bytes"],
+        },
+        columns=["capture", "session_id", "src", "complete", "incomplete", "message_bytes"],
+    )
+    senders = (
+        senders.groupby(["capture", "session_id", "src"], dropna=False, sort=False)
+        .agg(
+            complete=("complete", "sum"),
+            incomplete=("incomplete", "sum"),
+            message_bytes=("message_bytes", "sum"),
+        )
+        .reset_index()
+    )
     out = []
     by_kinds = dict(iter(kinds.groupby("capture", sort=True)))
     by_senders = dict(iter(senders.groupby("capture", sort=True)))
@@ -187,8 +224,11 @@ def write_sessions(spark: Any, table: pd.DataFrame, path: str) -> None:
         shutil.rmtree(target)
     target.mkdir(parents=True)
     schema = to_arrow_schema(SESSIONS_SCHEMA, timezone="UTC")
-    pq.write_table(pa.Table.from_pandas(table, schema=schema, preserve_index=False),
-                   target / "part-00000.parquet", compression="snappy")
+    pq.write_table(
+        pa.Table.from_pandas(table, schema=schema, preserve_index=False),
+        target / "part-00000.parquet",
+        compression="snappy",
+    )
     (target / "_SUCCESS").touch()
 
 
@@ -213,7 +253,7 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
     columns = SESSIONS_SCHEMA.fieldNames()
     if kinds.empty and senders.empty:
         return pd.DataFrame(columns=columns)
-    capture = (kinds["capture"].iloc[0] if not kinds.empty else senders["capture"].iloc[0])
+    capture = kinds["capture"].iloc[0] if not kinds.empty else senders["capture"].iloc[0]
     records = kinds.to_dict("records")
     connects = [r for r in records if r["kind"] == _CONNECT]
     others = [r for r in records if r["kind"] != _CONNECT]

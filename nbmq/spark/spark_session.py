@@ -41,8 +41,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "ARROW_UNCHECKED", "DEFAULT_MASTER", "build_session", "class_archive_options", "cores_of_master",
-    "is_local_master", "local_driver_memory", "session_settings", "with_task_retries", "TASK_ATTEMPTS",
+    "ARROW_UNCHECKED",
+    "DEFAULT_MASTER",
+    "build_session",
+    "class_archive_options",
+    "cores_of_master",
+    "is_local_master",
+    "local_driver_memory",
+    "session_settings",
+    "with_task_retries",
+    "TASK_ATTEMPTS",
     "PARQUET_TIMESTAMPS",
 ]
 

@@ -135,7 +135,12 @@ class StreamsReader(DataSourceReader):
 
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         yield from stream_batches(
-            partition.path, self.protocol, self.ports, arrow_schema, self.batch_rows, self.max_buffered,
+            partition.path,
+            self.protocol,
+            self.ports,
+            arrow_schema,
+            self.batch_rows,
+            self.max_buffered,
             capture=partition.capture,
         )
 
@@ -192,15 +197,22 @@ def _batch(capture: str, protocol: str, rows: list[Any], arrow_schema: pa.Schema
     (client, server, direction, offset, ts_ns, kind, queue, topic, data, length, error) = zip(*rows)
     n = len(rows)
     source: dict[str, Any] = {
-        "client": client, "server": server, "direction": direction, "stream_offset": offset,
-        "timestamp": [None if t is None else t // 1000 for t in ts_ns], "error": error,
+        "client": client,
+        "server": server,
+        "direction": direction,
+        "stream_offset": offset,
+        "timestamp": [None if t is None else t // 1000 for t in ts_ns],
+        "error": error,
     }
     if protocol == "bqsp":
         source.update(data_type=kind, queue_number=queue, length=length, payload=data)
     else:
         source.update(
-            message_type=kind, message_type_name=[RQUEUE_TYPE_NAMES.get(k) for k in kind],
-            topic=topic, content=data, content_length=length,
+            message_type=kind,
+            message_type_name=[RQUEUE_TYPE_NAMES.get(k) for k in kind],
+            topic=topic,
+            content=data,
+            content_length=length,
         )
     columns = []
     for field in arrow_schema:

@@ -38,6 +38,7 @@ __all__ = [
     "BqspConnection",
 ]
 
+
 class BqspState(Enum):
     """Receive-side state of a :class:`BqspConnection`."""
 
@@ -122,9 +123,7 @@ class BqspConnection(StreamReceiver):
         Raises:
             ValueError: data over ``max_packet_size``, or data_type / queue out of range.
         """
-        header = self.send_header(
-            len(data) if isinstance(data, bytes) else memoryview(data).nbytes, data_type, queue
-        )
+        header = self.send_header(len(data) if isinstance(data, bytes) else memoryview(data).nbytes, data_type, queue)
         return header + data if isinstance(data, bytes) else header + memoryview(data).cast("B")
 
     def send_header(self, data_size: int, data_type: int = 0, queue: int = 0) -> bytes:
@@ -138,9 +137,7 @@ class BqspConnection(StreamReceiver):
             ValueError: data_size over ``max_packet_size``, or data_type / queue out of range.
         """
         if data_size > self._max_packet_size:
-            raise ValueError(
-                f"packet of {data_size} bytes is over max_packet_size={self._max_packet_size}"
-            )
+            raise ValueError(f"packet of {data_size} bytes is over max_packet_size={self._max_packet_size}")
         header = codec.encode_bqsp_header(data_size, data_type, queue)
         self.packets_sent += 1
         self.bytes_sent += 7 + data_size

@@ -90,8 +90,6 @@ class StreamReceiver:
         if not self._eof or self._closed:
             return None
         if self._decoder.buffered:
-            raise self._fail(
-                f"stream ended inside a {record} ({self._decoder.buffered} bytes left over)"
-            )
+            raise self._fail(f"stream ended inside a {record} ({self._decoder.buffered} bytes left over)")
         self._closed = True
         return ConnectionClosed()

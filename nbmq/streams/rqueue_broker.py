@@ -53,8 +53,7 @@ SLOW_CONSUMER_POLICIES = ("drop", "disconnect")
 
 
 class _Client:
-    __slots__ = ("conn", "decoder", "topics", "out", "paused", "dead", "dropped", "delivered", "gap",
-                 "wants_notices")
+    __slots__ = ("conn", "decoder", "topics", "out", "paused", "dead", "dropped", "delivered", "gap", "wants_notices")
 
     def __init__(self, conn: Hashable, max_payload: int) -> None:
         self.conn = conn
@@ -101,8 +100,9 @@ class RqueueBroker:
     Counters (ints, read-only by contract; see :meth:`stats`).
     """
 
-    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, slow_consumer: str = "drop",
-                 drop_notices: bool = False) -> None:
+    def __init__(
+        self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, slow_consumer: str = "drop", drop_notices: bool = False
+    ) -> None:
         if not 0 <= max_payload <= RQUEUE_MAX_PAYLOAD:
             raise ValueError("max_payload must be 0..65535")
         if slow_consumer not in SLOW_CONSUMER_POLICIES:

@@ -82,9 +82,7 @@ class RqueueClientConnection(StreamReceiver):
         try:
             nbytes = memoryview(content).nbytes
         except TypeError:
-            raise TypeError(
-                f"notification content must be bytes-like or str, not {type(content).__name__}"
-            ) from None
+            raise TypeError(f"notification content must be bytes-like or str, not {type(content).__name__}") from None
         size = 1 + len(raw) + nbytes
         if size > self.max_payload:
             raise ValueError(f"notification payload of {size} bytes is over max_payload={self.max_payload}")

@@ -47,7 +47,9 @@ def ipv4(
     ihl_words = hl // 4 if ihl is None else ihl
     tot = hl + len(data) if total_len is None else total_len
     flags = (0x2000 if more_fragments else 0) | (frag_offset & 0x1FFF)
-    hdr = struct.pack(">BBHHHBBH4s4s", (version << 4) | ihl_words, 0, tot, 1, flags, 64, proto, 0, _addr(src), _addr(dst))
+    hdr = struct.pack(
+        ">BBHHHBBH4s4s", (version << 4) | ihl_words, 0, tot, 1, flags, 64, proto, 0, _addr(src), _addr(dst)
+    )
     return hdr + options + data
 
 

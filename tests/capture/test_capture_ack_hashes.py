@@ -67,8 +67,10 @@ def test_compiled_loop_is_in_use():
 
 @pytest.mark.parametrize("compiled", TWINS)
 @settings(max_examples=60, deadline=None)
-@given(data=st.binary(min_size=0, max_size=3000), cuts=st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 600)),
-                                                               max_size=23))
+@given(
+    data=st.binary(min_size=0, max_size=3000),
+    cuts=st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 600)), max_size=23),
+)
 def test_fnv1a64_ranges_is_the_codecs_fnv(compiled, data, cuts):
     ranges = [(min(s, len(data)), min(n, len(data) - min(s, len(data)))) for s, n in cuts]
     starts = np.array([s for s, _ in ranges], np.int64)

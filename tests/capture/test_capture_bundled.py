@@ -38,9 +38,7 @@ def test_counts_by_direction_match_manifest(batches, manifest, name, engine):
     server = next(p for p in entry["peers"] if p["mode"] == "bind")
     server_port = int(server["addr"].rsplit(":", 1)[1])
     assert np.all((batch.src_port == server_port) | (batch.dst_port == server_port))
-    got = Counter(
-        f"{port_name[int(s)]}->{port_name[int(d)]}" for s, d in zip(batch.src_port, batch.dst_port)
-    )
+    got = Counter(f"{port_name[int(s)]}->{port_name[int(d)]}" for s, d in zip(batch.src_port, batch.dst_port))
     want = {k: v["total"] for k, v in entry["datagrams"]["by_direction"].items()}
     assert dict(got) == want
 
@@ -117,7 +115,13 @@ def test_udp_ports_filter(captures_dir, manifest):
 
 def test_probe(captures_dir):
     info = probe_capture(captures_dir / "dealer.pcap")
-    assert (info.format, info.linktype, info.snaplen, info.nanosecond, info.splittable) == ("pcap", 1, 262144, False, True)
+    assert (info.format, info.linktype, info.snaplen, info.nanosecond, info.splittable) == (
+        "pcap",
+        1,
+        262144,
+        False,
+        True,
+    )
     info = probe_capture(captures_dir / "dealer.pcapng")
     assert (info.format, info.linktype, info.splittable) == ("pcapng", 1, False)
 

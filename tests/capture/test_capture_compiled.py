@@ -20,13 +20,16 @@ from nbmq.capture.files.records import RecordScanner
 REQUIRED = os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0")
 pytestmark = [
     pytest.mark.c_extension,
-    pytest.mark.skipif(not COMPILED and not REQUIRED, reason="nbmq.capture.datagrams._decode not built (or NBMQ_NO_EXTENSIONS)"),
+    pytest.mark.skipif(
+        not COMPILED and not REQUIRED, reason="nbmq.capture.datagrams._decode not built (or NBMQ_NO_EXTENSIONS)"
+    ),
 ]
 
 
 def test_compiled_decoder_is_in_use():
     """With NBMQ_REQUIRE_EXTENSIONS=1 (as `make test` sets) a missing build fails here, not skips."""
     assert COMPILED
+
 
 BUNDLED_PCAPS = ("dealer.pcap", "safe_dealer.pcap", "radio_dish.pcap")
 COLUMNS = ("status", "family", "src", "dst", "sport", "dport", "pstart", "pend", "truncated")
@@ -61,15 +64,30 @@ def test_mixed_ethernet_frames_decode_identically(mixed_frames):
 @pytest.mark.parametrize("linktype", [int(t) for t in LinkType] + [147])
 def test_every_link_type_decodes_identically(pkt, linktype):
     p = b"payload"
-    l3s = [pkt.ipv4(pkt.udp(p)), pkt.ipv6(pkt.udp(p)), pkt.ipv4(pkt.udp(p), proto=6),
-           pkt.ipv6(pkt.udp(p), nh=0, ext=bytes([17, 0]) + bytes(6)), pkt.ipv4(pkt.udp(p, ulen=3)),
-           pkt.ipv4(p, frag_offset=1), pkt.ipv4(pkt.udp(p), more_fragments=True), pkt.ipv6(pkt.udp(p), plen=0),
-           pkt.ipv4(pkt.udp(p), total_len=0), pkt.ipv4(pkt.udp(p), options=b"\x01" * 8)]
+    l3s = [
+        pkt.ipv4(pkt.udp(p)),
+        pkt.ipv6(pkt.udp(p)),
+        pkt.ipv4(pkt.udp(p), proto=6),
+        pkt.ipv6(pkt.udp(p), nh=0, ext=bytes([17, 0]) + bytes(6)),
+        pkt.ipv4(pkt.udp(p, ulen=3)),
+        pkt.ipv4(p, frag_offset=1),
+        pkt.ipv4(pkt.udp(p), more_fragments=True),
+        pkt.ipv6(pkt.udp(p), plen=0),
+        pkt.ipv4(pkt.udp(p), total_len=0),
+        pkt.ipv4(pkt.udp(p), options=b"\x01" * 8),
+    ]
     frames = []
     for l3 in l3s:
         et = 0x86DD if l3[0] >> 4 == 6 else 0x0800
-        frames += [pkt.eth(l3), pkt.eth(l3, vlans=(0x8100,)), pkt.sll(l3, et), pkt.sll2(l3, et), l3,
-                   pkt.null(l3, 2 if et == 0x0800 else 24, "<"), pkt.null(l3, 2 if et == 0x0800 else 30, ">")]
+        frames += [
+            pkt.eth(l3),
+            pkt.eth(l3, vlans=(0x8100,)),
+            pkt.sll(l3, et),
+            pkt.sll2(l3, et),
+            l3,
+            pkt.null(l3, 2 if et == 0x0800 else 24, "<"),
+            pkt.null(l3, 2 if et == 0x0800 else 30, ">"),
+        ]
     frames += [b"", b"\x45", bytes(30)]
     _same_tables(*_packets(frames), linktype)
 
@@ -93,8 +111,13 @@ def test_random_and_mutated_packets_decode_identically(pkt, frames, linktype, se
     """Random bytes, and valid packets with a byte changed: same classification and fields."""
     valid = pkt.eth(pkt.ipv4(pkt.udp(b"abcdef")))
     if linktype != 1:
-        valid = {0: pkt.null(valid[14:], 2), 101: valid[14:], 108: pkt.null(valid[14:], 2, ">"),
-                 113: pkt.sll(valid[14:]), 276: pkt.sll2(valid[14:])}[linktype]
+        valid = {
+            0: pkt.null(valid[14:], 2),
+            101: valid[14:],
+            108: pkt.null(valid[14:], 2, ">"),
+            113: pkt.sll(valid[14:]),
+            276: pkt.sll2(valid[14:]),
+        }[linktype]
     for seed in seeds:
         b = bytearray(valid)
         b[seed % len(b)] = (seed >> 8) & 0xFF

@@ -21,7 +21,14 @@ T0 = 1_795_312_315.0
 def _small_rows(n: int = 120) -> list[tuple]:
     rng = np.random.default_rng(3)
     return [
-        (T0 + i * 0.01, "::1" if i % 5 == 0 else "127.0.0.1", 40000, "::2" if i % 5 == 0 else "127.0.0.2", 47101, rng.bytes(int(rng.integers(0, 400))))
+        (
+            T0 + i * 0.01,
+            "::1" if i % 5 == 0 else "127.0.0.1",
+            40000,
+            "::2" if i % 5 == 0 else "127.0.0.2",
+            47101,
+            rng.bytes(int(rng.integers(0, 400))),
+        )
         for i in range(n)
     ]
 
@@ -99,9 +106,17 @@ def _head(batch, n):
         return DatagramBatch.empty()
     end = int(batch.offsets[n - 1] + batch.lengths[n - 1])
     return DatagramBatch(
-        batch.timestamp[:n], batch.timestamp_ns[:n], batch.src_addr[:n], batch.dst_addr[:n],
-        batch.src_port[:n], batch.dst_port[:n], batch.payload[:end], batch.offsets[:n],
-        batch.lengths[:n], batch.frame_number[:n], batch.truncated[:n],
+        batch.timestamp[:n],
+        batch.timestamp_ns[:n],
+        batch.src_addr[:n],
+        batch.dst_addr[:n],
+        batch.src_port[:n],
+        batch.dst_port[:n],
+        batch.payload[:end],
+        batch.offsets[:n],
+        batch.lengths[:n],
+        batch.frame_number[:n],
+        batch.truncated[:n],
     )
 
 
@@ -148,8 +163,14 @@ def test_unknown_linktype(pkt, tmp_path):
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\xd4\xc3", b"hello world, this is not a capture at all", bytes(100), b"\xd4\xc3\xb2\xa1" + bytes(10),
-     b"\x0a\x0d\x0d\x0a" + bytes(20)],
+    [
+        b"",
+        b"\xd4\xc3",
+        b"hello world, this is not a capture at all",
+        bytes(100),
+        b"\xd4\xc3\xb2\xa1" + bytes(10),
+        b"\x0a\x0d\x0d\x0a" + bytes(20),
+    ],
 )
 def test_not_a_capture(data, tmp_path):
     for engine in ("fast", "dpkt"):
@@ -186,7 +207,9 @@ def test_random_bytes_only_raise_capture_error(blob):
             assert len(batch) + batch.skipped <= batch.packets <= len(batch) + batch.skipped + batch.errors
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=30))
 def test_random_byte_flips_never_crash(small_pcap, small_pcapng, flips):
     for original in (small_pcap, small_pcapng):
@@ -207,8 +230,14 @@ def test_pcapng_timestamp_out_of_range(pkt):
     frame = pkt.eth(pkt.ipv4(pkt.udp(b"x")))
     shb = bytes(dpkt.pcapng.SectionHeaderBlockLE())
     idb = bytes(dpkt.pcapng.InterfaceDescriptionBlockLE(linktype=1, snaplen=0))
+
     def epb(hi: int) -> bytes:
-        return bytes(dpkt.pcapng.EnhancedPacketBlockLE(ts_high=hi, ts_low=0, caplen=len(frame), pkt_len=len(frame), pkt_data=frame))
+        return bytes(
+            dpkt.pcapng.EnhancedPacketBlockLE(
+                ts_high=hi, ts_low=0, caplen=len(frame), pkt_len=len(frame), pkt_data=frame
+            )
+        )
+
     data = shb + idb + epb(0xFFFFFFFF) + epb(0)
     for engine in ("fast", "dpkt"):
         b = read_datagrams(data, engine=engine)

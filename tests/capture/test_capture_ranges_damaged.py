@@ -93,8 +93,14 @@ def _damage(data: bytes, ops) -> bytes:
     return bytes(out)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(ops=st.lists(_DAMAGE, min_size=1, max_size=3), target=st.integers(64, 20_000), engine=st.sampled_from(["fast", "dpkt"]))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    ops=st.lists(_DAMAGE, min_size=1, max_size=3),
+    target=st.integers(64, 20_000),
+    engine=st.sampled_from(["fast", "dpkt"]),
+)
 def test_ranges_add_up_under_random_damage(head_of_dealer, ops, target, engine):
     damaged = _damage(head_of_dealer, ops)
     whole = read_datagrams(damaged, engine=engine)
@@ -111,7 +117,13 @@ def test_range_starts_are_the_whole_walks_records(head_of_dealer):
     offsets = scanner.walk(24, len(data), ErrorLog()).tolist()
     del scanner
     a = offsets[1] + 1  # mid-record
-    splits = [(0, a), (a, offsets[5]), (offsets[5], offsets[5] + 1), (offsets[5] + 1, len(data)), (len(data), len(data))]
+    splits = [
+        (0, a),
+        (a, offsets[5]),
+        (offsets[5], offsets[5] + 1),
+        (offsets[5] + 1, len(data)),
+        (len(data), len(data)),
+    ]
     want = [(24, 1), (offsets[1], 3), (offsets[4], 6), (offsets[5], 7), (offsets[-1], len(offsets) + 1)]
     assert range_starts(data, splits) == want
     with pytest.raises(ValueError, match="walk_from"):

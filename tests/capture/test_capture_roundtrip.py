@@ -147,7 +147,13 @@ def test_mixed_frames_fast_equals_dpkt(tmp_path, mixed_frames):
     trunc = dict(zip(fast.frame_number.tolist(), fast.truncated.tolist()))
     assert trunc[15] and not trunc[1] and not trunc[11]  # UDP length past the captured data
     reasons = " ".join(fast.error_reasons)
-    for word in ("bad UDP length", "truncated UDP header", "bad IPv4 header", "bad IPv6 header", "truncated link header"):
+    for word in (
+        "bad UDP length",
+        "truncated UDP header",
+        "bad IPv4 header",
+        "bad IPv6 header",
+        "truncated link header",
+    ):
         assert word in reasons
     assert "::ffff:1.2.3.4" in set(fast.src_addr) and "255.255.255.255" in set(fast.dst_addr)
 
@@ -199,13 +205,29 @@ def test_pcapng_multiple_interfaces(pkt, order):
 
     def epb(iface: int, ticks: int, frame: bytes) -> bytes:
         cls = ng.EnhancedPacketBlockLE if le else ng.EnhancedPacketBlock
-        return bytes(cls(iface_id=iface, ts_high=ticks >> 32, ts_low=ticks & 0xFFFFFFFF, caplen=len(frame), pkt_len=len(frame), pkt_data=frame))
+        return bytes(
+            cls(
+                iface_id=iface,
+                ts_high=ticks >> 32,
+                ts_low=ticks & 0xFFFFFFFF,
+                caplen=len(frame),
+                pkt_len=len(frame),
+                pkt_data=frame,
+            )
+        )
 
     spb_frame = pkt.eth(pkt.ipv4(pkt.udp(b"simple")))
     spb_len = 16 + len(spb_frame) + (-len(spb_frame)) % 4
-    spb = struct.pack(order + "III", 3, spb_len, len(spb_frame)) + spb_frame + bytes((-len(spb_frame)) % 4) + struct.pack(order + "I", spb_len)
+    spb = (
+        struct.pack(order + "III", 3, spb_len, len(spb_frame))
+        + spb_frame
+        + bytes((-len(spb_frame)) % 4)
+        + struct.pack(order + "I", spb_len)
+    )
     data = (
-        shb + idb(1, 6) + idb(101, 9)
+        shb
+        + idb(1, 6)
+        + idb(101, 9)
         + epb(0, 1_795_312_315_000_001, pkt.eth(pkt.ipv4(pkt.udp(b"eth"))))
         + epb(1, 1_795_312_315_000_000_007, pkt.ipv6(pkt.udp(b"raw")))
         + spb

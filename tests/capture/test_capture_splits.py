@@ -42,7 +42,16 @@ def test_splits_synthetic_nanosecond_big_endian_ipv6(tmp_path):
     for i in range(3000):
         v6 = i % 3 == 0
         n = int(rng.integers(0, 700))
-        rows.append((1.7e9 + i * 1e-4, "2001:db8::1" if v6 else "192.0.2.1", 1000 + i % 9, "2001:db8::2" if v6 else "192.0.2.2", 2000, rng.bytes(n)))
+        rows.append(
+            (
+                1.7e9 + i * 1e-4,
+                "2001:db8::1" if v6 else "192.0.2.1",
+                1000 + i % 9,
+                "2001:db8::2" if v6 else "192.0.2.2",
+                2000,
+                rng.bytes(n),
+            )
+        )
     path = tmp_path / "s.pcap"
     write_pcap(path, rows, linktype=276, nanosecond=True, byte_order=">")
     whole = read_datagrams(path)

@@ -29,8 +29,9 @@ def ip_packet(src: str, dst: str, sport: int, dport: int, seq: int, flags: int, 
     tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq % 2**32, flags=flags, win=65535, data=data)
     if ":" in src:
         f = socket.AF_INET6
-        ip6 = dpkt.ip6.IP6(src=socket.inet_pton(f, src), dst=socket.inet_pton(f, dst), nxt=6, hlim=64,
-                           plen=len(bytes(tcp)), data=tcp)
+        ip6 = dpkt.ip6.IP6(
+            src=socket.inet_pton(f, src), dst=socket.inet_pton(f, dst), nxt=6, hlim=64, plen=len(bytes(tcp)), data=tcp
+        )
         return bytes(ip6)
     ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=6, ttl=64, data=tcp)
     ip.len = 20 + len(bytes(tcp))

@@ -131,8 +131,10 @@ def _rss_file() -> int:
     raise RuntimeError("no RssFile")
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status") or not hasattr(__import__("mmap"), "MADV_DONTNEED"),
-                    reason="Linux /proc and madvise needed")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/status") or not hasattr(__import__("mmap"), "MADV_DONTNEED"),
+    reason="Linux /proc and madvise needed",
+)
 def test_walk_keeps_resident_pages_bounded(tmp_path, monkeypatch):
     window = 2 << 20
     monkeypatch.setattr(splits, "WALK_WINDOW", window)

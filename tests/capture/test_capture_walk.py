@@ -23,7 +23,14 @@ T0 = 1_795_312_315.0
 def _rows(n: int, seed: int = 5) -> list[tuple]:
     rng = np.random.default_rng(seed)
     return [
-        (T0 + i * 0.001, "::1" if i % 4 == 0 else "10.0.0.1", 40000 + i % 7, "::2" if i % 4 == 0 else "10.0.0.2", 47101, rng.bytes(int(rng.integers(0, 600))))
+        (
+            T0 + i * 0.001,
+            "::1" if i % 4 == 0 else "10.0.0.1",
+            40000 + i % 7,
+            "::2" if i % 4 == 0 else "10.0.0.2",
+            47101,
+            rng.bytes(int(rng.integers(0, 600))),
+        )
         for i in range(n)
     ]
 

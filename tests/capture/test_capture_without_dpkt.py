@@ -38,8 +38,9 @@ sys.meta_path.insert(0, _NoDpkt())
 def _run(body: str, twin: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     env["NBMQ_NO_EXTENSIONS"] = "1" if twin == "python" else "0"
-    return subprocess.run([sys.executable, "-c", BLOCKER + body, *args], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + body, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
 
 
 def _pcap(frames: list[bytes]) -> bytes:
@@ -93,8 +94,9 @@ for p, engine in ((sys.argv[1], "auto"), (sys.argv[2], "auto"), (sys.argv[3], "d
     else:
         print("read", p)
 """
-    proc = _run(body, twin, str(mpls), str(CAPTURE_DIR / "dealer.pcapng"), str(CAPTURE_DIR / "dealer.pcap"),
-                str(RQUEUE_PCAP))
+    proc = _run(
+        body, twin, str(mpls), str(CAPTURE_DIR / "dealer.pcapng"), str(CAPTURE_DIR / "dealer.pcap"), str(RQUEUE_PCAP)
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == 4 and all(line.startswith("missing: ") for line in lines), proc.stdout

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from nbmq.errors import DecodeError
 from nbmq.wire import FRAME_DTYPE, FRAME_ERROR_REASONS, DataFrame, FrameError
 
-HEADER = ("session_id", "message_id", "part_count", "part_index", "message_size", "part_size",
-          "chunk_offset")
+HEADER = ("session_id", "message_id", "part_count", "part_index", "message_size", "part_size", "chunk_offset")
 
 # The codec fixture only selects a module: nothing to reset between examples.
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
@@ -29,22 +28,29 @@ def expected_row(codec, buffer: bytes, start: int, length: int) -> dict:
         code = next(c for c, r in FRAME_ERROR_REASONS.items() if r == e.reason and c)
         row["error"] = code
         if FrameError.PART_COUNT <= code <= FrameError.CHUNK_BOUNDS:  # header read, then refused
-            row.update(session_id=int.from_bytes(raw[2:10], "big"),
-                       message_id=int.from_bytes(raw[10:18], "big"),
-                       part_count=raw[18], part_index=raw[19],
-                       message_size=int.from_bytes(raw[20:24], "big"),
-                       part_size=int.from_bytes(raw[24:28], "big"),
-                       chunk_size=int.from_bytes(raw[28:30], "big"),
-                       chunk_offset=int.from_bytes(raw[30:34], "big"),
-                       payload_offset=start + 34, payload_length=length - 34)
+            row.update(
+                session_id=int.from_bytes(raw[2:10], "big"),
+                message_id=int.from_bytes(raw[10:18], "big"),
+                part_count=raw[18],
+                part_index=raw[19],
+                message_size=int.from_bytes(raw[20:24], "big"),
+                part_size=int.from_bytes(raw[24:28], "big"),
+                chunk_size=int.from_bytes(raw[28:30], "big"),
+                chunk_offset=int.from_bytes(raw[30:34], "big"),
+                payload_offset=start + 34,
+                payload_length=length - 34,
+            )
         return row
     row["error"] = FrameError.OK
     if isinstance(frame, DataFrame):
-        row.update({k: getattr(frame, k) for k in HEADER}, chunk_size=frame.chunk_size,
-                   payload_offset=start + 34, payload_length=length - 34)
+        row.update(
+            {k: getattr(frame, k) for k in HEADER},
+            chunk_size=frame.chunk_size,
+            payload_offset=start + 34,
+            payload_length=length - 34,
+        )
     else:
-        row.update(session_id=frame.session_id, payload_offset=start + 10,
-                   payload_length=length - 10)
+        row.update(session_id=frame.session_id, payload_offset=start + 10, payload_length=length - 10)
     return row
 
 
@@ -66,14 +72,22 @@ def batches(draw):
         if choice == 0:
             datagrams.append(draw(st.binary(max_size=60)))
         elif choice == 1:  # a data header of random fields, then a random body
-            datagrams.append(bytes([1, draw(st.integers(0, 6))]) + draw(st.binary(min_size=32, max_size=32))
-                             + bytes(draw(st.integers(0, 40))))
+            datagrams.append(
+                bytes([1, draw(st.integers(0, 6))])
+                + draw(st.binary(min_size=32, max_size=32))
+                + bytes(draw(st.integers(0, 40)))
+            )
         else:
             chunk = draw(st.binary(max_size=50))
             raw = bytearray(
-                bytes([1, 0]) + draw(st.binary(min_size=16, max_size=16))
-                + bytes([2, 1]) + (200).to_bytes(4, "big") + (100).to_bytes(4, "big")
-                + len(chunk).to_bytes(2, "big") + draw(st.integers(0, 60)).to_bytes(4, "big") + chunk
+                bytes([1, 0])
+                + draw(st.binary(min_size=16, max_size=16))
+                + bytes([2, 1])
+                + (200).to_bytes(4, "big")
+                + (100).to_bytes(4, "big")
+                + len(chunk).to_bytes(2, "big")
+                + draw(st.integers(0, 60)).to_bytes(4, "big")
+                + chunk
             )
             for _ in range(draw(st.integers(0, 2))):
                 raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
@@ -109,10 +123,12 @@ def test_sharded_message_rows(codec):
 def test_offsets_dtypes_and_buffers(codec):
     frame = codec.encode_control_frame(2, 9)
     buffer = frame * 3
-    for offsets, lengths in [([0, 10, 20], [10, 10, 10]),
-                             (np.array([0, 10, 20], np.uint32), np.array([10, 10, 10], np.int16)),
-                             (np.array([0, 10, 20], np.int32), np.array([10, 10, 10], np.int32)),
-                             (np.array([0, 0, 10, 20])[1:], np.array([10, 10, 10, 10])[1:])]:
+    for offsets, lengths in [
+        ([0, 10, 20], [10, 10, 10]),
+        (np.array([0, 10, 20], np.uint32), np.array([10, 10, 10], np.int16)),
+        (np.array([0, 10, 20], np.int32), np.array([10, 10, 10], np.int32)),
+        (np.array([0, 0, 10, 20])[1:], np.array([10, 10, 10, 10])[1:]),
+    ]:
         for buf in (buffer, bytearray(buffer), np.frombuffer(buffer, np.uint8), memoryview(buffer)):
             rows = codec.parse_frames(buf, offsets, lengths)
             assert rows["session_id"].tolist() == [9, 9, 9] and not rows["error"].any()

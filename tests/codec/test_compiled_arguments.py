@@ -61,9 +61,19 @@ def _outcome(fn, *args):  # type: ignore[no-untyped-def]
 def _groups_args(n: int = 2) -> list:
     """Valid arguments: one group of ``n`` one-byte frames of a message of n parts."""
     buf = bytes(range(n))
-    return [np.array([0, n], np.int64), np.full(n, n, np.int64), np.arange(n, dtype=np.int64),
-            np.full(n, n, np.int64), np.ones(n, np.int64), np.zeros(n, np.int64), [buf],
-            np.zeros(n, np.int64), np.arange(n, dtype=np.int64), np.ones(n, np.int64), 2**32 - 1]
+    return [
+        np.array([0, n], np.int64),
+        np.full(n, n, np.int64),
+        np.arange(n, dtype=np.int64),
+        np.full(n, n, np.int64),
+        np.ones(n, np.int64),
+        np.zeros(n, np.int64),
+        [buf],
+        np.zeros(n, np.int64),
+        np.arange(n, dtype=np.int64),
+        np.ones(n, np.int64),
+        2**32 - 1,
+    ]
 
 
 def _both_groups(args: list) -> tuple:
@@ -81,8 +91,9 @@ def test_groups_valid_arguments_complete_the_message():
     assert out[0] == "ok" and out[1][0] == [1] and out[1][-1] == [0, 1]
 
 
-@pytest.mark.parametrize("start, length", [(2**63 - 1, 1), (1, 2**63 - 1), (2**62, 2**62), (-1, 1), (0, -1),
-                                           (2**63 - 2, 2)])
+@pytest.mark.parametrize(
+    "start, length", [(2**63 - 1, 1), (1, 2**63 - 1), (2**62, 2**62), (-1, 1), (0, -1), (2**63 - 2, 2)]
+)
 def test_groups_chunk_start_plus_length_that_wraps_is_refused(start, length):
     """start + length wraps in int64 (it once passed the check and crashed the compiled loop)."""
     args = _groups_args(1)
@@ -104,9 +115,13 @@ def test_groups_part_counts_whose_slot_sum_wraps_are_refused():
 
 
 def test_groups_wrong_dtypes_and_shapes_name_the_argument():
-    for index, name, value in [(2, "part_index", np.zeros(2, np.float64)), (5, "chunk_offset", np.zeros((2, 1), np.int64)),
-                               (0, "bounds", np.array([0.0, 2.0])), (9, "chunk_len", np.ones(3, np.int64)),
-                               (7, "buf_id", np.zeros(2, bool))]:
+    for index, name, value in [
+        (2, "part_index", np.zeros(2, np.float64)),
+        (5, "chunk_offset", np.zeros((2, 1), np.int64)),
+        (0, "bounds", np.array([0.0, 2.0])),
+        (9, "chunk_len", np.ones(3, np.int64)),
+        (7, "buf_id", np.zeros(2, bool)),
+    ]:
         args = _groups_args()
         args[index] = value
         out = _both_groups(args)
@@ -191,8 +206,10 @@ def test_records_extreme_values_raise_or_stay_inside(pos, last, hl, big):
         pass
     else:
         assert all(0 <= o <= 80 - hl for o in offsets.tolist())
-    for fn, args in [(records.gather, (buf, np.array([pos], np.int64), np.array([last], np.int64))),
-                     (records.walk_fields, (buf, np.array([pos, hl], np.int64), big))]:
+    for fn, args in [
+        (records.gather, (buf, np.array([pos], np.int64), np.array([last], np.int64))),
+        (records.walk_fields, (buf, np.array([pos, hl], np.int64), big)),
+    ]:
         try:
             fn(*args)
         except (ValueError, IndexError):
@@ -203,17 +220,26 @@ def test_records_extreme_values_raise_or_stay_inside(pos, last, hl, big):
 
 
 def _decode_columns(n: int) -> dict:
-    return {"status": np.zeros(n, np.int8), "family": np.zeros(n, np.uint8), "src": np.zeros((n, 16), np.uint8),
-            "dst": np.zeros((n, 16), np.uint8), "sport": np.zeros(n, np.uint16), "dport": np.zeros(n, np.uint16),
-            "pstart": np.zeros(n, np.int64), "pend": np.zeros(n, np.int64), "truncated": np.zeros(n, np.uint8)}
+    return {
+        "status": np.zeros(n, np.int8),
+        "family": np.zeros(n, np.uint8),
+        "src": np.zeros((n, 16), np.uint8),
+        "dst": np.zeros((n, 16), np.uint8),
+        "sport": np.zeros(n, np.uint16),
+        "dport": np.zeros(n, np.uint16),
+        "pstart": np.zeros(n, np.int64),
+        "pend": np.zeros(n, np.int64),
+        "truncated": np.zeros(n, np.uint8),
+    }
 
 
 def _decode_udp(decode, buf, starts, caplens, **change):  # type: ignore[no-untyped-def]
     cols = _decode_columns(len(starts))
     cols.update(change)
     empty = np.zeros(0, np.int64)
-    return decode.decode_udp(buf, np.asarray(starts, np.int64), np.asarray(caplens, np.int64), 1,
-                             empty, empty, empty, empty, *cols.values())
+    return decode.decode_udp(
+        buf, np.asarray(starts, np.int64), np.asarray(caplens, np.int64), 1, empty, empty, empty, empty, *cols.values()
+    )
 
 
 def test_decode_udp_wrapping_packet_range_is_refused():
@@ -332,8 +358,11 @@ def test_encode_data_frame_extreme_fields_match_the_twin(fields, chunk):
 def test_factorize_addresses_shapes_are_checked():
     decode = _compiled("nbmq.capture.datagrams._decode")
     fam, good = np.full(2, 4, np.uint8), np.zeros((2, 16), np.uint8)
-    for src, dst in [(np.zeros((1, 16), np.uint8), good), (good, np.zeros((2, 4), np.uint8)),
-                     (np.zeros((3, 16), np.uint8), good)]:
+    for src, dst in [
+        (np.zeros((1, 16), np.uint8), good),
+        (good, np.zeros((2, 4), np.uint8)),
+        (np.zeros((3, 16), np.uint8), good),
+    ]:
         with pytest.raises(ValueError, match="family, src and dst"):
             decode.factorize_addresses(fam, src, dst)
     codes = decode.factorize_addresses(fam, good, good)
@@ -362,7 +391,10 @@ def test_batch_io_recv_limit_and_send_start_match_the_twin(limit, start):
     compiled = _compiled("nbmq.transports._batch")
     results = []
     for cls in (python.BatchIO, compiled.BatchIO):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b,
+        ):
             a.bind(("127.0.0.1", 0))
             b.bind(("127.0.0.1", 0))
             a.setblocking(False)
@@ -377,7 +409,7 @@ def test_batch_io_recv_limit_and_send_start_match_the_twin(limit, start):
             select.select([a], [], [], 1.0)
             try:
                 n, offsets, lengths, _ = io.recv(limit)
-                read = ("ok", [bytes(io.view[o:o + k]) for o, k in zip(offsets[:n].tolist(), lengths[:n].tolist())])
+                read = ("ok", [bytes(io.view[o : o + k]) for o, k in zip(offsets[:n].tolist(), lengths[:n].tolist())])
             except (ValueError, OverflowError) as e:
                 read = ("raise", type(e).__name__)
             results.append((sent, got, read))

@@ -60,7 +60,8 @@ def same(name, *args, **kwargs):
 # -- strategies --------------------------------------------------------------------------------
 
 ints = st.one_of(
-    st.integers(-3, 600), st.integers(-(2**70), 2**70),
+    st.integers(-3, 600),
+    st.integers(-(2**70), 2**70),
     st.sampled_from([2**8 - 1, 2**8, 2**16 - 1, 2**16, 2**32 - 1, 2**32, 2**63, 2**64 - 1, 2**64]),
 )
 
@@ -68,15 +69,22 @@ ints = st.one_of(
 @st.composite
 def valid_frames(draw) -> bytes:
     if draw(st.booleans()):
-        return py.encode_control_frame(draw(st.integers(1, 5)), draw(st.integers(0, 2**64 - 1)),
-                                       draw(st.binary(max_size=20)))
+        return py.encode_control_frame(
+            draw(st.integers(1, 5)), draw(st.integers(0, 2**64 - 1)), draw(st.binary(max_size=20))
+        )
     chunk = draw(st.binary(max_size=draw(st.sampled_from([8, 466]))))
     part_count = draw(st.integers(1, 255))
     part_size = draw(st.integers(len(chunk), len(chunk) + 600))
     return py.encode_data_frame(
-        draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 2**64 - 1)), part_count,
-        draw(st.integers(0, part_count - 1)), draw(st.integers(part_size, part_size + 900)), part_size,
-        draw(st.integers(0, part_size - len(chunk))), chunk)
+        draw(st.integers(0, 2**64 - 1)),
+        draw(st.integers(0, 2**64 - 1)),
+        part_count,
+        draw(st.integers(0, part_count - 1)),
+        draw(st.integers(part_size, part_size + 900)),
+        part_size,
+        draw(st.integers(0, part_size - len(chunk))),
+        chunk,
+    )
 
 
 @st.composite
@@ -87,7 +95,7 @@ def mutated(draw, base) -> bytes:
         if op == 0 and raw:
             raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
         elif op == 1:
-            del raw[draw(st.integers(0, len(raw))):]
+            del raw[draw(st.integers(0, len(raw))) :]
         elif op == 2:
             raw += draw(st.binary(max_size=10))
         elif raw:
@@ -191,13 +199,23 @@ def streams(draw, kind: str):
     parts = []
     for _ in range(draw(st.integers(0, 8))):
         if kind == "bqsp":
-            parts.append(py.encode_bqsp_packet(rng.randbytes(rng.choice([0, 3, 100, 2000])),
-                                               rng.randrange(65536), rng.randrange(256)))
+            parts.append(
+                py.encode_bqsp_packet(
+                    rng.randbytes(rng.choice([0, 3, 100, 2000])), rng.randrange(65536), rng.randrange(256)
+                )
+            )
         else:
             topic = rng.randbytes(rng.randint(0, 20))
-            parts.append(rng.choice([py.encode_subscribe(topic), py.encode_remove(topic),
-                                     py.encode_deregister(),
-                                     py.encode_notification(topic, rng.randbytes(rng.randint(0, 2100)))]))
+            parts.append(
+                rng.choice(
+                    [
+                        py.encode_subscribe(topic),
+                        py.encode_remove(topic),
+                        py.encode_deregister(),
+                        py.encode_notification(topic, rng.randbytes(rng.randint(0, 2100))),
+                    ]
+                )
+            )
     stream = bytearray(b"".join(parts))
     for _ in range(draw(st.integers(0, 3))):
         if stream:
@@ -229,8 +247,16 @@ def test_decoders_on_noise(noise, step):
 
 # -- reassembly: the same traffic, the same outcomes and counters -------------------------------
 
-COUNTERS = ("frames", "duplicates", "rejected", "completed", "expired", "dropped_too_large",
-            "malformed", "incomplete_bytes")
+COUNTERS = (
+    "frames",
+    "duplicates",
+    "rejected",
+    "completed",
+    "expired",
+    "dropped_too_large",
+    "malformed",
+    "incomplete_bytes",
+)
 
 
 def state(r) -> tuple:
@@ -242,8 +268,7 @@ def traffic(draw):
     rng = random.Random(draw(st.integers(0, 2**32)))
     frames = []
     for mid in range(draw(st.integers(1, 6))):
-        parts = [rng.randbytes(rng.choice([0, 1, 100, 466, 467, 1200]))
-                 for _ in range(rng.randint(1, 3))]
+        parts = [rng.randbytes(rng.choice([0, 1, 100, 466, 467, 1200])) for _ in range(rng.randint(1, 3))]
         frames += py.shard_message_bytes(parts, rng.randrange(3), mid)
     frames += rng.sample(frames, len(frames) // 4)
     for i in rng.sample(range(len(frames)), len(frames) // 5):
@@ -329,8 +354,7 @@ def budget_traffic(draw):
         offset = rng.randrange(max(1, part - len(chunk) + 1)) if rng.random() < 0.5 else 0
         if rng.random() < 0.1:
             ops.append(("expire", rng.choice([0.5, 2.0])))
-        ops.append(("add", DataFrame(sid, mid, count, index, size, part, offset, chunk),
-                    rng.choice([0.0, 1.0])))
+        ops.append(("add", DataFrame(sid, mid, count, index, size, part, offset, chunk), rng.choice([0.0, 1.0])))
     budgets = draw(st.sampled_from([(3 << 20, 2 << 20), (5000, 3000), (64 << 20, None)]))
     return ops, budgets
 
@@ -348,7 +372,6 @@ def test_reassembler_budgets(case):
                 log.append(outcome(r.expire, op[1]))
             else:
                 log.append(outcome(r.add, op[1], op[2]))
-            log.append(state(r) + (r.evicted, tuple(r.take_evicted()),
-                                   tuple(r.owner_bytes(s) for s in range(4))))
+            log.append(state(r) + (r.evicted, tuple(r.take_evicted()), tuple(r.owner_bytes(s) for s in range(4))))
         logs.append(log)
     assert logs[0] == logs[1]

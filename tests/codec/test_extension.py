@@ -48,14 +48,21 @@ def _flags(env: dict[str, str]) -> dict[str, object]:
     import subprocess
     import sys
 
-    code = ("import importlib, json\n"
-            f"names = {_CHOOSERS!r}\n"
-            "out = {m: getattr(importlib.import_module(m), a) for m, a in names.items()}\n"
-            "import nbmq.engine.sockets as s; out['nbmq.engine._fast'] = s._fast is not None\n"
-            "print(json.dumps(out))")
+    code = (
+        "import importlib, json\n"
+        f"names = {_CHOOSERS!r}\n"
+        "out = {m: getattr(importlib.import_module(m), a) for m, a in names.items()}\n"
+        "import nbmq.engine.sockets as s; out['nbmq.engine._fast'] = s._fast is not None\n"
+        "print(json.dumps(out))"
+    )
     full = {k: v for k, v in os.environ.items() if not k.startswith("NBMQ_")}
-    result = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env={**full, **env},
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
+        env={**full, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 

@@ -24,8 +24,7 @@ def data_frames(draw):
     part_size = draw(st.integers(len(chunk), 2**32 - 1))
     message_size = draw(st.integers(part_size, 2**32 - 1))
     chunk_offset = draw(st.integers(0, part_size - len(chunk)))
-    return (draw(U64), draw(U64), part_count, part_index, message_size, part_size, chunk_offset,
-            chunk)
+    return (draw(U64), draw(U64), part_count, part_index, message_size, part_size, chunk_offset, chunk)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)
@@ -66,8 +65,17 @@ def test_views_not_copies(codec):
     assert codec.parse_frame(ctrl).payload.obj is ctrl
 
 
-@pytest.mark.parametrize("wrap", [bytes, bytearray, memoryview, lambda b: np.frombuffer(b, np.uint8),
-                                  lambda b: memoryview(b).cast("c"), lambda b: np.frombuffer(b, np.int8)])
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        bytes,
+        bytearray,
+        memoryview,
+        lambda b: np.frombuffer(b, np.uint8),
+        lambda b: memoryview(b).cast("c"),
+        lambda b: np.frombuffer(b, np.int8),
+    ],
+)
 def test_any_contiguous_buffer(codec, wrap):
     raw = codec.encode_data_frame(7, 8, 2, 1, 10, 5, 0, b"world")
     frame = codec.parse_frame(wrap(raw))
@@ -133,8 +141,9 @@ def test_valid_edges(codec):
     assert codec.parse_frame(codec.encode_control_frame(4, 1, bytes(490))).kind is FrameKind.HEARTBEAT
 
 
-ARGS = dict(session_id=1, message_id=2, part_count=3, part_index=1, message_size=30, part_size=10,
-            chunk_offset=0, chunk=b"abc")
+ARGS = dict(
+    session_id=1, message_id=2, part_count=3, part_index=1, message_size=30, part_size=10, chunk_offset=0, chunk=b"abc"
+)
 
 
 @pytest.mark.parametrize(

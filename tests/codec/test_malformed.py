@@ -16,31 +16,64 @@ FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
 
 def header(kind=0, sid=1, mid=2, pc=1, pi=0, msize=5, psize=5, csize=5, coff=0) -> bytes:
-    return (bytes([1, kind]) + sid.to_bytes(8, "big") + mid.to_bytes(8, "big") + bytes([pc, pi])
-            + msize.to_bytes(4, "big") + psize.to_bytes(4, "big") + csize.to_bytes(2, "big")
-            + coff.to_bytes(4, "big"))
+    return (
+        bytes([1, kind])
+        + sid.to_bytes(8, "big")
+        + mid.to_bytes(8, "big")
+        + bytes([pc, pi])
+        + msize.to_bytes(4, "big")
+        + psize.to_bytes(4, "big")
+        + csize.to_bytes(2, "big")
+        + coff.to_bytes(4, "big")
+    )
 
 
 DATAGRAMS = [
-    b"", b"\x01", b"\x00\x00", b"\xff" * 10, b"\x01\x06" + bytes(8), b"\x01\xff" + bytes(40),
-    b"\x01\x00" + bytes(32), b"\x01\x05" + bytes(7), b"\x01\x00" + bytes(498), b"\x01\x03" + bytes(600),
-    header(pc=0, pi=0) + b"hello", header(pc=2, pi=5, msize=10) + b"hello", header(pc=255, pi=255) + b"hello",
-    header(psize=6) + b"hello", header(csize=5) + b"hel", header(csize=2) + b"hello",
-    header(csize=0) + b"hello", header(coff=2**32 - 1, csize=2) + b"hi",
-    header(coff=1) + b"hello", header(msize=2**32 - 1, psize=2**32 - 1, coff=2**32 - 5) + b"hello",
-    header(msize=0, psize=0, csize=0), header(msize=2**32 - 1, psize=2**32 - 1) + b"hello",
+    b"",
+    b"\x01",
+    b"\x00\x00",
+    b"\xff" * 10,
+    b"\x01\x06" + bytes(8),
+    b"\x01\xff" + bytes(40),
+    b"\x01\x00" + bytes(32),
+    b"\x01\x05" + bytes(7),
+    b"\x01\x00" + bytes(498),
+    b"\x01\x03" + bytes(600),
+    header(pc=0, pi=0) + b"hello",
+    header(pc=2, pi=5, msize=10) + b"hello",
+    header(pc=255, pi=255) + b"hello",
+    header(psize=6) + b"hello",
+    header(csize=5) + b"hel",
+    header(csize=2) + b"hello",
+    header(csize=0) + b"hello",
+    header(coff=2**32 - 1, csize=2) + b"hi",
+    header(coff=1) + b"hello",
+    header(msize=2**32 - 1, psize=2**32 - 1, coff=2**32 - 5) + b"hello",
+    header(msize=0, psize=0, csize=0),
+    header(msize=2**32 - 1, psize=2**32 - 1) + b"hello",
     header(kind=0) + bytes(466) + b"x",
 ]
 
 BQSP_STREAMS = [
-    b"\xff\xff\xff\xff\x00\x00\x00", b"\x05\x00\x00", b"\x00\x00\x00\x01\x00\x00\x00" + bytes(10),
-    b"\x10\x00\x00\x00\xff\xaa\x01" + bytes(5), bytes(7) * 50, b"\xff" * 100,
+    b"\xff\xff\xff\xff\x00\x00\x00",
+    b"\x05\x00\x00",
+    b"\x00\x00\x00\x01\x00\x00\x00" + bytes(10),
+    b"\x10\x00\x00\x00\xff\xaa\x01" + bytes(5),
+    bytes(7) * 50,
+    b"\xff" * 100,
 ]
 
 RQUEUE_STREAMS = [
-    b"\x00\x01\x03x", b"\x00\x00\x07", b"\x00\x01\x07\x05", b"\x00\x03\x07\xffab",
-    b"\xff\xff\x07" + bytes(10), b"\x01\x00\x01" + bytes(256), b"\x08\x01\x02", b"\x00\x00\x00",
-    b"\x00\x00\x05\x00\x00\x05\x00\x00\x63", b"\x00",
+    b"\x00\x01\x03x",
+    b"\x00\x00\x07",
+    b"\x00\x01\x07\x05",
+    b"\x00\x03\x07\xffab",
+    b"\xff\xff\x07" + bytes(10),
+    b"\x01\x00\x01" + bytes(256),
+    b"\x08\x01\x02",
+    b"\x00\x00\x00",
+    b"\x00\x00\x05\x00\x00\x05\x00\x00\x63",
+    b"\x00",
 ]
 
 

@@ -37,7 +37,7 @@ def embedded_signature(module, cls: type) -> list[tuple]:
     """Parameters of the constructor signature embedded in an extension type's docstring."""
     first = cls.__doc__.splitlines()[0]
     assert first.startswith(cls.__name__ + "("), first
-    tree = ast.parse(f"def f{first[len(cls.__name__):]}: pass").body[0].args
+    tree = ast.parse(f"def f{first[len(cls.__name__) :]}: pass").body[0].args
     names = [a.arg for a in tree.args]
     defaults = [inspect.Parameter.empty] * (len(names) - len(tree.defaults)) + [
         eval(compile(ast.Expression(d), "<signature>", "eval"), vars(module)) for d in tree.defaults
@@ -70,8 +70,9 @@ def test_class_surfaces(c, name):
     for attr in sorted(public(pyobj)):
         pv, cv = getattr(pyobj, attr), getattr(cobj, attr)
         if callable(pv):
-            assert params(inspect.signature(getattr(ccls, attr))) == params(
-                inspect.signature(getattr(pycls, attr))), attr
+            assert params(inspect.signature(getattr(ccls, attr))) == params(inspect.signature(getattr(pycls, attr))), (
+                attr
+            )
         else:
             assert cv == pv and type(cv) is type(pv), attr
     for dunder in ("__iter__", "__next__", "__len__"):

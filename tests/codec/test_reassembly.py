@@ -21,8 +21,16 @@ def payload(n: int, seed: int) -> bytes:
 
 
 def counters(r) -> dict:
-    names = ("frames", "duplicates", "rejected", "completed", "expired", "dropped_too_large",
-             "malformed", "incomplete_bytes")
+    names = (
+        "frames",
+        "duplicates",
+        "rejected",
+        "completed",
+        "expired",
+        "dropped_too_large",
+        "malformed",
+        "incomplete_bytes",
+    )
     return {n: getattr(r, n) for n in names}
 
 
@@ -122,8 +130,7 @@ def test_interleaved_hundreds(codec):
     sent = {}
     frames = []
     for mid in range(300):
-        parts = [payload(rng.choice([0, 1, 200, 466, 467, 1500]), mid * 10 + i)
-                 for i in range(rng.randint(1, 4))]
+        parts = [payload(rng.choice([0, 1, 200, 466, 467, 1500]), mid * 10 + i) for i in range(rng.randint(1, 4))]
         sid = rng.choice([1, 2, 3])
         sent[(sid, mid)] = parts
         frames += frames_of(codec, parts, sid, mid)
@@ -142,8 +149,7 @@ def test_interleaved_hundreds(codec):
     assert set(got) == set(sent)
     assert all(copy == sent[key] for key, copies in got.items() for copy in copies)
     assert r.rejected == 0 and r.completed == sum(map(len, got.values()))
-    assert r.incomplete_bytes == sum(sum(map(len, sent[k])) + codec.MESSAGE_OVERHEAD for k in
-                                     r.expire(1.0))
+    assert r.incomplete_bytes == sum(sum(map(len, sent[k])) + codec.MESSAGE_OVERHEAD for k in r.expire(1.0))
     # The same traffic through the batch entry point, in a few batches.
     r2 = codec.Reassembler()
     got2: dict = {}
@@ -165,7 +171,7 @@ def test_custom_keys_keep_messages_apart(codec):
         assert r.add(codec.parse_frame(f), key=("b", 1)) is None
     assert len(r) == 2
     assert r.add_datagram(frames[-1], key=("a", 1))[0].tobytes() == payload(900, 12)
-    assert r.add_datagram(frames[-1])is None  # the default key is a third message
+    assert r.add_datagram(frames[-1]) is None  # the default key is a third message
     assert len(r) == 2
 
 
@@ -187,10 +193,17 @@ def test_empty_messages_and_parts(codec):
 
 
 def test_header_disagreements_reject_the_message(codec):
-    base = dict(session_id=1, message_id=2, part_count=2, part_index=0, message_size=10,
-                part_size=5, chunk_offset=0, chunk=b"ab")
-    for change, offset in [({"part_count": 3}, 18), ({"message_size": 11, "part_size": 5}, 20),
-                           ({"part_size": 6}, 24)]:
+    base = dict(
+        session_id=1,
+        message_id=2,
+        part_count=2,
+        part_index=0,
+        message_size=10,
+        part_size=5,
+        chunk_offset=0,
+        chunk=b"ab",
+    )
+    for change, offset in [({"part_count": 3}, 18), ({"message_size": 11, "part_size": 5}, 20), ({"part_size": 6}, 24)]:
         r = codec.Reassembler()
         r.add_datagram(codec.encode_data_frame(**base))
         budget = r.incomplete_bytes
@@ -218,12 +231,19 @@ def test_hand_built_frames_out_of_range(codec):
     good = codec.parse_frame(codec.encode_data_frame(1, 2, 2, 0, 10, 5, 0, b"abc"))
     r = codec.Reassembler()
     r.add(good)
-    for change, offset in [({"part_index": 2}, 19), ({"part_index": -1}, 19),
-                           ({"part_count": 0, "part_index": 0}, 18), ({"part_count": 256}, 18),
-                           ({"message_size": -1}, 20), ({"message_size": 2**32}, 20),
-                           ({"part_size": -5}, 24), ({"part_size": 2**40}, 24),
-                           ({"chunk_offset": -1}, 30), ({"chunk_offset": 2**64}, 30),
-                           ({"chunk_offset": 4}, 30)]:
+    for change, offset in [
+        ({"part_index": 2}, 19),
+        ({"part_index": -1}, 19),
+        ({"part_count": 0, "part_index": 0}, 18),
+        ({"part_count": 256}, 18),
+        ({"message_size": -1}, 20),
+        ({"message_size": 2**32}, 20),
+        ({"part_size": -5}, 24),
+        ({"part_size": 2**40}, 24),
+        ({"chunk_offset": -1}, 30),
+        ({"chunk_offset": 2**64}, 30),
+        ({"chunk_offset": 4}, 30),
+    ]:
         with pytest.raises(DecodeError) as info:
             r.add(good._replace(**change))
         assert info.value.offset == offset, change
@@ -239,8 +259,11 @@ def test_hand_built_frames_out_of_range(codec):
     from types import SimpleNamespace
 
     r2 = codec.Reassembler()
-    parts = r2.add(SimpleNamespace(**{**good._asdict(), "part_count": 1, "message_size": 3,
-                                       "part_size": 3, "chunk": bytearray(b"xyz")}))
+    parts = r2.add(
+        SimpleNamespace(
+            **{**good._asdict(), "part_count": 1, "message_size": 3, "part_size": 3, "chunk": bytearray(b"xyz")}
+        )
+    )
     assert parts[0].tobytes() == b"xyz"
 
 
@@ -262,8 +285,14 @@ def test_add_datagrams_never_raises_for_bad_rows(codec):
     good = frames_of(codec, [b"hello"], 1, 1)[0]
     conflicting = codec.encode_data_frame(1, 2, 1, 0, 5, 5, 0, b"abc")
     other = codec.encode_data_frame(1, 2, 1, 0, 5, 5, 0, b"xyz")
-    rows = [good, b"junk", codec.encode_control_frame(2, 3), conflicting, other,
-            codec.encode_data_frame(1, 3, 1, 0, 2**31, 2**31, 0, b"x")]
+    rows = [
+        good,
+        b"junk",
+        codec.encode_control_frame(2, 3),
+        conflicting,
+        other,
+        codec.encode_data_frame(1, 3, 1, 0, 2**31, 2**31, 0, b"x"),
+    ]
     buffer = b"".join(rows)
     lengths = [len(x) for x in rows] + [10, 5]
     offsets = list(np.cumsum([0] + lengths[:5])) + [len(buffer) - 2, -1]
@@ -330,10 +359,15 @@ def test_large_claims_are_charged_by_received_bytes(codec):
     assert r.owner_bytes(1) == 7 * base + codec.MESSAGE_OVERHEAD + received + 2 * 8192
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"max_message_size": -1}, ValueError), ({"max_message_size": 2**32}, ValueError),
-    ({"max_incomplete_bytes": -1}, ValueError), ({"max_message_size": 1.5}, TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"max_message_size": -1}, ValueError),
+        ({"max_message_size": 2**32}, ValueError),
+        ({"max_incomplete_bytes": -1}, ValueError),
+        ({"max_message_size": 1.5}, TypeError),
+    ],
+)
 def test_constructor_checks(codec, kwargs, error):
     with pytest.raises(error):
         codec.Reassembler(**kwargs)
@@ -384,8 +418,7 @@ def test_claim_of_4_gib_allocates_nothing(codec):
 def test_flood_of_claims_stays_within_budget(codec):
     budget = 1 << 20
     r = codec.Reassembler(max_incomplete_bytes=budget)
-    frames = [codec.encode_data_frame(7, mid, 3, i, 300_000, 100_000, 0, b"x")
-              for mid in range(300) for i in range(3)]
+    frames = [codec.encode_data_frame(7, mid, 3, i, 300_000, 100_000, 0, b"x") for mid in range(300) for i in range(3)]
 
     def run():
         for f in frames:

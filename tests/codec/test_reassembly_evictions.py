@@ -20,7 +20,9 @@ except ImportError:  # not built: only the twin runs (NBMQ_REQUIRE_EXTENSIONS ma
 
 def _frame(module, sid: int, mid: int, size: int, parts: int = 1):  # type: ignore[no-untyped-def]
     """The first frame of a message of ``size`` bytes in ``parts`` equal parts."""
-    return module.parse_frame(codec.encode_data_frame(sid, mid, parts, 0, size, size // parts, 0, b"x" * (size // parts)))
+    return module.parse_frame(
+        codec.encode_data_frame(sid, mid, parts, 0, size, size // parts, 0, b"x" * (size // parts))
+    )
 
 
 def _run(module) -> list:  # type: ignore[no-untyped-def]

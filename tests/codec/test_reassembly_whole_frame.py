@@ -51,8 +51,19 @@ def run(module, frames, total, peer, cap=1 << 20):
             got = None if parts is None else [(p.dtype.str, p.flags.owndata, bytes(p)) for p in parts]
         except DecodeError as exc:
             got = (type(exc).__name__, exc.offset, exc.reason)
-        log.append((got, len(r), r.incomplete_bytes, r.frames, r.completed, r.evicted,
-                    r.duplicates, tuple(r.take_evicted()), r.owner_bytes(frame.session_id)))
+        log.append(
+            (
+                got,
+                len(r),
+                r.incomplete_bytes,
+                r.frames,
+                r.completed,
+                r.evicted,
+                r.duplicates,
+                tuple(r.take_evicted()),
+                r.owner_bytes(frame.session_id),
+            )
+        )
     return log
 
 
@@ -63,8 +74,17 @@ def test_whole_frames_match_the_twin_at_the_budget_edge(peer, slack):
     # socket budget exactly (slack 0), by one byte, or misses it by one (general path:
     # eviction or refusal)
     total = 2 * (OVERHEAD + 200) + OVERHEAD + 100 + slack
-    frames = [half(1, 1, 200), half(1, 2, 200), whole(1, 3, 100), whole(2, 4, 100),
-              whole(1, 5, 0), whole(1, 6, 466), whole(3, 7, 1), half(2, 8, 200), whole(2, 9, 100)]
+    frames = [
+        half(1, 1, 200),
+        half(1, 2, 200),
+        whole(1, 3, 100),
+        whole(2, 4, 100),
+        whole(1, 5, 0),
+        whole(1, 6, 466),
+        whole(3, 7, 1),
+        half(2, 8, 200),
+        whole(2, 9, 100),
+    ]
     frames.append(DataFrame(1, 10, 1, 0, 2 << 20, 2 << 20, 0, bytes(10)))  # over max_message_size
     a, b = run(py, frames, total, peer), run(c, frames, total, peer)
     assert a == b
@@ -98,8 +118,9 @@ def test_drop_owner_releases_one_owner_in_both_twins(lazy):
         before = r.incomplete_bytes
         keys = r.drop_owner(1)
         assert r.drop_owner(1) == [] and r.drop_owner(77) == []
-        results.append((keys, len(r), r.owner_bytes(1), r.owner_bytes(2), before - r.incomplete_bytes,
-                        r.expired, r.evicted))
+        results.append(
+            (keys, len(r), r.owner_bytes(1), r.owner_bytes(2), before - r.incomplete_bytes, r.expired, r.evicted)
+        )
         done = r.add(whole(1, 4, 8), 0.0, (1, 4))  # the owner's next message still works
         assert done is not None and bytes(done[0]) == bytes([4]) * 8
     assert results[0] == results[1]

@@ -47,8 +47,32 @@ def test_bqsp_seed_examples(codec):
     assert codec.decode_bqsp_header(bytes([0x10, 0, 0, 0, 0xFF, 0xAA, 1])) == (16, 0xAAFF, 1)
     # The JSON example: {"status":"ok"}, Data Type 2 (JSON), Queue 1.
     body = json.dumps({"status": "ok"}, separators=(",", ":")).encode()
-    packet = bytes([0xF, 0, 0, 0, 2, 0, 1, 0x7B, 0x22, 0x73, 0x74, 0x61, 0x74, 0x75, 0x73, 0x22,
-                    0x3A, 0x22, 0x6F, 0x6B, 0x22, 0x7D])
+    packet = bytes(
+        [
+            0xF,
+            0,
+            0,
+            0,
+            2,
+            0,
+            1,
+            0x7B,
+            0x22,
+            0x73,
+            0x74,
+            0x61,
+            0x74,
+            0x75,
+            0x73,
+            0x22,
+            0x3A,
+            0x22,
+            0x6F,
+            0x6B,
+            0x22,
+            0x7D,
+        ]
+    )
     assert codec.encode_bqsp_packet(body, 2, 1) == packet
     decoder = codec.BqspDecoder()
     decoder.feed(packet)
@@ -58,8 +82,10 @@ def test_bqsp_seed_examples(codec):
 
 
 def bqsp_stream(codec, rng: random.Random, count: int) -> tuple[bytes, list]:
-    packets = [(rng.randrange(65536), rng.randrange(256), rng.randbytes(rng.choice([0, 1, 7, 300, 3000])))
-               for _ in range(count)]
+    packets = [
+        (rng.randrange(65536), rng.randrange(256), rng.randbytes(rng.choice([0, 1, 7, 300, 3000])))
+        for _ in range(count)
+    ]
     return b"".join(codec.encode_bqsp_packet(d, t, q) for t, q, d in packets), packets
 
 
@@ -162,14 +188,21 @@ def test_rqueue_seed_tables(codec):
     assert codec.encode_remove(topic) == t.to_bytes(2, "big") + b"\x02" + topic
     assert codec.encode_deregister() == b"\x00\x00\x05"
     decoder = codec.RqueueDecoder()
-    decoder.feed(notification + codec.encode_subscribe(topic) + codec.encode_remove(topic)
-                 + codec.encode_deregister())
+    decoder.feed(notification + codec.encode_subscribe(topic) + codec.encode_remove(topic) + codec.encode_deregister())
     got = list(decoder)
     assert all(type(m) is RqueueMessage for m in got)
-    assert [m.type for m in got] == [RqueueType.NOTIFICATION, RqueueType.SUBSCRIBE,
-                                     RqueueType.REMOVE, RqueueType.DEREGISTER]
-    assert as_bytes(got) == [(RqueueType.NOTIFICATION, topic, content), (RqueueType.SUBSCRIBE, topic, b""),
-                             (RqueueType.REMOVE, topic, b""), (RqueueType.DEREGISTER, b"", b"")]
+    assert [m.type for m in got] == [
+        RqueueType.NOTIFICATION,
+        RqueueType.SUBSCRIBE,
+        RqueueType.REMOVE,
+        RqueueType.DEREGISTER,
+    ]
+    assert as_bytes(got) == [
+        (RqueueType.NOTIFICATION, topic, content),
+        (RqueueType.SUBSCRIBE, topic, b""),
+        (RqueueType.REMOVE, topic, b""),
+        (RqueueType.DEREGISTER, b"", b""),
+    ]
 
 
 def rqueue_stream(codec, rng: random.Random, count: int) -> tuple[bytes, list]:

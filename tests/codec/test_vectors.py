@@ -22,7 +22,12 @@ VARIANTS = {
     "Ack": FrameKind.ACK,
 }
 HEADER_FIELDS = (
-    "session_id", "message_id", "part_count", "part_index", "message_size", "part_size",
+    "session_id",
+    "message_id",
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
     "chunk_offset",
 )
 
@@ -38,7 +43,10 @@ def test_constants(codec, vectors):
 
     k = vectors["constants"]
     assert (wire.VERSION, wire.DATA_HEADER_SIZE, wire.CONTROL_HEADER_SIZE) == (
-        k["VERSION"], k["DATA_HEADER_SIZE"], k["CONTROL_HEADER_SIZE"])
+        k["VERSION"],
+        k["DATA_HEADER_SIZE"],
+        k["CONTROL_HEADER_SIZE"],
+    )
     assert (wire.MAX_FRAME_SIZE, wire.MAX_CHUNK_SIZE) == (k["MAX_FRAME_SIZE"], k["MAX_DATA_SIZE"])
     assert codec.fnv1a64(b"") == k["FNV1A64_OFFSET_BASIS"] == wire.FNV_OFFSET_BASIS
     assert wire.FNV_PRIME == k["FNV1A64_PRIME"]
@@ -62,8 +70,16 @@ MALFORMED_DATA_FRAMES = {
 
 
 def _encode_args(f: dict) -> tuple:
-    return (f["session_id"], f["message_id"], f["part_count"], f["part_index"],
-            f["message_size"], f["part_size"], f["chunk_offset"], bytes.fromhex(f["chunk_hex"]))
+    return (
+        f["session_id"],
+        f["message_id"],
+        f["part_count"],
+        f["part_index"],
+        f["message_size"],
+        f["part_size"],
+        f["chunk_offset"],
+        bytes.fromhex(f["chunk_hex"]),
+    )
 
 
 def test_data_frames(codec, vectors):
@@ -75,8 +91,7 @@ def test_data_frames(codec, vectors):
         if "hash" in exp:
             assert exp["hash"] == exp["fnv1a64_of_frame"]
             assert exp["hash_hex"] == exp["hash"].to_bytes(8, "big").hex()
-            ack = codec.encode_control_frame(FrameKind.ACK, f["session_id"],
-                                             exp["hash"].to_bytes(8, "big"))
+            ack = codec.encode_control_frame(FrameKind.ACK, f["session_id"], exp["hash"].to_bytes(8, "big"))
             assert ack.hex() == exp["ack_hex"], case["name"]
         row = codec.parse_frames(raw, [0], [len(raw)])[0]
         if case["name"] in MALFORMED_DATA_FRAMES:
@@ -261,7 +276,9 @@ def test_frame_parse(codec, vectors):
 
 # High-water marks and SafeDealer de-duplication live in the queueing layer, not the codec.
 RECV_SKIPPED = {
-    "recv_hwm_incoming_full", "recv_hwm_complete_full", "recv_whole_message_repeated_pull_safe",
+    "recv_hwm_incoming_full",
+    "recv_hwm_complete_full",
+    "recv_whole_message_repeated_pull_safe",
 }
 # Where we differ: {case: {step index: our outcome}}; ("err", offset) is a DecodeError there.
 RECV_OURS = {
@@ -286,8 +303,11 @@ RECV_OURS = {
         2: {"session_id": 10, "message_id": 0x67F10A697F983FBD, "parts_hex": ["61", "", "63"]},
     },
 }
-RECV_LEFT = {"recv_chunk_beyond_part_size": 0, "recv_message_size_larger_than_parts": 0,
-             "recv_empty_middle_part_never_completes": 0}
+RECV_LEFT = {
+    "recv_chunk_beyond_part_size": 0,
+    "recv_message_size_larger_than_parts": 0,
+    "recv_empty_middle_part_never_completes": 0,
+}
 
 
 def test_recv_queue(codec, vectors):
@@ -320,8 +340,10 @@ def test_recv_queue(codec, vectors):
                 assert got is None, (name, index)
                 continue
             delivered.append(got[1])
-            assert got == (want["session_id"], want["message_id"],
-                           [bytes.fromhex(p) for p in want["parts_hex"]]), (name, index)
+            assert got == (want["session_id"], want["message_id"], [bytes.fromhex(p) for p in want["parts_hex"]]), (
+                name,
+                index,
+            )
         if name not in RECV_OURS:
             assert delivered == case["expected"]["delivered_message_ids"], name
         left = case["expected"]["incomplete_messages_left"]

@@ -23,8 +23,10 @@ MIRROR = {
 
 def test_pxd_values_equal_wire_py():
     text = PXD.read_text()
-    found = {m.group(1): int(m.group(2).rstrip("ULul"), 0)
-             for m in re.finditer(r"^\s*(?:#define\s+)?(\w+)\s*=?\s*(0x[0-9A-Fa-f]+U?L*L?|\d+)\b", text, re.M)}
+    found = {
+        m.group(1): int(m.group(2).rstrip("ULul"), 0)
+        for m in re.finditer(r"^\s*(?:#define\s+)?(\w+)\s*=?\s*(0x[0-9A-Fa-f]+U?L*L?|\d+)\b", text, re.M)
+    }
     assert {name: found.get(name) for name in MIRROR} == MIRROR
 
 

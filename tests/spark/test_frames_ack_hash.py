@@ -79,6 +79,9 @@ def test_report_acks_without_payload_match_the_payload_hash(spark, tmp_path):
     assert list(acks["n"]) == [safe["data_frames"]]  # every data frame acked once, all matched
     for name in ("latency", "histograms", "resends"):
         a, b = getattr(new, name), getattr(before, name)
-        assert a.sort_values(list(a.columns)).reset_index(drop=True).equals(
-            b.sort_values(list(b.columns)).reset_index(drop=True)), name
+        assert (
+            a.sort_values(list(a.columns))
+            .reset_index(drop=True)
+            .equals(b.sort_values(list(b.columns)).reset_index(drop=True))
+        ), name
     assert not [n for n in new.notes if "ack" in n]

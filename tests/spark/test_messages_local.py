@@ -109,11 +109,17 @@ def test_parquet_read_keeps_data_frames_and_the_addr_port_rule(tmp_path):
 
     n = 4
     cols = {c: pa.array([1] * n, pa.int64()) for c in _READ_COLS}
-    cols.update(capture=pa.array(["c"] * n), src_addr=pa.array(["10.0.0.1", "::1", "fe80::2", "10.0.0.9"]),
-                dst_addr=pa.array(["::2", "10.0.0.2", "10.0.0.2", "10.0.0.2"]),
-                src_port=pa.array([40000, 1, 2, 3], pa.int32()), dst_port=pa.array([5555] * n, pa.int32()),
-                kind=pa.array([0, 0, 1, None], pa.int32()), error=pa.array([None, None, None, None], pa.string()),
-                payload=pa.array([b"x"] * n), frame_number=pa.array([1, 2, 3, 4], pa.int64()))
+    cols.update(
+        capture=pa.array(["c"] * n),
+        src_addr=pa.array(["10.0.0.1", "::1", "fe80::2", "10.0.0.9"]),
+        dst_addr=pa.array(["::2", "10.0.0.2", "10.0.0.2", "10.0.0.2"]),
+        src_port=pa.array([40000, 1, 2, 3], pa.int32()),
+        dst_port=pa.array([5555] * n, pa.int32()),
+        kind=pa.array([0, 0, 1, None], pa.int32()),
+        error=pa.array([None, None, None, None], pa.string()),
+        payload=pa.array([b"x"] * n),
+        frame_number=pa.array([1, 2, 3, 4], pa.int64()),
+    )
     path = tmp_path / "f.parquet"
     pq.write_table(pa.table(cols), path)
     task = pa.RecordBatch.from_pydict({"path": [str(path)], "row_group": [0]})
@@ -125,6 +131,7 @@ def test_parquet_read_keeps_data_frames_and_the_addr_port_rule(tmp_path):
 
 # The combine step's rule per key, without Spark (records as the local pass makes them).
 
+
 def _records(frames, t0=1_000, kind=None):
     """Frame records of one key (``nbmq.wire`` frames), capture times t0, t0+1, ... ns."""
     from nbmq import codec
@@ -132,10 +139,22 @@ def _records(frames, t0=1_000, kind=None):
     out = []
     for i, f in enumerate(frames):
         d = codec.parse_frame(f)
-        out.append({"_kind": 1, "_t0": t0 + i, "_f0": t0 + i, "_t1": t0 + i, "_f1": t0 + i, "dst": "b:2",
-                    "f_part_count": d.part_count, "f_part_index": d.part_index,
-                    "f_message_size": d.message_size, "f_part_size": d.part_size,
-                    "f_chunk_offset": d.chunk_offset, "f_payload": bytes(d.chunk)})
+        out.append(
+            {
+                "_kind": 1,
+                "_t0": t0 + i,
+                "_f0": t0 + i,
+                "_t1": t0 + i,
+                "_f1": t0 + i,
+                "dst": "b:2",
+                "f_part_count": d.part_count,
+                "f_part_index": d.part_index,
+                "f_message_size": d.message_size,
+                "f_part_size": d.part_size,
+                "f_chunk_offset": d.chunk_offset,
+                "f_payload": bytes(d.chunk),
+            }
+        )
     return out
 
 
@@ -157,9 +176,25 @@ def _frames_of(n_parts=2, size=1200):
 def _as_row(recs):
     """The row record the local pass makes of ``recs`` (complete, in one partition)."""
     row = _settled(recs)
-    names = ["capture", "session_id", "src", "dst", "message_id", "part_count", "message_size",
-             "part_sizes", "part_sha256", "complete", "missing_bytes", "frames", "duplicates",
-             "rejected", "first_ts", "last_ts", "parts"]
+    names = [
+        "capture",
+        "session_id",
+        "src",
+        "dst",
+        "message_id",
+        "part_count",
+        "message_size",
+        "part_sizes",
+        "part_sha256",
+        "complete",
+        "missing_bytes",
+        "frames",
+        "duplicates",
+        "rejected",
+        "first_ts",
+        "last_ts",
+        "parts",
+    ]
     r = dict(zip(names, row))
     r.update(_kind=0, _t0=recs[0]["_t0"], _f0=recs[0]["_f0"], _t1=recs[-1]["_t1"], _f1=recs[-1]["_f1"])
     return r

@@ -16,10 +16,22 @@ from nbmq import codec
 from nbmq.spark import _reassemble_py, messages
 
 REQUIRED = os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0")
-compiled = pytest.mark.skipif(not messages.COMPILED and not REQUIRED,
-                              reason="nbmq.spark._reassemble not built (or NBMQ_NO_EXTENSIONS)")
-OUTPUTS = ("complete", "part_count", "message_size", "duplicates", "rejected", "missing", "slots",
-           "slot_size", "slot_start", "digests", "data")
+compiled = pytest.mark.skipif(
+    not messages.COMPILED and not REQUIRED, reason="nbmq.spark._reassemble not built (or NBMQ_NO_EXTENSIONS)"
+)
+OUTPUTS = (
+    "complete",
+    "part_count",
+    "message_size",
+    "duplicates",
+    "rejected",
+    "missing",
+    "slots",
+    "slot_size",
+    "slot_start",
+    "digests",
+    "data",
+)
 
 
 def _frames(parts: list[bytes], mid: int) -> list[list]:
@@ -144,27 +156,31 @@ def test_argument_errors_are_the_same():
 def _data_table(groups: list[list[list]]) -> pa.Table:
     """A frames table (``build_messages``'s columns) of the groups, in capture order, senders alternating."""
     # frame j of key k at k * 3 us + j us: keys interleave in capture order
-    rows = sorted(((mid, f, mid * 3000 + j * 1000) for mid, g in enumerate(groups, start=1)
-                   for j, f in enumerate(g)), key=lambda r: r[2])
+    rows = sorted(
+        ((mid, f, mid * 3000 + j * 1000) for mid, g in enumerate(groups, start=1) for j, f in enumerate(g)),
+        key=lambda r: r[2],
+    )
     n = len(rows)
     dec = pa.decimal128(20, 0)
     from decimal import Decimal
 
-    return pa.table({
-        "capture": ["c.pcap"] * n,
-        "session_id": pa.array([Decimal(7)] * n, dec),
-        "src": [f"10.0.0.{1 + r[0] % 2}:4000" for r in rows],
-        "message_id": pa.array([Decimal(r[0]) for r in rows], dec),
-        "dst": ["10.0.0.9:5555"] * n,
-        "part_count": pa.array([r[1][0] for r in rows], pa.int32()),
-        "part_index": pa.array([r[1][1] for r in rows], pa.int32()),
-        "message_size": pa.array([r[1][2] for r in rows], pa.int64()),
-        "part_size": pa.array([r[1][3] for r in rows], pa.int64()),
-        "chunk_offset": pa.array([r[1][4] for r in rows], pa.int64()),
-        "payload": pa.array([r[1][5] for r in rows], pa.binary()),
-        "ts_ns": pa.array([r[2] for r in rows], pa.int64()),
-        "frame_number": pa.array(range(n), pa.int64()),
-    })
+    return pa.table(
+        {
+            "capture": ["c.pcap"] * n,
+            "session_id": pa.array([Decimal(7)] * n, dec),
+            "src": [f"10.0.0.{1 + r[0] % 2}:4000" for r in rows],
+            "message_id": pa.array([Decimal(r[0]) for r in rows], dec),
+            "dst": ["10.0.0.9:5555"] * n,
+            "part_count": pa.array([r[1][0] for r in rows], pa.int32()),
+            "part_index": pa.array([r[1][1] for r in rows], pa.int32()),
+            "message_size": pa.array([r[1][2] for r in rows], pa.int64()),
+            "part_size": pa.array([r[1][3] for r in rows], pa.int64()),
+            "chunk_offset": pa.array([r[1][4] for r in rows], pa.int64()),
+            "payload": pa.array([r[1][5] for r in rows], pa.binary()),
+            "ts_ns": pa.array([r[2] for r in rows], pa.int64()),
+            "frame_number": pa.array(range(n), pa.int64()),
+        }
+    )
 
 
 @pytest.mark.parametrize("parts", [False, True])
@@ -199,9 +215,16 @@ def test_local_pass_is_the_same_with_either_loop(monkeypatch, parts):
     us = lambda name: fast.column(name).cast(pa.int64()).to_numpy(zero_copy_only=False)[row]  # noqa: E731
     assert np.array_equal(us("_t0") // 1000, us("first_ts")) and np.array_equal(us("_t1") // 1000, us("last_ts"))
     # every row record is what the batch rule (``reassemble_batches``) makes of its key's frames
-    want = pa.Table.from_batches(list(messages.reassemble_batches(
-        iter(table.sort_by([(k, "ascending") for k in messages.KEY + ["ts_ns", "frame_number"]]).to_batches()),
-        out_schema, parts=parts)), schema=out_schema)
+    want = pa.Table.from_batches(
+        list(
+            messages.reassemble_batches(
+                iter(table.sort_by([(k, "ascending") for k in messages.KEY + ["ts_ns", "frame_number"]]).to_batches()),
+                out_schema,
+                parts=parts,
+            )
+        ),
+        schema=out_schema,
+    )
     by_key = {(int(r["message_id"]), r["src"]): r for r in want.to_pylist()}
     rows = fast.filter(pa.compute.equal(fast.column("_kind"), ml.ROW)).select(out_schema.names).to_pylist()
     for r in rows:

@@ -206,16 +206,25 @@ def test_key_hashes_are_stable_across_processes():
     outs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                   check=True, timeout=120).stdout.strip())
+        outs.append(
+            subprocess.run(
+                [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120
+            ).stdout.strip()
+        )
     assert outs[0] == outs[1]
     values = [int(x) for x in outs[0].split(",")]
     assert len(set(values)) == 4
     import decimal
 
     d = pa.decimal128(20, 0)
-    one = pa.table({"capture": ["b.pcap"], "session_id": pa.array([decimal.Decimal(1)], d), "src": ["[::1]:2"],
-                    "message_id": pa.array([decimal.Decimal(5)], d)})
+    one = pa.table(
+        {
+            "capture": ["b.pcap"],
+            "session_id": pa.array([decimal.Decimal(1)], d),
+            "src": ["[::1]:2"],
+            "message_id": pa.array([decimal.Decimal(5)], d),
+        }
+    )
     assert int(key_hashes(one)[0]) == values[2]
     assert int(key_hashes(one, mask=0xFF)[0]) == values[2] & 0xFF
 
@@ -226,9 +235,16 @@ def test_conflict_hashes_rule():
     from nbmq.spark.onepass import OnePass, conflict_hashes
 
     u = lambda *v: np.array(v, np.uint64)  # noqa: E731
-    run = OnePass(frames_dir=None, messages_dir=None, staging=None, frames_rows=0, row_records=6,  # type: ignore[arg-type]
-                  frame_records=2, frame_hashes=u(9, 40),
-                  tasks=[(0, u(1, 2, 3, 3), u(9)), (1, u(2, 4, 5), u(40))])
+    run = OnePass(
+        frames_dir=None,
+        messages_dir=None,
+        staging=None,
+        frames_rows=0,
+        row_records=6,  # type: ignore[arg-type]
+        frame_records=2,
+        frame_hashes=u(9, 40),
+        tasks=[(0, u(1, 2, 3, 3), u(9)), (1, u(2, 4, 5), u(40))],
+    )
     assert conflict_hashes(run).tolist() == [2, 3, 9, 40]
 
 

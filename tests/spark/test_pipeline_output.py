@@ -40,8 +40,21 @@ def _table_rows(path: Path) -> list:
 
 
 def _pipeline_cmd(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "nbmq.cli.pipeline", str(_KILL_CAPTURE), "--out", str(out), "--quiet",
-            "--no-report", "--master", "local[2]", "--split-mb", _KILL_SPLIT_MB, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "nbmq.cli.pipeline",
+        str(_KILL_CAPTURE),
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        "--master",
+        "local[2]",
+        "--split-mb",
+        _KILL_SPLIT_MB,
+        *extra,
+    ]
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -52,6 +65,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 # -- checks before Spark starts -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", ["file", "parent_is_a_file", "foreign_directory"])
 def test_unusable_out_is_one_line_exit_2_before_spark(tmp_path, capsys, monkeypatch, case):
@@ -68,8 +82,7 @@ def test_unusable_out_is_one_line_exit_2_before_spark(tmp_path, capsys, monkeypa
 
     blocker = tmp_path / "a-file"
     blocker.write_text("keep")
-    out = {"file": blocker, "parent_is_a_file": blocker / "out",
-           "foreign_directory": tmp_path / "mine"}[case]
+    out = {"file": blocker, "parent_is_a_file": blocker / "out", "foreign_directory": tmp_path / "mine"}[case]
     if case == "foreign_directory":
         out.mkdir()
         (out / "notes.txt").write_text("keep")
@@ -119,6 +132,7 @@ def test_task_retries_on_local_masters():
 
 # -- runs in this process (the shared session) ---------------------------------------------------
 
+
 @pytest.mark.spark
 def test_reused_out_holds_only_this_run(spark, tmp_path):
     """An --out of an earlier run with stream tables and a report: after a run without them,
@@ -132,7 +146,14 @@ def test_reused_out_holds_only_this_run(spark, tmp_path):
     (out / "report.html").write_text("stale")
     (out / "summary.json").write_text("{}")
     summary = run([CAPTURES / "safe_dealer.pcap"], out, spark=spark, report=False, **_QUIET)
-    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "findings", "frames", "messages", "sessions", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_SUCCESS",
+        "findings",
+        "frames",
+        "messages",
+        "sessions",
+        "summary.json",
+    ]
     assert json.loads((out / "summary.json").read_text())["totals"] == summary["totals"]
     assert summary["tables"] == {t: str(out / t) for t in _TABLES}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -216,18 +237,30 @@ def test_killed_python_worker_is_retried_and_the_tables_equal_an_undisturbed_run
     from nbmq.spark.pipeline import run
 
     with contextlib.redirect_stdout(io.StringIO()):
-        calm = run([_KILL_CAPTURE], tmp_path / "calm", spark=spark, report=False,
-                   split_bytes=int(float(_KILL_SPLIT_MB) * 1024 * 1024), **_QUIET)
+        calm = run(
+            [_KILL_CAPTURE],
+            tmp_path / "calm",
+            spark=spark,
+            report=False,
+            split_bytes=int(float(_KILL_SPLIT_MB) * 1024 * 1024),
+            **_QUIET,
+        )
     assert calm["onepass"]["tasks"] >= 8
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     marker = tmp_path / "killed"
     (hooks / "killing_worker.py").write_text(textwrap.dedent(_KILLING_WORKER.format(marker=str(marker))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(hooks), os.environ.get("PYTHONPATH")])))
-    cmd = _pipeline_cmd(tmp_path / "out", "--conf", "spark.python.use.daemon=false",
-                        "--conf", "spark.python.worker.module=killing_worker")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = _pipeline_cmd(
+        tmp_path / "out",
+        "--conf",
+        "spark.python.use.daemon=false",
+        "--conf",
+        "spark.python.worker.module=killing_worker",
+    )
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, err = proc.communicate(timeout=600)
     finally:
@@ -248,8 +281,9 @@ def test_killed_driver_leaves_the_previous_output(spark, tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         run([CAPTURES / "safe_dealer.pcap"], out, spark=spark, report=False, **_QUIET)
     before = _listing(out)
-    proc = subprocess.Popen(_pipeline_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        _pipeline_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 300
         staged: list[Path] = []

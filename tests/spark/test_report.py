@@ -62,8 +62,10 @@ def test_rqueue_fan_out_per_topic(report):
 
 def test_bqsp_queues_are_matched(report):
     _, page, _ = report
-    section = page[page.index("Queues: request"):page.index("bqsp error rows")]
-    rows = re.findall(r"<tr><td class=l>bqsp.pcap</td><td class=l>([^<]+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", section)
+    section = page[page.index("Queues: request") : page.index("bqsp error rows")]
+    rows = re.findall(
+        r"<tr><td class=l>bqsp.pcap</td><td class=l>([^<]+)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", section
+    )
     assert len(rows) == 7 and all(req == rsp for _, _, req, rsp in rows)
 
 
@@ -71,7 +73,9 @@ def test_latency_rows(report):
     summary, page, _ = report
     safe = next(r for r in summary["captures"] if r["capture"] == "safe_dealer.pcap")
     # Every SafeDealer data frame in the capture is acked once: the hash match finds them all.
-    ack = re.search(r"SafeDealer ack \(data frame -&gt; its Ack\)</td><td class=l>safe_dealer.pcap</td><td>([\d,]+)</td>", page)
+    ack = re.search(
+        r"SafeDealer ack \(data frame -&gt; its Ack\)</td><td class=l>safe_dealer.pcap</td><td>([\d,]+)</td>", page
+    )
     assert ack and int(ack.group(1).replace(",", "")) == safe["data_frames"]
     for name in BUNDLED:
         assert f"handshake: Connect -&gt; Connected</td><td class=l>{name}</td>" in page
@@ -118,9 +122,11 @@ def _chromium() -> str | None:
 
 
 #: Runs before the page's scripts: records uncaught errors and console.error calls.
-_CATCH = ("<script>window.__errors=[];window.addEventListener('error',function(e){__errors.push(String(e.message))});"
-          "var __ce=console.error;console.error=function(){__errors.push([].slice.call(arguments).join(' '));"
-          "__ce.apply(console,arguments)};</script>")
+_CATCH = (
+    "<script>window.__errors=[];window.addEventListener('error',function(e){__errors.push(String(e.message))});"
+    "var __ce=console.error;console.error=function(){__errors.push([].slice.call(arguments).join(' '));"
+    "__ce.apply(console,arguments)};</script>"
+)
 #: Run after them: zoom the first chart of a capture with several charts to the middle of its x
 #: range (as a drag does); then, once uPlot has committed (between two scripts the browser runs
 #: its microtasks), write every chart's x range before and after into the page.
@@ -141,10 +147,23 @@ var pre=document.createElement('pre');pre.id='nbmq-check';pre.textContent=JSON.s
 
 
 def _browser(browser: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-           f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}", "--enable-logging=stderr", "--v=0",
-           "--window-size=1400,2000", *args]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1400,2000",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
 
 
@@ -158,7 +177,9 @@ def test_charts_draw_and_zoom_together_in_headless_chromium(report, tmp_path):
         pytest.skip("no chromium on PATH (Debian package `chromium`; `make test` installs it when apt is available)")
     _, page, _ = report
     html = tmp_path / "report.html"
-    html.write_text(page.replace("<head>", "<head>" + _CATCH, 1).replace("</body>", _ZOOM + "</body>"), encoding="utf-8")
+    html.write_text(
+        page.replace("<head>", "<head>" + _CATCH, 1).replace("</body>", _ZOOM + "</body>"), encoding="utf-8"
+    )
     proc = _browser(browser, tmp_path, "--dump-dom", html.as_uri())
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = re.search(r"<pre id=\"nbmq-check\">(.*?)</pre>", proc.stdout, re.S)

@@ -60,8 +60,9 @@ def span_run(spark, tmp_path_factory):
         write_pcap(src / name, _two_messages(span))
     write_pcap(src / "health.pcap", _health())
     out = src / "out"
-    summary = run([str(src / n) for n in [*SPANS, "health.pcap"]], out, spark=spark, progress=False,
-                  print_summary=False)
+    summary = run(
+        [str(src / n) for n in [*SPANS, "health.pcap"]], out, spark=spark, progress=False, print_summary=False
+    )
     return summary, out
 
 
@@ -86,7 +87,7 @@ def test_bin_width_is_a_float(span):
 def test_health_section(span_run):
     _, out = span_run
     page = (out / "report.html").read_text()
-    section = page[page.index("<h2 id='cap-health.pcap'>"):]
+    section = page[page.index("<h2 id='cap-health.pcap'>") :]
     section = section[: section.index("<h2", 10)]
     assert re.search(r"<td class=l>wrong version[^<]*</td><td>1</td>", section)
     assert "Heartbeat after a 5 s gap" in section  # the flow graph's gap row
@@ -94,9 +95,15 @@ def test_health_section(span_run):
     # the capture's findings: the 5 s silence, the expired message, the one in flight at the end
     for kind in ("peer_silent", "message_lost_frames", "message_in_flight_at_end", "malformed_frame"):
         assert re.search(rf"<a href='#kind-{kind}'>{kind}</a> 1\b", section), kind
-    expert = page[page.index("<h2 id=expert>"):]
+    expert = page[page.index("<h2 id=expert>") :]
     sid = f"0x{SID:016x}"
-    assert re.search(rf"<td class=l>health.pcap</td><td>3.000000</td><td>11</td><td class=l><a href='#sess-health-pcap-{sid}'>", expert)
+    assert re.search(
+        rf"<td class=l>health.pcap</td><td>3.000000</td><td>11</td><td class=l><a href='#sess-health-pcap-{sid}'>",
+        expert,
+    )
     data = json.loads(re.search(r"id='nbmq-report-data'>(.*?)</script>", page, re.S).group(1))
     health = [c for c in data["charts"] if c["group"] == "health.pcap" and c["title"] == "loss and health"]
-    assert [s["label"] for s in health[0]["series"]] == ["duplicate data frames/s", "incomplete messages/s (by first frame)"]
+    assert [s["label"] for s in health[0]["series"]] == [
+        "duplicate data frames/s",
+        "incomplete messages/s (by first frame)",
+    ]

@@ -53,15 +53,23 @@ def test_a_sliver_of_a_bin_joins_the_previous_one():
 
 
 def test_flow_rows_fold_heartbeats_and_show_gaps():
-    control = pd.DataFrame([
-        {"capture": "c", "session_id": 5, "at_s": 0.0, "src": "a:1", "dst": "s:2", "kind_name": "connect"},
-        {"capture": "c", "session_id": 5, "at_s": 0.1, "src": "s:2", "dst": "a:1", "kind_name": "connected"},
-    ])
-    heartbeats = pd.DataFrame([{"capture": "c", "session_id": 5, "src": "a:1", "dst": "s:2", "n": 100,
-                                "first_s": 0.2, "last_s": 99.0}])
+    control = pd.DataFrame(
+        [
+            {"capture": "c", "session_id": 5, "at_s": 0.0, "src": "a:1", "dst": "s:2", "kind_name": "connect"},
+            {"capture": "c", "session_id": 5, "at_s": 0.1, "src": "s:2", "dst": "a:1", "kind_name": "connected"},
+        ]
+    )
+    heartbeats = pd.DataFrame(
+        [{"capture": "c", "session_id": 5, "src": "a:1", "dst": "s:2", "n": 100, "first_s": 0.2, "last_s": 99.0}]
+    )
     gaps = pd.DataFrame([{"capture": "c", "session_id": 5, "direction": "c2s", "at_s": 50.0, "gap_s": 4.0}])
     rows = charts.flow_rows(control, heartbeats, gaps, {("c", 5): "a:1"})
-    assert [r[3] for r in rows] == ["Connect", "Connected", "Heartbeat x100 (until 99.000 s)", "Heartbeat after a 4 s gap"]
+    assert [r[3] for r in rows] == [
+        "Connect",
+        "Connected",
+        "Heartbeat x100 (until 99.000 s)",
+        "Heartbeat after a 4 s gap",
+    ]
     assert charts.flow_svg("c", rows, ["s:2"]).startswith("<svg")
 
 
@@ -96,7 +104,9 @@ def test_quantiles_from_the_fine_histogram():
 def test_quantiles_of_two_samples_take_the_lower_for_the_median():
     from nbmq.spark.report.aggregate import _quantiles
 
-    frame = pd.DataFrame({"capture": "c", "metric": "m", "fine": [-400, -300], "n": [1, 1], "lo": [1e-4, 1e-3], "hi": [1e-4, 1e-3]})
+    frame = pd.DataFrame(
+        {"capture": "c", "metric": "m", "fine": [-400, -300], "n": [1, 1], "lo": [1e-4, 1e-3], "hi": [1e-4, 1e-3]}
+    )
     row = _quantiles(frame)[0].iloc[0]
     assert (row["p50"], row["p90"], row["max"]) == (1e-4, 1e-3, 1e-3)
 

@@ -66,8 +66,9 @@ def test_archive_stale_parts_and_copies_are_removed(fake_install: tuple[Path, Pa
     assert [p.suffix for p in cache.iterdir()] == [".jsa"]
 
 
-def test_archive_key_follows_the_jars_and_can_be_turned_off(fake_install: tuple[Path, Path],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_archive_key_follows_the_jars_and_can_be_turned_off(
+    fake_install: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, cache = fake_install
     before = S.class_archive_options(str(home), cache)
     (home / "jars" / "spark-sql.jar").write_text("")  # an upgrade: another archive, never the old one
@@ -83,8 +84,14 @@ def test_archive_key_follows_the_jars_and_can_be_turned_off(fake_install: tuple[
 
 @pytest.mark.parametrize(
     "master, cores",
-    [("local", 1), ("local[2]", 2), ("local[3,2]", 3), ("local-cluster[2,3,1024]", 6), ("spark://h:7077", None),
-     (None, None)],
+    [
+        ("local", 1),
+        ("local[2]", 2),
+        ("local[3,2]", 3),
+        ("local-cluster[2,3,1024]", 6),
+        ("spark://h:7077", None),
+        (None, None),
+    ],
 )
 def test_cores_of_master(master: str | None, cores: int | None) -> None:
     assert S.cores_of_master(master) == cores
@@ -111,8 +118,7 @@ def test_prestart_walks_and_reraises(monkeypatch: pytest.MonkeyPatch) -> None:
     streams = sorted(str(p) for p in (CAPTURE_DIR.parent / "streams").rglob("*.pcap"))
     udp = [str(p) for p in bundled_captures()]
     assert streams and udp
-    with Prestart(udp + streams, split=lambda: 4096, tcp_ports={"rqueue": [6567], "bqsp": None},
-                  report=False) as prep:
+    with Prestart(udp + streams, split=lambda: 4096, tcp_ports={"rqueue": [6567], "bqsp": None}, report=False) as prep:
         found = prep.with_traffic("rqueue")
         with pytest.raises(KeyError):
             prep.with_traffic("bqsp")  # no ports: not looked for
@@ -144,8 +150,10 @@ def test_a_jvm_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
     capture = str(bundled_captures()[0])
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-jdk"), NBMQ_SPARK_CDS="0")
     env.pop("PYSPARK_GATEWAY_PORT", None)
-    code = ("from nbmq.spark.pipeline import run; "
-            f"run([{capture!r}], {str(tmp_path / 'out')!r}, master='local[1]', progress=False)")
+    code = (
+        "from nbmq.spark.pipeline import run; "
+        f"run([{capture!r}], {str(tmp_path / 'out')!r}, master='local[1]', progress=False)"
+    )
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0

@@ -59,25 +59,38 @@ def test_summary_equals_spark_counts(spark, hostile_run):
     tables = hostile_run["tables"]
     frames, messages = spark.read.parquet(tables["frames"]), spark.read.parquet(tables["messages"])
     sessions = spark.read.parquet(tables["sessions"])
-    f = {r["capture"]: r.asDict() for r in frames.groupBy("capture").agg(
-        F.count("frame_number").alias("datagrams"),
-        F.count(F.when(F.col("error").isNotNull() & F.col("frame_number").isNotNull(), 1)).alias("error_rows"),
-        F.count(F.when(F.col("frame_number").isNull(), 1)).alias("capture_errors"),
-        F.count(F.when(F.col("error").isNull() & (F.col("kind") == 0), 1)).alias("data_frames"),
-        F.count(F.when(F.col("error").isNull() & (F.col("kind") > 0), 1)).alias("control_frames"),
-    ).collect()}
-    m = {r["capture"]: r.asDict() for r in messages.groupBy("capture").agg(
-        F.count(F.when(F.col("complete"), 1)).alias("messages_complete"),
-        F.count(F.when(~F.col("complete"), 1)).alias("messages_incomplete"),
-        F.coalesce(F.sum("duplicates"), F.lit(0)).alias("duplicates"),
-        F.coalesce(F.sum("rejected"), F.lit(0)).alias("rejected"),
-    ).collect()}
+    f = {
+        r["capture"]: r.asDict()
+        for r in frames.groupBy("capture")
+        .agg(
+            F.count("frame_number").alias("datagrams"),
+            F.count(F.when(F.col("error").isNotNull() & F.col("frame_number").isNotNull(), 1)).alias("error_rows"),
+            F.count(F.when(F.col("frame_number").isNull(), 1)).alias("capture_errors"),
+            F.count(F.when(F.col("error").isNull() & (F.col("kind") == 0), 1)).alias("data_frames"),
+            F.count(F.when(F.col("error").isNull() & (F.col("kind") > 0), 1)).alias("control_frames"),
+        )
+        .collect()
+    }
+    m = {
+        r["capture"]: r.asDict()
+        for r in messages.groupBy("capture")
+        .agg(
+            F.count(F.when(F.col("complete"), 1)).alias("messages_complete"),
+            F.count(F.when(~F.col("complete"), 1)).alias("messages_incomplete"),
+            F.coalesce(F.sum("duplicates"), F.lit(0)).alias("duplicates"),
+            F.coalesce(F.sum("rejected"), F.lit(0)).alias("rejected"),
+        )
+        .collect()
+    }
     s = {r["capture"]: r["count"] for r in sessions.groupBy("capture").count().collect()}
     rows = {r["capture"]: r for r in hostile_run["captures"]}
     assert rows["noise.pcap"]["datagrams"] == 0  # a file without a record still has its row
     assert rows["cut.pcap"]["capture_errors"] == 1 and rows["hostile.pcap"]["error_rows"] > 0
     for capture, counts in f.items():
-        want = {**counts, **{k: v for k, v in m.get(capture, {}).items() if k != "capture"},
-                "sessions": s.get(capture, 0)}
+        want = {
+            **counts,
+            **{k: v for k, v in m.get(capture, {}).items() if k != "capture"},
+            "sessions": s.get(capture, 0),
+        }
         want.setdefault("messages_complete", 0)
         assert {k: rows[capture][k] for k in want} == want, capture

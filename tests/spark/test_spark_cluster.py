@@ -22,11 +22,24 @@ def test_local_cluster_gives_the_same_tables(spark, bundled_run, tmp_path):
     env = dict(os.environ, NBMQ_NO_EXTENSIONS=os.environ.get("NBMQ_NO_EXTENSIONS", ""))
     proc = subprocess.run(
         [
-            sys.executable, "-m", "nbmq.cli.pipeline", "--master", "local-cluster[2,1,1024]",
-            "--out", str(out), "--quiet", "--split-mb", "0.5", "--no-report",
-            "--conf", "spark.sql.shuffle.partitions=4",
+            sys.executable,
+            "-m",
+            "nbmq.cli.pipeline",
+            "--master",
+            "local-cluster[2,1,1024]",
+            "--out",
+            str(out),
+            "--quiet",
+            "--split-mb",
+            "0.5",
+            "--no-report",
+            "--conf",
+            "spark.sql.shuffle.partitions=4",
         ],
-        capture_output=True, text=True, timeout=240, env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     if proc.returncode != 0 and "local-cluster" in proc.stderr and "Exception" in proc.stderr:
         pytest.skip(f"local-cluster mode unavailable: {proc.stderr[-500:]}")

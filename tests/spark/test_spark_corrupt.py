@@ -151,7 +151,10 @@ def test_no_valid_frame_lost(spark, corrupt_run):
 
 def test_sessions_without_handshake(spark, corrupt_run):
     _, _, out = corrupt_run
-    rows = {int(r.session_id): r for r in spark.read.parquet(str(out / "sessions")).where("capture = 'hostile.pcap'").collect()}
+    rows = {
+        int(r.session_id): r
+        for r in spark.read.parquet(str(out / "sessions")).where("capture = 'hostile.pcap'").collect()
+    }
     orphan = rows[0]
     assert (orphan.client, orphan.server) == ("10.0.0.3:40001", "10.0.0.2:7000")
     assert orphan.connects == 1 and orphan.frames_c2s == 1 and orphan.connected_ts is None

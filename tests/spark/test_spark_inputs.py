@@ -22,7 +22,9 @@ def nested(tmp_path):
     (tmp_path / "a" / "b" / "c").mkdir(parents=True)
     shutil.copy(CAPTURES / "dealer.pcap", tmp_path / "a" / "dealer.pcap")
     (tmp_path / "a" / "b" / "safe.pcap.gz").write_bytes(gzip.compress((CAPTURES / "safe_dealer.pcap").read_bytes(), 1))
-    (tmp_path / "a" / "b" / "c" / "dealer.pcapng.gz").write_bytes(gzip.compress((CAPTURES / "dealer.pcapng").read_bytes(), 1))
+    (tmp_path / "a" / "b" / "c" / "dealer.pcapng.gz").write_bytes(
+        gzip.compress((CAPTURES / "dealer.pcapng").read_bytes(), 1)
+    )
     for skipped in ("_tmp", ".hidden"):
         (tmp_path / "a" / skipped).mkdir()
         shutil.copy(CAPTURES / "dealer.pcap", tmp_path / "a" / skipped / "x.pcap")
@@ -90,8 +92,12 @@ def test_pipeline_driver_steps_take_uris(nested, monkeypatch):
 
 def test_capture_names_tell_same_named_files_apart():
     names = inputs.capture_names(["/d/a/x.pcap", "/d/b/x.pcap", "/d/b/y.pcap", "hdfs://nn/d/c/a/x.pcap"])
-    assert names == {"/d/a/x.pcap": "d/a/x.pcap", "/d/b/x.pcap": "b/x.pcap", "/d/b/y.pcap": "y.pcap",
-                     "hdfs://nn/d/c/a/x.pcap": "c/a/x.pcap"}
+    assert names == {
+        "/d/a/x.pcap": "d/a/x.pcap",
+        "/d/b/x.pcap": "b/x.pcap",
+        "/d/b/y.pcap": "y.pcap",
+        "hdfs://nn/d/c/a/x.pcap": "c/a/x.pcap",
+    }
     assert inputs.capture_names(["/only/x.pcap"]) == {"/only/x.pcap": "x.pcap"}
     assert inputs.capture_names([]) == {}
 
@@ -117,12 +123,15 @@ def test_same_named_captures_in_two_directories_get_distinct_capture_values(tmp_
         for batch in read_partition(part, schema):
             for name in set(batch.column("capture").to_pylist()):
                 seen.setdefault(name, set()).add(part.path)
-    assert seen == {"run1/dealer.pcap": {str(tmp_path / "run1" / "dealer.pcap")},
-                    "run2/dealer.pcap": {str(tmp_path / "run2" / "dealer.pcap")}}
+    assert seen == {
+        "run1/dealer.pcap": {str(tmp_path / "run1" / "dealer.pcap")},
+        "run2/dealer.pcap": {str(tmp_path / "run2" / "dealer.pcap")},
+    }
     streams = StreamsReader("bqsp", {"path": str(tmp_path), "ports": "any"}, bqsp_schema())
     assert sorted(p.capture for p in streams.partitions()) == ["run1/dealer.pcap", "run2/dealer.pcap"]
     # the pipeline reads only the files with TCP traffic there, naming them as the frames source does
     one = str(tmp_path / "run1" / "dealer.pcap")
-    named = StreamsReader("bqsp", {"path": one, "ports": "any",
-                                   "capture_names": json.dumps({one: "run1/dealer.pcap"})}, bqsp_schema())
+    named = StreamsReader(
+        "bqsp", {"path": one, "ports": "any", "capture_names": json.dumps({one: "run1/dealer.pcap"})}, bqsp_schema()
+    )
     assert [p.capture for p in named.partitions()] == ["run1/dealer.pcap"]

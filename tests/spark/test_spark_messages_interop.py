@@ -39,25 +39,52 @@ def messages_sent(n: int = 40) -> list[tuple[int, list[bytes], list[bytes]]]:
 
 
 def frames_table(sent) -> pa.Table:
-    cols: dict[str, list] = {k: [] for k in (
-        "capture", "session_id", "src", "message_id", "dst", "part_count", "part_index",
-        "message_size", "part_size", "chunk_offset", "payload", "ts_ns", "frame_number")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "capture",
+            "session_id",
+            "src",
+            "message_id",
+            "dst",
+            "part_count",
+            "part_index",
+            "message_size",
+            "part_size",
+            "chunk_offset",
+            "payload",
+            "ts_ns",
+            "frame_number",
+        )
+    }
     n = 0
     for mid, _, frames in sent:
         for raw in frames:
             f = codec.parse_frame(raw)
             n += 1
-            for k, v in (("capture", "ref.pcap"), ("session_id", 7), ("src", "10.0.0.2:40000"),
-                         ("message_id", mid), ("dst", "10.0.0.1:8000"), ("part_count", f.part_count),
-                         ("part_index", f.part_index), ("message_size", f.message_size),
-                         ("part_size", f.part_size), ("chunk_offset", f.chunk_offset),
-                         ("payload", bytes(f.chunk)), ("ts_ns", n * 1000), ("frame_number", n)):
+            for k, v in (
+                ("capture", "ref.pcap"),
+                ("session_id", 7),
+                ("src", "10.0.0.2:40000"),
+                ("message_id", mid),
+                ("dst", "10.0.0.1:8000"),
+                ("part_count", f.part_count),
+                ("part_index", f.part_index),
+                ("message_size", f.message_size),
+                ("part_size", f.part_size),
+                ("chunk_offset", f.chunk_offset),
+                ("payload", bytes(f.chunk)),
+                ("ts_ns", n * 1000),
+                ("frame_number", n),
+            ):
                 cols[k].append(v)
-    return pa.table({
-        **cols,
-        "session_id": pa.array([Decimal(x) for x in cols["session_id"]], pa.decimal128(20, 0)),
-        "message_id": pa.array([Decimal(x) for x in cols["message_id"]], pa.decimal128(20, 0)),
-    })
+    return pa.table(
+        {
+            **cols,
+            "session_id": pa.array([Decimal(x) for x in cols["session_id"]], pa.decimal128(20, 0)),
+            "message_id": pa.array([Decimal(x) for x in cols["message_id"]], pa.decimal128(20, 0)),
+        }
+    )
 
 
 def run(table: pa.Table) -> list[dict]:
@@ -67,13 +94,14 @@ def run(table: pa.Table) -> list[dict]:
 
 
 def expected_rows(sent) -> list[tuple]:
-    return [(mid, True, [len(p) for p in parts], [hashlib.sha256(p).hexdigest() for p in parts], parts)
-            for mid, parts, _ in sent]
+    return [
+        (mid, True, [len(p) for p in parts], [hashlib.sha256(p).hexdigest() for p in parts], parts)
+        for mid, parts, _ in sent
+    ]
 
 
 def got_rows(rows) -> list[tuple]:
-    return [(int(r["message_id"]), r["complete"], r["part_sizes"], r["part_sha256"], r["parts"])
-            for r in rows]
+    return [(int(r["message_id"]), r["complete"], r["part_sizes"], r["part_sha256"], r["parts"]) for r in rows]
 
 
 def test_both_paths_complete_reference_messages(monkeypatch):
@@ -102,5 +130,6 @@ def test_pipeline_completes_reference_messages(spark, tmp_path):
     write_pcap(path, rows)
     frames = spark.read.format("nbmq").load(str(path))
     got = sorted(build_messages(frames, parts=True).collect(), key=lambda r: int(r["message_id"]))
-    assert [(int(r["message_id"]), r["complete"], list(r["part_sizes"]), [bytes(p) for p in r["parts"]])
-            for r in got] == [(mid, True, [len(p) for p in parts], parts) for mid, parts, _ in sent]
+    assert [
+        (int(r["message_id"]), r["complete"], list(r["part_sizes"]), [bytes(p) for p in r["parts"]]) for r in got
+    ] == [(mid, True, [len(p) for p in parts], parts) for mid, parts, _ in sent]

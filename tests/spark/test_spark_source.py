@@ -73,7 +73,9 @@ def test_nested_gzip_and_file_uris(spark, tmp_path):
 
     (tmp_path / "day1" / "late").mkdir(parents=True)
     shutil.copy(SAFE, tmp_path / "day1" / "safe_dealer.pcap")
-    (tmp_path / "day1" / "late" / "dealer.pcapng.gz").write_bytes(gzip.compress((CAPTURES / "dealer.pcapng").read_bytes(), 1))
+    (tmp_path / "day1" / "late" / "dealer.pcapng.gz").write_bytes(
+        gzip.compress((CAPTURES / "dealer.pcapng").read_bytes(), 1)
+    )
     (tmp_path / "dealer.pcap.gz").write_bytes(gzip.compress((CAPTURES / "dealer.pcap").read_bytes(), 1))
     plain = spark.read.format("nbmq").load([DEALER, SAFE, DEALER_NG])
     for given in (str(tmp_path), f"file://{tmp_path}"):
@@ -81,7 +83,9 @@ def test_nested_gzip_and_file_uris(spark, tmp_path):
         assert df.rdd.getNumPartitions() > 3  # the plain pcap is split, the .gz files are not
         assert df.filter("error like 'capture:%'").count() == 0
         assert _same(df.drop("capture"), plain.drop("capture"))
-    names = {r.capture for r in spark.read.format("nbmq").load(f"file://{tmp_path}").select("capture").distinct().collect()}
+    names = {
+        r.capture for r in spark.read.format("nbmq").load(f"file://{tmp_path}").select("capture").distinct().collect()
+    }
     assert names == {"dealer.pcap.gz", "safe_dealer.pcap", "dealer.pcapng.gz"}
     with pytest.raises(Exception, match="scheme 'foo' is not supported"):
         spark.read.format("nbmq").load("foo://bucket/captures/").count()

@@ -25,8 +25,9 @@ def _want(protocol: str) -> set[tuple]:
         for c in cap["connections"]:
             for d in ("c2s", "s2c"):
                 for r in c[d]:
-                    fields = (r["data_type"], r["queue_number"]) if protocol == "bqsp" else (
-                        r["message_type"], r["topic"])
+                    fields = (
+                        (r["data_type"], r["queue_number"]) if protocol == "bqsp" else (r["message_type"], r["topic"])
+                    )
                     out.add((name, c["client"], c["server"], d, r["stream_offset"], *fields, r["length"], r["sha256"]))
     return out
 
@@ -35,14 +36,38 @@ def test_tables_equal_the_manifest(spark):
     bqsp = spark.read.format("nbmq_bqsp").option("ports", ",".join(map(str, MANIFEST["bqsp_ports"])))
     rows = bqsp.load(str(STREAMS_DIR)).collect()
     assert all(r.error is None and r.timestamp is not None for r in rows)
-    got = {(r.capture, r.client, r.server, r.direction, r.stream_offset, r.data_type, r.queue_number, r.length,
-            hashlib.sha256(r.payload).hexdigest()) for r in rows}
+    got = {
+        (
+            r.capture,
+            r.client,
+            r.server,
+            r.direction,
+            r.stream_offset,
+            r.data_type,
+            r.queue_number,
+            r.length,
+            hashlib.sha256(r.payload).hexdigest(),
+        )
+        for r in rows
+    }
     assert len(rows) == len(got) and got == _want("bqsp")
 
     rows = spark.read.format("nbmq_rqueue").load(str(STREAMS_DIR)).collect()  # default port 6567
     assert all(r.error is None for r in rows)
-    got = {(r.capture, r.client, r.server, r.direction, r.stream_offset, r.message_type, bytes(r.topic).decode(),
-            r.content_length, hashlib.sha256(r.content).hexdigest()) for r in rows}
+    got = {
+        (
+            r.capture,
+            r.client,
+            r.server,
+            r.direction,
+            r.stream_offset,
+            r.message_type,
+            bytes(r.topic).decode(),
+            r.content_length,
+            hashlib.sha256(r.content).hexdigest(),
+        )
+        for r in rows
+    }
     assert len(rows) == len(got) and got == _want("rqueue")
     names = {r.message_type_name for r in rows}
     assert names == {"SUBSCRIBE", "REMOVE", "DEREGISTER", "NOTIFICATION"}

@@ -15,6 +15,7 @@ from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 pytestmark = pytest.mark.spark
 
+
 def _generated_capture(path, seed=14, messages=120, late_every=7):
     """A pcap of one Dealer-like peer: messages of 0..2 KB (multi-frame ones straddle the
     writer's pieces), some frames resent, some lost (incomplete messages), and every
@@ -100,8 +101,11 @@ def test_source_restart_reads_every_frame_once(spark, tmp_path):
     def start(**trigger):
         frames = spark.readStream.format("nbmq").option("payload", "false").load(str(folder))
         return (
-            frames.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "ck")).trigger(**trigger).start()
+            frames.writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(**trigger)
+            .start()
         )
 
     q = start(processingTime="0.5 seconds")
@@ -136,8 +140,11 @@ def test_streamed_messages_equal_batch_while_writer_appends(spark, tmp_path, two
         source = spark.readStream.format("nbmq").option("end_row", str(end).lower())
         messages = build_stream_messages(source.load(str(folder)), opts)
         return (
-            messages.writeStream.format("parquet").option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "ck")).trigger(**trigger).start()
+            messages.writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(**trigger)
+            .start()
         )
 
     q = start(processingTime="0.5 seconds")
@@ -165,8 +172,20 @@ def test_monitor_shows_the_sessions_stream(spark, tmp_path, capsys):
     monitor_command.add_arguments(parser)
     out = tmp_path / "sessions"
     args = parser.parse_args(
-        [str(folder), "--available-now", "--final", "--no-live", "--out", str(out), "--timeout", "150",
-         "--checkpoint", str(tmp_path / "ck"), "--watermark", "1 second"]
+        [
+            str(folder),
+            "--available-now",
+            "--final",
+            "--no-live",
+            "--out",
+            str(out),
+            "--timeout",
+            "150",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--watermark",
+            "1 second",
+        ]
     )
     assert monitor_command.run(args) == 0
     captured = capsys.readouterr()
@@ -210,8 +229,24 @@ def test_monitor_catches_up_when_a_growing_capture_stops(spark, tmp_path, capsys
     parser = argparse.ArgumentParser()
     monitor_command.add_arguments(parser)
     out = tmp_path / "sessions"
-    args = parser.parse_args([str(folder), "--no-live", "--out", str(out), "--timeout", "75", "--idle", "2",
-                              "--trigger", "1", "--checkpoint", str(tmp_path / "ck"), "--watermark", "1 second"])
+    args = parser.parse_args(
+        [
+            str(folder),
+            "--no-live",
+            "--out",
+            str(out),
+            "--timeout",
+            "75",
+            "--idle",
+            "2",
+            "--trigger",
+            "1",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--watermark",
+            "1 second",
+        ]
+    )
     writer = threading.Thread(target=_append_in_pieces, args=(data, live, 5, 2.0))
     started = threading.Timer(8.0, writer.start)  # the first pieces land once the query runs
     started.start()

@@ -67,8 +67,20 @@ def _frames(codec, parts, mid, t0_ns, nonce=1):
     rows = []
     for i, f in enumerate(sharded.frames()):
         d = codec.parse_frame(bytes(f))
-        rows.append((mid, "10.0.0.2:9", d.part_count, d.part_index, d.message_size, d.part_size,
-                     d.chunk_offset, bytes(d.chunk), t0_ns + i * 1000, i + 1))
+        rows.append(
+            (
+                mid,
+                "10.0.0.2:9",
+                d.part_count,
+                d.part_index,
+                d.message_size,
+                d.part_size,
+                d.chunk_offset,
+                bytes(d.chunk),
+                t0_ns + i * 1000,
+                i + 1,
+            )
+        )
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 
 
@@ -198,8 +210,10 @@ def _damaged(kind, tmp_path):
     from nbmq.capture import write_pcap, write_pcapng
 
     rng = random.Random(1)
-    rows = [(1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
-            for i in range(120)]
+    rows = [
+        (1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
+        for i in range(120)
+    ]
     path = tmp_path / f"src.{kind}"
     (write_pcap if kind == "pcap" else write_pcapng)(path, rows)
     data = bytearray(path.read_bytes())
@@ -246,8 +260,10 @@ def _both_lengths_wrong(tmp_path, claim):
     from nbmq.capture import write_pcapng
 
     rng = random.Random(2)
-    rows = [(1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
-            for i in range(2000)]
+    rows = [
+        (1_700_000_000 + i * 0.01, "10.0.0.1", 4000, "10.0.0.2", 5555, rng.randbytes(rng.randrange(10, 300)))
+        for i in range(2000)
+    ]
     write_pcapng(tmp_path / "src.pcapng", rows)
     data = bytearray((tmp_path / "src.pcapng").read_bytes())
     pos, epbs = 0, []

@@ -19,9 +19,25 @@ class ServerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nbmq.transports.rqueue_server", "--host", "127.0.0.1", "--port", "0",
-             "--stats-interval", "0", "--log-level", "WARNING", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "nbmq.transports.rqueue_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--stats-interval",
+                "0",
+                "--log-level",
+                "WARNING",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+        )
         line = self._readline(timeout=15.0)
         if not line.startswith("listening on "):
             self.proc.kill()

@@ -115,8 +115,7 @@ def test_server_wide_budget_closes_the_connection_that_exceeds_it() -> None:
         return len(packet.data).to_bytes(4, "big")
 
     async def main() -> None:
-        async with await serve_bqsp(handler, max_packet_size=1024 * kib,
-                                    max_buffered_total=1536 * kib) as server:
+        async with await serve_bqsp(handler, max_packet_size=1024 * kib, max_buffered_total=1536 * kib) as server:
             header = nbmq.streams.bqsp.codec.encode_bqsp_header(1024 * kib, 1, 1)
             a_reader, a = await asyncio.open_connection("127.0.0.1", server.port)
             a.write(header + bytes(800 * kib))

@@ -65,9 +65,10 @@ def test_seed_header_alone_needs_data() -> None:
     assert packets([conn.next_event()]) == [(0xAAFF, 1, b"x" * 15 + b"y")]
 
 
-STREAM = b"".join(
-    BqspConnection().send(bytes([i]) * (i * 37 % 300), data_type=i * 11, queue=i % 256) for i in range(60)
-) + SEED_PACKET
+STREAM = (
+    b"".join(BqspConnection().send(bytes([i]) * (i * 37 % 300), data_type=i * 11, queue=i % 256) for i in range(60))
+    + SEED_PACKET
+)
 EXPECTED = [(i * 11, i % 256, bytes([i]) * (i * 37 % 300)) for i in range(60)] + [(2, 1, SEED_JSON)]
 
 

@@ -62,8 +62,12 @@ def test_drop_notice_marks_the_gap_in_the_stream() -> None:
     sub = RqueueClientConnection()
     broker.receive_data("slow", sub.subscribe_drop_notices())
     got = slow_subscriber_run(broker, sub)
-    assert got == [Notification(b"t", memoryview(b"1")), Notification(b"t", memoryview(b"2")),
-                   NotificationsDropped(5), Notification(b"t", memoryview(b"8"))]
+    assert got == [
+        Notification(b"t", memoryview(b"1")),
+        Notification(b"t", memoryview(b"2")),
+        NotificationsDropped(5),
+        Notification(b"t", memoryview(b"8")),
+    ]
     assert sub.dropped_by_server == 5 and sub.notifications_received == 3
     assert broker.stats()["notices_sent"] == 1 and broker.dropped_for("slow") == 5
     # a second pause without drops sends no notice

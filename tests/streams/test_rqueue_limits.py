@@ -144,13 +144,17 @@ def test_drop_notices_account_for_every_notification() -> None:
 
 
 def test_command_line_flags() -> None:
-    args = build_parser().parse_args(["--read-timeout", "2.5", "--idle-timeout", "60",
-                                      "--max-connections", "7", "--drop-notices"])
-    assert (args.read_timeout, args.idle_timeout, args.max_connections, args.drop_notices) == (
-        2.5, 60.0, 7, True)
+    args = build_parser().parse_args(
+        ["--read-timeout", "2.5", "--idle-timeout", "60", "--max-connections", "7", "--drop-notices"]
+    )
+    assert (args.read_timeout, args.idle_timeout, args.max_connections, args.drop_notices) == (2.5, 60.0, 7, True)
     defaults = build_parser().parse_args([])
-    assert (defaults.read_timeout, defaults.idle_timeout, defaults.max_connections,
-            defaults.drop_notices) == (30.0, 0.0, 10_000, False)
+    assert (defaults.read_timeout, defaults.idle_timeout, defaults.max_connections, defaults.drop_notices) == (
+        30.0,
+        0.0,
+        10_000,
+        False,
+    )
     server = ServerProcess("--read-timeout", "0.3", "--max-connections", "1")
     try:
         with socket.create_connection((server.host, server.port), timeout=5) as first:

@@ -267,8 +267,11 @@ def test_server_cli_rejects_bad_options() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "nbmq.transports.rqueue_server", "--slow-consumer", "nope"],
-                          capture_output=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbmq.transports.rqueue_server", "--slow-consumer", "nope"],
+        capture_output=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
 
 

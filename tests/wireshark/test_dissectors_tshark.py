@@ -23,8 +23,18 @@ TSHARK = shutil.which("tshark")
 pytestmark = pytest.mark.skipif(TSHARK is None, reason="tshark is not installed (apt-get install tshark)")
 STREAMS = CAPTURE_DIR.parent / "streams"
 UDP_CAPTURES = [p.name for p in bundled_captures(pcapng=True)]
-NBMQ_FIELDS = ["version", "kind", "session_id", "message_id", "part_count", "part_index", "message_size",
-               "part_size", "chunk_size", "chunk_offset"]
+NBMQ_FIELDS = [
+    "version",
+    "kind",
+    "session_id",
+    "message_id",
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
+    "chunk_size",
+    "chunk_offset",
+]
 
 
 def tshark(capture: Path, fields: list[str], *options: str, args: tuple[str, ...] = ()) -> list[list[str]]:
@@ -75,14 +85,32 @@ def test_nbmq_ack_hash_field_matches_the_codec(codec):
         frame = batch.payload_at(i)
         if frame[1] == 5:
             acks[number] = int.from_bytes(frame[10:18], "big")
-    theirs = {int(r[0]): int(r[1], 16) for r in tshark(CAPTURE_DIR / "safe_dealer.pcap", ["frame.number", "nbmq.ack_hash"]) if r[1]}
+    theirs = {
+        int(r[0]): int(r[1], 16)
+        for r in tshark(CAPTURE_DIR / "safe_dealer.pcap", ["frame.number", "nbmq.ack_hash"])
+        if r[1]
+    }
     assert len(acks) > 1000 and theirs == acks
     assert any(codec.ack_hash(batch.payload_at(i)) in acks.values() for i in range(50) if batch.payload_at(i)[1] == 0)
 
 
 def test_tshark_display_filters_use_the_field_names():
-    rows = tshark(CAPTURE_DIR / "dealer.pcap", ["frame.number"], )
-    cmd = [TSHARK, "-n", "-r", str(CAPTURE_DIR / "dealer.pcap"), "-Y", "nbmq.kind == 1", "-T", "fields", "-e", "nbmq.session_id"]
+    rows = tshark(
+        CAPTURE_DIR / "dealer.pcap",
+        ["frame.number"],
+    )
+    cmd = [
+        TSHARK,
+        "-n",
+        "-r",
+        str(CAPTURE_DIR / "dealer.pcap"),
+        "-Y",
+        "nbmq.kind == 1",
+        "-T",
+        "fields",
+        "-e",
+        "nbmq.session_id",
+    ]
     for name in LUA_FILES:
         cmd += ["-X", f"lua_script:{LUA_DIR / name}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout.split()
@@ -141,18 +169,18 @@ def _malformed_frames(codec) -> list[bytes]:
     good = bytes(codec.shard_message([b"x" * 40], session_id=7, message_id=9).frames()[0])
 
     def patched(offset: int, value: bytes) -> bytes:
-        return good[:offset] + value + good[offset + len(value):]
+        return good[:offset] + value + good[offset + len(value) :]
 
     return [
-        good[:-1],                                    # chunk_size disagrees with the bytes present
-        patched(19, b"\x01"),                         # part_index >= part_count
-        patched(18, b"\x00"),                         # part_count is 0
-        patched(30, (10).to_bytes(4, "big")),         # chunk past its part
-        patched(24, (41).to_bytes(4, "big")),         # part larger than its message
-        good[:20],                                    # truncated header
-        patched(0, b"\x02"),                          # wrong version
-        patched(1, b"\x09"),                          # unknown kind
-        good + bytes(500 - len(good) + 1),            # datagram over 500 bytes
+        good[:-1],  # chunk_size disagrees with the bytes present
+        patched(19, b"\x01"),  # part_index >= part_count
+        patched(18, b"\x00"),  # part_count is 0
+        patched(30, (10).to_bytes(4, "big")),  # chunk past its part
+        patched(24, (41).to_bytes(4, "big")),  # part larger than its message
+        good[:20],  # truncated header
+        patched(0, b"\x02"),  # wrong version
+        patched(1, b"\x09"),  # unknown kind
+        good + bytes(500 - len(good) + 1),  # datagram over 500 bytes
     ]
 
 
@@ -211,20 +239,30 @@ def test_reassembly_matches_the_codec(name, codec):
         members[key].append(number)
         message = reassembler.add(frame, key=key)
         if message is not None:
-            ours[number] = (frame.message_id, [len(p) for p in message],
-                            [hashlib.sha256(bytes(p)).hexdigest() for p in message if len(p)])
+            ours[number] = (
+                frame.message_id,
+                [len(p) for p in message],
+                [hashlib.sha256(bytes(p)).hexdigest() for p in message if len(p)],
+            )
     theirs, links = {}, {}
-    for row in tshark(CAPTURE_DIR / name, ["frame.number", "nbmq.message.id", "nbmq.message.part_size",
-                                           "nbmq.message.part", "nbmq.reassembled_in"], args=("-2",)):
+    for row in tshark(
+        CAPTURE_DIR / name,
+        ["frame.number", "nbmq.message.id", "nbmq.message.part_size", "nbmq.message.part", "nbmq.reassembled_in"],
+        args=("-2",),
+    ):
         number = int(row[0])
         if row[1]:
             parts = [bytes.fromhex(p.replace(":", "")) for p in row[3].split(",") if p]
-            theirs[number] = (int(row[1], 16), [int(s) for s in row[2].split(",")],
-                              [hashlib.sha256(p).hexdigest() for p in parts])
+            theirs[number] = (
+                int(row[1], 16),
+                [int(s) for s in row[2].split(",")],
+                [hashlib.sha256(p).hexdigest() for p in parts],
+            )
         if row[4]:
             links[number] = int(row[4])
     assert len(ours) > 50 and theirs == ours
     done = {n for n in ours}
-    expected_links = {n: last for key, numbers in members.items() for last in done.intersection(numbers)
-                      for n in numbers if n < last}
+    expected_links = {
+        n: last for key, numbers in members.items() for last in done.intersection(numbers) for n in numbers if n < last
+    }
     assert links == expected_links

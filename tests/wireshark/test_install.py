@@ -41,8 +41,9 @@ def test_install_honours_xdg_config_home_and_wireshark_loads_it_there(tmp_path, 
     monkeypatch.delenv("WIRESHARK_PLUGIN_DIR", raising=False)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "HOME": str(tmp_path / "home")}
     env.pop("WIRESHARK_PLUGIN_DIR", None)
-    proc = subprocess.run([sys.executable, "-m", "nbmq.cli", "wireshark", "install"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbmq.cli", "wireshark", "install"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     where = tmp_path / "config" / "wireshark" / "plugins"
     assert sorted(p.name for p in where.iterdir()) == sorted(LUA_FILES)

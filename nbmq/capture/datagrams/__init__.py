@@ -14,5 +14,13 @@ from .batch import DatagramBatch
 from .read import ENGINES, CaptureInfo, probe_capture, read_datagrams
 from .write import write_pcap, write_pcap_packets, write_pcapng
 
-__all__ = ["CaptureInfo", "DatagramBatch", "ENGINES", "probe_capture", "read_datagrams", "write_pcap",
-           "write_pcap_packets", "write_pcapng"]
+__all__ = [
+    "CaptureInfo",
+    "DatagramBatch",
+    "ENGINES",
+    "probe_capture",
+    "read_datagrams",
+    "write_pcap",
+    "write_pcap_packets",
+    "write_pcapng",
+]

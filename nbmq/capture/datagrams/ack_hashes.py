@@ -30,8 +30,9 @@ COMPILED = _native_fnv is not None
 _ACK_PAYLOAD = 8
 
 
-def fnv1a64_ranges(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                   compiled: bool | None = None) -> np.ndarray:
+def fnv1a64_ranges(
+    buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray, compiled: bool | None = None
+) -> np.ndarray:
     """FNV-1a 64 of every ``buffer[starts[i] : starts[i] + lengths[i]]`` (``codec.fnv1a64``).
 
     Args:
@@ -100,8 +101,9 @@ def ack_hashes(buffer: np.ndarray, rows: np.ndarray, compiled: bool | None = Non
     data = np.flatnonzero(ok & (kind == FrameKind.DATA))
     if data.size:
         start = rows["payload_offset"][data].astype(np.int64) - DATA_HEADER_SIZE
-        values[data] = fnv1a64_ranges(buffer, start, rows["payload_length"][data].astype(np.int64) + DATA_HEADER_SIZE,
-                                      compiled)
+        values[data] = fnv1a64_ranges(
+            buffer, start, rows["payload_length"][data].astype(np.int64) + DATA_HEADER_SIZE, compiled
+        )
     acks = np.flatnonzero(ok & (kind == FrameKind.ACK) & (rows["payload_length"] == _ACK_PAYLOAD))
     if acks.size:
         at = rows["payload_offset"][acks].astype(np.int64)[:, None] + np.arange(_ACK_PAYLOAD)

@@ -157,7 +157,8 @@ def address_table(
         raise RuntimeError("nbmq.capture.datagrams._decode is not built")
     if compiled:
         src_code, dst_code, ufam, uaddr = _factorize(
-            np.ascontiguousarray(family, np.uint8), np.ascontiguousarray(src, np.uint8),
+            np.ascontiguousarray(family, np.uint8),
+            np.ascontiguousarray(src, np.uint8),
             np.ascontiguousarray(dst, np.uint8),
         )
     else:

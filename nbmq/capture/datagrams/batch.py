@@ -195,10 +195,26 @@ class DatagramBatch:
         if len(self) > 1:
             np.cumsum(self.lengths[:-1], dtype=np.int64, out=offsets[1:])
         return DatagramBatch(
-            self.timestamp, self.timestamp_ns, self.src_addr, self.dst_addr, self.src_port,
-            self.dst_port, data, offsets, self.lengths, self.frame_number, self.truncated,
-            self.packets, self.skipped, self.errors, list(self.error_reasons), self.engine,
-            self.fallback_rows, self.addresses, self.src_code, self.dst_code,
+            self.timestamp,
+            self.timestamp_ns,
+            self.src_addr,
+            self.dst_addr,
+            self.src_port,
+            self.dst_port,
+            data,
+            offsets,
+            self.lengths,
+            self.frame_number,
+            self.truncated,
+            self.packets,
+            self.skipped,
+            self.errors,
+            list(self.error_reasons),
+            self.engine,
+            self.fallback_rows,
+            self.addresses,
+            self.src_code,
+            self.dst_code,
         )
 
     def same_rows(self, other: DatagramBatch) -> bool:

@@ -141,10 +141,22 @@ def decode_packets(
     if n:
         _decode.decode_udp(
             np.frombuffer(buf, np.uint8, size),  # type: ignore[call-overload]
-            np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(caplens, np.int64), int(linktype),
-            _VLAN, _MPLS, _AF6, _IP6_EXT,
-            table.status, table.family, table.src, table.dst, table.sport, table.dport,
-            table.pstart, table.pend, table.truncated.view(np.uint8),
+            np.ascontiguousarray(starts, np.int64),
+            np.ascontiguousarray(caplens, np.int64),
+            int(linktype),
+            _VLAN,
+            _MPLS,
+            _AF6,
+            _IP6_EXT,
+            table.status,
+            table.family,
+            table.src,
+            table.dst,
+            table.sport,
+            table.dport,
+            table.pstart,
+            table.pend,
+            table.truncated.view(np.uint8),
         )
     return table
 

@@ -42,7 +42,9 @@ def _split_ts(ts_ns: np.ndarray, nanosecond: bool) -> tuple[np.ndarray, np.ndarr
     return sec, frac
 
 
-def _record_headers(byte_order: str, sec: np.ndarray, frac: np.ndarray, incl: np.ndarray, orig: np.ndarray) -> np.ndarray:
+def _record_headers(
+    byte_order: str, sec: np.ndarray, frac: np.ndarray, incl: np.ndarray, orig: np.ndarray
+) -> np.ndarray:
     rec = np.empty((sec.shape[0], 4), byte_order + "u4")
     rec[:, 0], rec[:, 1], rec[:, 2], rec[:, 3] = sec, frac, incl, orig
     return rec.view(np.uint8).reshape(-1, 16)

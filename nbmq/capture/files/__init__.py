@@ -17,5 +17,14 @@ from .records import RecordScanner
 from .source import CaptureSource, OpenedCapture
 from .splits import first_frames, plan_splits, range_starts
 
-__all__ = ["CaptureSource", "ErrorLog", "OpenedCapture", "RecordScanner", "detect_format", "first_frames",
-           "plan_splits", "range_starts", "walk_pcapng"]
+__all__ = [
+    "CaptureSource",
+    "ErrorLog",
+    "OpenedCapture",
+    "RecordScanner",
+    "detect_format",
+    "first_frames",
+    "plan_splits",
+    "range_starts",
+    "walk_pcapng",
+]

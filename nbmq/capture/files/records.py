@@ -96,7 +96,9 @@ class RecordScanner:
     # -- per-record tests -------------------------------------------------------------------
 
     def _strict(self, sec: int, frac: int, incl: int, orig: int) -> bool:
-        return sec >= self.min_sec and frac < self._fps and incl <= self.max_incl and max(incl, 1) <= orig <= MAX_ORIG_LEN
+        return (
+            sec >= self.min_sec and frac < self._fps and incl <= self.max_incl and max(incl, 1) <= orig <= MAX_ORIG_LEN
+        )
 
     def header_at(self, pos: int) -> tuple[int, int, int, int]:
         """Return (seconds, fraction, incl_len, orig_len) of the record header at ``pos``."""

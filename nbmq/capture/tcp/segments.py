@@ -254,8 +254,16 @@ def iter_tcp_segments(
                 if wanted_set is not None and tcp.sport not in wanted_set and tcp.dport not in wanted_set:
                     continue
                 yield TcpSegment(
-                    int(frames[i]), int(ts[i]), endpoint(src, tcp.sport), tcp.sport, endpoint(dst, tcp.dport),
-                    tcp.dport, tcp.seq, tcp.flags, bytes(tcp.data), truncated,
+                    int(frames[i]),
+                    int(ts[i]),
+                    endpoint(src, tcp.sport),
+                    tcp.sport,
+                    endpoint(dst, tcp.dport),
+                    tcp.dport,
+                    tcp.seq,
+                    tcp.flags,
+                    bytes(tcp.data),
+                    truncated,
                 )
 
 

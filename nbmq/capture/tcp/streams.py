@@ -34,8 +34,14 @@ from .reassembly import DEFAULT_MAX_BUFFERED, RETRANSMIT_WINDOW, SEGMENT_OVERHEA
 from .segments import ACK, RST, SYN, TcpSegment, iter_tcp_segments
 
 __all__ = [
-    "StreamRow", "HalfStream", "TcpStreams", "decode_tcp_streams", "PROTOCOLS",
-    "DEFAULT_MAX_BUFFERED", "SEGMENT_OVERHEAD", "RETRANSMIT_WINDOW",
+    "StreamRow",
+    "HalfStream",
+    "TcpStreams",
+    "decode_tcp_streams",
+    "PROTOCOLS",
+    "DEFAULT_MAX_BUFFERED",
+    "SEGMENT_OVERHEAD",
+    "RETRANSMIT_WINDOW",
 ]
 
 PROTOCOLS = ("bqsp", "rqueue")
@@ -184,8 +190,11 @@ class TcpStreams:
         if not isinstance(conn, _Connection):
             client, server = self._roles(seg)
             conn = _Connection(
-                client, server, {d: HalfStream(self.max_buffered) for d in ("c2s", "s2c")},
-                {d: _Decoding(self.protocol, self.codec, self.max_record) for d in ("c2s", "s2c")}, {},
+                client,
+                server,
+                {d: HalfStream(self.max_buffered) for d in ("c2s", "s2c")},
+                {d: _Decoding(self.protocol, self.codec, self.max_record) for d in ("c2s", "s2c")},
+                {},
             )
             self._conns[key] = conn
         direction = "c2s" if seg.src == conn.client else "s2c"
@@ -214,15 +223,43 @@ class TcpStreams:
 
         def emit(offset: int, rec: Any, error: str | None) -> None:
             if rec is None:
-                rows.append(StreamRow(conn.client, conn.server, direction, offset, ts, None, None, None, None, None, error))
+                rows.append(
+                    StreamRow(conn.client, conn.server, direction, offset, ts, None, None, None, None, None, error)
+                )
             elif bqsp:
                 data = bytes(rec.data) if payload else None
-                rows.append(StreamRow(conn.client, conn.server, direction, offset, ts, rec.data_type, rec.queue,
-                                      None, data, len(rec.data), None))
+                rows.append(
+                    StreamRow(
+                        conn.client,
+                        conn.server,
+                        direction,
+                        offset,
+                        ts,
+                        rec.data_type,
+                        rec.queue,
+                        None,
+                        data,
+                        len(rec.data),
+                        None,
+                    )
+                )
             else:
                 data = bytes(rec.content) if payload else None
-                rows.append(StreamRow(conn.client, conn.server, direction, offset, ts, int(rec.type), None,
-                                      bytes(rec.topic), data, len(rec.content), None))
+                rows.append(
+                    StreamRow(
+                        conn.client,
+                        conn.server,
+                        direction,
+                        offset,
+                        ts,
+                        int(rec.type),
+                        None,
+                        bytes(rec.topic),
+                        data,
+                        len(rec.content),
+                        None,
+                    )
+                )
 
         return emit
 
@@ -287,8 +324,9 @@ def decode_tcp_streams(
         OSError: the file cannot be opened.
     """
     if streams is None:
-        streams = TcpStreams(protocol, ports, max_buffered=max_buffered, payload=payload, codec=codec,
-                             max_record=max_record)
+        streams = TcpStreams(
+            protocol, ports, max_buffered=max_buffered, payload=payload, codec=codec, max_record=max_record
+        )
     log = ErrorLog()
     for seg in iter_tcp_segments(source, ports, log):
         yield from streams.segment(seg)

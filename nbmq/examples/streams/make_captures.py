@@ -57,19 +57,27 @@ class Flow:
     def _frame(self, d: str, seq: int, flags: int, data: bytes) -> tuple[float, bytes]:
         (sa, sp), (da, dp) = self.ends[d]
         other = "s2c" if d == "c2s" else "c2s"
-        tcp = dpkt.tcp.TCP(sport=sp, dport=dp, seq=seq % 2**32, ack=self.seq[other] % 2**32, flags=flags,
-                           win=65535, data=data)
+        tcp = dpkt.tcp.TCP(
+            sport=sp, dport=dp, seq=seq % 2**32, ack=self.seq[other] % 2**32, flags=flags, win=65535, data=data
+        )
         if self.v6:
             fam = socket.AF_INET6
-            ip = dpkt.ip6.IP6(src=socket.inet_pton(fam, sa), dst=socket.inet_pton(fam, da), nxt=6, hlim=64,
-                              plen=len(bytes(tcp)), data=tcp)
+            ip = dpkt.ip6.IP6(
+                src=socket.inet_pton(fam, sa),
+                dst=socket.inet_pton(fam, da),
+                nxt=6,
+                hlim=64,
+                plen=len(bytes(tcp)),
+                data=tcp,
+            )
             etype = dpkt.ethernet.ETH_TYPE_IP6
         else:
             ip = dpkt.ip.IP(src=socket.inet_aton(sa), dst=socket.inet_aton(da), p=6, ttl=64, data=tcp)
             ip.len = 20 + len(bytes(tcp))
             etype = dpkt.ethernet.ETH_TYPE_IP
-        eth = dpkt.ethernet.Ethernet(src=b"\x02\x00\x00\x00\x00\x01", dst=b"\x02\x00\x00\x00\x00\x02", type=etype,
-                                     data=ip)
+        eth = dpkt.ethernet.Ethernet(
+            src=b"\x02\x00\x00\x00\x00\x01", dst=b"\x02\x00\x00\x00\x00\x02", type=etype, data=ip
+        )
         self.clock[0] += 1000
         return self.clock[0] / 1e6, bytes(eth)
 
@@ -93,8 +101,9 @@ class Flow:
     def note(self, d: str, wire: bytes, **fields: object) -> None:
         body = fields.pop("body")
         assert isinstance(body, bytes)
-        self.records[d].append({"stream_offset": self.sent[d], **fields, "length": len(body),
-                                "sha256": hashlib.sha256(body).hexdigest()})
+        self.records[d].append(
+            {"stream_offset": self.sent[d], **fields, "length": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+        )
         self.sent[d] += len(wire)
 
     def manifest(self) -> dict:

@@ -21,15 +21,47 @@ __all__ = ["frame_hash", "ack_value", "signed_u64"]
 _HEADER = struct.Struct(">BBQQBBIIHI")
 #: The same 34-byte header as a numpy record (nbmq.wire's layout).
 _HEADER_DTYPE = np.dtype(
-    [("version", "u1"), ("kind", "u1"), ("session_id", ">u8"), ("message_id", ">u8"), ("part_count", "u1"),
-     ("part_index", "u1"), ("message_size", ">u4"), ("part_size", ">u4"), ("chunk_size", ">u2"),
-     ("chunk_offset", ">u4")])
-COLUMNS = ["version", "kind", "session_id", "message_id", "part_count", "part_index", "message_size",
-           "part_size", "chunk_size", "chunk_offset", "payload"]
+    [
+        ("version", "u1"),
+        ("kind", "u1"),
+        ("session_id", ">u8"),
+        ("message_id", ">u8"),
+        ("part_count", "u1"),
+        ("part_index", "u1"),
+        ("message_size", ">u4"),
+        ("part_size", ">u4"),
+        ("chunk_size", ">u2"),
+        ("chunk_offset", ">u4"),
+    ]
+)
+COLUMNS = [
+    "version",
+    "kind",
+    "session_id",
+    "message_id",
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
+    "chunk_size",
+    "chunk_offset",
+    "payload",
+]
 
 
-def _hashes(v: pd.Series, k: pd.Series, s: pd.Series, m: pd.Series, pc: pd.Series, pi: pd.Series,
-            ms: pd.Series, ps: pd.Series, cs: pd.Series, co: pd.Series, chunk: pd.Series) -> pd.Series:
+def _hashes(
+    v: pd.Series,
+    k: pd.Series,
+    s: pd.Series,
+    m: pd.Series,
+    pc: pd.Series,
+    pi: pd.Series,
+    ms: pd.Series,
+    ps: pd.Series,
+    cs: pd.Series,
+    co: pd.Series,
+    chunk: pd.Series,
+) -> pd.Series:
     """int64 Series: each row's FNV-1a 64 ack hash, its u64 bits read as signed (Spark has no
     u64; the report only compares hashes). ``s``/``m`` may be u64, int64 (same bits) or Decimal."""
     # The headers are built column by column with numpy, then each frame's hash is FNV-1a over
@@ -45,8 +77,11 @@ def _hashes(v: pd.Series, k: pd.Series, s: pd.Series, m: pd.Series, pc: pd.Serie
             header[name] = col.to_numpy().astype(_HEADER_DTYPE[name].newbyteorder("="), copy=False)
     raw = memoryview(header.tobytes())
     size, fnv = _HEADER.size, codec.fnv1a64
-    out = np.fromiter((fnv(c, fnv(raw[i : i + size])) for i, c in zip(range(0, len(v) * size, size), chunk)),
-                      dtype=np.uint64, count=len(v))
+    out = np.fromiter(
+        (fnv(c, fnv(raw[i : i + size])) for i, c in zip(range(0, len(v) * size, size), chunk)),
+        dtype=np.uint64,
+        count=len(v),
+    )
     return pd.Series(out.view(np.int64))
 
 
@@ -65,9 +100,14 @@ def frame_hash() -> Any:
     from pyspark.sql import functions as F
 
     udf = F.pandas_udf(_hashes, "bigint")  # type: ignore[call-overload]
-    cols = [signed_u64(c) if c in ("session_id", "message_id")
-            else F.coalesce(F.col(c), F.unhex(F.lit(""))) if c == "payload"
-            else F.coalesce(F.col(c), F.lit(0)) for c in COLUMNS]
+    cols = [
+        signed_u64(c)
+        if c in ("session_id", "message_id")
+        else F.coalesce(F.col(c), F.unhex(F.lit("")))
+        if c == "payload"
+        else F.coalesce(F.col(c), F.lit(0))
+        for c in COLUMNS
+    ]
     return udf(*cols)
 
 

@@ -102,8 +102,9 @@ def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None =
         spark.conf.set(key, value)
     try:
         if passes is None:
-            passes = Passes(spark, spark.read.parquet(tables["frames"]), spark.read.parquet(tables["messages"]),
-                            tables["frames"])
+            passes = Passes(
+                spark, spark.read.parquet(tables["frames"]), spark.read.parquet(tables["messages"]), tables["frames"]
+            )
         return _collect(spark, tables, passes, [])
     finally:
         if passes is not None:
@@ -117,7 +118,9 @@ def _collect(spark: SparkSession, tables: dict[str, str], passes: Passes, notes:
 
     jobs = passes.jobs
     stream_spans = {
-        protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol])) for protocol in ("bqsp", "rqueue") if protocol in tables
+        protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol]))
+        for protocol in ("bqsp", "rqueue")
+        if protocol in tables
     }
     # One shared time axis per capture: its first and last frame (Passes.caps).
     caps = [dict(c) for c in passes.caps]
@@ -125,8 +128,19 @@ def _collect(spark: SparkSession, tables: dict[str, str], passes: Passes, notes:
         captures=pd.DataFrame(caps, columns=["capture", "protocol", "t0", "span_s", "width_s"]),
         sessions=_report_sessions(passes.sessions()),
         traffic=pd.DataFrame(columns=["capture", "session_id", "direction", "kind_name", "bin", "frames", "bytes"]),
-        messages=pd.DataFrame(columns=["capture", "session_id", "direction", "bin", "messages", "message_bytes",
-                                       "duplicates", "rejected", "incomplete"]),
+        messages=pd.DataFrame(
+            columns=[
+                "capture",
+                "session_id",
+                "direction",
+                "bin",
+                "messages",
+                "message_bytes",
+                "duplicates",
+                "rejected",
+                "incomplete",
+            ]
+        ),
         latency=pd.DataFrame(columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
         histograms=pd.DataFrame(columns=["capture", "metric", "bucket", "n"]),
         resends=pd.DataFrame(columns=["capture", "bin", "resends"]),
@@ -183,8 +197,14 @@ def _acked_sessions(sessions: pd.DataFrame) -> Any:
     return F.col("session_id").isin([decimal.Decimal(x) for x in ids])
 
 
-def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportData, passes: Passes,
-         caps: list[dict[str, Any]]) -> None:
+def _udp(
+    spark: SparkSession,
+    tables: dict[str, str],
+    jobs: Jobs,
+    data: ReportData,
+    passes: Passes,
+    caps: list[dict[str, Any]],
+) -> None:
     """Fill ``data``'s nbmq tables: the traffic, errors and messages from ``passes``' aggregates;
     then three Spark jobs (latencies with the ack matching and resends; control frames; heartbeats
     from the cached control frames), plus two more when heartbeats have long gaps."""
@@ -217,23 +237,38 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
     sessions = spark.read.parquet(tables["sessions"])
     messages = spark.read.parquet(tables["messages"])
     values = [
-        sessions.select("capture", F.lit("handshake: Connect -> Connected").alias("metric"),
-                        (ts("connected_ts") - ts("connect_ts")).alias("v")),
-        sessions.select("capture", F.lit("handshake: Connected -> first Heartbeat").alias("metric"),
-                        (ts("first_heartbeat_ts") - ts("connected_ts")).alias("v")),
-        sessions.select("capture", F.lit("handshake: Connect -> first Heartbeat").alias("metric"),
-                        (ts("first_heartbeat_ts") - ts("connect_ts")).alias("v")),
+        sessions.select(
+            "capture",
+            F.lit("handshake: Connect -> Connected").alias("metric"),
+            (ts("connected_ts") - ts("connect_ts")).alias("v"),
+        ),
+        sessions.select(
+            "capture",
+            F.lit("handshake: Connected -> first Heartbeat").alias("metric"),
+            (ts("first_heartbeat_ts") - ts("connected_ts")).alias("v"),
+        ),
+        sessions.select(
+            "capture",
+            F.lit("handshake: Connect -> first Heartbeat").alias("metric"),
+            (ts("first_heartbeat_ts") - ts("connect_ts")).alias("v"),
+        ),
         messages.where(F.col("complete")).select(
-            "capture", F.lit("message assembly (first -> last frame)").alias("metric"), (ts("last_ts") - ts("first_ts")).alias("v")),
+            "capture",
+            F.lit("message assembly (first -> last frame)").alias("metric"),
+            (ts("last_ts") - ts("first_ts")).alias("v"),
+        ),
     ]
-    fine = F.when(F.col("v") <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
+    fine = F.when(F.col("v") <= 0, F.lit(-(10**6))).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
     union = values[0]
     for v in values[1:]:
         union = union.unionByName(v)
     union = union.where(F.col("v").isNotNull() & (F.col("v") >= 0)).select(
-        "capture", "metric", fine.alias("fine"), "v", F.lit(None).cast("long").alias("w"))
+        "capture", "metric", fine.alias("fine"), "v", F.lit(None).cast("long").alias("w")
+    )
     # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
-    has_acks = bool(len(data.sessions)) and bool((data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0)
+    has_acks = bool(len(data.sessions)) and bool(
+        (data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0
+    )
     matched = False
     if has_acks and ("ack_hash" in frames.columns or "payload" in frames.columns):
         is_ack = F.col("kind") == 5
@@ -247,15 +282,23 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
             # The UDF also hashes the (few) Ack rows, unused.
             hashed_ack, h = is_ack & (F.length("payload") == 8), F.when(is_ack, ack_value()).otherwise(frame_hash())
         both = f.where(valid & (((F.col("kind") == 0) & _acked_sessions(data.sessions)) | hashed_ack)).select(
-            "capture", "session_id", is_ack.alias("ack"), "ts_ns", h.alias("h"))
+            "capture", "session_id", is_ack.alias("ack"), "ts_ns", h.alias("h")
+        )
         # One aggregation per hash: its first and last send, sends, first Ack. Times are kept in
         # ns and turned into seconds after it (the same doubles: min/max commute with the
         # monotonic ns -> s since t0 -> bin).
         data_ns = F.when(~F.col("ack"), F.col("ts_ns"))
-        sent = with_axis(both.groupBy("capture", "session_id", "h").agg(
-            F.min(data_ns).alias("sent_ns"), F.max(data_ns).alias("last_ns"),
-            F.count(data_ns).alias("sends"), F.min(F.when(F.col("ack"), F.col("ts_ns"))).alias("acked_ns"),
-        ).where(F.col("sends") > 0), caps)
+        sent = with_axis(
+            both.groupBy("capture", "session_id", "h")
+            .agg(
+                F.min(data_ns).alias("sent_ns"),
+                F.max(data_ns).alias("last_ns"),
+                F.count(data_ns).alias("sends"),
+                F.min(F.when(F.col("ack"), F.col("ts_ns"))).alias("acked_ns"),
+            )
+            .where(F.col("sends") > 0),
+            caps,
+        )
 
         def at(c: str) -> Any:
             return F.col(c) / 1e9 - F.col("t0")
@@ -263,67 +306,106 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
         v = at("acked_ns") - at("sent_ns")
         # Both kinds of row from each hash's one row (two union branches would each aggregate,
         # their column pruning making the two aggregations differ).
-        latency = F.when(F.col("acked_ns").isNotNull() & v.isNotNull() & (v >= 0), F.struct(
-            F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"),
-            F.when(v <= 0, F.lit(-10**6)).otherwise(F.floor(F.log10(v) * _FINE_PER_DECADE)).cast("int").alias("fine"),
-            v.alias("v"), F.lit(None).cast("long").alias("w")))
-        resent = F.when(F.col("sends") > 1, F.struct(
-            F.lit(None).cast("string").alias("metric"), F.floor(at("last_ns") / F.col("width")).cast("int").alias("fine"),
-            F.lit(None).cast("double").alias("v"), (F.col("sends") - 1).alias("w")))
+        latency = F.when(
+            F.col("acked_ns").isNotNull() & v.isNotNull() & (v >= 0),
+            F.struct(
+                F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"),
+                F.when(v <= 0, F.lit(-(10**6)))
+                .otherwise(F.floor(F.log10(v) * _FINE_PER_DECADE))
+                .cast("int")
+                .alias("fine"),
+                v.alias("v"),
+                F.lit(None).cast("long").alias("w"),
+            ),
+        )
+        resent = F.when(
+            F.col("sends") > 1,
+            F.struct(
+                F.lit(None).cast("string").alias("metric"),
+                F.floor(at("last_ns") / F.col("width")).cast("int").alias("fine"),
+                F.lit(None).cast("double").alias("v"),
+                (F.col("sends") - 1).alias("w"),
+            ),
+        )
         union = union.unionByName(
-            sent.select("capture", F.explode(F.array(latency, resent)).alias("r")).where(F.col("r").isNotNull())
-            .select("capture", "r.metric", "r.fine", "r.v", "r.w"))
+            sent.select("capture", F.explode(F.array(latency, resent)).alias("r"))
+            .where(F.col("r").isNotNull())
+            .select("capture", "r.metric", "r.fine", "r.v", "r.w")
+        )
         matched = True
     elif has_acks:
-        data.notes.append("SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
-                          "written before it, the payload column).")
+        data.notes.append(
+            "SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
+            "written before it, the payload column)."
+        )
     # A fine log histogram per (capture, metric) with each bucket's min and max; the quantiles
     # are read from it on the driver (exact at the ends, within a bucket elsewhere).
     hist_job = jobs.submit(
         union.groupBy("capture", "metric", "fine").agg(
-            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi"), F.sum("w").alias("w")),
+            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi"), F.sum("w").alias("w")
+        ),
         ["capture", "metric", "fine", "n", "lo", "hi", "w"],
     )
 
     # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
     c = with_axis(passes.control, caps)
-    control_job = _empty(data.control.columns) if not kinds["control"] else jobs.submit(
-        c.where(F.col("kind").isin(1, 2, 3))
-        .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
-        .orderBy("capture", "at_s")
-        .limit(_MAX_CONTROL_ROWS),
-        list(data.control.columns),
+    control_job = (
+        _empty(data.control.columns)
+        if not kinds["control"]
+        else jobs.submit(
+            c.where(F.col("kind").isin(1, 2, 3))
+            .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
+            .orderBy("capture", "at_s")
+            .limit(_MAX_CONTROL_ROWS),
+            list(data.control.columns),
+        )
     )
-    hb = c.where(F.col("kind") == 4).select("capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s"))
+    hb = c.where(F.col("kind") == 4).select(
+        "capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s")
+    )
     w = Window.partitionBy("capture", "session_id", "src").orderBy("at_s")
     hb_gaps = hb.select("capture", "session_id", "src", "dst", "at_s", F.lag("at_s").over(w).alias("prev_s"))
-    heartbeats_job = _empty(list(data.heartbeats.columns) + ["long"]) if not kinds["heartbeats"] else jobs.submit(
-        hb_gaps.groupBy("capture", "session_id", "src", "dst").agg(
-            F.count(F.lit(1)).alias("n"), F.min("at_s").alias("first_s"), F.max("at_s").alias("last_s"),
-            F.sum((F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).cast("int")).alias("long"),
-        ),
-        list(data.heartbeats.columns) + ["long"],
+    heartbeats_job = (
+        _empty(list(data.heartbeats.columns) + ["long"])
+        if not kinds["heartbeats"]
+        else jobs.submit(
+            hb_gaps.groupBy("capture", "session_id", "src", "dst").agg(
+                F.count(F.lit(1)).alias("n"),
+                F.min("at_s").alias("first_s"),
+                F.max("at_s").alias("last_s"),
+                F.sum((F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).cast("int")).alias("long"),
+            ),
+            list(data.heartbeats.columns) + ["long"],
+        )
     )
 
     # Traffic and error reasons, from the frames' groups (the rows with a time or an error).
     g = groups[groups["capture"].isin(names) & (groups["bin"].notna() | groups["reason"].notna())]
     keys = ["capture", "session_id", "src", "kind_name", "bin", "reason"]
     rows = g.groupby(keys, dropna=False, sort=False)[["frames", "bytes"]].sum(min_count=1).reset_index()  # null: as SUM
-    rows = pd.DataFrame(rows.astype(object).where(rows.notna(), None).to_dict("records"), columns=keys + ["frames", "bytes"])
+    rows = pd.DataFrame(
+        rows.astype(object).where(rows.notna(), None).to_dict("records"), columns=keys + ["frames", "bytes"]
+    )
     bad = rows["reason"].notna()
-    data.errors = rows[bad].groupby(["capture", "reason"], as_index=False)["frames"].sum().rename(columns={"frames": "rows"})
+    data.errors = (
+        rows[bad].groupby(["capture", "reason"], as_index=False)["frames"].sum().rename(columns={"frames": "rows"})
+    )
     traffic = rows[~bad].drop(columns=["reason"])
     msg = passes.message_groups()
     msg = msg[msg["capture"].isin(names)].reset_index(drop=True)
     inc = msg[msg["reason"].notna()]
     data.incomplete = (
-        inc.groupby(["capture", "reason"], as_index=False)[["incomplete", "missing_bytes"]].sum()
+        inc.groupby(["capture", "reason"], as_index=False)[["incomplete", "missing_bytes"]]
+        .sum()
         .rename(columns={"incomplete": "messages"})
     )
     msg = msg.drop(columns=["reason", "missing_bytes"])
     # Directions from the sessions' client endpoints (on the driver: these tables are small).
-    clients = data.sessions[["capture", "session_id", "client"]] if len(data.sessions) else pd.DataFrame(
-        columns=["capture", "session_id", "client"])
+    clients = (
+        data.sessions[["capture", "session_id", "client"]]
+        if len(data.sessions)
+        else pd.DataFrame(columns=["capture", "session_id", "client"])
+    )
     data.traffic = _with_direction(traffic, clients)
     data.messages = _with_direction(msg, clients)
     hist = hist_job.result()
@@ -331,26 +413,44 @@ def _udp(spark: SparkSession, tables: dict[str, str], jobs: Jobs, data: ReportDa
     data.latency, data.histograms = _quantiles(hist[~resent].drop(columns=["w"]))
     if matched:
         r = hist[resent]
-        data.resends = pd.DataFrame({"capture": list(r["capture"]), "bin": [None if b is None or b != b else int(b) for b in r["fine"]],
-                                     "resends": [int(x) for x in r["w"]]}, columns=["capture", "bin", "resends"])
+        data.resends = pd.DataFrame(
+            {
+                "capture": list(r["capture"]),
+                "bin": [None if b is None or b != b else int(b) for b in r["fine"]],
+                "resends": [int(x) for x in r["w"]],
+            },
+            columns=["capture", "bin", "resends"],
+        )
     data.control = control_job.result()
     data.heartbeats = heartbeats_job.result()
     gaps = pd.DataFrame(columns=["capture", "session_id", "src", "at_s", "gap_s"])
     if len(data.heartbeats) and data.heartbeats["long"].fillna(0).sum() > 0:
         # A long wait between two heartbeats is a silence only if that side sent nothing else
         # in between (heartbeats go only to peers nothing else was sent to).
-        cand = hb_gaps.where(F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).select(
-            "capture", "session_id", "src", "prev_s", "at_s").limit(5000).collect()
-        cands = spark.createDataFrame(cand, "capture string, session_id decimal(20,0), src string, prev_s double, gap_end double")
+        cand = (
+            hb_gaps.where(F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S)
+            .select("capture", "session_id", "src", "prev_s", "at_s")
+            .limit(5000)
+            .collect()
+        )
+        cands = spark.createDataFrame(
+            cand, "capture string, session_id decimal(20,0), src string, prev_s double, gap_end double"
+        )
         busy = (
-            f.where(valid & (F.col("kind") != 4)).select("capture", "session_id", src.alias("src"), t.alias("t"))
+            f.where(valid & (F.col("kind") != 4))
+            .select("capture", "session_id", src.alias("src"), t.alias("t"))
             .join(F.broadcast(cands), ["capture", "session_id", "src"])
             .where((F.col("t") > F.col("prev_s")) & (F.col("t") < F.col("gap_end")))
-            .select("capture", "session_id", "src", "gap_end").distinct().collect()
+            .select("capture", "session_id", "src", "gap_end")
+            .distinct()
+            .collect()
         )
         busy_keys = {(r.capture, int(r.session_id), r.src, r.gap_end) for r in busy}
-        silent = [(r.capture, int(r.session_id), r.src, r.at_s, r.at_s - r.prev_s) for r in cand
-                  if (r.capture, int(r.session_id), r.src, r.at_s) not in busy_keys]
+        silent = [
+            (r.capture, int(r.session_id), r.src, r.at_s, r.at_s - r.prev_s)
+            for r in cand
+            if (r.capture, int(r.session_id), r.src, r.at_s) not in busy_keys
+        ]
         silent.sort(key=lambda g: -g[4])
         gaps = pd.DataFrame(silent[:_MAX_GAPS], columns=list(gaps.columns))
     data.heartbeats = data.heartbeats.drop(columns=["long"])
@@ -393,12 +493,14 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
             row[name] = float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
         rows.append(row)
-        positive = g[g["fine"] > -10**6]
+        positive = g[g["fine"] > -(10**6)]
         coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / _FINE_PER_DECADE).astype(int)
         for bucket, count in pd.Series(positive["n"].to_numpy(), index=coarse).groupby(level=0).sum().items():
             hist.append({"capture": capture, "metric": metric, "bucket": int(bucket), "n": int(count)})
-    return (pd.DataFrame(rows, columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
-            pd.DataFrame(hist, columns=["capture", "metric", "bucket", "n"]))
+    return (
+        pd.DataFrame(rows, columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
+        pd.DataFrame(hist, columns=["capture", "metric", "bucket", "n"]),
+    )
 
 
 def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:
@@ -411,10 +513,13 @@ def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:
             by_client.setdefault((r.capture, r.client), int(r.session_id))
     # A loop over zipped columns: DataFrame.apply(axis=1) built a Series per row (0.7 s of
     # driver time on the 16k traffic and message rows of 1M datagrams).
-    return pd.Series([
-        int(s) if s is not None and int(s) else by_client.get((c, src), by_client.get((c, dst), 0))
-        for c, s, src, dst in zip(table["capture"], table["session_id"], table["src"], table["dst"])
-    ], index=table.index)
+    return pd.Series(
+        [
+            int(s) if s is not None and int(s) else by_client.get((c, src), by_client.get((c, dst), 0))
+            for c, s, src, dst in zip(table["capture"], table["session_id"], table["src"], table["dst"])
+        ],
+        index=table.index,
+    )
 
 
 def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
@@ -430,7 +535,8 @@ def _with_direction(table: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
     table["session_id"] = _attribute_session(table, clients)
     client = {(r.capture, int(r.session_id)): r.client for r in clients.itertuples()}
     table["direction"] = [
-        "c2s" if client.get((c, s)) == src else "s2c" for c, s, src in zip(table["capture"], table["session_id"], table["src"])
+        "c2s" if client.get((c, s)) == src else "s2c"
+        for c, s, src in zip(table["capture"], table["session_id"], table["src"])
     ]
     return table.drop(columns=["src", "dst"])
 
@@ -442,12 +548,15 @@ def _stream_spans(jobs: Jobs, table: DataFrame) -> Future[pd.DataFrame]:
     ok = table.where(F.col("error").isNull() & F.col("timestamp").isNotNull())
     return jobs.submit(
         ok.groupBy("capture").agg(
-            F.min(F.col("timestamp").cast("double")).alias("t0"), F.max(F.col("timestamp").cast("double")).alias("t1")),
+            F.min(F.col("timestamp").cast("double")).alias("t0"), F.max(F.col("timestamp").cast("double")).alias("t1")
+        ),
         ["capture", "t0", "t1"],
     )
 
 
-def _streams(jobs: Jobs, table: DataFrame, protocol: str, data: ReportData, span: pd.DataFrame) -> dict[str, Future[pd.DataFrame]]:
+def _streams(
+    jobs: Jobs, table: DataFrame, protocol: str, data: ReportData, span: pd.DataFrame
+) -> dict[str, Future[pd.DataFrame]]:
     """BQSP / rqueue: per connection counts, rates by time bin, sizes, topics or queues (jobs started)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -465,14 +574,16 @@ def _streams(jobs: Jobs, table: DataFrame, protocol: str, data: ReportData, span
     at = F.col("timestamp").cast("double") - F.col("t0")
     key = ["capture", "client", "server"]
     out["connections"] = jobs.submit(
-        table.groupBy(*key).agg(
+        table.groupBy(*key)
+        .agg(
             F.count(F.when(F.col("error").isNull() & (F.col("direction") == "c2s"), 1)).alias("c2s"),
             F.count(F.when(F.col("error").isNull() & (F.col("direction") == "s2c"), 1)).alias("s2c"),
             F.sum(F.when(F.col("error").isNull(), F.col(size_col))).alias("bytes"),
             F.count("error").alias("errors"),
             F.min(F.col("timestamp").cast("double")).alias("first"),
             F.max(F.col("timestamp").cast("double")).alias("last"),
-        ).orderBy(*key),
+        )
+        .orderBy(*key),
         key + ["c2s", "s2c", "bytes", "errors", "first", "last"],
     )
     out["rates"] = jobs.submit(
@@ -482,54 +593,84 @@ def _streams(jobs: Jobs, table: DataFrame, protocol: str, data: ReportData, span
         key + ["direction", "bin", "records", "bytes"],
     )
     out["sizes"] = jobs.submit(
-        ok.groupBy("capture", "direction", F.when(F.col(size_col) <= 0, -1).otherwise(F.floor(F.log2(size_col))).cast("int").alias("bucket")).count(),
+        ok.groupBy(
+            "capture",
+            "direction",
+            F.when(F.col(size_col) <= 0, -1).otherwise(F.floor(F.log2(size_col))).cast("int").alias("bucket"),
+        ).count(),
         ["capture", "direction", "bucket", "count"],
     )
     out["errors"] = jobs.submit(
-        table.where(F.col("error").isNotNull()).groupBy("capture", F.regexp_replace("error", "[0-9]+", "N").alias("reason")).count(),
+        table.where(F.col("error").isNotNull())
+        .groupBy("capture", F.regexp_replace("error", "[0-9]+", "N").alias("reason"))
+        .count(),
         ["capture", "reason", "count"],
     )
     if protocol == "rqueue":
         topic = F.col("topic").cast("string")
         kinds = ok.select("capture", "client", "direction", "message_type_name", topic.alias("topic"))
         out["topics"] = jobs.submit(
-            kinds.where(F.col("message_type_name") != "DEREGISTER").groupBy("capture", "topic").agg(
-                F.countDistinct(F.when(F.col("message_type_name") == "SUBSCRIBE", F.col("client"))).alias("subscribers"),
+            kinds.where(F.col("message_type_name") != "DEREGISTER")
+            .groupBy("capture", "topic")
+            .agg(
+                F.countDistinct(F.when(F.col("message_type_name") == "SUBSCRIBE", F.col("client"))).alias(
+                    "subscribers"
+                ),
                 F.count(F.when(F.col("message_type_name") == "SUBSCRIBE", 1)).alias("subscribes"),
                 F.count(F.when(F.col("message_type_name") == "REMOVE", 1)).alias("removes"),
-                F.count(F.when((F.col("message_type_name") == "NOTIFICATION") & (F.col("direction") == "c2s"), 1)).alias("published"),
-                F.count(F.when((F.col("message_type_name") == "NOTIFICATION") & (F.col("direction") == "s2c"), 1)).alias("delivered"),
-            ).orderBy("capture", "topic"),
+                F.count(
+                    F.when((F.col("message_type_name") == "NOTIFICATION") & (F.col("direction") == "c2s"), 1)
+                ).alias("published"),
+                F.count(
+                    F.when((F.col("message_type_name") == "NOTIFICATION") & (F.col("direction") == "s2c"), 1)
+                ).alias("delivered"),
+            )
+            .orderBy("capture", "topic"),
             ["capture", "topic", "subscribers", "subscribes", "removes", "published", "delivered"],
         )
         out["types"] = jobs.submit(
-            ok.groupBy("capture", "direction", "message_type_name").count().orderBy("capture", "direction", "message_type_name"),
+            ok.groupBy("capture", "direction", "message_type_name")
+            .count()
+            .orderBy("capture", "direction", "message_type_name"),
             ["capture", "direction", "message_type_name", "count"],
         )
     else:
         # Request (c2s) n on a queue is answered by response (s2c) n on that queue: seed 002
         # says a response carries its request's queue number, and each side's packets are in order.
         w = Window.partitionBy(*key, "direction", "queue_number").orderBy("stream_offset")
-        numbered = ok.select(*key, "direction", "queue_number", F.col("timestamp").cast("double").alias("ts"),
-                             F.row_number().over(w).alias("n"))
+        numbered = ok.select(
+            *key,
+            "direction",
+            "queue_number",
+            F.col("timestamp").cast("double").alias("ts"),
+            F.row_number().over(w).alias("n"),
+        )
         req = numbered.where(F.col("direction") == "c2s").drop("direction")
         rsp = numbered.where(F.col("direction") == "s2c").drop("direction").withColumnRenamed("ts", "rts")
         pairs = req.join(rsp, [*key, "queue_number", "n"], "left")
         out["queues"] = jobs.submit(
-            pairs.groupBy("capture", "client", "server", "queue_number").agg(
+            pairs.groupBy("capture", "client", "server", "queue_number")
+            .agg(
                 F.count(F.lit(1)).alias("requests"),
                 F.count("rts").alias("responses"),
                 F.percentile_approx(F.col("rts") - F.col("ts"), [0.5, 0.9, 0.99], 10000).alias("q"),
                 F.max(F.col("rts") - F.col("ts")).alias("max"),
-            ).orderBy("capture", "client", "queue_number"),
+            )
+            .orderBy("capture", "client", "queue_number"),
             ["capture", "client", "server", "queue_number", "requests", "responses", "q", "max"],
         )
         # Queues in flight over time: +1 at each request, -1 at its response.
-        events = pairs.select("capture", F.col("ts").alias("at"), F.lit(1).alias("d")).unionByName(
-            pairs.where(F.col("rts").isNotNull()).select("capture", F.col("rts").alias("at"), F.lit(-1).alias("d"))
-        ).join(axis, "capture")
+        events = (
+            pairs.select("capture", F.col("ts").alias("at"), F.lit(1).alias("d"))
+            .unionByName(
+                pairs.where(F.col("rts").isNotNull()).select("capture", F.col("rts").alias("at"), F.lit(-1).alias("d"))
+            )
+            .join(axis, "capture")
+        )
         out["in_flight"] = jobs.submit(
-            events.select("capture", (F.col("at") - F.col("t0")).alias("at_s"), "d").orderBy("capture", "at_s", F.desc("d")).limit(20000),
+            events.select("capture", (F.col("at") - F.col("t0")).alias("at_s"), "d")
+            .orderBy("capture", "at_s", F.desc("d"))
+            .limit(20000),
             ["capture", "at_s", "d"],
         )
     return out

@@ -30,22 +30,45 @@ import numpy as np
 from .units import hex_id, pick_scale
 
 __all__ = [
-    "Chart", "traffic", "capture_traffic", "latency", "health", "timeline", "flow_rows", "flow_svg",
-    "stream_rates", "in_flight", "axis",
+    "Chart",
+    "traffic",
+    "capture_traffic",
+    "latency",
+    "health",
+    "timeline",
+    "flow_rows",
+    "flow_svg",
+    "stream_rates",
+    "in_flight",
+    "axis",
 ]
 
 Chart = dict[str, Any]
 
 KIND_COLORS = {
-    "data": "#1f77b4", "ack": "#2ca02c", "heartbeat": "#9467bd",
-    "connect": "#ff7f0e", "connected": "#d62728", "disconnected": "#8c564b",
+    "data": "#1f77b4",
+    "ack": "#2ca02c",
+    "heartbeat": "#9467bd",
+    "connect": "#ff7f0e",
+    "connected": "#d62728",
+    "disconnected": "#8c564b",
 }
 DIRECTION_COLORS = {"c2s": "#333333", "s2c": "#e377c2"}
 #: c2s solid, s2c dashed (pixels on, off).
 DIRECTION_DASH: dict[str, list[int]] = {"c2s": [], "s2c": [6, 4]}
 SEVERITY_COLORS = {"error": "#b42318", "warning": "#b54708", "note": "#175cd3"}
-_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-            "#bcbd22", "#17becf"]
+_PALETTE = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
 _MAX_SESSION_SERIES = 8
 _MAX_LANES = 16
 _MIN_HIST_SAMPLES = 20  # fewer samples read better in the table alone
@@ -89,8 +112,11 @@ def _time_axis(cap: Any, what: str = "frame") -> tuple[dict[str, Any], list[floa
     """(x spec with bin edges, shade, bins, width, span): the step charts' shared x axis."""
     bins, width, span, partial = axis(cap)
     edges = np.r_[np.arange(bins) * width, max(span, width)]
-    x = {"label": f"seconds since the capture's first {what} (bins of {width:g} s)", "values": _values(edges),
-         "log": False}
+    x = {
+        "label": f"seconds since the capture's first {what} (bins of {width:g} s)",
+        "values": _values(edges),
+        "log": False,
+    }
     shade = [float(f"{(bins - 1) * width:.6g}"), float(f"{span:.6g}")] if partial and bins > 1 else None
     return x, shade, bins, width, span
 
@@ -100,13 +126,30 @@ def _step(values: np.ndarray) -> list[float | None]:
     return _values(np.r_[values, values[-1:]])
 
 
-def _chart(title: str, group: str | None, x: dict[str, Any], ylabel: str, series: list[dict[str, Any]],
-           shade: list[float] | None = None, kind: str = "step", height: int = 220) -> Chart:
+def _chart(
+    title: str,
+    group: str | None,
+    x: dict[str, Any],
+    ylabel: str,
+    series: list[dict[str, Any]],
+    shade: list[float] | None = None,
+    kind: str = "step",
+    height: int = 220,
+) -> Chart:
     for s, w in zip(series, _widths(len(series))):
         s.setdefault("width", w)
         s.setdefault("dash", [])
-    return {"title": title, "group": group, "kind": kind, "x": x, "y": {"label": ylabel}, "series": series,
-            "shade": shade, "markers": [], "height": height}
+    return {
+        "title": title,
+        "group": group,
+        "kind": kind,
+        "x": x,
+        "y": {"label": ylabel},
+        "series": series,
+        "shade": shade,
+        "markers": [],
+        "height": height,
+    }
 
 
 def traffic(cap: Any, t: Any, m: Any, sessions: list[int]) -> list[Chart]:
@@ -129,16 +172,36 @@ def traffic(cap: Any, t: Any, m: Any, sessions: list[int]) -> list[Chart]:
         for d in ("c2s", "s2c"):
             sel = t[(t.kind_name == kind) & (t.direction == d)]
             if len(sel):
-                frames.append({"label": f"{kind} {d}", "values": _step(_series(sel, "frames", bins, width, span)[1]),
-                               "color": KIND_COLORS[kind], "dash": DIRECTION_DASH[d]})
-    peak = max([1.0] + [float(_series(t[t.direction == d], "bytes", bins, width, span)[1].max()) for d in ("c2s", "s2c")])
+                frames.append(
+                    {
+                        "label": f"{kind} {d}",
+                        "values": _step(_series(sel, "frames", bins, width, span)[1]),
+                        "color": KIND_COLORS[kind],
+                        "dash": DIRECTION_DASH[d],
+                    }
+                )
+    peak = max(
+        [1.0] + [float(_series(t[t.direction == d], "bytes", bins, width, span)[1].max()) for d in ("c2s", "s2c")]
+    )
     scale, unit = pick_scale(peak)
     rates, msgs = [], []
     for d in ("c2s", "s2c"):
-        rates.append({"label": d, "values": _step(_series(t[t.direction == d], "bytes", bins, width, span)[1] / scale),
-                      "color": DIRECTION_COLORS[d], "dash": DIRECTION_DASH[d]})
-        msgs.append({"label": d, "values": _step(_series(m[m.direction == d], "messages", bins, width, span)[1]),
-                     "color": DIRECTION_COLORS[d], "dash": DIRECTION_DASH[d]})
+        rates.append(
+            {
+                "label": d,
+                "values": _step(_series(t[t.direction == d], "bytes", bins, width, span)[1] / scale),
+                "color": DIRECTION_COLORS[d],
+                "dash": DIRECTION_DASH[d],
+            }
+        )
+        msgs.append(
+            {
+                "label": d,
+                "values": _step(_series(m[m.direction == d], "messages", bins, width, span)[1]),
+                "color": DIRECTION_COLORS[d],
+                "dash": DIRECTION_DASH[d],
+            }
+        )
     charts = [
         _chart("frames/s by kind (c2s solid, s2c dashed)", group, x, "frames/s", frames, shade),
         _chart("UDP payload bytes/s", group, x, unit, rates, shade, height=180),
@@ -147,8 +210,13 @@ def traffic(cap: Any, t: Any, m: Any, sessions: list[int]) -> list[Chart]:
     if len(sessions) > 1:
         per = []
         for i, sid in enumerate(sessions[:_MAX_SESSION_SERIES]):
-            per.append({"label": hex_id(sid), "values": _step(_series(t[t.session_id == sid], "frames", bins, width, span)[1]),
-                        "color": _PALETTE[i % len(_PALETTE)]})
+            per.append(
+                {
+                    "label": hex_id(sid),
+                    "values": _step(_series(t[t.session_id == sid], "frames", bins, width, span)[1]),
+                    "color": _PALETTE[i % len(_PALETTE)],
+                }
+            )
         title = f"frames/s of the {len(per)} busiest sessions" if len(sessions) > len(per) else "frames/s by session"
         charts.append(_chart(title, group, x, "frames/s", per, shade, height=180))
     return charts
@@ -180,8 +248,13 @@ def latency(hist: Any, captures: list[str]) -> list[Chart]:
         for j, cap in enumerate(captures):
             c = sel[sel.capture == cap].set_index("bucket")["n"]
             if len(c):
-                series.append({"label": cap, "values": _values([c.get(b, np.nan) for b in buckets]),
-                               "color": _PALETTE[j % len(_PALETTE)]})
+                series.append(
+                    {
+                        "label": cap,
+                        "values": _values([c.get(b, np.nan) for b in buckets]),
+                        "color": _PALETTE[j % len(_PALETTE)],
+                    }
+                )
         x = {"label": f"{metric} (seconds, log scale)", "values": _values(edges), "log": True}
         out.append(_chart(metric, None, x, "count", series, kind="bars", height=200))
     return out
@@ -199,8 +272,13 @@ def health(cap: Any, m: Any, resends: Any) -> Chart | None:
         ("incomplete", "#8c564b", "incomplete messages/s (by first frame)", m),
     ):
         if len(table) and col in table and table[col].fillna(0).sum() > 0:
-            series.append({"label": label, "values": _step(_series(table.fillna({col: 0}), col, bins, width, span)[1]),
-                           "color": color})
+            series.append(
+                {
+                    "label": label,
+                    "values": _step(_series(table.fillna({col: 0}), col, bins, width, span)[1]),
+                    "color": color,
+                }
+            )
     return _chart("loss and health", str(cap.capture), x, "per second", series, shade, height=180) if series else None
 
 
@@ -235,8 +313,9 @@ def timeline(cap: Any, t: Any, control: Any, findings: Any, clients: dict[tuple[
             values[sel["bin"].to_numpy(dtype=int).clip(0, bins - 1)] = len(lanes)
             where[(sid, d)] = len(lanes)
             lanes.append(f"{hex_id(sid)[-6:]} {d}")
-            series.append({"label": f"{hex_id(sid)} {d}", "values": _values(values),
-                           "color": DIRECTION_COLORS[d], "width": 1})
+            series.append(
+                {"label": f"{hex_id(sid)} {d}", "values": _values(values), "color": DIRECTION_COLORS[d], "width": 1}
+            )
     markers = []
     cap_name = str(cap.capture)
     for r in control.itertuples() if len(control) else ():
@@ -244,8 +323,14 @@ def timeline(cap: Any, t: Any, control: Any, findings: Any, clients: dict[tuple[
             continue
         d = "c2s" if clients.get((cap_name, int(r.session_id))) == r.src else "s2c"
         if (int(r.session_id), d) in where:
-            markers.append({"x": float(f"{r.at_s:.6g}"), "lane": where[(int(r.session_id), d)],
-                            "color": KIND_COLORS["disconnected"], "label": "Disconnected"})
+            markers.append(
+                {
+                    "x": float(f"{r.at_s:.6g}"),
+                    "lane": where[(int(r.session_id), d)],
+                    "color": KIND_COLORS["disconnected"],
+                    "label": "Disconnected",
+                }
+            )
     if findings is not None and len(findings):
         for r in findings.itertuples():
             if r.session_id is None or (isinstance(r.session_id, float) and math.isnan(r.session_id)):
@@ -253,10 +338,24 @@ def timeline(cap: Any, t: Any, control: Any, findings: Any, clients: dict[tuple[
             for d in ("c2s", "s2c"):
                 lane = where.get((int(r.session_id), d))
                 if lane is not None:
-                    markers.append({"x": float(f"{r.at_s:.6g}"), "lane": lane,
-                                    "color": SEVERITY_COLORS.get(r.severity, "#555555"), "label": str(r.kind)})
-    chart = _chart("session timeline: when each peer sent anything (bars) and what happened (markers)",
-                   cap_name, x, "session, direction", series, shade, kind="lanes", height=130 + 28 * len(lanes))
+                    markers.append(
+                        {
+                            "x": float(f"{r.at_s:.6g}"),
+                            "lane": lane,
+                            "color": SEVERITY_COLORS.get(r.severity, "#555555"),
+                            "label": str(r.kind),
+                        }
+                    )
+    chart = _chart(
+        "session timeline: when each peer sent anything (bars) and what happened (markers)",
+        cap_name,
+        x,
+        "session, direction",
+        series,
+        shade,
+        kind="lanes",
+        height=130 + 28 * len(lanes),
+    )
     chart["y"]["lanes"] = lanes
     chart["markers"] = markers
     return chart
@@ -266,7 +365,9 @@ _MAX_FLOW_ROWS = 60
 _MAX_FLOW_ENDPOINTS = 8
 
 
-def flow_rows(control: Any, heartbeats: Any, gaps: Any, clients: dict[tuple[str, int], str]) -> list[tuple[float, str, str, str, str]]:
+def flow_rows(
+    control: Any, heartbeats: Any, gaps: Any, clients: dict[tuple[str, int], str]
+) -> list[tuple[float, str, str, str, str]]:
     """(at_s, src, dst, label, kind) rows of one capture's flow graph, heartbeats folded.
 
     Heartbeats of one direction of a session become one row "Heartbeat xN (until X s)" at the
@@ -302,10 +403,12 @@ def flow_svg(capture: str, rows: list[tuple[float, str, str, str, str]], server_
     height = top + row_h * len(shown) + 10
     x = {e: left + col * i + col // 2 for i, e in enumerate(eps)}
     e = html.escape
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
-           "font-family='system-ui,sans-serif' font-size='11'>",
-           "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
-           "orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' fill='context-stroke'/></marker></defs>"]
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
+        "font-family='system-ui,sans-serif' font-size='11'>",
+        "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
+        "orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' fill='context-stroke'/></marker></defs>",
+    ]
     for ep, cx in x.items():
         out.append(f"<line x1='{cx}' y1='{top - 10}' x2='{cx}' y2='{height}' stroke='#999'/>")
         out.append(f"<text x='{cx}' y='{top - 16}' text-anchor='middle' font-weight='bold'>{e(ep)}</text>")
@@ -314,8 +417,10 @@ def flow_svg(capture: str, rows: list[tuple[float, str, str, str, str]], server_
         color = KIND_COLORS.get(kind, "#d62728" if kind == "gap" else "#555555")
         x1, x2 = x[src], x[dst]
         out.append(f"<text x='{left - 8}' y='{y + 4}' text-anchor='end' font-family='monospace'>{at:.6f}</text>")
-        out.append(f"<line x1='{x1}' y1='{y}' x2='{x2 - 4 if x2 > x1 else x2 + 4}' y2='{y}' stroke='{color}' "
-                   "stroke-width='1.4' marker-end='url(#arrow)'/>")
+        out.append(
+            f"<line x1='{x1}' y1='{y}' x2='{x2 - 4 if x2 > x1 else x2 + 4}' y2='{y}' stroke='{color}' "
+            "stroke-width='1.4' marker-end='url(#arrow)'/>"
+        )
         out.append(f"<text x='{(x1 + x2) / 2}' y='{y - 4}' text-anchor='middle' fill='{color}'>{e(label)}</text>")
     if len(rows) > len(shown) or len(every) > len(eps):
         note = f"{capture}: the first {len(shown)} of {len(rows)} rows"
@@ -339,13 +444,27 @@ def stream_rates(cap: Any, rates: Any, what: str) -> list[Chart]:
     recs, byts = [], []
     for i, ((client, _server, d), sel) in enumerate(groups):
         color = _PALETTE[(i // 2) % len(_PALETTE)]
-        recs.append({"label": f"{client} {d}", "values": _step(_series(sel, "records", bins, width, span)[1]),
-                     "color": color, "dash": DIRECTION_DASH[d]})
-        byts.append({"label": f"{client} {d}", "values": _step(_series(sel, "bytes", bins, width, span)[1] / scale),
-                     "color": color, "dash": DIRECTION_DASH[d]})
+        recs.append(
+            {
+                "label": f"{client} {d}",
+                "values": _step(_series(sel, "records", bins, width, span)[1]),
+                "color": color,
+                "dash": DIRECTION_DASH[d],
+            }
+        )
+        byts.append(
+            {
+                "label": f"{client} {d}",
+                "values": _step(_series(sel, "bytes", bins, width, span)[1] / scale),
+                "color": color,
+                "dash": DIRECTION_DASH[d],
+            }
+        )
     group = str(cap.capture)
-    return [_chart(f"{what}/s per connection (c2s solid, s2c dashed)", group, x, f"{what}/s", recs, shade),
-            _chart("payload bytes/s per connection", group, x, f"payload {unit}", byts, shade, height=180)]
+    return [
+        _chart(f"{what}/s per connection (c2s solid, s2c dashed)", group, x, f"{what}/s", recs, shade),
+        _chart("payload bytes/s per connection", group, x, f"payload {unit}", byts, shade, height=180),
+    ]
 
 
 def in_flight(cap: Any, events: Any) -> Chart | None:

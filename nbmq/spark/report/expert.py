@@ -46,8 +46,11 @@ def load(path: str | None) -> pd.DataFrame | None:
         return None
     frame["time"] = (pd.to_datetime(frame["time"], utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
     for column in ("session_id", "message_id", "frame"):  # object: a NaN would stand for a missing id
-        frame[column] = pd.Series([None if v is None or v is pd.NA or v != v else int(v) for v in frame[column]],
-                                  index=frame.index, dtype=object)
+        frame[column] = pd.Series(
+            [None if v is None or v is pd.NA or v != v else int(v) for v in frame[column]],
+            index=frame.index,
+            dtype=object,
+        )
     return frame
 
 
@@ -90,18 +93,27 @@ def section(findings: pd.DataFrame | None, shown_sessions: set[tuple[str, int]])
     if findings is None:
         return out[0] + "<p class=note>No findings table in this output (findings/ is missing).</p>"
     if not len(findings):
-        return out[0] + "<p class=ok>No findings: every peer stayed alive, every message is complete and every frame decoded.</p>"
+        return (
+            out[0]
+            + "<p class=ok>No findings: every peer stayed alive, every message is complete and every frame decoded.</p>"
+        )
     order = {s: i for i, s in enumerate(SEVERITIES)}
     groups = sorted(findings.groupby(["severity", "kind"], sort=False), key=lambda g: (order.get(g[0][0], 9), g[0][1]))
-    out.append("<p>The pipeline's <code>findings/</code> table, grouped as Wireshark's Expert Info: "
-               "each kind is defined in docs/findings.md. Times are seconds since the capture's first frame; "
-               "frame numbers count from 1 as Wireshark does.</p>")
+    out.append(
+        "<p>The pipeline's <code>findings/</code> table, grouped as Wireshark's Expert Info: "
+        "each kind is defined in docs/findings.md. Times are seconds since the capture's first frame; "
+        "frame numbers count from 1 as Wireshark does.</p>"
+    )
     rows = []
     for (severity, kind), sel in groups:
-        rows.append(f"<tr><td class='l sev-{e(severity)}'>{e(severity)}</td><td class=l><a href='#kind-{e(kind)}'>{e(kind)}</a></td>"
-                    f"<td>{count(len(sel))}</td><td class=l>{e(', '.join(sorted(set(sel['capture']))))}</td></tr>")
-    out.append("<table><thead><tr><th>severity</th><th>kind</th><th>findings</th><th>captures</th></tr></thead>"
-               f"<tbody>{''.join(rows)}</tbody></table>")
+        rows.append(
+            f"<tr><td class='l sev-{e(severity)}'>{e(severity)}</td><td class=l><a href='#kind-{e(kind)}'>{e(kind)}</a></td>"
+            f"<td>{count(len(sel))}</td><td class=l>{e(', '.join(sorted(set(sel['capture']))))}</td></tr>"
+        )
+    out.append(
+        "<table><thead><tr><th>severity</th><th>kind</th><th>findings</th><th>captures</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
     for (severity, kind), sel in groups:
         sel = sel.sort_values(["capture", "time"], na_position="first")
         body = []
@@ -110,11 +122,13 @@ def section(findings: pd.DataFrame | None, shown_sessions: set[tuple[str, int]])
             body.append(
                 f"<tr><td class=l>{e(r.capture)}</td><td>{at}</td><td>{'' if r.frame is None else count(r.frame)}</td>"
                 f"<td class=l>{_session_cell(r.capture, r.session_id, shown_sessions)}</td>"
-                f"<td class=l><span class=id>{hex_id(r.message_id)}</span></td><td class=l>{e(r.detail)}</td></tr>")
+                f"<td class=l><span class=id>{hex_id(r.message_id)}</span></td><td class=l>{e(r.detail)}</td></tr>"
+            )
         more = f" (the first {MAX_ROWS_PER_KIND}; all are in findings/)" if len(sel) > MAX_ROWS_PER_KIND else ""
         out.append(
             f"<details id='kind-{e(kind)}'{' open' if severity == 'error' else ''}><summary><span class='sev-{e(severity)}'>"
             f"{e(severity)}</span> {e(kind)}: {count(len(sel))}{more}</summary>"
             "<table><thead><tr><th>capture</th><th>at (s)</th><th>frame</th><th>session</th><th>message</th><th>detail</th></tr>"
-            f"</thead><tbody>{''.join(body)}</tbody></table></details>")
+            f"</thead><tbody>{''.join(body)}</tbody></table></details>"
+        )
     return "\n".join(out)

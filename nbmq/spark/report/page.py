@@ -58,7 +58,8 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], empty: str
     head = "".join(f"<th>{_e(h)}</th>" for h, _, _, _ in columns)
     body = "".join(
         (f"<tr id='{_e(r['_id'])}'>" if r.get("_id") else "<tr>")
-        + "".join(f"<td{' class=l' if left else ''}>{fmt(r.get(key))}</td>" for _, key, fmt, left in columns) + "</tr>"
+        + "".join(f"<td{' class=l' if left else ''}>{fmt(r.get(key))}</td>" for _, key, fmt, left in columns)
+        + "</tr>"
         for r in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -83,9 +84,11 @@ class _Charts:
     def scripts(self) -> str:
         """The embedded data, uPlot and report.js (``</`` escaped inside the JSON)."""
         payload = json.dumps({"charts": self.specs}, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-        return (f"<script type='application/json' id='nbmq-report-data'>{payload}</script>"
-                f"<script>{(STATIC / 'uPlot.iife.min.js').read_text(encoding='utf-8')}</script>"
-                f"<script>{(STATIC / 'report.js').read_text(encoding='utf-8')}</script>")
+        return (
+            f"<script type='application/json' id='nbmq-report-data'>{payload}</script>"
+            f"<script>{(STATIC / 'uPlot.iife.min.js').read_text(encoding='utf-8')}</script>"
+            f"<script>{(STATIC / 'report.js').read_text(encoding='utf-8')}</script>"
+        )
 
 
 def _svg(svg: str) -> str:
@@ -97,34 +100,49 @@ def _pair(a: Any, b: Any, fmt: Callable[[Any], str] = _num) -> str:
 
 
 def _cards(items: Sequence[tuple[str, str]]) -> str:
-    return "<div class='cards'>" + "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>" for k, v in items) + "</div>"
+    return (
+        "<div class='cards'>"
+        + "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>" for k, v in items)
+        + "</div>"
+    )
 
 
 def _sessions_table(rows: Any) -> str:
     out = []
     for r in rows.to_dict("records"):
         dur = r.get("duration_s") or 0.0
-        out.append({
-            "_id": expert.session_anchor(r["capture"], r["session_id"]),
-            "session": f"<span class=id>{hex_id(r['session_id'])}</span>",
-            "client": _e(r["client"]), "server": _e(r["server"]), "duration": duration(dur),
-            "frames": _pair(r["frames_c2s"], r["frames_s2c"]),
-            "data": _pair(r["data_c2s"], r["data_s2c"]),
-            "acks": _pair(r["acks_c2s"], r["acks_s2c"]),
-            "heartbeats": _pair(r["heartbeats_c2s"], r["heartbeats_s2c"]),
-            "control": f"{_num(r['connects'])} / {_num(r['connecteds'])} / {_num((r['disconnected_c2s'] or 0) + (r['disconnected_s2c'] or 0))}",
-            "bytes": _pair(r["bytes_c2s"], r["bytes_s2c"], size),
-            "messages": _pair(r["messages_complete_c2s"], r["messages_complete_s2c"]),
-            "incomplete": _incomplete_cell(r),
-            "throughput": rate(r["throughput_bytes_per_s"]) if r.get("throughput_bytes_per_s") is not None else "",
-        })
+        out.append(
+            {
+                "_id": expert.session_anchor(r["capture"], r["session_id"]),
+                "session": f"<span class=id>{hex_id(r['session_id'])}</span>",
+                "client": _e(r["client"]),
+                "server": _e(r["server"]),
+                "duration": duration(dur),
+                "frames": _pair(r["frames_c2s"], r["frames_s2c"]),
+                "data": _pair(r["data_c2s"], r["data_s2c"]),
+                "acks": _pair(r["acks_c2s"], r["acks_s2c"]),
+                "heartbeats": _pair(r["heartbeats_c2s"], r["heartbeats_s2c"]),
+                "control": f"{_num(r['connects'])} / {_num(r['connecteds'])} / {_num((r['disconnected_c2s'] or 0) + (r['disconnected_s2c'] or 0))}",
+                "bytes": _pair(r["bytes_c2s"], r["bytes_s2c"], size),
+                "messages": _pair(r["messages_complete_c2s"], r["messages_complete_s2c"]),
+                "incomplete": _incomplete_cell(r),
+                "throughput": rate(r["throughput_bytes_per_s"]) if r.get("throughput_bytes_per_s") is not None else "",
+            }
+        )
     ident: Callable[[Any], str] = lambda v: v  # noqa: E731 (cells above are already HTML)
     cols: list[Column] = [
-        ("session", "session", ident, True), ("client", "client", ident, True), ("server", "server", ident, True),
-        ("duration", "duration", ident, False), ("frames c2s / s2c", "frames", ident, False),
-        ("data", "data", ident, False), ("acks", "acks", ident, False), ("heartbeats", "heartbeats", ident, False),
-        ("connect / connected / disconn.", "control", ident, False), ("UDP bytes c2s / s2c", "bytes", ident, False),
-        ("messages c2s / s2c", "messages", ident, False), ("incomplete", "incomplete", ident, False),
+        ("session", "session", ident, True),
+        ("client", "client", ident, True),
+        ("server", "server", ident, True),
+        ("duration", "duration", ident, False),
+        ("frames c2s / s2c", "frames", ident, False),
+        ("data", "data", ident, False),
+        ("acks", "acks", ident, False),
+        ("heartbeats", "heartbeats", ident, False),
+        ("connect / connected / disconn.", "control", ident, False),
+        ("UDP bytes c2s / s2c", "bytes", ident, False),
+        ("messages c2s / s2c", "messages", ident, False),
+        ("incomplete", "incomplete", ident, False),
         ("throughput", "throughput", ident, False),
     ]
     return _table(out, cols, "no sessions")
@@ -149,8 +167,12 @@ def _incomplete_cell(r: dict[str, Any]) -> str:
 def _latency_table(lat: Any) -> str:
     rows = lat.sort_values(["metric", "capture"]).to_dict("records")
     cols: list[Column] = [
-        ("metric", "metric", _e, True), ("capture", "capture", _e, True), ("samples", "n", _num, False),
-        ("p50", "p50", duration, False), ("p90", "p90", duration, False), ("p99", "p99", duration, False),
+        ("metric", "metric", _e, True),
+        ("capture", "capture", _e, True),
+        ("samples", "n", _num, False),
+        ("p50", "p50", duration, False),
+        ("p90", "p90", duration, False),
+        ("p99", "p99", duration, False),
         ("max", "max", duration, False),
     ]
     return _table(rows, cols, "no latency samples (no handshakes, acks or complete messages)")
@@ -206,27 +228,53 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
     rows = []
     for r in summary.get("captures", []):
         s = spans.get(r["capture"])
-        rows.append({**r, "protocol": s.protocol if s is not None else "-", "span": duration(s.span_s) if s is not None else "",
-                     "connections": conns.get(r["capture"], 0),
-                     "records": r.get("datagrams", 0) + records.get(r["capture"], 0)})
+        rows.append(
+            {
+                **r,
+                "protocol": s.protocol if s is not None else "-",
+                "span": duration(s.span_s) if s is not None else "",
+                "connections": conns.get(r["capture"], 0),
+                "records": r.get("datagrams", 0) + records.get(r["capture"], 0),
+            }
+        )
     bad = lambda v: f"<span class=bad>{_num(v)}</span>" if v else "0"  # noqa: E731
-    p += ["<h2 id=captures>Captures</h2>", _table(rows, [
-        ("capture", "capture", _e, True), ("protocol", "protocol", _e, True), ("span", "span", _e, False),
-        ("UDP datagrams / TCP records", "records", _num, False), ("data frames", "data_frames", _num, False),
-        ("control frames", "control_frames", _num, False), ("messages complete", "messages_complete", _num, False),
-        ("incomplete", "messages_incomplete", bad, False), ("duplicates", "duplicates", bad, False),
-        ("rejected", "rejected", bad, False), ("malformed", "error_rows", bad, False),
-        ("unreadable records", "capture_errors", bad, False), ("sessions", "sessions", _num, False),
-        ("TCP connections", "connections", _num, False),
-    ])]
+    p += [
+        "<h2 id=captures>Captures</h2>",
+        _table(
+            rows,
+            [
+                ("capture", "capture", _e, True),
+                ("protocol", "protocol", _e, True),
+                ("span", "span", _e, False),
+                ("UDP datagrams / TCP records", "records", _num, False),
+                ("data frames", "data_frames", _num, False),
+                ("control frames", "control_frames", _num, False),
+                ("messages complete", "messages_complete", _num, False),
+                ("incomplete", "messages_incomplete", bad, False),
+                ("duplicates", "duplicates", bad, False),
+                ("rejected", "rejected", bad, False),
+                ("malformed", "error_rows", bad, False),
+                ("unreadable records", "capture_errors", bad, False),
+                ("sessions", "sessions", _num, False),
+                ("TCP connections", "connections", _num, False),
+            ],
+        ),
+    ]
 
-    p += ["<h2 id=latency>Latency</h2>",
-          "<p>Handshake: Connect &rarr; Connected &rarr; first Heartbeat, per session. SafeDealer ack: a data "
-          "frame &rarr; the Ack carrying its FNV-1a 64 hash (first send to first Ack). Assembly: a complete "
-          "message's first frame to its last.</p>",
-          _latency_table(data.latency), figures.add_all(charts.latency(data.histograms, list(nbmq_caps["capture"])))]
+    p += [
+        "<h2 id=latency>Latency</h2>",
+        "<p>Handshake: Connect &rarr; Connected &rarr; first Heartbeat, per session. SafeDealer ack: a data "
+        "frame &rarr; the Ack carrying its FNV-1a 64 hash (first send to first Ack). Assembly: a complete "
+        "message's first frame to its last.</p>",
+        _latency_table(data.latency),
+        figures.add_all(charts.latency(data.histograms, list(nbmq_caps["capture"]))),
+    ]
 
-    clients = {(r["capture"], int(r["session_id"])): r["client"] for r in data.sessions.to_dict("records")} if len(data.sessions) else {}
+    clients = (
+        {(r["capture"], int(r["session_id"])): r["client"] for r in data.sessions.to_dict("records")}
+        if len(data.sessions)
+        else {}
+    )
     for cap in nbmq_caps.itertuples():
         c = cap.capture
         m = data.messages[data.messages.capture == c]
@@ -236,35 +284,47 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
         listed = _busiest(sess)
         shown |= {(c, int(s)) for s in listed["session_id"]} if len(listed) else set()
         found = findings[findings.capture == c] if findings is not None else None
-        p += [f"<h2 id='cap-{_e(c)}'>{_e(c)}</h2>",
-              f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s). Drag across a "
-              "chart to zoom all of this capture's charts, double-click to zoom out; click a legend entry to hide "
-              "its series.</p>",
-              "<h3>Sessions</h3>", _sessions_table(listed),
-              f"<p>The {_MAX_SESSION_ROWS} busiest of {len(sess):,} sessions; all are in <code>sessions/</code>.</p>"
-              if len(sess) > _MAX_SESSION_ROWS else "",
-              "<h3>Session timeline</h3>",
-              "<p>A bar where a peer sent anything in a time bin; a gap in its bars is silence. Markers: "
-              "<span style='color:#8c564b'>&#9660; Disconnected</span> on its sender's lane; findings on both lanes "
-              "of their session, coloured by severity (<span class=sev-error>error</span>, "
-              "<span class=sev-warning>warning</span>, <span class=sev-note>note</span>; listed under "
-              "<a href='#expert'>Expert info</a>).</p>",
-              figures.add(charts.timeline(cap, t, control, found, clients)) or "<p>no traffic</p>",
-              "<h3>Traffic</h3>", figures.add_all(charts.traffic(cap, t, m, _busiest_ids(t))),
-              "<h3>Loss and health</h3>",
-              figures.add(charts.health(cap, m, data.resends[data.resends.capture == c]))
-              or "<p class=ok>no duplicates, resends, rejected frames or incomplete messages</p>",
-              _findings_counts(found),
-              "<h3>Control-frame flow</h3>",
-              "<p>Connect, Connected and Disconnected as sent, in time order (seconds since the first frame); "
-              "heartbeats folded into one row per direction, plus a row for each gap over "
-              f"{GAP_FACTOR:g} &times; the {HEARTBEAT_INTERVAL_S:g} s interval.</p>"]
+        p += [
+            f"<h2 id='cap-{_e(c)}'>{_e(c)}</h2>",
+            f"<p>{duration(cap.span_s)} from the first to the last frame; {len(sess)} session(s). Drag across a "
+            "chart to zoom all of this capture's charts, double-click to zoom out; click a legend entry to hide "
+            "its series.</p>",
+            "<h3>Sessions</h3>",
+            _sessions_table(listed),
+            f"<p>The {_MAX_SESSION_ROWS} busiest of {len(sess):,} sessions; all are in <code>sessions/</code>.</p>"
+            if len(sess) > _MAX_SESSION_ROWS
+            else "",
+            "<h3>Session timeline</h3>",
+            "<p>A bar where a peer sent anything in a time bin; a gap in its bars is silence. Markers: "
+            "<span style='color:#8c564b'>&#9660; Disconnected</span> on its sender's lane; findings on both lanes "
+            "of their session, coloured by severity (<span class=sev-error>error</span>, "
+            "<span class=sev-warning>warning</span>, <span class=sev-note>note</span>; listed under "
+            "<a href='#expert'>Expert info</a>).</p>",
+            figures.add(charts.timeline(cap, t, control, found, clients)) or "<p>no traffic</p>",
+            "<h3>Traffic</h3>",
+            figures.add_all(charts.traffic(cap, t, m, _busiest_ids(t))),
+            "<h3>Loss and health</h3>",
+            figures.add(charts.health(cap, m, data.resends[data.resends.capture == c]))
+            or "<p class=ok>no duplicates, resends, rejected frames or incomplete messages</p>",
+            _findings_counts(found),
+            "<h3>Control-frame flow</h3>",
+            "<p>Connect, Connected and Disconnected as sent, in time order (seconds since the first frame); "
+            "heartbeats folded into one row per direction, plus a row for each gap over "
+            f"{GAP_FACTOR:g} &times; the {HEARTBEAT_INTERVAL_S:g} s interval.</p>",
+        ]
         server_eps = list(dict.fromkeys(sess["server"])) if len(sess) else []
-        flow = charts.flow_rows(control, data.heartbeats[data.heartbeats.capture == c], data.gaps[data.gaps.capture == c], clients)
+        flow = charts.flow_rows(
+            control, data.heartbeats[data.heartbeats.capture == c], data.gaps[data.gaps.capture == c], clients
+        )
         p.append(_svg(charts.flow_svg(c, flow, server_eps)) or "<p>no control frames</p>")
-        p += ["<p>Malformed datagrams by reason:</p>",
-              _table(data.errors[data.errors.capture == c].to_dict("records"), [
-                  ("reason", "reason", _e, True), ("rows", "rows", _num, False)], "no malformed datagrams")]
+        p += [
+            "<p>Malformed datagrams by reason:</p>",
+            _table(
+                data.errors[data.errors.capture == c].to_dict("records"),
+                [("reason", "reason", _e, True), ("rows", "rows", _num, False)],
+                "no malformed datagrams",
+            ),
+        ]
 
     for proto, st in data.streams.items():
         p.append(_streams_section(proto, st, caps[caps.protocol == proto], figures))
@@ -283,12 +343,23 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
         "sessions.</p>",
     ]
     head += [f"<p class=note>{_e(n)}</p>" for n in data.notes]
-    head.append(_cards([
-        ("UDP datagrams", count(totals.get("datagrams", 0))), ("complete messages", count(totals.get("messages_complete", 0))),
-        ("incomplete messages", count(totals.get("messages_incomplete", 0))), ("sessions", count(totals.get("sessions", 0))),
-        ("malformed datagrams", count(totals.get("error_rows", 0))), ("duplicates", count(totals.get("duplicates", 0))),
-    ] + [(f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"])) for k, v in summary.get("streams", {}).items()]
-      + [(f"{s} findings", count(counts.get(s, 0))) for s in SEVERITIES if findings is not None]))
+    head.append(
+        _cards(
+            [
+                ("UDP datagrams", count(totals.get("datagrams", 0))),
+                ("complete messages", count(totals.get("messages_complete", 0))),
+                ("incomplete messages", count(totals.get("messages_incomplete", 0))),
+                ("sessions", count(totals.get("sessions", 0))),
+                ("malformed datagrams", count(totals.get("error_rows", 0))),
+                ("duplicates", count(totals.get("duplicates", 0))),
+            ]
+            + [
+                (f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"]))
+                for k, v in summary.get("streams", {}).items()
+            ]
+            + [(f"{s} findings", count(counts.get(s, 0))) for s in SEVERITIES if findings is not None]
+        )
+    )
     nav = ["<a href='#captures'>Captures</a>", "<a href='#latency'>Latency</a>", "<a href='#expert'>Expert info</a>"]
     nav += [f"<a href='#cap-{_e(c)}'>{_e(c)}</a>" for c in nbmq_caps["capture"]]
     nav += [f"<a href='#{k}'>{k}</a>" for k in data.streams]
@@ -322,56 +393,119 @@ def _streams_section(proto: str, st: dict[str, Any], caps: Any, figures: _Charts
         rows = conn.to_dict("records")
         for r in rows:
             r["duration"] = duration((r["last"] or 0) - (r["first"] or 0))
-        p += ["<h3>Connections</h3>", _table(rows, [
-            ("capture", "capture", _e, True), ("client", "client", _e, True), ("server", "server", _e, True),
-            (f"{what} c2s", "c2s", _num, False), (f"{what} s2c", "s2c", _num, False),
-            ("payload", "bytes", size, False), ("errors", "errors", _num, False), ("duration", "duration", _e, False),
-        ])]
+        p += [
+            "<h3>Connections</h3>",
+            _table(
+                rows,
+                [
+                    ("capture", "capture", _e, True),
+                    ("client", "client", _e, True),
+                    ("server", "server", _e, True),
+                    (f"{what} c2s", "c2s", _num, False),
+                    (f"{what} s2c", "s2c", _num, False),
+                    ("payload", "bytes", size, False),
+                    ("errors", "errors", _num, False),
+                    ("duration", "duration", _e, False),
+                ],
+            ),
+        ]
     for cap in caps.sort_values("capture").itertuples():
         rates = st["rates"][st["rates"].capture == cap.capture]
         p += [f"<h3>{_e(cap.capture)}: {what} per second</h3>", figures.add_all(charts.stream_rates(cap, rates, what))]
         if proto == "bqsp" and "in_flight" in st:
-            p += ["<h3>Requests in flight</h3>", figures.add(charts.in_flight(cap, st["in_flight"][st["in_flight"].capture == cap.capture]))]
+            p += [
+                "<h3>Requests in flight</h3>",
+                figures.add(charts.in_flight(cap, st["in_flight"][st["in_flight"].capture == cap.capture])),
+            ]
     sizes = st.get("sizes")
     if sizes is not None and len(sizes):
         rows = sizes.sort_values(["capture", "direction", "bucket"]).to_dict("records")
-        p += [f"<h3>{what.capitalize()} sizes (payload, log2 buckets)</h3>", _table(rows, [
-            ("capture", "capture", _e, True), ("direction", "direction", _e, True),
-            ("size from", "bucket", lambda b: "0 B" if b < 0 else size(2 ** b), False), (what, "count", _num, False),
-        ])]
+        p += [
+            f"<h3>{what.capitalize()} sizes (payload, log2 buckets)</h3>",
+            _table(
+                rows,
+                [
+                    ("capture", "capture", _e, True),
+                    ("direction", "direction", _e, True),
+                    ("size from", "bucket", lambda b: "0 B" if b < 0 else size(2**b), False),
+                    (what, "count", _num, False),
+                ],
+            ),
+        ]
     if proto == "rqueue" and "topics" in st:
         rows = st["topics"].to_dict("records")
         for r in rows:
             r["fanout"] = f"{r['delivered'] / r['published']:.2f}" if r["published"] else ""
-        p += ["<h3>Topics (fan-out = notifications delivered / published)</h3>", _table(rows, [
-            ("capture", "capture", _e, True), ("topic", "topic", _e, True), ("subscribers", "subscribers", _num, False),
-            ("SUBSCRIBE", "subscribes", _num, False), ("REMOVE", "removes", _num, False),
-            ("published (c2s)", "published", _num, False), ("delivered (s2c)", "delivered", _num, False),
-            ("fan-out", "fanout", _e, False),
-        ]), "<h3>Message types</h3>", _table(st["types"].to_dict("records"), [
-            ("capture", "capture", _e, True), ("direction", "direction", _e, True),
-            ("type", "message_type_name", _e, True), ("messages", "count", _num, False)])]
+        p += [
+            "<h3>Topics (fan-out = notifications delivered / published)</h3>",
+            _table(
+                rows,
+                [
+                    ("capture", "capture", _e, True),
+                    ("topic", "topic", _e, True),
+                    ("subscribers", "subscribers", _num, False),
+                    ("SUBSCRIBE", "subscribes", _num, False),
+                    ("REMOVE", "removes", _num, False),
+                    ("published (c2s)", "published", _num, False),
+                    ("delivered (s2c)", "delivered", _num, False),
+                    ("fan-out", "fanout", _e, False),
+                ],
+            ),
+            "<h3>Message types</h3>",
+            _table(
+                st["types"].to_dict("records"),
+                [
+                    ("capture", "capture", _e, True),
+                    ("direction", "direction", _e, True),
+                    ("type", "message_type_name", _e, True),
+                    ("messages", "count", _num, False),
+                ],
+            ),
+        ]
     if proto == "bqsp" and "queues" in st:
         rows = st["queues"].to_dict("records")
         for r in rows:
             q = r.pop("q", None)
             r["p50"], r["p90"], r["p99"] = (list(q) + [None] * 3)[:3] if q is not None else (None, None, None)
             r["open"] = (r["requests"] or 0) - (r["responses"] or 0)
-        p += ["<h3>Queues: request &rarr; response latency</h3>",
-              "<p>Request n on a queue (c2s) is matched with response n on that queue (s2c).</p>", _table(rows, [
-                  ("capture", "capture", _e, True), ("client", "client", _e, True), ("queue", "queue_number", _num, False),
-                  ("requests", "requests", _num, False), ("responses", "responses", _num, False),
-                  ("unanswered", "open", lambda v: f"<span class=bad>{v:,}</span>" if v else "0", False),
-                  ("p50", "p50", duration, False), ("p90", "p90", duration, False), ("p99", "p99", duration, False),
-                  ("max", "max", duration, False)])]
+        p += [
+            "<h3>Queues: request &rarr; response latency</h3>",
+            "<p>Request n on a queue (c2s) is matched with response n on that queue (s2c).</p>",
+            _table(
+                rows,
+                [
+                    ("capture", "capture", _e, True),
+                    ("client", "client", _e, True),
+                    ("queue", "queue_number", _num, False),
+                    ("requests", "requests", _num, False),
+                    ("responses", "responses", _num, False),
+                    ("unanswered", "open", lambda v: f"<span class=bad>{v:,}</span>" if v else "0", False),
+                    ("p50", "p50", duration, False),
+                    ("p90", "p90", duration, False),
+                    ("p99", "p99", duration, False),
+                    ("max", "max", duration, False),
+                ],
+            ),
+        ]
     errors = st.get("errors")
-    p += [f"<h3>{proto} error rows</h3>", _table(errors.to_dict("records") if errors is not None else [], [
-        ("capture", "capture", _e, True), ("reason", "reason", _e, True), ("rows", "count", _num, False)], "no error rows")]
+    p += [
+        f"<h3>{proto} error rows</h3>",
+        _table(
+            errors.to_dict("records") if errors is not None else [],
+            [("capture", "capture", _e, True), ("reason", "reason", _e, True), ("rows", "count", _num, False)],
+            "no error rows",
+        ),
+    ]
     return "\n".join(p)
 
 
-def write_report(path: str | Path, summary: dict[str, Any], data: ReportData, started: float | None = None,
-                 findings: str | None = None) -> Path:
+def write_report(
+    path: str | Path,
+    summary: dict[str, Any],
+    data: ReportData,
+    started: float | None = None,
+    findings: str | None = None,
+) -> Path:
     """Render the report and write it (UTF-8).
 
     Args:

@@ -91,14 +91,17 @@ def footer_spans(path: str) -> dict[str, tuple[int | None, int | None]] | None:
     import pyarrow.parquet as pq
 
     if path.startswith("file:"):
-        path = path[len("file:"):]
+        path = path[len("file:") :]
         path = "/" + path.lstrip("/") if path.startswith("//") else path
     if "://" in path:
         return None
     root = Path(path)
     try:
-        files = [f for f in sorted(root.rglob("*.parquet"))
-                 if not any(p.startswith(("_", ".")) for p in f.relative_to(root).parts)]
+        files = [
+            f
+            for f in sorted(root.rglob("*.parquet"))
+            if not any(p.startswith(("_", ".")) for p in f.relative_to(root).parts)
+        ]
         if not files:
             return None
         spans: dict[str, tuple[int | None, int | None]] = {}
@@ -113,7 +116,9 @@ def footer_spans(path: str) -> dict[str, tuple[int | None, int | None]] | None:
                 if group.num_rows == 0:
                     continue
                 c, t = group.column(ci).statistics, group.column(ti).statistics
-                exact = c is not None and getattr(c, "is_min_value_exact", True) and getattr(c, "is_max_value_exact", True)
+                exact = (
+                    c is not None and getattr(c, "is_min_value_exact", True) and getattr(c, "is_max_value_exact", True)
+                )
                 if not exact or not c.has_min_max or not isinstance(c.min, str) or c.min != c.max or c.null_count != 0:
                     return None
                 lo, hi = spans.get(c.min, (None, None))
@@ -137,10 +142,12 @@ def with_axis(df: DataFrame, caps: list[dict[str, Any]], keep: bool = False) -> 
     from pyspark.sql import functions as F
 
     if len(caps) > _MAX_MAP_CAPTURES:
-        axis = F.broadcast(df.sparkSession.createDataFrame(
-            [(c["capture"], c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in caps],
-            "capture string, t0 double, width double, t_end double",
-        ))
+        axis = F.broadcast(
+            df.sparkSession.createDataFrame(
+                [(c["capture"], c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in caps],
+                "capture string, t0 double, width double, t_end double",
+            )
+        )
         return df.join(axis, "capture", "left" if keep else "inner")
     cols = {}
     for name, key in (("t0", "t0"), ("width", "width_s"), ("t_end", None)):
@@ -154,11 +161,35 @@ def with_axis(df: DataFrame, caps: list[dict[str, Any]], keep: bool = False) -> 
 
 
 #: Columns of :meth:`Passes.frame_groups`.
-FRAME_GROUPS = ["capture", "session_id", "src", "dst", "kind", "kind_name", "reason", "bin", "unreadable",
-                "frames", "bytes", "first_ns", "last_ns"]
+FRAME_GROUPS = [
+    "capture",
+    "session_id",
+    "src",
+    "dst",
+    "kind",
+    "kind_name",
+    "reason",
+    "bin",
+    "unreadable",
+    "frames",
+    "bytes",
+    "first_ns",
+    "last_ns",
+]
 #: Columns of :meth:`Passes.message_groups`.
-MESSAGE_GROUPS = ["capture", "session_id", "src", "bin", "reason", "messages", "message_bytes", "duplicates",
-                  "rejected", "incomplete", "missing_bytes"]
+MESSAGE_GROUPS = [
+    "capture",
+    "session_id",
+    "src",
+    "bin",
+    "reason",
+    "messages",
+    "message_bytes",
+    "duplicates",
+    "rejected",
+    "incomplete",
+    "missing_bytes",
+]
 
 
 class Passes:
@@ -176,8 +207,14 @@ class Passes:
     wait for the ones they need. Spark errors surface from the method that waits.
     """
 
-    def __init__(self, spark: SparkSession, frames: DataFrame, messages: DataFrame,
-                 frames_path: str | None = None, jobs: Jobs | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        frames: DataFrame,
+        messages: DataFrame,
+        frames_path: str | None = None,
+        jobs: Jobs | None = None,
+    ) -> None:
         from pyspark.sql import functions as F
 
         from ..messages import addr_port
@@ -187,8 +224,10 @@ class Passes:
         self.jobs = jobs or Jobs()
         spans = footer_spans(frames_path) if frames_path else None
         if spans is None:
-            spans = {r["capture"]: (r["lo"], r["hi"]) for r in frames.groupBy("capture").agg(
-                F.min("ts_ns").alias("lo"), F.max("ts_ns").alias("hi")).collect()}
+            spans = {
+                r["capture"]: (r["lo"], r["hi"])
+                for r in frames.groupBy("capture").agg(F.min("ts_ns").alias("lo"), F.max("ts_ns").alias("hi")).collect()
+            }
         #: One dict per capture with a timestamped frame: capture, protocol, t0 (epoch s),
         #: span_s, width_s (the report's bin width), sorted by capture.
         self.caps: list[dict[str, Any]] = []
@@ -196,40 +235,104 @@ class Passes:
             if lo is None:  # no timestamped row: no axis (min() skips nulls)
                 continue
             t0, t1 = lo / 1e9, hi / 1e9  # as Spark's min(ts_ns) / 1e9
-            self.caps.append({"capture": capture, "protocol": "nbmq", "t0": float(t0), "span_s": float(t1 - t0),
-                              "width_s": nice_bin_width(float(t1 - t0), BINS)})
+            self.caps.append(
+                {
+                    "capture": capture,
+                    "protocol": "nbmq",
+                    "t0": float(t0),
+                    "span_s": float(t1 - t0),
+                    "width_s": nice_bin_width(float(t1 - t0), BINS),
+                }
+            )
 
         valid = F.col("error").isNull() & F.col("kind").isNotNull()
-        f = with_axis(frames.select("capture", "frame_number", "ts_ns", "src_addr", "src_port", "dst_addr", "dst_port",
-                                    "length", "kind", "kind_name", "session_id", "error"), self.caps, keep=True)
+        f = with_axis(
+            frames.select(
+                "capture",
+                "frame_number",
+                "ts_ns",
+                "src_addr",
+                "src_port",
+                "dst_addr",
+                "dst_port",
+                "length",
+                "kind",
+                "kind_name",
+                "session_id",
+                "error",
+            ),
+            self.caps,
+            keep=True,
+        )
         binned = F.floor((F.col("ts_ns") / 1e9 - F.col("t0")) / F.col("width")).cast("int")
         # Grouped on the raw columns; endpoint text is built per group (addr:port is one-to-one).
         groups = (
-            f.groupBy("capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port", "kind", "kind_name",
-                      F.regexp_replace("error", "[0-9]+", "N").alias("reason"), binned.alias("bin"),
-                      F.col("frame_number").isNull().alias("unreadable"))
-            .agg(F.count(F.lit(1)).alias("frames"), F.sum("length").alias("bytes"),
-                 F.min("ts_ns").alias("first_ns"), F.max("ts_ns").alias("last_ns"))
-            .select("capture", "session_id", addr_port("src_addr", "src_port").alias("src"),
-                    addr_port("dst_addr", "dst_port").alias("dst"), *FRAME_GROUPS[4:])
+            f.groupBy(
+                "capture",
+                "session_id",
+                "src_addr",
+                "src_port",
+                "dst_addr",
+                "dst_port",
+                "kind",
+                "kind_name",
+                F.regexp_replace("error", "[0-9]+", "N").alias("reason"),
+                binned.alias("bin"),
+                F.col("frame_number").isNull().alias("unreadable"),
+            )
+            .agg(
+                F.count(F.lit(1)).alias("frames"),
+                F.sum("length").alias("bytes"),
+                F.min("ts_ns").alias("first_ns"),
+                F.max("ts_ns").alias("last_ns"),
+            )
+            .select(
+                "capture",
+                "session_id",
+                addr_port("src_addr", "src_port").alias("src"),
+                addr_port("dst_addr", "dst_port").alias("dst"),
+                *FRAME_GROUPS[4:],
+            )
         )
-        self._frame_groups = self.jobs.submit(groups, FRAME_GROUPS, ("kind", "bin", "frames", "bytes", "first_ns", "last_ns"))
+        self._frame_groups = self.jobs.submit(
+            groups, FRAME_GROUPS, ("kind", "bin", "frames", "bytes", "first_ns", "last_ns")
+        )
 
         # Messages: counts per sender and time bin (by the first frame), incomplete ones with a reason.
         reason = (
             F.when(F.col("complete"), F.lit(None))
             .when(F.col("rejected") > 0, "rejected frames (conflicting or hostile headers)")
-            .when(F.col("t_end") - F.col("last_ts").cast("double") > MESSAGE_TTL_S,
-                  f"expired: no frame for over {MESSAGE_TTL_S:g} s (the default TTL) before the capture ended")
+            .when(
+                F.col("t_end") - F.col("last_ts").cast("double") > MESSAGE_TTL_S,
+                f"expired: no frame for over {MESSAGE_TTL_S:g} s (the default TTL) before the capture ended",
+            )
             .otherwise("missing bytes at the capture's end (still in flight)")
         )
         mt = F.col("first_ts").cast("double") - F.col("t0")
-        m = with_axis(messages.select("capture", "session_id", "src", "complete", "message_size", "duplicates",
-                                      "rejected", "missing_bytes", "first_ts", "last_ts"), self.caps, keep=True)
+        m = with_axis(
+            messages.select(
+                "capture",
+                "session_id",
+                "src",
+                "complete",
+                "message_size",
+                "duplicates",
+                "rejected",
+                "missing_bytes",
+                "first_ts",
+                "last_ts",
+            ),
+            self.caps,
+            keep=True,
+        )
         self._message_groups = self.jobs.submit(
-            m.groupBy("capture", "session_id", "src", F.floor(mt / F.col("width")).cast("int").alias("bin"),
-                      reason.alias("reason"))
-            .agg(
+            m.groupBy(
+                "capture",
+                "session_id",
+                "src",
+                F.floor(mt / F.col("width")).cast("int").alias("bin"),
+                reason.alias("reason"),
+            ).agg(
                 F.count(F.when(F.col("complete"), 1)).alias("messages"),
                 F.sum(F.when(F.col("complete"), F.col("message_size")).otherwise(0)).alias("message_bytes"),
                 F.sum("duplicates").alias("duplicates"),
@@ -242,15 +345,32 @@ class Passes:
 
         #: The valid Connect, Connected, Disconnected and Heartbeat frames, narrow and cached
         #: (the Connect times here; the report's flow graph and heartbeat gaps).
-        self.control = frames.where(valid & F.col("kind").isin(1, 2, 3, _HEARTBEAT)).select(
-            "capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port", "kind", "kind_name", "ts_ns",
-        ).persist()
+        self.control = (
+            frames.where(valid & F.col("kind").isin(1, 2, 3, _HEARTBEAT))
+            .select(
+                "capture",
+                "session_id",
+                "src_addr",
+                "src_port",
+                "dst_addr",
+                "dst_port",
+                "kind",
+                "kind_name",
+                "ts_ns",
+            )
+            .persist()
+        )
         self._connects = self.jobs.submit(
             self.control.where(F.col("kind") == _CONNECT)
             .groupBy("capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port")
             .agg(F.sort_array(F.collect_list("ts_ns")).alias("connect_ns"))
-            .select("capture", "session_id", addr_port("src_addr", "src_port").alias("src"),
-                    addr_port("dst_addr", "dst_port").alias("dst"), "connect_ns"),
+            .select(
+                "capture",
+                "session_id",
+                addr_port("src_addr", "src_port").alias("src"),
+                addr_port("dst_addr", "dst_port").alias("dst"),
+                "connect_ns",
+            ),
             ["capture", "session_id", "src", "dst", "connect_ns"],
         )
         self._sessions: pd.DataFrame | None = None
@@ -277,7 +397,9 @@ class Passes:
             self._sessions = sessions_from_groups(self.frame_groups(), self._connects.result(), self.message_groups())
         return self._sessions
 
-    def summary_rows(self, names: list[str] | tuple[str, ...] = (), columns: list[str] | None = None) -> list[dict[str, Any]]:
+    def summary_rows(
+        self, names: list[str] | tuple[str, ...] = (), columns: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         """The pipeline summary's rows (one per capture, sorted; see ``pipeline.SUMMARY_COLUMNS``):
         every capture in the tables, plus a zero row for each of ``names`` without a row."""
         g, m, s = self.frame_groups(), self.message_groups(), self.sessions()
@@ -285,8 +407,10 @@ class Passes:
         import pandas as pd
 
         for r in g.itertuples(index=False):
-            c = out.setdefault(r.capture, dict.fromkeys(("datagrams", "error_rows", "capture_errors", "data_frames",
-                                                        "control_frames"), 0))
+            c = out.setdefault(
+                r.capture,
+                dict.fromkeys(("datagrams", "error_rows", "capture_errors", "data_frames", "control_frames"), 0),
+            )
             n = int(r.frames)
             ok = pd.isna(r.reason)  # a decoded frame
             if r.unreadable:
@@ -307,8 +431,19 @@ class Passes:
         for capture, n in s.groupby("capture").size().items():
             if capture in out:
                 out[capture]["sessions"] = int(n)
-        cols = columns or ["capture", "datagrams", "error_rows", "capture_errors", "data_frames", "control_frames",
-                           "messages_complete", "messages_incomplete", "duplicates", "rejected", "sessions"]
+        cols = columns or [
+            "capture",
+            "datagrams",
+            "error_rows",
+            "capture_errors",
+            "data_frames",
+            "control_frames",
+            "messages_complete",
+            "messages_incomplete",
+            "duplicates",
+            "rejected",
+            "sessions",
+        ]
         rows = [{c: (capture if c == "capture" else int(v.get(c, 0))) for c in cols} for capture, v in out.items()]
         for name in names:  # a capture without a single row (no UDP datagram in it)
             if name not in out:

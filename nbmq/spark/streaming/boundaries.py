@@ -71,8 +71,9 @@ class Boundary:
     size: int = 0
 
 
-def whole_records(path: str, start: int = 0, records: int = 0, final: bool = False,
-                  pending: Deferred | None = None) -> Boundary:
+def whole_records(
+    path: str, start: int = 0, records: int = 0, final: bool = False, pending: Deferred | None = None
+) -> Boundary:
     """Walk the capture at ``path`` from the boundary ``start`` to its last whole record.
 
     Damage is resynchronised past exactly as the batch readers do (classic

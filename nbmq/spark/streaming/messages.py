@@ -69,15 +69,37 @@ _MAX_U32 = 0xFFFFFFFF
 
 #: columns of a frame as the stateful step keeps it (ids as signed int64 two's complement)
 FRAME_COLUMNS = [
-    "message_id", "dst", "part_count", "part_index", "message_size", "part_size",
-    "chunk_offset", "payload", "ts_ns", "frame_number",
+    "message_id",
+    "dst",
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
+    "chunk_offset",
+    "payload",
+    "ts_ns",
+    "frame_number",
 ]
 
 #: order of the values in a messages row tuple (``nbmq.spark.messages.message_row``)
 MESSAGE_ROW_FIELDS = [
-    "capture", "session_id", "src", "dst", "message_id", "part_count", "message_size",
-    "part_sizes", "part_sha256", "complete", "missing_bytes", "frames", "duplicates",
-    "rejected", "first_ts", "last_ts", "parts",
+    "capture",
+    "session_id",
+    "src",
+    "dst",
+    "message_id",
+    "part_count",
+    "message_size",
+    "part_sizes",
+    "part_sha256",
+    "complete",
+    "missing_bytes",
+    "frames",
+    "duplicates",
+    "rejected",
+    "first_ts",
+    "last_ts",
+    "parts",
 ]
 
 
@@ -201,7 +223,9 @@ class PeerMessages:
                 new = new[~late]
             parts.append(new)
             fresh = set(new["message_id"].tolist())
-        every = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else self.pending
+        every = (
+            pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else self.pending
+        )
         rows: list[tuple] = []
         keep: list[pd.DataFrame] = []
         if len(every):
@@ -212,12 +236,21 @@ class PeerMessages:
 
             for mid, g in groups:
                 held_ns = self.held.get(int(mid))
-                if held_ns is not None and int(mid) not in fresh and not (watermark_ns and held_ns + grace_ns < watermark_ns):
+                if (
+                    held_ns is not None
+                    and int(mid) not in fresh
+                    and not (watermark_ns and held_ns + grace_ns < watermark_ns)
+                ):
                     keep.append(g)  # held, nothing new, not due: its row is not needed yet
                     continue
                 group = _Group((capture, sid, src, _unsigned(int(mid))), str(g["dst"].iloc[0]))
                 group.rows = list(
-                    zip(*(g[c].tolist() for c in ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "ts_ns")))
+                    zip(
+                        *(
+                            g[c].tolist()
+                            for c in ("part_count", "part_index", "message_size", "part_size", "chunk_offset", "ts_ns")
+                        )
+                    )
                 )
                 group.chunks = [memoryview(p) for p in g["payload"].tolist()]
                 row = message_row(group, False, options.max_message_size)
@@ -320,7 +353,10 @@ def frames_for_messages(frames: DataFrame) -> DataFrame:
         F.coalesce(signed("message_id"), F.lit(0)).alias("message_id"),
         addr_port("dst_addr", "dst_port").alias("dst"),
         *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in _DATA_FIELDS],
-        "payload", "ts_ns", "frame_number", "timestamp",
+        "payload",
+        "ts_ns",
+        "frame_number",
+        "timestamp",
     )
 
 

@@ -53,8 +53,14 @@ from .messages import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["build_stream_sessions", "SessionWindows", "PairSessions", "WINDOW_COUNTERS", "SESSION_WINDOW_SCHEMA",
-           "SILENCE_LIMIT_S"]
+__all__ = [
+    "build_stream_sessions",
+    "SessionWindows",
+    "PairSessions",
+    "WINDOW_COUNTERS",
+    "SESSION_WINDOW_SCHEMA",
+    "SILENCE_LIMIT_S",
+]
 
 _DATA_FIELDS = ["part_count", "part_index", "message_size", "part_size", "chunk_offset"]
 _KINDS = ["data", "connect", "connected", "disconnected", "heartbeat", "ack"]
@@ -66,7 +72,11 @@ SILENCE_LIMIT_S = SILENCE_FACTOR * DEFAULT_HEARTBEAT_INTERVAL_S
 
 #: per-window counters, in output order
 WINDOW_COUNTERS = [f"frames_{k}" for k in _KINDS] + [
-    "bytes", "messages_complete", "messages_incomplete", "message_bytes", "resends",
+    "bytes",
+    "messages_complete",
+    "messages_incomplete",
+    "message_bytes",
+    "resends",
 ]
 _GAUGES = ["messages_in_flight", "silent_peers"]
 
@@ -180,11 +190,17 @@ class SessionWindows:
                         self._silence(src, end - 1, 0)
                 w = self.windows.pop(start)
                 silence = w.pop("silence")
-                closed.append({
-                    "window_start": start, **w, "messages_in_flight": in_flight,
-                    "silent_peers": sum(s > SILENCE_LIMIT_S for src, s in silence.items() if src not in self.disconnected),
-                    "max_silence_s": max(silence.values(), default=float("nan")),
-                })
+                closed.append(
+                    {
+                        "window_start": start,
+                        **w,
+                        "messages_in_flight": in_flight,
+                        "silent_peers": sum(
+                            s > SILENCE_LIMIT_S for src, s in silence.items() if src not in self.disconnected
+                        ),
+                        "max_silence_s": max(silence.values(), default=float("nan")),
+                    }
+                )
         return closed
 
     def next_deadline_ns(self, options: StreamMessageOptions) -> int | None:
@@ -240,7 +256,11 @@ class PairSessions:
         if self.connects is not None and len(self.connects) and watermark_ns:
             unanswered = self.connects["ts_ns"].to_numpy(np.int64) + ttl_ns < watermark_ns
             if unanswered.any():
-                by_session[0] = pd.concat([by_session[0], self.connects[unanswered]]) if 0 in by_session else self.connects[unanswered]
+                by_session[0] = (
+                    pd.concat([by_session[0], self.connects[unanswered]])
+                    if 0 in by_session
+                    else self.connects[unanswered]
+                )
                 self.sessions.setdefault(0, SessionWindows(self.window_ns))
                 self.connects = self.connects[~unanswered]
         closed: list[tuple[int, dict[str, Any]]] = []
@@ -293,7 +313,10 @@ def frames_for_sessions(frames: DataFrame) -> DataFrame:
         F.coalesce(signed("message_id"), F.lit(0)).alias("message_id"),
         addr_port("dst_addr", "dst_port").alias("dst"),
         *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in _DATA_FIELDS],
-        "payload", "ts_ns", "frame_number", "timestamp",
+        "payload",
+        "ts_ns",
+        "frame_number",
+        "timestamp",
     )
 
 

@@ -212,16 +212,26 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if b.end < end:
                     b = type(b)(end, records)
             d = b.deferred
-            out[name] = FileOffset(b.end, b.records, generation, fp_len, fp_crc, max(size, b.size), lost,
-                                   *((d.at, d.to, d.trailing) if d else ())).to_json()
+            out[name] = FileOffset(
+                b.end,
+                b.records,
+                generation,
+                fp_len,
+                fp_crc,
+                max(size, b.size),
+                lost,
+                *((d.at, d.to, d.trailing) if d else ()),
+            ).to_json()
             if budget is not None:
                 budget -= b.end - end
         result: dict[str, Any] = {"files": out}
         idle = self._idle(out, dict((start or {}).get("idle", {})))
         if idle:
             result["idle"] = idle
-        if self.end_row and self._target is not None and all(
-            out.get(n, [0])[0] >= t[0] for n, t in self._target.items()
+        if (
+            self.end_row
+            and self._target is not None
+            and all(out.get(n, [0])[0] >= t[0] for n, t in self._target.items())
         ):
             result["end"] = 1  # everything read: the end row comes with this batch
         return result
@@ -260,16 +270,30 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             parts.append(StreamRange("", 0, 0, 0, error=END_OF_DATA))
         for name, at in sorted(end.get("idle", {}).items()):
             if start.get("idle", {}).get(name) != at:
-                parts.append(StreamRange(os.path.join(folder, name), 0, at, 0,
-                                         error=f"{IDLE_PREFIX} {self.idle_seconds:g} s",
-                                         idle_advance_ns=self.idle_advance_ns))
+                parts.append(
+                    StreamRange(
+                        os.path.join(folder, name),
+                        0,
+                        at,
+                        0,
+                        error=f"{IDLE_PREFIX} {self.idle_seconds:g} s",
+                        idle_advance_ns=self.idle_advance_ns,
+                    )
+                )
         for name, value in sorted(end.get("files", {}).items()):
             to, since = FileOffset.parse(value), FileOffset.parse(before.get(name))
             path = os.path.join(folder, name)
             if to.generation != since.generation:  # replaced under its name: a new file from 0
                 if to.lost:
-                    parts.append(StreamRange(path, 0, 0, 0, error=(
-                        f"capture: replaced under the same name ({to.lost} bytes of the old file lost)")))
+                    parts.append(
+                        StreamRange(
+                            path,
+                            0,
+                            0,
+                            0,
+                            error=(f"capture: replaced under the same name ({to.lost} bytes of the old file lost)"),
+                        )
+                    )
                 since = FileOffset(0, 0)
             if since.defer_at and to.defer_at != since.defer_at and to.generation == since.generation:
                 told = Deferred(since.defer_at, since.defer_to, since.defer_trailing).text(to.seen)
@@ -280,14 +304,20 @@ class NbmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             walked = self._walked.get(name)
             starts = walked[1].starts if walked and walked[0] == since.end and walked[1].end >= to.end else None
             try:
-                pieces = (record_starts(path, since.end, to.end, self.split_bytes, starts)
-                          if self.split_bytes > 0 else [(since.end, 0)])
+                pieces = (
+                    record_starts(path, since.end, to.end, self.split_bytes, starts)
+                    if self.split_bytes > 0
+                    else [(since.end, 0)]
+                )
             except OSError:
                 pieces = [(since.end, 0)]
             bounds = [p for p, _ in pieces[1:]] + [to.end]
             for (lo, skip), hi in zip(pieces, bounds):
-                parts.append(StreamRange(path, lo, hi, since.records + skip + 1, to.fp_len, to.fp_crc,
-                                         size=to.seen, defer_at=defer))
+                parts.append(
+                    StreamRange(
+                        path, lo, hi, since.records + skip + 1, to.fp_len, to.fp_crc, size=to.seen, defer_at=defer
+                    )
+                )
         return parts
 
     def _folder(self) -> str:
@@ -318,13 +348,19 @@ def _mtime(path: str) -> int:
 
 
 def _end_row(arrow_schema: pa.Schema) -> pa.RecordBatch:
-    values = {"capture": "", "error": END_OF_DATA, "timestamp": END_TIMESTAMP * 1_000_000,
-              "ts_ns": END_TIMESTAMP * 1_000_000_000}
+    values = {
+        "capture": "",
+        "error": END_OF_DATA,
+        "timestamp": END_TIMESTAMP * 1_000_000,
+        "ts_ns": END_TIMESTAMP * 1_000_000_000,
+    }
     columns = [pa.array([values.get(f.name)], f.type) for f in arrow_schema]
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
 
-def _idle_row(part: StreamRange, capture: str, arrow_schema: pa.Schema, udp_ports: list[int] | None) -> pa.RecordBatch | None:
+def _idle_row(
+    part: StreamRange, capture: str, arrow_schema: pa.Schema, udp_ports: list[int] | None
+) -> pa.RecordBatch | None:
     """The idle row of ``part.path``: its last frame's time plus ``part.idle_advance_ns``; None
     when the file holds no frame (or is gone: nothing waits for it then)."""
     from ...capture import read_datagrams
@@ -391,7 +427,9 @@ def read_stream_range(
         fd = os.open(part.path, os.O_RDONLY)
     except FileNotFoundError:
         lost = part.end - part.start
-        yield _capture_error_batch(capture, [f"capture: rotated away before it was read ({lost} bytes lost)"], 1, arrow_schema)
+        yield _capture_error_batch(
+            capture, [f"capture: rotated away before it was read ({lost} bytes lost)"], 1, arrow_schema
+        )
         return
     pcap, mapped = True, part.end
     try:
@@ -410,14 +448,21 @@ def read_stream_range(
     view = memoryview(mm)  # mm closes when the last view of it goes (batches copy what they keep)
     if part.fp_len and fingerprint(part.path, part.fp_len) != (part.fp_len, part.fp_crc):
         lost = part.end - part.start
-        yield _capture_error_batch(capture, [f"capture: replaced before it was read ({lost} bytes lost)"], 1, arrow_schema)
+        yield _capture_error_batch(
+            capture, [f"capture: replaced before it was read ({lost} bytes lost)"], 1, arrow_schema
+        )
         return
 
     def read() -> Any:
         # part.start is a record of the whole-file walk: walking from it is exact
-        batch = read_datagrams(view, start=part.start, end=None if pcap else part.end, udp_ports=udp_ports,
-                               first_frame=part.first_frame if pcap else None,
-                               walk_from=max(part.start, 24) if pcap else None)
+        batch = read_datagrams(
+            view,
+            start=part.start,
+            end=None if pcap else part.end,
+            udp_ports=udp_ports,
+            first_frame=part.first_frame if pcap else None,
+            walk_from=max(part.start, 24) if pcap else None,
+        )
         if part.defer_at:  # its row comes once its text is decided (a later batch)
             kept = [r for r in batch.error_reasons if not r.startswith(f"offset {part.defer_at}: ")]
             batch.errors -= len(batch.error_reasons) - len(kept)
