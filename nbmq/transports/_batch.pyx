@@ -290,7 +290,7 @@ cdef class BatchIO:
                 self._lengths[m] = length
                 addrs.append(addr)
                 m += 1
-        if largest:  # the sender's GSO run, as far as seen: what a dropped entry most likely held
+        if largest > self.largest_run:  # the senders' GSO run: what a dropped entry most likely held
             self.largest_run = largest
         self.addrs = addrs
         return m, self.offsets, self.lengths, addrs

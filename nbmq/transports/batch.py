@@ -58,9 +58,9 @@ class BatchIO:
             datagram, or under GRO one coalesced run of up to 64 (the kernel counts the run
             once). The kernel reports the count with the next datagram it delivers, so a drop
             becomes visible on the next ``recv`` that reads something.
-        largest_run: datagrams in the largest coalesced run of the last ``recv`` that read
-            any (int >= 1; 1 until GRO coalesced a run): the sender's GSO run, what an entry
-            the kernel dropped in a burst most likely held.
+        largest_run: datagrams in the largest coalesced run read so far (int >= 1; 1 until
+            GRO coalesced a run): the senders' GSO run, what an entry the kernel dropped in a
+            burst most likely held.
     """
 
     gso = False

@@ -161,7 +161,7 @@ class DatagramLink:
         The kernel counts receive-buffer entries. Without GRO an entry is one datagram: the
         count is exact. Under GRO it is a coalesced run (on loopback, the sender's whole GSO
         message, up to 64 datagrams), whose size is gone with it: each is counted as the
-        largest run last read (``largest_run``: the sender's GSO run). The count is then an
+        largest run read so far (``largest_run``: the senders' GSO run). The count is then an
         estimate, at least the entries and at most 64 times them: exact for a sender's full
         runs, high by the shortfall of each short run dropped (the end of a burst)."""
         new = entries - self._entries_seen

@@ -78,11 +78,13 @@ def test_a_draining_asyncio_receiver_loses_nothing_to_recv_hwm(gro):
                     while time.monotonic() < idle_until:
                         while True:
                             try:
-                                server.recv_nowait()
+                                server.recv_nowait()  # (reads the kernel when the queue is empty)
                                 delivered += 1
                             except WouldBlock:
                                 break
                             idle_until = time.monotonic() + 0.2
+                            assert server.engine.recv_ready() <= 100
+                            paused = paused or not server.reading
                         client.tick()
                         await asyncio.sleep(0.01)
                         assert server.engine.recv_ready() <= 100
