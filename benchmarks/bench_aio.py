@@ -16,7 +16,8 @@ another an ``await sock.recv()`` loop, at default options, ``--size`` byte messa
   (its extensions built), e.g. the code before a change.
 
 Reported per case, medians over ``--repeat`` runs: messages/s received (receiver's first to
-last message), delivered/offered, and for nbmq the drops counted (receiver's
+last message), the receiver's CPU time per message (µs: the cost of its receive path, whether
+or not the sender kept it busy), delivered/offered, and for nbmq the drops counted (receiver's
 ``kernel_drops`` + ``dropped``, sender's ``dropped`` + transport errors) over the messages
 lost (1.00 = every loss counted); then the ratios the asyncio targets are stated in. Importing
 this module runs nothing.
@@ -51,7 +52,7 @@ async def _aio_receiver(case: str, deadline: float) -> dict[str, Any]:
     sock = await kind.bind("127.0.0.1:0")
     print(sock.local_address, flush=True)
     loop = asyncio.get_running_loop()
-    count, first, last = 0, 0.0, 0.0
+    count, first, last, cpu_first, cpu_last = 0, 0.0, 0.0, 0.0, 0.0
     recv = sock.recv
     while True:
         timeout = IDLE if count else max(0.0, deadline - loop.time())
@@ -64,9 +65,10 @@ async def _aio_receiver(case: str, deadline: float) -> dict[str, Any]:
         except WouldBlock:
             break
         last = loop.time()
+        cpu_last = time.process_time()
         if not first:
-            first = last
-    out = dict(count=count, first=first, last=last, counted=_nbmq_counted(sock.counters))
+            first, cpu_first = last, cpu_last
+    out = dict(count=count, first=first, last=last, cpu=cpu_last - cpu_first, counted=_nbmq_counted(sock.counters))
     await sock.close(linger=0)
     return out
 
@@ -101,7 +103,7 @@ def _blocking_receiver(deadline: float) -> dict[str, Any]:
 
     sock = nbmq.Dealer.bind("127.0.0.1:0")
     print(sock.local_address, flush=True)
-    count, first, last = 0, 0.0, 0.0
+    count, first, last, cpu_first, cpu_last = 0, 0.0, 0.0, 0.0, 0.0
     recv = sock.recv
     while True:
         try:
@@ -110,9 +112,10 @@ def _blocking_receiver(deadline: float) -> dict[str, Any]:
             break
         count += 1
         last = time.monotonic()
+        cpu_last = time.process_time()
         if count == 1:
-            first = last
-    out = dict(count=count, first=first, last=last, counted=_nbmq_counted(sock.counters))
+            first, cpu_first = last, cpu_last
+    out = dict(count=count, first=first, last=last, cpu=cpu_last - cpu_first, counted=_nbmq_counted(sock.counters))
     sock.close(linger=0)
     return out
 
@@ -144,19 +147,20 @@ async def _zmq_receiver(deadline: float) -> dict[str, Any]:
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     print(f"tcp://127.0.0.1:{port}", flush=True)
     loop = asyncio.get_running_loop()
-    count, first, last = 0, 0.0, 0.0
-    while True:
-        timeout = IDLE if count else max(0.0, deadline - loop.time())
-        if not await sock.poll(timeout * 1000):
+    count, first, last, cpu_first, cpu_last = 0, 0.0, 0.0, 0.0, 0.0
+    recv = sock.recv_multipart
+    while True:  # the plain loop; tcp loses nothing, so the sender's last, empty message ends it
+        message = await asyncio.wait_for(recv(), max(0.0, deadline - loop.time())) if not count else await recv()
+        if message == [b""]:
             break
-        await sock.recv_multipart()
         count += 1
         last = loop.time()
+        cpu_last = time.process_time()
         if count == 1:
-            first = last
+            first, cpu_first = last, cpu_last
     sock.close(linger=0)
     ctx.term()
-    return dict(count=count, first=first, last=last, counted=0)
+    return dict(count=count, first=first, last=last, cpu=cpu_last - cpu_first, counted=0)
 
 
 async def _zmq_sender(address: str, size: int, duration: float) -> dict[str, Any]:
@@ -170,11 +174,13 @@ async def _zmq_sender(address: str, size: int, duration: float) -> dict[str, Any
     loop = asyncio.get_running_loop()
     end = loop.time() + duration
     sent = 0
+    send = sock.send_multipart
     while loop.time() < end:
         for _ in range(64):
-            await sock.send_multipart(payload)
+            await send(payload)
         sent += 64
-    sock.close(linger=2000)
+    await send([b""])
+    sock.close(linger=10_000)
     ctx.term()
     return dict(sent=sent, counted=0)
 
@@ -221,6 +227,7 @@ def run_case(case: str, size: int, duration: float, tree: str | None = None) -> 
     sender = json.loads(tx.stdout.strip().splitlines()[-1])
     span = out["last"] - out["first"]
     out["rate"] = out["count"] / span if span > 0 else 0.0
+    out["cpu_us"] = out["cpu"] / out["count"] * 1e6 if out["count"] else 0.0
     out["sent"] = sender["sent"]
     out["lost"] = sender["sent"] - out["count"]
     out["counted"] += sender["counted"]
@@ -257,17 +264,19 @@ def main(argv: list[str] | None = None) -> None:
             r = run_case(kind, args.size, args.duration, tree)
             runs[case].append(r)
             counted = f"  counted/lost {r['counted'] / r['lost']:.3f}" if r["lost"] > 0 else ""
-            print(f"run {i + 1} {case:15s} {r['rate']:>10,.0f} msg/s  offered {r['sent'] / args.duration:>9,.0f}/s"
+            print(f"run {i + 1} {case:15s} {r['rate']:>10,.0f} msg/s  receiver CPU {r['cpu_us']:5.2f} us/msg"
+                  f"  offered {r['sent'] / args.duration:>9,.0f}/s"
                   f"  delivered/offered {r['count'] / r['sent']:.3f}{counted}", flush=True)
     print(f"\n{args.size} B messages, medians of {args.repeat} (load average {os.getloadavg()[0]:.1f}):")
     medians = {}
     for case in cases:
         rs = runs[case]
         medians[case] = statistics.median(r["rate"] for r in rs)
+        cpu = statistics.median(r["cpu_us"] for r in rs)
         delivered = statistics.median(r["count"] / r["sent"] for r in rs)
         lost, counted = sum(r["lost"] for r in rs), sum(r["counted"] for r in rs)
         accounting = f"  counted/lost {counted / lost:.3f} (all runs)" if lost > 0 else ""
-        print(f"  {case:15s} {medians[case]:>10,.0f} msg/s  delivered/offered {delivered:.3f}{accounting}")
+        print(f"  {case:15s} {medians[case]:>10,.0f} msg/s  receiver CPU {cpu:5.2f} us/msg  delivered/offered {delivered:.3f}{accounting}")
     for num, den in (("aio", "blocking"), ("aio", "zmq"), ("aio-many", "zmq"), ("aio-safe", "zmq"),
                      ("aio", "aio@before"), ("aio-safe", "aio-safe@before")):
         if num in medians and den in medians and medians[den]:
