@@ -2,19 +2,23 @@
 
 The driver follows aioquic's ``QuicConnectionProtocol``, but reads the link itself instead of
 through asyncio's datagram transport, so it shares the blocking socket's link
-(:mod:`nbmq.transports.udp`, ``ipc``, ``inproc``) and behaves the same (issue 15):
+(:mod:`nbmq.transports.udp`, ``ipc``, ``inproc``) and behaves the same:
 
-- **Reads** come from ``loop.add_reader`` on the link's descriptor through the link's batch
-  reader (``recvmmsg`` on Linux, GRO when on), at most ``max_tick_recv`` datagrams and never
-  more than the room left under ``recv_hwm`` (one message per datagram, the worst case). A
-  full receive queue stops reading (the reader is removed) until ``recv`` takes a message;
-  the rest waits in the kernel. Stopped for a heartbeat interval (``peer_heartbeat_ivl``: the
-  application is not draining), a due timer still reads ``LIVENESS_READ`` datagrams so the
-  peers' heartbeats arrive (the messages among them are dropped, and counted). The blocking
-  socket does so at any due timer; here timers fire between the application's drains, which
-  would then lose messages a draining receiver should get.
+- **Reads** go through the link's batch reader (``recvmmsg`` on Linux, GRO when on), at most
+  ``max_tick_recv`` datagrams and never more than the room left under ``recv_hwm`` (one
+  message per datagram, the worst case). ``recv`` serves messages from the batch already
+  read; when it is used up, ``recv`` reads the kernel itself and yields one loop turn, and
+  only when the kernel had nothing does it wait for ``loop.add_reader``. A full receive queue
+  stops reading (the reader is removed) until half of it is free; the rest waits in the
+  kernel. Stopped for a heartbeat interval (``peer_heartbeat_ivl``: the application is not
+  draining), a due timer still reads ``LIVENESS_READ`` datagrams so the peers' heartbeats
+  arrive (the messages among them are dropped, and counted). The blocking socket does so at
+  any due timer; here timers fire between the application's drains, which would then lose
+  messages a draining receiver should get.
 - **Kernel drops** (``SO_RXQ_OVFL`` with each batch, ``SO_MEMINFO`` at each timer and each
-  ``counters`` read) reach ``counters.kernel_drops`` and a ``DatagramsDropped`` event.
+  ``counters`` read) reach ``counters.kernel_drops`` and a ``DatagramsDropped`` event, in
+  datagrams (estimated under GRO), and a ``DatagramLossWarning`` once they pass 1% of what
+  was received (:mod:`.udp`).
 - **Writes** go through the link: one ``sendmmsg`` (GSO-coalesced) per flush, paced per peer
   by ``pace_rate``/``pace_burst``. ``send`` queues and one flush per loop turn writes what
   the turn queued, or at once when about ``AUTO_FLUSH`` datagrams wait. Output the OS refuses
@@ -59,7 +63,7 @@ class Socket(OptionAttributes):
         engine: the sans-IO engine (read it for ``counters`` and ``peers``; do not drive it).
         options: the live :class:`~nbmq.options.SocketOptions`.
         reading: False while the receive queue is full and the socket leaves datagrams in the
-            kernel (issue 15 item 1); True otherwise.
+            kernel; True otherwise.
     """
 
     __slots__ = ("options", "engine", "closed", "reading", "transport_recv_errors", "_loop", "_link", "_fd",
