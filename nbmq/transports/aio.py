@@ -160,7 +160,7 @@ class Socket(OptionAttributes):
                 self.transport_recv_errors += 1
         self._update_reading()  # (a full queue stops the reader until half of it is free)
         if engine.recv_ready():
-            self._transmit_soon()  # acks, events, waiters: at the end of this loop turn
+            self._transmit()  # acks (a SafeDealer's sender waits for them), events, waiters
             return True
         return False
 
@@ -223,7 +223,9 @@ class Socket(OptionAttributes):
             self._out_timer = loop.call_later(_RETRY, self._on_output)
 
     def _transmit(self) -> None:
-        self._soon = None
+        if self._soon is not None:  # called directly: the scheduled flush has nothing left to do
+            self._soon.cancel()
+            self._soon = None
         self._unflushed = 0
         engine, link, loop = self.engine, self._link, self._loop
         now = loop.time()
