@@ -148,6 +148,13 @@ class Socket(OptionAttributes):
             options = self.options
             self._resume_at = options.recv_hwm - max(options.recv_hwm // 2, read_grain(self._link))
 
+    def _maybe_resume(self) -> None:
+        """The reader is stopped and a message was taken: put it back once half the queue
+        is free (not at every message: a reader added and removed per message costs two
+        ``epoll_ctl``)."""
+        if self.engine.recv_ready() <= self._resume_at:
+            self._update_reading()
+
     def _read_now(self) -> bool:
         """The receive queue is empty: read the kernel now, in the caller, instead of waiting
         for the loop to call the reader. True when a message is ready."""
@@ -337,6 +344,8 @@ class Socket(OptionAttributes):
     def recv_nowait(self) -> list[Any]:
         """The next message (list of uint8 numpy arrays); WouldBlock when none is ready,
         SocketClosed when closed. Reads the kernel at once when the queue is empty."""
+        if self.closed:
+            self._check_open()
         engine = self.engine
         try:
             message = engine.recv()
@@ -345,8 +354,8 @@ class Socket(OptionAttributes):
             if not self._read_now():
                 raise
             message = engine.recv()
-        if not self.reading and engine.recv_ready() <= self._resume_at:
-            self._update_reading()  # room again: read what waits in the kernel
+        if not self.reading:
+            self._maybe_resume()
         return message
 
     async def recv(self, timeout: float | None = None) -> list[Any]:
@@ -364,8 +373,8 @@ class Socket(OptionAttributes):
             message = engine.recv()
         except WouldBlock:
             return await self._recv_wait(timeout)
-        if not self.reading and engine.recv_ready() <= self._resume_at:
-            self._update_reading()
+        if not self.reading:
+            self._maybe_resume()
         return message
 
     async def _recv_wait(self, timeout: float | None) -> list[Any]:
@@ -396,8 +405,8 @@ class Socket(OptionAttributes):
         """
         engine_binding.check_max_messages(max_messages)
         out = engine_binding.take_ready(self.engine, [await self.recv(timeout)], max_messages)
-        if not self.reading and self.engine.recv_ready() <= self._resume_at:
-            self._update_reading()
+        if not self.reading:
+            self._maybe_resume()
         return out
 
     async def wait_connected(self, timeout: float | None = None) -> bool:
