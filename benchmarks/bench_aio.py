@@ -5,7 +5,8 @@
 
 The program a new user writes first: one process runs an ``await sock.send(payload)`` loop,
 another an ``await sock.recv()`` loop, at default options, ``--size`` byte messages for
-``--duration`` seconds over 127.0.0.1. Cases, interleaved (run 1 of each, run 2 of each, ...):
+``--duration`` seconds over 127.0.0.1. Cases, interleaved (run 1 of each, run 2 of each in
+the reverse order, ...):
 
 - ``blocking``: ``nbmq.Dealer`` both sides (``send(timeout=None)`` / ``recv(timeout=...)``);
 - ``aio``: ``nbmq.aio.Dealer`` both sides;
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = [label for label, _, _ in plan]
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in cases}
     for i in range(args.repeat):
-        for case, kind, tree in plan:
+        for case, kind, tree in plan if i % 2 == 0 else reversed(plan):  # (a case run second runs faster)
             r = run_case(kind, args.size, args.duration, tree)
             runs[case].append(r)
             counted = f"  counted/lost {r['counted'] / r['lost']:.3f}" if r["lost"] > 0 else ""
