@@ -140,9 +140,14 @@ class DatagramsDropped(Event):
     """Datagrams the OS dropped before the engine saw them, because the socket's receive
     buffer was full (Linux ``SO_RXQ_OVFL``, reported by the transport; also counted in
     ``Counters.kernel_drops``). Which messages they belonged to is unknown: a Dealer loses
-    those messages (their other frames expire as TTL_EXPIRED), a SafeDealer resends them."""
+    those messages (their other frames expire as TTL_EXPIRED), a SafeDealer resends them.
 
-    #: Datagrams dropped since the previous such event.
+    Counted in datagrams: exact without UDP GRO; under GRO the kernel counts a dropped
+    coalesced run once and the transport sizes it as the largest run it has read (the
+    sender's GSO run), an estimate between the kernel's count and 64 times it (see
+    ``DatagramLink._report_drops`` in :mod:`nbmq.transports.udp`, and docs/asyncio.md)."""
+
+    #: Datagrams dropped since the previous such event (estimated under GRO, see above).
     count: int
     #: Datagrams dropped on this socket since it opened.
     total: int

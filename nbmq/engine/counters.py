@@ -41,7 +41,9 @@ class Counters:
             (the driver is not flushing).
         kernel_drops: datagrams the OS dropped for want of receive buffer before this engine
             saw them (reported by the transport: Linux ``SO_RXQ_OVFL``; 0 where the OS does not
-            tell). Each report is also a ``DatagramsDropped`` event.
+            tell). Exact without UDP GRO; under GRO an estimate (each dropped coalesced run
+            counted as the largest run read, see ``DatagramsDropped``). Each report is also a
+            ``DatagramsDropped`` event.
         cookies_sent: Connects answered with a stateless cookie (the table was full, partly
             of half-open peers; see ``nbmq.engine.cookies``).
         cookies_accepted: peers created by a frame echoing a valid cookie.

@@ -135,6 +135,7 @@ cdef class BatchIO:
     cdef readonly unsigned long long gro_messages
     cdef readonly bint rxq_ovfl
     cdef readonly unsigned long long kernel_drops
+    cdef readonly Py_ssize_t largest_run
     cdef unsigned int _ovfl_last
     cdef unsigned char[::1] _buf
     cdef long long[::1] _offsets
@@ -172,6 +173,7 @@ cdef class BatchIO:
         self.gso = udp if gso is None else bool(gso)
         self.gro = udp if gro is None else bool(gro)
         self.kernel_drops = 0
+        self.largest_run = 1
         self._ovfl_last = 0
         try:  # the kernel then tells, with each datagram, how many it dropped so far
             sock.setsockopt(SOL_SOCKET, SO_RXQ_OVFL, 1)
@@ -218,6 +220,7 @@ cdef class BatchIO:
         cdef int n, i, seg
         cdef int fd = self._fd
         cdef Py_ssize_t m = 0, length, off, part, base, vlen
+        cdef Py_ssize_t largest = 0, run_start
         cdef unsigned int ovfl
         cdef cmsghdr *cm
         cdef msghdr *hdr
@@ -271,6 +274,7 @@ cdef class BatchIO:
                     cm = CMSG_NXTHDR(hdr, cm)
             if seg > 0 and length > seg:
                 self.gro_messages += 1
+                run_start = m
                 off = 0
                 while off < length and m < self.capacity:
                     part = min(<Py_ssize_t>seg, length - off)
@@ -279,11 +283,15 @@ cdef class BatchIO:
                     addrs.append(addr)
                     m += 1
                     off += part
+                if m - run_start > largest:
+                    largest = m - run_start
             else:
                 self._offsets[m] = base
                 self._lengths[m] = length
                 addrs.append(addr)
                 m += 1
+        if largest > self.largest_run:  # the senders' GSO run: what a dropped entry most likely held
+            self.largest_run = largest
         self.addrs = addrs
         return m, self.offsets, self.lengths, addrs
 

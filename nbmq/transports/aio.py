@@ -2,19 +2,23 @@
 
 The driver follows aioquic's ``QuicConnectionProtocol``, but reads the link itself instead of
 through asyncio's datagram transport, so it shares the blocking socket's link
-(:mod:`nbmq.transports.udp`, ``ipc``, ``inproc``) and behaves the same (issue 15):
+(:mod:`nbmq.transports.udp`, ``ipc``, ``inproc``) and behaves the same:
 
-- **Reads** come from ``loop.add_reader`` on the link's descriptor through the link's batch
-  reader (``recvmmsg`` on Linux, GRO when on), at most ``max_tick_recv`` datagrams and never
-  more than the room left under ``recv_hwm`` (one message per datagram, the worst case). A
-  full receive queue stops reading (the reader is removed) until ``recv`` takes a message;
-  the rest waits in the kernel. Stopped for a heartbeat interval (``peer_heartbeat_ivl``: the
-  application is not draining), a due timer still reads ``LIVENESS_READ`` datagrams so the
-  peers' heartbeats arrive (the messages among them are dropped, and counted). The blocking
-  socket does so at any due timer; here timers fire between the application's drains, which
-  would then lose messages a draining receiver should get.
+- **Reads** go through the link's batch reader (``recvmmsg`` on Linux, GRO when on), at most
+  ``max_tick_recv`` datagrams and never more than the room left under ``recv_hwm`` (one
+  message per datagram, the worst case). ``recv`` serves messages from the batch already
+  read; when it is used up, ``recv`` reads the kernel itself and yields one loop turn, and
+  only when the kernel had nothing does it wait for ``loop.add_reader``. A full receive queue
+  stops reading (the reader is removed) until half of it is free; the rest waits in the
+  kernel. Stopped for a heartbeat interval (``peer_heartbeat_ivl``: the application is not
+  draining), a due timer still reads ``LIVENESS_READ`` datagrams so the peers' heartbeats
+  arrive (the messages among them are dropped, and counted). The blocking socket does so at
+  any due timer; here timers fire between the application's drains, which would then lose
+  messages a draining receiver should get.
 - **Kernel drops** (``SO_RXQ_OVFL`` with each batch, ``SO_MEMINFO`` at each timer and each
-  ``counters`` read) reach ``counters.kernel_drops`` and a ``DatagramsDropped`` event.
+  ``counters`` read) reach ``counters.kernel_drops`` and a ``DatagramsDropped`` event, in
+  datagrams (estimated under GRO), and a ``DatagramLossWarning`` once they pass 1% of what
+  was received (:mod:`.udp`).
 - **Writes** go through the link: one ``sendmmsg`` (GSO-coalesced) per flush, paced per peer
   by ``pace_rate``/``pace_burst``. ``send`` queues and one flush per loop turn writes what
   the turn queued, or at once when about ``AUTO_FLUSH`` datagrams wait. Output the OS refuses
@@ -32,6 +36,7 @@ import asyncio
 import math
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import NoPeer, SocketClosed, WouldBlock
@@ -40,11 +45,11 @@ from ..options import SocketOptions
 from . import engine_binding
 from .attributes import OptionAttributes
 from .links import open_link, read_grain
-from .socket import _CHUNK, _RETRY, AUTO_FLUSH, LIVENESS_READ
+from .socket import _RETRY, AUTO_FLUSH, LIVENESS_READ
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 
-_BYTES = (bytes, bytearray, memoryview)
+_BYTES = engine_binding.BYTES
 
 
 class Socket(OptionAttributes):
@@ -58,12 +63,12 @@ class Socket(OptionAttributes):
         engine: the sans-IO engine (read it for ``counters`` and ``peers``; do not drive it).
         options: the live :class:`~nbmq.options.SocketOptions`.
         reading: False while the receive queue is full and the socket leaves datagrams in the
-            kernel (issue 15 item 1); True otherwise.
+            kernel; True otherwise.
     """
 
     __slots__ = ("options", "engine", "closed", "reading", "transport_recv_errors", "_loop", "_link", "_fd",
                  "_events", "_waiters", "_timer", "_timer_at", "_soon", "_writing", "_out_timer", "_unflushed", "_paused_at",
-                 "__weakref__")
+                 "_resume_at", "__weakref__")
     _kind = ""
 
     @classmethod
@@ -101,6 +106,7 @@ class Socket(OptionAttributes):
         self._unflushed = 0  # datagrams (estimated) queued by send since the last flush
         self.reading = True
         self._paused_at = 0.0  # loop time the reader was removed
+        self._resume_at = 0  # messages ready at or below which a paused reader comes back
         self.transport_recv_errors = 0
         self.closed = False
         self._transmit()
@@ -138,6 +144,32 @@ class Socket(OptionAttributes):
             self._loop.remove_reader(self._fd)
             self.reading = False
             self._paused_at = self._loop.time()
+            # back when half the queue (at least a read grain) is free: not at every message
+            options = self.options
+            self._resume_at = options.recv_hwm - max(options.recv_hwm // 2, read_grain(self._link))
+
+    def _maybe_resume(self) -> None:
+        """The reader is stopped and a message was taken: put it back once half the queue
+        is free (not at every message: a reader added and removed per message costs two
+        ``epoll_ctl``)."""
+        if self.engine.recv_ready() <= self._resume_at:
+            self._update_reading()
+
+    def _read_now(self) -> bool:
+        """The receive queue is empty: read the kernel now, in the caller, instead of waiting
+        for the loop to call the reader. True when a message is ready."""
+        budget = self._room()
+        engine = self.engine
+        if budget > 0:
+            try:
+                self._link.receive(engine, self._loop.time(), budget)
+            except OSError:
+                self.transport_recv_errors += 1
+        self._update_reading()  # (a full queue stops the reader until half of it is free)
+        if engine.recv_ready():
+            self._transmit()  # acks (a SafeDealer's sender waits for them), events, waiters
+            return True
+        return False
 
     def _on_readable(self) -> None:
         budget = self._room()
@@ -198,7 +230,9 @@ class Socket(OptionAttributes):
             self._out_timer = loop.call_later(_RETRY, self._on_output)
 
     def _transmit(self) -> None:
-        self._soon = None
+        if self._soon is not None:  # called directly: the scheduled flush has nothing left to do
+            self._soon.cancel()
+            self._soon = None
         self._unflushed = 0
         engine, link, loop = self.engine, self._link, self._loop
         now = loop.time()
@@ -255,10 +289,7 @@ class Socket(OptionAttributes):
         if isinstance(parts, _BYTES):
             parts = [parts]
         self.engine.send(parts, self._loop.time())
-        if len(parts) == 1:
-            unflushed = self._unflushed + 1 + len(parts[0]) // _CHUNK
-        else:
-            unflushed = self._unflushed + len(parts) + sum(map(len, parts)) // _CHUNK
+        unflushed = self._unflushed + engine_binding.datagrams_of(parts)
         if unflushed >= AUTO_FLUSH:
             self._transmit()  # a producer that never yields still writes in batches
         else:
@@ -287,32 +318,96 @@ class Socket(OptionAttributes):
                     raise
                 self._check_open()
 
+    async def send_many(self, messages: Iterable[Any], timeout: float | None = None) -> int:
+        """Queue messages from the iterable ``messages`` until ``send_hwm``; returns how many
+        (int). As the blocking :meth:`nbmq.transports.socket.Socket.send_many`, but ``timeout``
+        defaults to None (wait for ever while it can take none); datagrams are written as
+        ``send_nowait``'s. Raises WouldBlock / NoPeer (took none within ``timeout``),
+        SocketClosed, or as ``send`` for a bad message."""
+        self._check_open()
+        engine = self.engine
+        if not engine.send_ready:
+            until = None if timeout is None else self._loop.time() + timeout
+            while not engine.send_ready:
+                left = None if until is None else until - self._loop.time()
+                if (left is not None and left <= 0) or not await self._park("send", left):
+                    self._check_open()
+                    raise engine_binding.queue_full(engine, self.options.send_hwm)
+                self._check_open()
+        taken, unflushed = engine_binding.queue_many(engine, iter(messages), self._loop.time(), self._unflushed,
+                                                     AUTO_FLUSH, self._transmit)
+        self._unflushed = unflushed
+        if unflushed and self._soon is None:
+            self._soon = self._loop.call_soon(self._transmit)
+        return taken
+
     def recv_nowait(self) -> list[Any]:
         """The next message (list of uint8 numpy arrays); WouldBlock when none is ready,
-        SocketClosed when closed."""
-        self._check_open()
-        message = self.engine.recv()
+        SocketClosed when closed. Reads the kernel at once when the queue is empty."""
+        if self.closed:
+            self._check_open()
+        engine = self.engine
+        try:
+            message = engine.recv()
+        except WouldBlock:
+            self._check_open()
+            if not self._read_now():
+                raise
+            message = engine.recv()
         if not self.reading:
-            self._update_reading()  # room again: read what waits in the kernel
+            self._maybe_resume()
         return message
 
     async def recv(self, timeout: float | None = None) -> list[Any]:
         """The next message, waiting up to ``timeout`` seconds (None = for ever). Raises
         WouldBlock on timeout, NotSupported on a Radio, SocketClosed when closed (also when
-        closed while waiting)."""
+        closed while waiting).
+
+        Messages come from the batch the last read took (up to ``max_tick_recv`` datagrams,
+        one ``recvmmsg``): no loop wakeup per message. When that batch is used up, the kernel
+        is read at once, then the task yields to the loop once (timers, flushes and other
+        tasks run) before it gets the message; it waits for the reader only when the kernel
+        had nothing."""
+        engine = self.engine
+        try:
+            message = engine.recv()
+        except WouldBlock:
+            return await self._recv_wait(timeout)
+        if not self.reading:
+            self._maybe_resume()
+        return message
+
+    async def _recv_wait(self, timeout: float | None) -> list[Any]:
         until = None if timeout is None else self._loop.time() + timeout
+        engine = self.engine
         while True:
-            try:
-                message = self.engine.recv()
-                if not self.reading:
-                    self._update_reading()
-                return message
-            except WouldBlock:
-                self._check_open()
+            self._check_open()
+            if self._read_now():
+                await asyncio.sleep(0)  # one loop turn per batch: timers, acks, other tasks
+            else:
                 left = None if until is None else until - self._loop.time()
                 if (left is not None and left <= 0) or not await self._park("recv", left):
-                    raise
-                self._check_open()
+                    self._check_open()
+                    raise WouldBlock("no message ready")
+            try:
+                return engine.recv()
+            except WouldBlock:
+                continue  # another task took it
+
+    async def recv_many(self, max_messages: int, timeout: float | None = None) -> list[Any]:
+        """Up to ``max_messages`` messages (int >= 1) at once: waits as :meth:`recv` for the
+        first (up to ``timeout`` seconds; None = for ever), then adds those already read,
+        without waiting. Returns a list of messages (each a list of uint8 numpy arrays).
+
+        Raises:
+            ValueError: ``max_messages`` is not an int >= 1. WouldBlock: none within
+            ``timeout``. NotSupported: on a Radio. SocketClosed: closed.
+        """
+        engine_binding.check_max_messages(max_messages)
+        out = engine_binding.take_ready(self.engine, [await self.recv(timeout)], max_messages)
+        if not self.reading:
+            self._maybe_resume()
+        return out
 
     async def wait_connected(self, timeout: float | None = None) -> bool:
         """Wait until a peer is connected; False if ``timeout`` seconds passed first.

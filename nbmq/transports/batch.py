@@ -53,16 +53,21 @@ class BatchIO:
         send_errors: datagrams dropped by ``send`` because the OS refused them (not EAGAIN).
         last_send_error: the ``OSError`` of the last such drop, or None.
         rxq_ovfl: True when the OS reports its receive-buffer drops (Linux ``SO_RXQ_OVFL``).
-        kernel_drops: datagrams the kernel dropped on this socket because its receive buffer
-            was full, as last reported (int, cumulative). The kernel reports the count with
-            the next datagram it delivers, so a drop becomes visible on the next ``recv`` that
-            reads something.
+        kernel_drops: receive-buffer entries the kernel dropped on this socket because its
+            receive buffer was full, as last reported (int, cumulative). An entry is one
+            datagram, or under GRO one coalesced run of up to 64 (the kernel counts the run
+            once). The kernel reports the count with the next datagram it delivers, so a drop
+            becomes visible on the next ``recv`` that reads something.
+        largest_run: datagrams in the largest coalesced run read so far (int >= 1; 1 until
+            GRO coalesced a run): the senders' GSO run, what an entry the kernel dropped in a
+            burst most likely held.
     """
 
     gso = False
     gro = False
     gso_messages = 0
     gro_messages = 0
+    largest_run = 1
 
     def __init__(self, sock: socket.socket, batch: int = 64, slot: int = 512, gso: bool | None = None,
                  gro: bool | None = None) -> None:

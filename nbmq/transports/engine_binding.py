@@ -6,16 +6,22 @@ This is the only transport module that knows the engines' constructors and optio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import engine as _engine
+from ..errors import NoPeer, WouldBlock
 from ..options import SocketOptions
 
 __all__ = [
     "LiveOptions", "make_engine", "apply_link_option", "drained", "has_connected_peer", "transmit_due",
-    "collect_events",
+    "collect_events", "datagrams_of", "queue_many", "take_ready", "check_max_messages",
+    "queue_full",
 ]
+
+BYTES = (bytes, bytearray, memoryview)
+_CHUNK = 466  # bytes of payload per datagram
+_END = object()
 
 ENGINES = {
     "Dealer": _engine.Dealer,
@@ -116,3 +122,68 @@ def collect_events(engine: Any, events: Any, max_events: int) -> None:
         for _ in range(excess):
             events.popleft()
         engine.events_discarded(excess)
+
+
+def datagrams_of(parts: list[Any]) -> int:
+    """About how many datagrams the message ``parts`` (a list of bytes-like) takes: one per
+    part plus one per 466 bytes (a chunk). The drivers' auto-flush counts these."""
+    if len(parts) == 1:
+        return 1 + len(parts[0]) // _CHUNK
+    return len(parts) + sum(map(len, parts)) // _CHUNK
+
+
+def queue_many(engine: Any, messages: Iterator[Any], now: float, unflushed: int, flush_at: int,
+               flush: Callable[[], None]) -> tuple[int, int]:
+    """Queue messages from the iterator ``messages`` (each a list of bytes-like parts, or one
+    bytes-like) into ``engine`` while it is under ``send_hwm``; a message is pulled from the
+    iterator only when it can be taken, so none is lost to a full queue. ``flush()`` is called
+    each time about ``flush_at`` datagrams wait (``unflushed`` of them already did).
+
+    Returns:
+        ``(taken, unflushed)``: messages queued, datagrams (estimated) waiting for a flush.
+
+    Raises:
+        As ``engine.send`` for a bad message (NotSupported, MessageTooLarge...): the
+        messages before it stay queued.
+    """
+    taken = 0
+    send = engine.send
+    while engine.send_ready:
+        parts = next(messages, _END)
+        if parts is _END:
+            break
+        if isinstance(parts, BYTES):
+            parts = [parts]
+        send(parts, now)
+        taken += 1
+        unflushed += datagrams_of(parts)
+        if unflushed >= flush_at:
+            flush()
+            unflushed = 0
+    return taken, unflushed
+
+
+def queue_full(engine: Any, send_hwm: int) -> WouldBlock:
+    """The error for a ``send_many`` that could queue nothing: NoPeer (a WouldBlock) when
+    ``engine`` has no connected peer to take what is queued, else WouldBlock."""
+    if not has_connected_peer(engine):
+        return NoPeer(f"send_hwm ({send_hwm}) messages are queued; no peer is connected to take them")
+    return WouldBlock(f"send_hwm ({send_hwm}) messages are queued")
+
+
+def take_ready(engine: Any, out: list[Any], max_messages: int) -> list[Any]:
+    """Append to ``out`` the messages ``engine`` has ready, until ``out`` holds
+    ``max_messages``; reads nothing from the OS. Returns ``out``."""
+    recv = engine.recv
+    try:
+        while len(out) < max_messages:
+            out.append(recv())
+    except WouldBlock:
+        pass
+    return out
+
+
+def check_max_messages(max_messages: int) -> None:
+    """ValueError unless ``max_messages`` is an int >= 1 (``recv_many``'s argument)."""
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise ValueError(f"max_messages must be an int >= 1, got {max_messages!r}")

@@ -13,6 +13,7 @@ import math
 import selectors
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import NoPeer, SocketClosed, WouldBlock
@@ -25,14 +26,13 @@ from .links import open_link, read_grain
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 
 _monotonic = time.monotonic
-_BYTES = (bytes, bytearray, memoryview)
+_BYTES = engine_binding.BYTES
 _RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
 #: ``send()`` flushes on its own once about this many datagrams wait: one sendmmsg's worth.
 AUTO_FLUSH = 64
 #: Datagrams a Dealer whose receive queue is full still reads when a timer is due, so its
 #: peers' heartbeats keep arriving (the messages among them are dropped, and counted).
 LIVENESS_READ = 16
-_CHUNK = 466  # bytes of payload per datagram
 
 
 class Socket(OptionAttributes):
@@ -193,16 +193,44 @@ class Socket(OptionAttributes):
                         raise
                 self._wait(until)
         if flush is None:
-            if len(parts) == 1:
-                unflushed = self._unflushed + 1 + len(parts[0]) // _CHUNK
-            else:
-                unflushed = self._unflushed + len(parts) + sum(map(len, parts)) // _CHUNK
+            unflushed = self._unflushed + engine_binding.datagrams_of(parts)
             if unflushed < AUTO_FLUSH:
                 self._unflushed = unflushed
                 return
         elif not flush:
             return
         self._flush(_monotonic())
+
+    def send_many(self, messages: Iterable[Any], timeout: float | None = 0.0) -> int:
+        """Queue messages from ``messages`` (an iterable of multipart messages: lists of
+        bytes-like parts, or single bytes-like) until ``send_hwm`` is reached, in one call.
+        A message is taken from the iterable only when it can be queued, so a generator loses
+        none: send the rest later. Waits (up to ``timeout`` seconds: 0, the default, not at
+        all; None = for ever) only while it can take none. Datagrams go out as ``send``'s
+        auto-batching: one ``sendmmsg`` per about 64, the rest at the next step or ``flush()``.
+
+        Returns:
+            How many messages were queued (>= 1; 0 only for an empty iterable).
+
+        Raises:
+            WouldBlock: none could be queued within ``timeout`` (NoPeer when no peer is
+            connected either). SocketClosed: closed. As ``send`` for a bad message (the
+            messages before it stay queued).
+        """
+        self._check_open()
+        engine = self.engine
+        now = _monotonic()
+        if not engine.send_ready:
+            until = None if timeout is None else now + timeout
+            self._step(now)
+            while not engine.send_ready:
+                if until is not None and _monotonic() >= until:
+                    raise engine_binding.queue_full(engine, self.options.send_hwm)
+                self._wait(until)
+            now = _monotonic()
+        taken, self._unflushed = engine_binding.queue_many(engine, iter(messages), now, self._unflushed, AUTO_FLUSH,
+                                                           lambda: self._flush(now))
+        return taken
 
     def flush(self) -> None:
         """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""
@@ -235,6 +263,19 @@ class Socket(OptionAttributes):
                 if until is not None and _monotonic() >= until:
                     raise
             self._wait(until)
+
+    def recv_many(self, max_messages: int, timeout: float | None = None) -> list[Any]:
+        """Up to ``max_messages`` messages (int >= 1) at once: waits as :meth:`recv` for the
+        first (up to ``timeout`` seconds; None, the default, = for ever, as the asyncio
+        socket's), then adds those already read, without another read. Returns a list of
+        messages (each a list of uint8 numpy arrays).
+
+        Raises:
+            ValueError: ``max_messages`` is not an int >= 1. WouldBlock: none within
+            ``timeout``. NotSupported: on a Radio. SocketClosed: closed.
+        """
+        engine_binding.check_max_messages(max_messages)
+        return engine_binding.take_ready(self.engine, [self.recv(timeout)], max_messages)
 
     def tick(self) -> None:
         """Step once without blocking: read what arrived, run due timers (heartbeats,

@@ -13,6 +13,7 @@ import socket
 import struct
 import sys
 import time
+import warnings
 from typing import Any
 
 from ..errors import AddressError
@@ -20,11 +21,21 @@ from .address import Address, format_address
 from .batch import BatchIO, batch_io
 from .pacing import Pacer
 
-__all__ = ["DatagramLink", "open_udp", "set_buffers", "bind_socket"]
+__all__ = ["DatagramLink", "DatagramLossWarning", "open_udp", "set_buffers", "bind_socket"]
 
 #: Linux's SO_MEMINFO: nine u32, the last (SK_MEMINFO_DROPS) the socket's receive drops so far.
 _SO_MEMINFO = 55 if sys.platform.startswith("linux") else None
 _MEMINFO = struct.Struct("9I")
+
+
+#: Warn once a Dealer's kernel drops pass this share of the datagrams it received.
+LOSS_WARNING_SHARE = 0.01
+
+
+class DatagramLossWarning(RuntimeWarning):
+    """A fire-and-forget socket lost more than 1% of what it received in the kernel's
+    receive buffer: its peers send faster than it reads. Issued once per socket; the message
+    names the options that help (``pace_rate`` on the sender, ``rcvbuf``, SafeDealer)."""
 
 
 def set_buffers(sock: socket.socket, options: Any) -> None:
@@ -85,7 +96,9 @@ class DatagramLink:
         self.pacer: Pacer | None = None
         if options is not None and options.pace_rate:
             self.pacer = Pacer(options.pace_rate, options.pace_burst)
-        self._drops_seen = 0
+        self._drops_seen = 0  # datagrams, estimated under GRO
+        self._entries_seen = 0  # the kernel's own count: datagrams or coalesced runs
+        self._loss_warned = False
         self._meminfo = _SO_MEMINFO is not None
 
     @property
@@ -125,21 +138,46 @@ class DatagramLink:
 
     def check_kernel_drops(self, engine: Any) -> None:
         """Ask the kernel now (Linux ``SO_MEMINFO``, one getsockopt) how many datagrams it
-        dropped on this socket, and report what is new to ``engine.kernel_dropped``.
+        dropped on this socket, and report what is new (:meth:`_report_drops`).
 
         The batched receive path learns the same count for free from ``SO_RXQ_OVFL`` with
         each datagram, but only from datagrams queued after the drops: the tail of a burst
         shows up here, at the next tick or ``counters`` read."""
-        drops = self.io.kernel_drops
+        entries = self.io.kernel_drops
         if self._meminfo:
             try:
                 raw = self.sock.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO.size)
-                drops = max(drops, _MEMINFO.unpack(raw)[8])
+                entries = max(entries, _MEMINFO.unpack(raw)[8])
             except (OSError, struct.error):
                 self._meminfo = False
-        if drops > self._drops_seen:
-            engine.kernel_dropped(drops - self._drops_seen)
-            self._drops_seen = drops
+        if entries > self._entries_seen:
+            self._report_drops(engine, entries)
+
+    def _report_drops(self, engine: Any, entries: int) -> None:
+        """Report the kernel's drops up to ``entries`` (its cumulative count) to
+        ``engine.kernel_dropped``, in datagrams, and warn once when a fire-and-forget engine
+        lost more than ``LOSS_WARNING_SHARE`` of what it received.
+
+        The kernel counts receive-buffer entries. Without GRO an entry is one datagram: the
+        count is exact. Under GRO it is a coalesced run (on loopback, the sender's whole GSO
+        message, up to 64 datagrams), whose size is gone with it: each is counted as the
+        largest run read so far (``largest_run``: the senders' GSO run). The count is then an
+        estimate, at least the entries and at most 64 times them: exact for a sender's full
+        runs, high by the shortfall of each short run dropped (the end of a burst)."""
+        new = entries - self._entries_seen
+        self._entries_seen = entries
+        count = new * self.io.largest_run
+        self._drops_seen += count
+        engine.kernel_dropped(count)
+        if not self._loss_warned and not engine.SAFE:
+            received = engine.counters.datagrams_in
+            if self._drops_seen > LOSS_WARNING_SHARE * received:
+                self._loss_warned = True
+                warnings.warn(
+                    f"{self.local_address}: the kernel dropped {self._drops_seen} datagrams for want of "
+                    f"receive buffer, {received} were received: this socket reads slower than its peers "
+                    "send. Pace the sender (pace_rate=bytes/s), give the receiver a bigger rcvbuf, or use "
+                    "SafeDealer, which resends what is lost.", DatagramLossWarning, stacklevel=2)
 
     def receive(self, engine: Any, now: float, budget: int) -> int:
         """Read at most ``budget`` datagrams (in batches; never more, even from a GRO read)
@@ -156,12 +194,10 @@ class DatagramLink:
                 break
             feed(view, offsets[:n].tolist(), lengths[:n].tolist(), addrs, now)
             total += n
+            if io.kernel_drops > self._entries_seen:  # (this read's run size sizes them)
+                self._report_drops(engine, io.kernel_drops)
             if n < batch:
                 break
-        drops = io.kernel_drops
-        if drops > self._drops_seen:
-            engine.kernel_dropped(drops - self._drops_seen)
-            self._drops_seen = drops
         return total
 
     def set_pacing(self, rate: int, burst: int) -> None:

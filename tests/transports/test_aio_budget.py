@@ -29,6 +29,7 @@ from .conftest import FAST
 pytestmark = [
     pytest.mark.network,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RXQ_OVFL is Linux's"),
+    pytest.mark.filterwarnings("ignore::nbmq.transports.udp.DatagramLossWarning"),  # drops are made on purpose
 ]
 
 
@@ -77,11 +78,13 @@ def test_a_draining_asyncio_receiver_loses_nothing_to_recv_hwm(gro):
                     while time.monotonic() < idle_until:
                         while True:
                             try:
-                                server.recv_nowait()
+                                server.recv_nowait()  # (reads the kernel when the queue is empty)
                                 delivered += 1
                             except WouldBlock:
                                 break
                             idle_until = time.monotonic() + 0.2
+                            assert server.engine.recv_ready() <= 100
+                            paused = paused or not server.reading
                         client.tick()
                         await asyncio.sleep(0.01)
                         assert server.engine.recv_ready() <= 100
@@ -89,8 +92,8 @@ def test_a_draining_asyncio_receiver_loses_nothing_to_recv_hwm(gro):
                 counters = server.counters
                 assert counters.dropped[DropReason.RECV_HWM] == 0, counters
                 assert paused  # the queue filled and the socket stopped reading
-                if gro:  # the kernel counts a dropped coalesced run once: a lower bound
-                    assert delivered + counters.kernel_drops <= sent
+                if gro:  # a dropped coalesced run is counted as the runs read next: an estimate
+                    assert abs(delivered + counters.kernel_drops - sent) <= sent // 20
                 else:
                     assert delivered + counters.kernel_drops == sent
                 assert delivered >= sent // 2, (delivered, counters)
@@ -121,8 +124,8 @@ def test_asyncio_kernel_drops_are_counted_and_reported(gro):
                 events = [e for e in iter(server.next_event, None) if isinstance(e, DatagramsDropped)]
                 assert drops > 0 and delivered < sent
                 assert sum(e.count for e in events) == drops == events[-1].total
-                if gro:
-                    assert delivered + drops <= sent
+                if gro:  # a dropped coalesced run is counted as the runs read next: an estimate
+                    assert abs(delivered + drops - sent) <= sent // 20
                 else:
                     assert delivered + drops == sent
 

@@ -24,6 +24,7 @@ from .test_batch import PATHS
 pytestmark = [
     pytest.mark.network,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RXQ_OVFL is Linux's"),
+    pytest.mark.filterwarnings("ignore::nbmq.transports.udp.DatagramLossWarning"),  # drops are made on purpose
 ]
 
 
@@ -83,8 +84,8 @@ def test_kernel_drops_are_counted_and_reported(gro):
         events = [e for e in iter(server.next_event, None) if isinstance(e, DatagramsDropped)]
         assert drops > 0 and delivered < sent
         assert sum(e.count for e in events) == drops == events[-1].total
-        if gro:  # the kernel counts a dropped coalesced run once: a lower bound
-            assert delivered + drops <= sent
+        if gro:  # a dropped coalesced run is counted as the runs read next: an estimate
+            assert abs(delivered + drops - sent) <= sent // 20
         else:
             assert delivered + drops == sent
 
@@ -117,7 +118,8 @@ def test_a_draining_receiver_loses_nothing_to_recv_hwm(gro):
                 assert server.engine.recv_ready() <= 100
         counters = server.counters
         assert counters.dropped[DropReason.RECV_HWM] == 0
-        assert delivered + counters.kernel_drops == sent or (gro and delivered + counters.kernel_drops <= sent)
+        assert delivered + counters.kernel_drops == sent or (
+            gro and abs(delivered + counters.kernel_drops - sent) <= sent // 20)
         assert delivered >= sent // 2
 
 

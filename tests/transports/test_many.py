@@ -1,0 +1,109 @@
+"""``send_many`` and ``recv_many``, the same on the blocking and the asyncio sockets:
+
+- ``send_many(messages)`` queues until ``send_hwm`` and returns how many it took, pulling a
+  message from the iterable only when it can queue it (a generator loses none); WouldBlock
+  (NoPeer without a peer) only when it took none;
+- ``recv_many(n, timeout)`` waits for the first message, adds those already read, at most
+  ``n``; WouldBlock when none came; ValueError for a bad ``n``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+
+import nbmq
+from nbmq import aio
+from nbmq.errors import NoPeer, WouldBlock
+
+from .conftest import FAST
+
+pytestmark = pytest.mark.network
+
+
+def _pump(server, client, until, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < end, "timed out"
+        server.tick()
+        client.tick()
+        time.sleep(0.001)
+
+
+def test_blocking_send_many_and_recv_many():
+    with nbmq.Dealer.bind("127.0.0.1:0", **FAST) as server, \
+            nbmq.Dealer.connect(server.local_address, send_hwm=50, **FAST) as client:
+        _pump(server, client, lambda: server.connected and client.connected)
+        source = (b"m%d" % i for i in range(80))  # a generator: what is not taken stays in it
+        assert client.send_many(source) == 50  # up to send_hwm (50 datagrams: no auto-flush yet)
+        client.flush()
+        got = []
+        end = time.monotonic() + 5.0
+        while len(got) < 50 and time.monotonic() < end:
+            got += server.recv_many(16, timeout=1.0)
+        assert [bytes(m[0]) for m in got] == [b"m%d" % i for i in range(50)]
+        assert client.send_many(source) == 30  # the rest, none lost to the full queue
+        client.flush()
+        rest = []
+        while len(rest) < 30 and time.monotonic() < end:
+            batch = server.recv_many(7, timeout=1.0)
+            assert 1 <= len(batch) <= 7
+            rest += batch
+        assert [bytes(m[0]) for m in rest] == [b"m%d" % i for i in range(50, 80)]
+        with pytest.raises(WouldBlock):
+            server.recv_many(10, timeout=0.05)
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="max_messages"):
+                server.recv_many(bad)
+        assert client.send_many([]) == 0
+
+
+def test_blocking_send_many_without_a_peer_says_so():
+    with nbmq.Dealer.connect("127.0.0.1:9", send_hwm=2, **FAST) as lonely:  # nobody answers
+        assert lonely.send_many([[b"x"]] * 5) == 2  # queued up to send_hwm, the rest left
+        with pytest.raises(NoPeer):
+            lonely.send_many(itertools.repeat([b"x"]), timeout=0.05)
+
+
+def test_asyncio_send_many_and_recv_many():
+    async def main() -> None:
+        server = await aio.Dealer.bind("127.0.0.1:0", **FAST)
+        client = await aio.Dealer.connect(server.local_address, send_hwm=40, **FAST)
+        async with server, client:
+            assert await asyncio.wait_for(client.wait_connected(), 5.0)
+            source = iter([[b"a%d" % i, b"part"] for i in range(300)])  # 2 datagrams each
+            got: list = []
+            sent = 0
+            end = time.monotonic() + 10.0
+            while len(got) < 300 and time.monotonic() < end:
+                if sent < 300:
+                    taken = await client.send_many(source)
+                    assert taken >= 1
+                    sent += taken
+                batch = await server.recv_many(64, timeout=2.0)
+                assert 1 <= len(batch) <= 64
+                got += batch
+            assert [bytes(m[0]) for m in got] == [b"a%d" % i for i in range(300)]  # none lost
+            assert all(bytes(m[1]) == b"part" for m in got)
+            with pytest.raises(WouldBlock):
+                await server.recv_many(5, timeout=0.05)
+            with pytest.raises(ValueError, match="max_messages"):
+                await server.recv_many(0)
+
+    asyncio.run(asyncio.wait_for(main(), 20.0))
+
+
+def test_asyncio_send_many_waits_only_while_it_can_take_none():
+    async def main() -> None:
+        lonely = await aio.Dealer.connect("127.0.0.1:9", send_hwm=2, **FAST)  # nobody answers
+        async with lonely:
+            assert await lonely.send_many([[b"x"]] * 5) == 2
+            started = time.monotonic()
+            with pytest.raises(NoPeer):
+                await lonely.send_many(itertools.repeat([b"x"]), timeout=0.1)
+            assert time.monotonic() - started >= 0.09  # it waited for room, then gave up
+
+    asyncio.run(asyncio.wait_for(main(), 10.0))
