@@ -645,6 +645,7 @@ class SendQueue:
         encode = codec.encode_data_frame
         rr = self._rr
         nring = len(ring)
+        sent_to: Peer | None = None  # the peer last recorded sent to
         while queue and n < limit:
             msg = queue[0]
             if msg.dropped:
@@ -668,7 +669,9 @@ class SendQueue:
                         out.append((frame, peer._addr))  # the common case, in full: one frame
                         nbytes += size + 34
                         n += 1
-                        peer.sent(now)
+                        if peer is not sent_to:  # (once per peer: now is one value for the call)
+                            peer.sent(now)
+                            sent_to = peer
                         queue.popleft()
                         released += 1
                         continue
@@ -693,7 +696,9 @@ class SendQueue:
                 nbytes += len(view)
             n += end - i
             msg.sent = end
-            peer.sent(now)
+            if peer is not sent_to:  # (once per peer: now is one value for the call)
+                peer.sent(now)
+                sent_to = peer
             if end == total:
                 queue.popleft()
                 if msg.group is None:
@@ -725,6 +730,7 @@ class SendQueue:
         ivl = self.resend_ivl
         rr = self._rr
         nring = len(ring)
+        sent_to: Peer | None = None  # the peer last recorded sent to
         last: Peer | None = None  # the peer of the previous message, and its state:
         win: Window | None = None
         order: Any = None
@@ -806,7 +812,9 @@ class SendQueue:
             msg.unacked += j - i
             n += j - i
             msg.sent = j
-            peer.sent(now)
+            if peer is not sent_to:  # (once per peer: now is one value for the call)
+                peer.sent(now)
+                sent_to = peer
             if j == total:
                 queue.popleft()
         self.took(rr, n, nbytes, 0)
