@@ -203,7 +203,7 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
             if peer._state is not _CONNECTED:  # (the ring holds connected peers only)
                 break
             if last is not None:
-                last._last_sent = now
+                last.sent(now)
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
@@ -231,11 +231,8 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
         n += 1
         popleft()
     if last is not None:
-        last._last_sent = now
-    sendq._rr = rr
-    sendq.held -= n
-    sendq.frames_out += n
-    sendq.bytes_out += nbytes
+        last.sent(now)
+    sendq.took(rr, n, nbytes, n)
     if n < limit and queue:
         n += _take_py(sendq, now, limit - n, out, ring)
     return n
@@ -268,13 +265,13 @@ cdef class _PeerCache:
 
     cdef inline object get(self, dict peers, uint64_t sid, object addr, object now):
         """The connected peer of session ``sid`` on its known path ``addr`` (a fresh lookup
-        sets its ``_last_seen`` to ``now`` and caches it), or None."""
+        records it heard at ``now`` and caches it), or None."""
         if self.peer is not None and sid == self.sid and addr is self.addr:
             return self.peer
         peer = peers.get(PyLong_FromUnsignedLongLong(sid))
         if not _peer_ok(peer, addr):
             return None
-        peer._last_seen = now
+        peer.heard(now)
         self.peer, self.sid, self.addr = peer, sid, addr
         return peer
 
@@ -369,7 +366,7 @@ def receive_one(self, data, addr, now):
         counters = self._counters
         counters.datagrams_in += 1
         counters.bytes_in += view.len
-        peer._last_seen = now
+        peer.heard(now)
         reassembler._note_owner(peer_sid)  # the owner entry add() would make
         reassembler.frames += 1
         reassembler.completed += 1
@@ -462,7 +459,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
             if type(frame) is DataFrame:
                 peer = peers.get((<tuple>frame)[0])
                 if _peer_ok(peer, addr):
-                    peer._last_seen = now
+                    peer.heard(now)
                     count += 1
                     nbytes += length
                     stale = True  # the reassembler may hold an incomplete message now
@@ -613,7 +610,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                 p = base + off
                 if length == ACK_FRAME and p[0] == 1 and p[1] == ACK_KIND:
                     sid = _be(p + 2, 8)
-                    peer = cache.get(peers, sid, addr, now)  # (sets _last_seen)
+                    peer = cache.get(peers, sid, addr, now)  # (records it heard)
                     if peer is not None:
                         count += 1
                         nbytes += length
@@ -636,7 +633,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             if not noted or sid != noted_sid:  # the owner entry add() would make
                                 noted = reassembler._note_owner(key[0])
                                 noted_sid = sid
-                            count += 1  # (cache.get set _last_seen: now, for this batch)
+                            count += 1  # (cache.get recorded it heard: now, for this batch)
                             nbytes += length
                             whole += 1
                             ready.append([_part(p, length)])
@@ -651,7 +648,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                                 counters.control_dropped += 1
                             acks_out += 1
                             if peer is not sent_to:  # (now, for the whole batch)
-                                peer._last_sent = now
+                                peer.sent(now)
                                 sent_to = peer
                             continue
             # the Python twin's loop body for any other data frame (a chunk of a larger
@@ -669,7 +666,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                     key = (sid_o, (<tuple>frame)[1])
                     until = dedup.get(key)
                     if until is None or until <= now:
-                        peer._last_seen = now
+                        peer.heard(now)
                         count += 1
                         nbytes += length
                         stale = True  # the reassembler may hold an incomplete message now
@@ -695,7 +692,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         else:
                             counters.control_dropped += 1
                         acks_out += 1
-                        peer._last_sent = now
+                        peer.sent(now)
                         continue
             _flush_safe(self, counters, recvq, reassembler, count, nbytes, whole, completed,
                         acks_out, queued, acks_in)
@@ -807,7 +804,7 @@ cdef class _AckRun:
         if self.acked:
             sendq.acked += self.acked
             self.acked = 0
-            sendq._blocked = False
+            sendq.window_opened()
         if self.released:
             sendq.held -= self.released
             self.released = 0
@@ -889,7 +886,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
             cwnd += DATAGRAM_C * size / cwnd
         run.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
     flight.win = None
-    run.acked += 1  # (sendq._blocked = False at store)
+    run.acked += 1  # (sendq.window_opened() at store)
     run.round_acked += 1
     tx = flight.tx
     order = win.order
@@ -933,7 +930,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     if sm is None:  # (OutMessage: the same, on its slots)
         if msg.dropped:  # (SendQueue.ack counts no ack of a dropped message's frame)
             run.acked -= 1
-            sendq._blocked = False
+            sendq.window_opened()
             return True
         unacked = msg.unacked - 1
         msg.unacked = unacked
@@ -1170,7 +1167,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
         if peer is not last and last is not None:
             win.tx = tx
             win.in_flight = in_flight
-            last._last_sent = py_now  # (the Python code sets it per message: the same value)
+            last.sent(py_now)  # (the Python code records it per message: the same value)
             last = None  # (written back: a break below must not write it into another window)
         if peer is not last and peer._state is not _CONNECTED:
             break  # (the Python code drops it, from the same state)
@@ -1260,10 +1257,8 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     if last is not None:
         win.tx = tx
         win.in_flight = in_flight
-        last._last_sent = py_now
-    sendq._rr = rr
-    sendq.frames_out += n
-    sendq.bytes_out += nbytes
+        last.sent(py_now)
+    sendq.took(rr, n, nbytes, 0)
     if n < limit and queue:
         n += _take_safe_py(sendq, now, limit - n, out, ring)
     return n

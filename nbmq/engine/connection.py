@@ -271,7 +271,7 @@ class Connection:
                 if peer is None:
                     return
             else:  # the common case: a connected peer on its known path
-                peer._last_seen = now
+                peer.heard(now)
             self._on_data(frame, data, peer, now)
             return
         counters.control_frames_in += 1
@@ -307,7 +307,7 @@ class Connection:
         if peer is None and (peer := self._cookie_peer(sid, addr, now)) is None:
             self._unknown_session(sid, addr, "data")
             return None
-        peer._last_seen = now
+        peer.heard(now)
         if peer._addr != addr:
             self._path_frame(peer, addr, now)
         elif peer._paths:
@@ -336,7 +336,7 @@ class Connection:
         if peer is None and (peer := self._cookie_peer(sid, addr, now)) is None:
             self._unknown_session(sid, addr, FrameKind(kind).name.capitalize())
             return
-        peer._last_seen = now
+        peer.heard(now)
         if peer._addr != addr:
             self._path_frame(peer, addr, now)
         elif peer._paths:
@@ -355,8 +355,8 @@ class Connection:
             return
         peer = self._by_addr.get(addr)
         if peer is not None:  # a lost Connected or a duplicated Connect: same session
-            peer._last_seen = now
-            peer._last_sent = now
+            peer.heard(now)
+            peer.sent(now)
             self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
             return
         if len(self._peers) < self._opts.max_peers:
@@ -414,7 +414,7 @@ class Connection:
         peer = remote.peer
         if peer is not None:
             if peer._sid == sid:
-                peer._last_seen = now  # a repeat of the handshake reply
+                peer.heard(now)  # a repeat of the handshake reply
             else:
                 self._reject(addr, "Connected with another session while connected")
             return
@@ -597,7 +597,7 @@ class Connection:
             if state is _CONNECTED and peer._last_sent + heartbeat <= now:
                 self._queue_ctrl(codec.encode_control_frame(_HEARTBEAT, peer._sid), peer._addr)
                 self._counters.heartbeats_out += 1
-                peer._last_sent = now
+                peer.sent(now)
             self._arm(peer)
 
     def next_deadline(self) -> float | None:

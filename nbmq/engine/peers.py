@@ -1,7 +1,9 @@
 """Peers of an nbmq engine: their state Enum, the record kept per peer, and address text.
 
-Only :class:`~nbmq.engine.connection.Connection` changes a peer (all transitions live in its
-``_set_state`` / ``_remove``); everyone else reads the properties.
+Only :class:`~nbmq.engine.connection.Connection` changes a peer's state (all transitions live in
+its ``_set_state`` / ``_remove``); the engine records traffic with :meth:`Peer.heard` and
+:meth:`Peer.sent` (the Python code and the compiled ``_fast`` alike); everyone else reads the
+properties.
 """
 
 from __future__ import annotations
@@ -93,6 +95,16 @@ class Peer:
     def path_candidates(self) -> list[Hashable]:
         """New addresses this peer's session was seen from, not yet validated (oldest first)."""
         return list(self._paths or ())
+
+    def heard(self, now: float) -> None:
+        """Record that a frame from this peer arrived at ``now`` (seconds, the engine's clock):
+        what keeps it alive for ``peer_keepalive``."""
+        self._last_seen = now
+
+    def sent(self, now: float) -> None:
+        """Record that a datagram went to this peer at ``now`` (seconds, the engine's clock):
+        what defers its next heartbeat by ``peer_heartbeat_ivl``."""
+        self._last_sent = now
 
     def __repr__(self) -> str:
         return (

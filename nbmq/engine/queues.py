@@ -513,6 +513,25 @@ class SendQueue:
         self.windows: dict[Any, Window] = {}
         self._blocked = False  # take() stopped at a full window: not ready until it opens
 
+    def took(self, rr: int, frames: int, nbytes: int, released: int) -> None:
+        """Record what one :meth:`take` handed out (its Python and compiled code alike).
+
+        Args:
+            rr: index into the ring of the peer the next message goes to (round robin).
+            frames: frames handed out. nbytes: their bytes, headers included.
+            released: messages that left the queue for good (no longer held against
+                ``send_hwm``).
+        """
+        self._rr = rr
+        self.held -= released
+        self.frames_out += frames
+        self.bytes_out += nbytes
+
+    def window_opened(self) -> None:
+        """Record that a frame left a peer's congestion window (acked, dropped or given up):
+        a :meth:`take` stopped at a full window may run again (:meth:`ready`)."""
+        self._blocked = False
+
     def __len__(self) -> int:
         """Messages held (the number ``send_hwm`` bounds)."""
         return self.held
@@ -626,6 +645,7 @@ class SendQueue:
         encode = codec.encode_data_frame
         rr = self._rr
         nring = len(ring)
+        sent_to: Peer | None = None  # the peer last recorded sent to
         while queue and n < limit:
             msg = queue[0]
             if msg.dropped:
@@ -649,7 +669,9 @@ class SendQueue:
                         out.append((frame, peer._addr))  # the common case, in full: one frame
                         nbytes += size + 34
                         n += 1
-                        peer._last_sent = now
+                        if peer is not sent_to:  # (once per peer: now is one value for the call)
+                            peer.sent(now)
+                            sent_to = peer
                         queue.popleft()
                         released += 1
                         continue
@@ -674,17 +696,16 @@ class SendQueue:
                 nbytes += len(view)
             n += end - i
             msg.sent = end
-            peer._last_sent = now
+            if peer is not sent_to:  # (once per peer: now is one value for the call)
+                peer.sent(now)
+                sent_to = peer
             if end == total:
                 queue.popleft()
                 if msg.group is None:
                     released += 1
                 else:
                     self._release(msg)
-        self._rr = rr
-        self.held -= released
-        self.frames_out += n
-        self.bytes_out += nbytes
+        self.took(rr, n, nbytes, released)
         return n
 
     def _take_safe(self, now: float, limit: int, out: list[Datagram], ring: list[Peer]) -> int:
@@ -709,6 +730,7 @@ class SendQueue:
         ivl = self.resend_ivl
         rr = self._rr
         nring = len(ring)
+        sent_to: Peer | None = None  # the peer last recorded sent to
         last: Peer | None = None  # the peer of the previous message, and its state:
         win: Window | None = None
         order: Any = None
@@ -790,12 +812,12 @@ class SendQueue:
             msg.unacked += j - i
             n += j - i
             msg.sent = j
-            peer._last_sent = now
+            if peer is not sent_to:  # (once per peer: now is one value for the call)
+                peer.sent(now)
+                sent_to = peer
             if j == total:
                 queue.popleft()
-        self._rr = rr
-        self.frames_out += n
-        self.bytes_out += nbytes
+        self.took(rr, n, nbytes, 0)
         return n
 
     def ack(self, session_id: int, h: int, now: float | None = None,
@@ -834,7 +856,7 @@ class SendQueue:
                     and now - flight.last_sent < win.min_rtt):
                 win.spurious()  # its first send arrived: reordering, not loss
             flight.win = None
-            self._blocked = False
+            self.window_opened()
             win.round_acked += 1
             tx = flight.tx
             if tx >= win.round_end:
@@ -884,7 +906,7 @@ class SendQueue:
         if msg.dropped or peer is None or peer._state is not _CONNECTED:
             self._inflight.pop(flight.hash, None)
             flight.forget()
-            self._blocked = False
+            self.window_opened()
             if not msg.dropped:
                 self._drop(msg, DropReason.PEER_GONE)
             return True
@@ -903,7 +925,7 @@ class SendQueue:
         self.resends += 1
         self.fast_resends += 1
         self.resend_bytes += len(view)
-        peer._last_sent = now
+        peer.sent(now)
         return True
 
     def resend_due(self, now: float, out: list[Datagram]) -> int:
@@ -939,20 +961,20 @@ class SendQueue:
             if msg.dropped:
                 inflight.pop(flight.hash, None)
                 flight.forget()
-                self._blocked = False
+                self.window_opened()
                 continue
             peer = msg.peer
             assert peer is not None
             if peer._state is not _CONNECTED:
                 inflight.pop(flight.hash, None)
                 flight.forget()
-                self._blocked = False
+                self.window_opened()
                 self._drop(msg, DropReason.PEER_GONE)
                 continue
             if flight.resends >= limit:
                 inflight.pop(flight.hash, None)
                 flight.forget()
-                self._blocked = False
+                self.window_opened()
                 self._drop(msg, DropReason.RESEND_LIMIT)
                 continue
             flight.resends += 1
@@ -961,7 +983,7 @@ class SendQueue:
             view = flight.view
             out.append((view, peer._addr))
             self.resend_bytes += len(view)
-            peer._last_sent = now
+            peer.sent(now)
             n += 1
         self.resends += n
         return n
@@ -998,12 +1020,12 @@ class SendQueue:
                     view = flight.view
                     out.append((view, peer._addr))
                     self.resend_bytes += len(view)
-                    peer._last_sent = now
+                    peer.sent(now)
                     n += 1
                     continue
                 inflight.pop(flight.hash, None)
                 flight.forget()
-                self._blocked = False
+                self.window_opened()
                 if not msg.dropped:
                     gone = peer._state is not _CONNECTED
                     self._drop(msg, DropReason.PEER_GONE if gone else DropReason.RESEND_LIMIT)
@@ -1055,7 +1077,7 @@ class SendQueue:
         self._resend.clear()
         self._break_cycles()
         self.windows.clear()
-        self._blocked = False
+        self.window_opened()
         return self.dropped - before
 
     def _break_cycles(self) -> None:

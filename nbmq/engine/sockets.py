@@ -386,7 +386,7 @@ class Socket(Connection):
             if peer is None:
                 return
         else:
-            peer._last_seen = now
+            peer.heard(now)
         recvq = self._recvq
         if recvq._dedup is not None or recvq.refuse_when_full:  # (set by a subclass)
             self._on_data(frame, data, peer, now)
@@ -445,7 +445,7 @@ class Socket(Connection):
                 peer = peers.get(frame[0])
                 if (peer is not None and peer._addr == addr and not peer._paths
                         and peer._state is _CONNECTED):
-                    peer._last_seen = now
+                    peer.heard(now)
                     count += 1
                     nbytes += len(data)
                     evicted = reassembler.evicted
@@ -637,7 +637,7 @@ class SafeDealer(Socket):
                     key = (sid, frame[1])
                     until = dedup.get(key)
                     if until is None or until <= now:  # (a duplicate takes the slow path)
-                        peer._last_seen = now
+                        peer.heard(now)
                         count += 1
                         nbytes += len(data)
                         evicted = reassembler.evicted
@@ -660,7 +660,7 @@ class SafeDealer(Socket):
                         else:
                             counters.control_dropped += 1
                         acks_out += 1
-                        peer._last_sent = now
+                        peer.sent(now)
                         continue
             elif cls is ControlFrame and frame[0] == _ACK:
                 sid = frame[1]
@@ -668,7 +668,7 @@ class SafeDealer(Socket):
                 payload = frame[2]
                 if (peer is not None and peer._addr == addr and not peer._paths
                         and peer._state is _CONNECTED and len(payload) == 8):
-                    peer._last_seen = now
+                    peer.heard(now)
                     count += 1
                     nbytes += len(data)
                     acks_in += 1
@@ -710,7 +710,7 @@ class SafeDealer(Socket):
                 codec.encode_control_frame(_ACK, peer._sid, h.to_bytes(8, "big")), peer._addr
             )
             self._counters.acks_out += 1
-            peer._last_sent = now
+            peer.sent(now)
             if result is _DUPLICATE:
                 self._data_result(result, frame)
         else:
