@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine (Python 3.11, gcc, Java 17):
 #   make run    set up .venv, then run the main job: `nbmq pipeline` on the bundled captures
-#   make test   set up .venv, then run the whole test suite with the Cython codec, then again
+#   make test   set up .venv, lint (ruff, mypy), then run the whole test suite with the Cython codec, then again
 #               with the pure-Python twin, then a short fuzz run, then the corpus and a shorter
 #               fuzz run on every compiled module built with ASan+UBSan (build/asan/)
 PYTHON ?= python3
@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pxd nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/engine/*.pyx nbmq/capture/*/*.pyx nbmq/spark/*.pyx)
 
-.PHONY: run test install bench clean fuzz asan test-tools
+.PHONY: run test install bench clean fuzz asan test-tools lint
 
 # Fuzzing (fuzz/, docs/fuzzing.md): every target compares both twins (capture_split: byte
 # ranges against the whole read; engine_twins: the compiled engine against the Python one).
@@ -46,7 +46,14 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/nbmq pipeline --out out
 
-test: $(STAMP) test-tools
+# ruff (pyproject's rules and format) over the tree, mypy --strict over the typed packages
+LINTED := nbmq tests benchmarks fuzz examples setup.py
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m mypy
+
+test: $(STAMP) test-tools lint
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q
 	NBMQ_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not spark"
 	NBMQ_REQUIRE_EXTENSIONS=1 $(PY) -m fuzz.run --seconds 60 --targets $(FUZZ_TARGETS)

@@ -216,8 +216,13 @@ def run_case(case: str, size: int, duration: float, tree: str | None = None) -> 
     try:
         assert rx.stdout is not None
         address = rx.stdout.readline().strip()
-        tx = subprocess.run(me + ["--role", "sender", "--address", address], capture_output=True, text=True,
-                            timeout=duration + 30, env=env)
+        tx = subprocess.run(
+            me + ["--role", "sender", "--address", address],
+            capture_output=True,
+            text=True,
+            timeout=duration + 30,
+            env=env,
+        )
         if tx.returncode:
             raise RuntimeError(f"{case} sender failed: {tx.stderr[-2000:]}")
         out = json.loads(rx.stdout.readline())
@@ -265,9 +270,12 @@ def main(argv: list[str] | None = None) -> None:
             r = run_case(kind, args.size, args.duration, tree)
             runs[case].append(r)
             counted = f"  counted/lost {r['counted'] / r['lost']:.3f}" if r["lost"] > 0 else ""
-            print(f"run {i + 1} {case:15s} {r['rate']:>10,.0f} msg/s  receiver CPU {r['cpu_us']:5.2f} us/msg"
-                  f"  offered {r['sent'] / args.duration:>9,.0f}/s"
-                  f"  delivered/offered {r['count'] / r['sent']:.3f}{counted}", flush=True)
+            print(
+                f"run {i + 1} {case:15s} {r['rate']:>10,.0f} msg/s  receiver CPU {r['cpu_us']:5.2f} us/msg"
+                f"  offered {r['sent'] / args.duration:>9,.0f}/s"
+                f"  delivered/offered {r['count'] / r['sent']:.3f}{counted}",
+                flush=True,
+            )
     print(f"\n{args.size} B messages, medians of {args.repeat} (load average {os.getloadavg()[0]:.1f}):")
     medians = {}
     for case in cases:
@@ -277,9 +285,17 @@ def main(argv: list[str] | None = None) -> None:
         delivered = statistics.median(r["count"] / r["sent"] for r in rs)
         lost, counted = sum(r["lost"] for r in rs), sum(r["counted"] for r in rs)
         accounting = f"  counted/lost {counted / lost:.3f} (all runs)" if lost > 0 else ""
-        print(f"  {case:15s} {medians[case]:>10,.0f} msg/s  receiver CPU {cpu:5.2f} us/msg  delivered/offered {delivered:.3f}{accounting}")
-    for num, den in (("aio", "blocking"), ("aio", "zmq"), ("aio-many", "zmq"), ("aio-safe", "zmq"),
-                     ("aio", "aio@before"), ("aio-safe", "aio-safe@before")):
+        print(
+            f"  {case:15s} {medians[case]:>10,.0f} msg/s  receiver CPU {cpu:5.2f} us/msg  delivered/offered {delivered:.3f}{accounting}"
+        )
+    for num, den in (
+        ("aio", "blocking"),
+        ("aio", "zmq"),
+        ("aio-many", "zmq"),
+        ("aio-safe", "zmq"),
+        ("aio", "aio@before"),
+        ("aio-safe", "aio-safe@before"),
+    ):
         if num in medians and den in medians and medians[den]:
             print(f"  {num}/{den}: {medians[num] / medians[den]:.2f}x")
 

@@ -90,8 +90,7 @@ def _feed(engine, out: list, src: tuple, now: float, batch: int = 64) -> None:
         chunk = [data for data, _ in out[start : start + batch]]
         lengths = [len(data) for data in chunk]
         offsets = list(itertools.accumulate(lengths, initial=0))[:-1]
-        engine.receive_datagrams(memoryview(b"".join(chunk)), offsets, lengths,
-                                 [src] * len(chunk), now)
+        engine.receive_datagrams(memoryview(b"".join(chunk)), offsets, lengths, [src] * len(chunk), now)
 
 
 def run_direct(server, client, message, batch: int, chunk: int = 64) -> int:
@@ -146,9 +145,7 @@ if pytest is not None:
         message = [bytes(size)]
         batch = _batch_for(size)
         run_batch(net, server, client, message, min(batch, 500))
-        result = benchmark.pedantic(
-            run_batch, args=(net, server, client, message, batch), rounds=5, iterations=1
-        )
+        result = benchmark.pedantic(run_batch, args=(net, server, client, message, batch), rounds=5, iterations=1)
         assert result == batch
         median = benchmark.stats.stats.median
         benchmark.extra_info["codec"] = "cython" if codec.COMPILED else "python"
@@ -161,8 +158,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=None, help="messages per round")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--direct", action="store_true",
-                        help="engines alone, fed receive_datagrams batches (no simulator)")
+    parser.add_argument(
+        "--direct", action="store_true", help="engines alone, fed receive_datagrams batches (no simulator)"
+    )
     parser.add_argument("--kinds", default=",".join(KINDS), help="sockets, comma-separated")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     args = parser.parse_args()

@@ -82,11 +82,11 @@ def _nbmq_receiver(kind: str, size: int, conn: Any, deadline: float, extra: Any 
     sock.close(linger=0)
 
 
-def _nbmq_sender(kind: str, address: str, size: int, duration: float, batched: Any, conn: Any,
-                 extra: Any = None) -> None:
+def _nbmq_sender(
+    kind: str, address: str, size: int, duration: float, batched: Any, conn: Any, extra: Any = None
+) -> None:
     import nbmq.transports as nt
     from nbmq.errors import WouldBlock
-
     from nbmq.wire import MAX_CHUNK_SIZE
 
     sock = getattr(nt, kind).connect(address, **FAST, **_options(kind, size), **(extra or {}))
@@ -193,8 +193,10 @@ def _relay(server: str, loss: float, conn: Any, deadline: float) -> None:
                 keep = rng.random(n) >= loss
                 kept = int(np.count_nonzero(keep))
                 dropped += n - kept
-                out = [(view[off : off + length], dest)
-                       for off, length in zip(offsets[:n][keep].tolist(), lengths[:n][keep].tolist())]
+                out = [
+                    (view[off : off + length], dest)
+                    for off, length in zip(offsets[:n][keep].tolist(), lengths[:n][keep].tolist())
+                ]
                 start = 0
                 for _ in range(1000):  # wait out a full send buffer, briefly (out views rx's buffer)
                     start = tx.send(out, start)
@@ -225,7 +227,9 @@ def relay_case(size: int, duration: float, loss: float, congestion: bool) -> tup
     sender = mp.Process(target=_nbmq_sender, args=("SafeDealer", front, size, duration, False, tx_child, opts))
     sender.start()
     sent, resends = tx_parent.recv() if tx_parent.poll(duration + 30.0) else (0, 0)
-    delivered, first, last, kernel, ours = rx_parent.recv() if rx_parent.poll(duration + 30.0) else (0, 0.0, 0.0, -1, -1)
+    delivered, first, last, kernel, ours = (
+        rx_parent.recv() if rx_parent.poll(duration + 30.0) else (0, 0.0, 0.0, -1, -1)
+    )
     relay_parent.send("stop")
     dropped, relay_kernel = relay_parent.recv() if relay_parent.poll(5.0) else (-1, -1)
     for proc in (sender, receiver, relay):
@@ -246,7 +250,7 @@ def _py_receiver(conn: Any, deadline: float) -> None:
     while time.monotonic() < deadline:
         try:
             sock.recvfrom(2048)
-        except socket.timeout:
+        except TimeoutError:
             if count:
                 break
             continue
@@ -346,7 +350,9 @@ def _run(make_receiver: Any, make_sender: Any, duration: float) -> tuple:
     sender = make_sender(address, tx_child)
     sender.start()
     sent = tx_parent.recv() if tx_parent.poll(duration + 30.0) else 0
-    delivered, first, last, kernel, ours = rx_parent.recv() if rx_parent.poll(duration + 30.0) else (0, 0.0, 0.0, -1, -1)
+    delivered, first, last, kernel, ours = (
+        rx_parent.recv() if rx_parent.poll(duration + 30.0) else (0, 0.0, 0.0, -1, -1)
+    )
     for proc in (sender, receiver):
         proc.join(5.0)
         if proc.is_alive():
@@ -375,8 +381,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=1.5, help="seconds each sender sends")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (the median is shown)")
     parser.add_argument("--sizes", default="100,1024,16384,65536", help="message sizes, bytes")
-    parser.add_argument("--relay-loss", type=float, default=0.05,
-                        help="loss of the SafeDealer relay case, each way (0 skips it)")
+    parser.add_argument(
+        "--relay-loss", type=float, default=0.05, help="loss of the SafeDealer relay case, each way (0 skips it)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     d, r = args.duration, args.repeat
@@ -384,8 +391,10 @@ def main(argv: list[str] | None = None) -> None:
     from nbmq.transports import batch
 
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    print(f"codec={'cython' if codec.COMPILED else 'python'} batch_io={'recvmmsg' if batch.COMPILED else 'recvfrom'} "
-          f"cpus={os.cpu_count()} load={load} duration={d}s repeat={r}")
+    print(
+        f"codec={'cython' if codec.COMPILED else 'python'} batch_io={'recvmmsg' if batch.COMPILED else 'recvfrom'} "
+        f"cpus={os.cpu_count()} load={load} duration={d}s repeat={r}"
+    )
     floor = _median_case(lambda: python_floor(500, d), 500, r)
     try:
         import zmq  # noqa: F401
@@ -393,11 +402,15 @@ def main(argv: list[str] | None = None) -> None:
         have_zmq = True
     except ImportError:
         have_zmq = False
-    head = (f"{'case':34} {'size':>6} {'msgs/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x baseline':>10} "
-            f"{'x zmq':>6}  kernel drops / our drops (per run)")
+    head = (
+        f"{'case':34} {'size':>6} {'msgs/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x baseline':>10} "
+        f"{'x zmq':>6}  kernel drops / our drops (per run)"
+    )
     print(head)
     print("-" * len(head))
-    print(f"{'python sendto/recvfrom':34} {500:>6} {floor['msgs']:>10,.0f} {floor['mbs']:>8.1f} {floor['ratio']:>10.3f}")
+    print(
+        f"{'python sendto/recvfrom':34} {500:>6} {floor['msgs']:>10,.0f} {floor['mbs']:>8.1f} {floor['ratio']:>10.3f}"
+    )
     for size in sizes:
         cases = [
             ("nbmq Dealer send() [pure-Python]", lambda: nbmq_case("Dealer", size, d, pure=True)),
@@ -418,12 +431,16 @@ def main(argv: list[str] | None = None) -> None:
         for name, row in rows.items():
             vs_zmq = f"{row['msgs'] / zmq_rate:>6.2f}" if zmq_rate else f"{'-':>6}"
             lost = f" lost={row['lost']}" if "Safe" in name else ""
-            print(f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
-                  f"{row['msgs'] / base:>10.2f} {vs_zmq}  {row['kernel']} / {row['ours']}{lost}")
+            print(
+                f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
+                f"{row['msgs'] / base:>10.2f} {vs_zmq}  {row['kernel']} / {row['ours']}{lost}"
+            )
     if args.relay_loss > 0:
         size = 65536
-        print(f"SafeDealer {size} B through a relay dropping {args.relay_loss:.0%} each way "
-              "(x baseline: against the run without congestion control)")
+        print(
+            f"SafeDealer {size} B through a relay dropping {args.relay_loss:.0%} each way "
+            "(x baseline: against the run without congestion control)"
+        )
         runs: dict[bool, list] = {False: [], True: []}
         for _ in range(r):
             for cc in (False, True):
@@ -434,8 +451,10 @@ def main(argv: list[str] | None = None) -> None:
             base_rate = base_rate or row["msgs"] or 1e-9
             detail = " ".join(f"relay_dropped={x[1]},resends={x[2]},relay_kernel_drops={x[3]}" for x in runs[cc])
             name = f"SafeDealer relay cc={'on' if cc else 'off'}"
-            print(f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
-                  f"{row['msgs'] / base_rate:>10.2f} {'-':>6}  {row['kernel']} / {row['ours']} lost={row['lost']} {detail}")
+            print(
+                f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
+                f"{row['msgs'] / base_rate:>10.2f} {'-':>6}  {row['kernel']} / {row['ours']} lost={row['lost']} {detail}"
+            )
 
 
 if __name__ == "__main__":

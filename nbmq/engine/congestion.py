@@ -47,8 +47,15 @@ from collections import deque
 from typing import Any
 
 __all__ = [
-    "Window", "DATAGRAM", "INITIAL_WINDOW", "MIN_WINDOW", "MAX_WINDOW", "BETA", "DUPTHRESH",
-    "LOSS_TOLERANCE", "PROBE_FLOOR",
+    "Window",
+    "DATAGRAM",
+    "INITIAL_WINDOW",
+    "MIN_WINDOW",
+    "MAX_WINDOW",
+    "BETA",
+    "DUPTHRESH",
+    "LOSS_TOLERANCE",
+    "PROBE_FLOOR",
 ]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
@@ -97,9 +104,27 @@ class Window:
     """
 
     __slots__ = (
-        "cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "min_rtt", "reo_mult", "spurious_resends",
-        "rto", "floor", "_calm_until", "probed_tx", "probe", "probes",
-        "decreases", "tx", "order", "backoff", "round_end", "round_acked", "round_lost",
+        "cwnd",
+        "ssthresh",
+        "in_flight",
+        "srtt",
+        "rttvar",
+        "min_rtt",
+        "reo_mult",
+        "spurious_resends",
+        "rto",
+        "floor",
+        "_calm_until",
+        "probed_tx",
+        "probe",
+        "probes",
+        "decreases",
+        "tx",
+        "order",
+        "backoff",
+        "round_end",
+        "round_acked",
+        "round_lost",
     )
 
     def __init__(self, floor: float) -> None:

@@ -710,9 +710,7 @@ class Connection:
         counters = self._counters
         counters.datagrams_out = self._ctrl_out
         counters.bytes_out = self._ctrl_bytes
-        counters.data_frames_in = (
-            counters.datagrams_in - counters.malformed - counters.control_frames_in
-        )
+        counters.data_frames_in = counters.datagrams_in - counters.malformed - counters.control_frames_in
 
 
 _parse_frame = codec.parse_frame

@@ -15,10 +15,10 @@ FNV-1a is invertible byte by byte, so one cookie and its address would give the 
 
 from __future__ import annotations
 
-from hashlib import blake2b
 from collections.abc import Hashable
-from typing import Any
+from hashlib import blake2b
 from random import SystemRandom
+from typing import Any
 
 _SECRETS = SystemRandom()  # os.urandom underneath
 

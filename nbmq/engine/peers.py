@@ -45,13 +45,18 @@ class Peer:
     """
 
     __slots__ = (
-        "_sid", "_addr", "_state", "_last_seen", "_last_sent", "_since", "_outbound", "_timer",
+        "_sid",
+        "_addr",
+        "_state",
+        "_last_seen",
+        "_last_sent",
+        "_since",
+        "_outbound",
+        "_timer",
         "_paths",
     )
 
-    def __init__(
-        self, session_id: int, addr: Hashable, state: PeerState, now: float, outbound: bool
-    ) -> None:
+    def __init__(self, session_id: int, addr: Hashable, state: PeerState, now: float, outbound: bool) -> None:
         self._sid = session_id
         self._addr = addr
         self._state = state

@@ -45,8 +45,8 @@ from .. import codec
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
 from ..options import DEFAULTS
-from .congestion import DUPTHRESH, Window
 from ..wire import DataFrame
+from .congestion import DUPTHRESH, Window
 from .peers import Peer, PeerState
 
 __all__ = ["PushResult", "RecvQueue", "SendQueue", "OutMessage"]
@@ -153,9 +153,7 @@ class RecvQueue:
         self.dedup_ttl = dedup_ttl
         self._dedup_half = 0.0 if dedup_ttl is None else dedup_ttl / 2
         self.refuse_when_full = refuse_when_full
-        self.reassembler = codec.Reassembler(
-            max_message_size, max_incomplete_bytes, max_peer_incomplete_bytes
-        )
+        self.reassembler = codec.Reassembler(max_message_size, max_incomplete_bytes, max_peer_incomplete_bytes)
         self.on_drop = on_drop
         self._ready: deque[Parts] = deque()
         # key -> until, in insertion order = expiry order (a renewed or re-added key moves to
@@ -364,9 +362,7 @@ class OutMessage:
         dropped: True once dropped (its remaining frames are discarded as they come up).
     """
 
-    __slots__ = (
-        "sharded", "small", "message_id", "peer", "frames", "sent", "unacked", "dropped", "group"
-    )
+    __slots__ = ("sharded", "small", "message_id", "peer", "frames", "sent", "unacked", "dropped", "group")
 
     def __init__(
         self,
@@ -394,8 +390,9 @@ class _Flight:
 
     __slots__ = ("hash", "view", "msg", "due", "resends", "sent_at", "win", "tx", "last_sent", "fast")
 
-    def __init__(self, h: int, view: Any, msg: OutMessage, due: float, sent_at: float = 0.0,
-                 win: Window | None = None) -> None:
+    def __init__(
+        self, h: int, view: Any, msg: OutMessage, due: float, sent_at: float = 0.0, win: Window | None = None
+    ) -> None:
         self.hash = h
         self.view = view
         self.msg = msg
@@ -820,8 +817,7 @@ class SendQueue:
         self.took(rr, n, nbytes, 0)
         return n
 
-    def ack(self, session_id: int, h: int, now: float | None = None,
-            out: list[Datagram] | None = None) -> bool:
+    def ack(self, session_id: int, h: int, now: float | None = None, out: list[Datagram] | None = None) -> bool:
         """An Ack for the frame whose ``codec.ack_hash`` is ``h`` arrived from ``session_id``
         at ``now`` (seconds; None: no RTT sample). It opens the peer's window.
 
@@ -849,11 +845,15 @@ class SendQueue:
         flight.due = -1.0  # marks its resend-queue entries stale
         win = flight.win
         if win is not None:
-            rtt = (now - flight.sent_at if now is not None and flight.resends == 0
-                   and flight.fast == 0 else None)
+            rtt = now - flight.sent_at if now is not None and flight.resends == 0 and flight.fast == 0 else None
             win.acked(len(flight.view), rtt)
-            if (rtt is None and flight.fast and flight is not win.probe and now is not None
-                    and now - flight.last_sent < win.min_rtt):
+            if (
+                rtt is None
+                and flight.fast
+                and flight is not win.probe
+                and now is not None
+                and now - flight.last_sent < win.min_rtt
+            ):
                 win.spurious()  # its first send arrived: reordering, not loss
             flight.win = None
             self.window_opened()
@@ -864,8 +864,12 @@ class SendQueue:
             order = win.order
             limit = -1
             sent_before = None
-            if (out is not None and now is not None and win.srtt is not None
-                    and (rtt is not None or now - flight.last_sent >= win.min_rtt)):
+            if (
+                out is not None
+                and now is not None
+                and win.srtt is not None
+                and (rtt is not None or now - flight.last_sent >= win.min_rtt)
+            ):
                 # (an ack sooner than min_rtt after a resend: the first send's; a tail loss
                 # probe's ack shows every older frame lost, as none was sent after it)
                 limit = tx - (1 if flight is win.probe else DUPTHRESH)
@@ -875,8 +879,7 @@ class SendQueue:
                     order.popleft()
                 elif otx <= limit:
                     if sent_before is None:  # (most acks find no candidate: computed once seen)
-                        sent_before = max(flight.last_sent - win.reorder_window(),
-                                          now - win.reorder_wait())  # type: ignore[operator]
+                        sent_before = max(flight.last_sent - win.reorder_window(), now - win.reorder_wait())  # type: ignore[operator]
                     if other.last_sent > sent_before:
                         break
                     order.popleft()
@@ -893,8 +896,7 @@ class SendQueue:
             self._release(msg)
         return True
 
-    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram],
-                     lost: bool = True) -> bool:
+    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram], lost: bool = True) -> bool:
         """Resend ``flight``, found lost by an ack, now (see :meth:`ack`); or forget it when
         its message was dropped, or drop its message when its peer is gone, as its timer
         would. False: not resent, left to its timer (it had ``resend_limit`` fast resends;

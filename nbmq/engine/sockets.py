@@ -443,8 +443,7 @@ class Socket(Connection):
                 frame = None
             if frame.__class__ is DataFrame:
                 peer = peers.get(frame[0])
-                if (peer is not None and peer._addr == addr and not peer._paths
-                        and peer._state is _CONNECTED):
+                if peer is not None and peer._addr == addr and not peer._paths and peer._state is _CONNECTED:
                     peer.heard(now)
                     count += 1
                     nbytes += len(data)
@@ -632,8 +631,13 @@ class SafeDealer(Socket):
             if cls is DataFrame:
                 sid = frame[0]
                 peer = peers.get(sid)
-                if (peer is not None and peer._addr == addr and not peer._paths
-                        and peer._state is _CONNECTED and len(ready) < recvq.recv_hwm):
+                if (
+                    peer is not None
+                    and peer._addr == addr
+                    and not peer._paths
+                    and peer._state is _CONNECTED
+                    and len(ready) < recvq.recv_hwm
+                ):
                     key = (sid, frame[1])
                     until = dedup.get(key)
                     if until is None or until <= now:  # (a duplicate takes the slow path)
@@ -666,8 +670,13 @@ class SafeDealer(Socket):
                 sid = frame[1]
                 peer = peers.get(sid)
                 payload = frame[2]
-                if (peer is not None and peer._addr == addr and not peer._paths
-                        and peer._state is _CONNECTED and len(payload) == 8):
+                if (
+                    peer is not None
+                    and peer._addr == addr
+                    and not peer._paths
+                    and peer._state is _CONNECTED
+                    and len(payload) == 8
+                ):
                     peer.heard(now)
                     count += 1
                     nbytes += len(data)
@@ -706,9 +715,7 @@ class SafeDealer(Socket):
         result = self._recvq.push(frame, now)
         if result <= _DUPLICATE:  # INCOMPLETE, COMPLETE, DUPLICATE: ack it
             h = codec.ack_hash(data)
-            self._queue_ctrl(
-                codec.encode_control_frame(_ACK, peer._sid, h.to_bytes(8, "big")), peer._addr
-            )
+            self._queue_ctrl(codec.encode_control_frame(_ACK, peer._sid, h.to_bytes(8, "big")), peer._addr)
             self._counters.acks_out += 1
             peer.sent(now)
             if result is _DUPLICATE:

@@ -66,9 +66,27 @@ class Socket(OptionAttributes):
             kernel; True otherwise.
     """
 
-    __slots__ = ("options", "engine", "closed", "reading", "transport_recv_errors", "_loop", "_link", "_fd",
-                 "_events", "_waiters", "_timer", "_timer_at", "_soon", "_writing", "_out_timer", "_unflushed", "_paused_at",
-                 "_resume_at", "__weakref__")
+    __slots__ = (
+        "options",
+        "engine",
+        "closed",
+        "reading",
+        "transport_recv_errors",
+        "_loop",
+        "_link",
+        "_fd",
+        "_events",
+        "_waiters",
+        "_timer",
+        "_timer_at",
+        "_soon",
+        "_writing",
+        "_out_timer",
+        "_unflushed",
+        "_paused_at",
+        "_resume_at",
+        "__weakref__",
+    )
     _kind = ""
 
     @classmethod
@@ -88,8 +106,9 @@ class Socket(OptionAttributes):
         opts = SocketOptions(**options)
         self._link = link = open_link(address, bind, opts)
         try:
-            self.engine = engine_binding.make_engine(cls._kind, bind, link.local_address, link.engine_address,
-                                                     opts, loop.time())
+            self.engine = engine_binding.make_engine(
+                cls._kind, bind, link.local_address, link.engine_address, opts, loop.time()
+            )
             self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
             self._fd = link.fileno()
             loop.add_reader(self._fd, self._on_readable)
@@ -334,8 +353,9 @@ class Socket(OptionAttributes):
                     self._check_open()
                     raise engine_binding.queue_full(engine, self.options.send_hwm)
                 self._check_open()
-        taken, unflushed = engine_binding.queue_many(engine, iter(messages), self._loop.time(), self._unflushed,
-                                                     AUTO_FLUSH, self._transmit)
+        taken, unflushed = engine_binding.queue_many(
+            engine, iter(messages), self._loop.time(), self._unflushed, AUTO_FLUSH, self._transmit
+        )
         self._unflushed = unflushed
         if unflushed and self._soon is None:
             self._soon = self._loop.call_soon(self._transmit)

@@ -69,8 +69,9 @@ class BatchIO:
     gro_messages = 0
     largest_run = 1
 
-    def __init__(self, sock: socket.socket, batch: int = 64, slot: int = 512, gso: bool | None = None,
-                 gro: bool | None = None) -> None:
+    def __init__(
+        self, sock: socket.socket, batch: int = 64, slot: int = 512, gso: bool | None = None, gro: bool | None = None
+    ) -> None:
         if not 1 <= batch <= 64:
             raise ValueError(f"batch must be 1..64, got {batch}")
         if not 1 <= slot <= 65536:  # a slot holds any UDP datagram (as the compiled twin checks)
@@ -178,8 +179,14 @@ _NativeBatchIO = None if _compiled is None else _compiled.BatchIO
 COMPILED = _compiled is not None
 
 
-def batch_io(sock: socket.socket, batch: int = 64, slot: int = 512, native: bool | None = None,
-             gso: bool | None = None, gro: bool | None = None) -> Any:
+def batch_io(
+    sock: socket.socket,
+    batch: int = 64,
+    slot: int = 512,
+    native: bool | None = None,
+    gso: bool | None = None,
+    gro: bool | None = None,
+) -> Any:
     """A :class:`BatchIO` for ``sock``: the ``recvmmsg`` one when built and allowed
     (``native`` None or True), else the portable one. ``native=True`` without the extension
     raises ImportError. ``gso``/``gro`` (native UDP only; None = on) as in ``_batch``."""

@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..streams.bqsp import BqspConnection, PacketReceived
 from ..errors import ProtocolError
+from ..streams.bqsp import BqspConnection, PacketReceived
 from ..wire import BQSP_DEFAULT_MAX_PACKET
 
 __all__ = ["BqspClient", "write_packet"]
@@ -37,8 +37,9 @@ log = logging.getLogger("nbmq.streams.bqsp")
 _ZERO_COPY = 16 * 1024  # payloads from this size are written beside their header, not joined
 
 
-def write_packet(transport: asyncio.WriteTransport, conn: BqspConnection, data: Any, data_type: int,
-                 queue: int) -> None:
+def write_packet(
+    transport: asyncio.WriteTransport, conn: BqspConnection, data: Any, data_type: int, queue: int
+) -> None:
     """Write one BQSP packet of ``data`` to ``transport``, encoded by ``conn``: joined with its
     header when small, written beside it (no copy) from 16 KiB on.
 
@@ -60,8 +61,12 @@ class BqspClient(asyncio.Protocol):
             passed to ``on_packet`` when given.
     """
 
-    def __init__(self, max_in_flight: int = 255, max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
-                 on_packet: Callable[[PacketReceived], None] | None = None) -> None:
+    def __init__(
+        self,
+        max_in_flight: int = 255,
+        max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
+        on_packet: Callable[[PacketReceived], None] | None = None,
+    ) -> None:
         if not 1 <= max_in_flight <= 255:
             raise ValueError("max_in_flight must be 1..255")
         self._conn = BqspConnection(max_packet_size)
@@ -77,13 +82,18 @@ class BqspClient(asyncio.Protocol):
         self.unmatched = 0
 
     @classmethod
-    async def connect(cls, host: str = "127.0.0.1", port: int = 0, *, max_in_flight: int = 255,
-                      max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
-                      on_packet: Callable[[PacketReceived], None] | None = None) -> BqspClient:
+    async def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_in_flight: int = 255,
+        max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
+        on_packet: Callable[[PacketReceived], None] | None = None,
+    ) -> BqspClient:
         """Open a TCP connection. Raises OSError when the connection fails, ValueError on bad options."""
         loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(
-            lambda: cls(max_in_flight, max_packet_size, on_packet), host, port)
+        _, client = await loop.create_connection(lambda: cls(max_in_flight, max_packet_size, on_packet), host, port)
         return client
 
     @property

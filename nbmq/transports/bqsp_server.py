@@ -26,8 +26,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Union
 
-from ..streams.bqsp import BqspConnection, ConnectionClosed, PacketReceived
 from ..errors import ProtocolError
+from ..streams.bqsp import BqspConnection, ConnectionClosed, PacketReceived
 from ..wire import BQSP_DEFAULT_MAX_PACKET
 from .bqsp_client import write_packet
 
@@ -35,7 +35,7 @@ __all__ = ["BqspServer", "serve_bqsp", "Handler", "DEFAULT_MAX_BUFFERED_TOTAL"]
 
 log = logging.getLogger("nbmq.streams.bqsp")
 Reply = Union[bytes, bytearray, memoryview, "tuple[Any, int]", None]
-Handler = Callable[[PacketReceived], Union[Awaitable[Reply], Reply]]
+Handler = Callable[[PacketReceived], Awaitable[Reply] | Reply]
 #: Server-wide bound on bytes held in incomplete packets: four packets of the default 64 MiB cap.
 DEFAULT_MAX_BUFFERED_TOTAL = 256 * 1024 * 1024
 
@@ -90,9 +90,14 @@ class _ServerProtocol(asyncio.Protocol):
         self._held = held
         if server.buffered_total > server.max_buffered_total:
             server.closed_over_budget += 1
-            log.warning("BQSP client %s holds %d bytes of incomplete packets, the server %d "
-                        "(max_buffered_total %d): closing it", self._peer(), held,
-                        server.buffered_total, server.max_buffered_total)
+            log.warning(
+                "BQSP client %s holds %d bytes of incomplete packets, the server %d "
+                "(max_buffered_total %d): closing it",
+                self._peer(),
+                held,
+                server.buffered_total,
+                server.max_buffered_total,
+            )
             self._drop()
             return
         self._update_reading()
@@ -174,8 +179,13 @@ class BqspServer:
             ``buffered_total`` past ``max_buffered_total`` (int).
     """
 
-    def __init__(self, handler: Handler, max_packet_size: int, max_concurrency: int,
-                 max_buffered_total: int = DEFAULT_MAX_BUFFERED_TOTAL) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        max_packet_size: int,
+        max_concurrency: int,
+        max_buffered_total: int = DEFAULT_MAX_BUFFERED_TOTAL,
+    ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         if max_buffered_total < 0:
@@ -226,9 +236,16 @@ class BqspServer:
         await self.wait_closed()
 
 
-async def serve_bqsp(handler: Handler, host: str = "127.0.0.1", port: int = 0, *,
-                     max_packet_size: int = BQSP_DEFAULT_MAX_PACKET, max_concurrency: int = 256,
-                     max_buffered_total: int = DEFAULT_MAX_BUFFERED_TOTAL, **kwargs: Any) -> BqspServer:
+async def serve_bqsp(
+    handler: Handler,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
+    max_concurrency: int = 256,
+    max_buffered_total: int = DEFAULT_MAX_BUFFERED_TOTAL,
+    **kwargs: Any,
+) -> BqspServer:
     """Listen for BQSP clients and answer each packet with ``handler``.
 
     Args:
@@ -243,7 +260,7 @@ async def serve_bqsp(handler: Handler, host: str = "127.0.0.1", port: int = 0, *
             (default 256 MiB) besides ``max_packet_size`` per packet. A connection whose
             incomplete packet would take the total past it is closed and counted
             (``closed_over_budget``); the others are untouched. Bytes are charged as received,
-            not as claimed by a header (issue 12 item 2), and checked after each read, so the
+            not as claimed by a header, and checked after each read, so the
             total can pass the bound by at most one read (256 KiB) before the close.
         kwargs: passed to ``loop.create_server``.
 

@@ -14,8 +14,17 @@ from ..errors import NoPeer, WouldBlock
 from ..options import SocketOptions
 
 __all__ = [
-    "LiveOptions", "make_engine", "apply_link_option", "drained", "has_connected_peer", "transmit_due",
-    "collect_events", "datagrams_of", "queue_many", "take_ready", "check_max_messages",
+    "LiveOptions",
+    "make_engine",
+    "apply_link_option",
+    "drained",
+    "has_connected_peer",
+    "transmit_due",
+    "collect_events",
+    "datagrams_of",
+    "queue_many",
+    "take_ready",
+    "check_max_messages",
     "queue_full",
 ]
 
@@ -132,8 +141,9 @@ def datagrams_of(parts: list[Any]) -> int:
     return len(parts) + sum(map(len, parts)) // _CHUNK
 
 
-def queue_many(engine: Any, messages: Iterator[Any], now: float, unflushed: int, flush_at: int,
-               flush: Callable[[], None]) -> tuple[int, int]:
+def queue_many(
+    engine: Any, messages: Iterator[Any], now: float, unflushed: int, flush_at: int, flush: Callable[[], None]
+) -> tuple[int, int]:
     """Queue messages from the iterator ``messages`` (each a list of bytes-like parts, or one
     bytes-like) into ``engine`` while it is under ``send_hwm``; a message is pulled from the
     iterator only when it can be taken, so none is lost to a full queue. ``flush()`` is called

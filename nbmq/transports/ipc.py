@@ -32,8 +32,9 @@ class UnixLink(DatagramLink):
     write_waitable = False
     scheme = "ipc"
 
-    def __init__(self, sock: socket.socket, path: Any, engine_address: Any, native: bool | None,
-                 options: Any = None) -> None:
+    def __init__(
+        self, sock: socket.socket, path: Any, engine_address: Any, native: bool | None, options: Any = None
+    ) -> None:
         super().__init__(sock, engine_address, native, options)
         self.path = path
         self._ino = None

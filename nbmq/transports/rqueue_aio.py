@@ -41,8 +41,9 @@ class RqueueClient(asyncio.Protocol):
             :attr:`dropped_by_server`. Default off.
     """
 
-    def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000,
-                 drop_notices: bool = False) -> None:
+    def __init__(
+        self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000, drop_notices: bool = False
+    ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
         self._conn = RqueueClientConnection(max_payload)
@@ -58,13 +59,18 @@ class RqueueClient(asyncio.Protocol):
         self._drop_notices = drop_notices
 
     @classmethod
-    async def connect(cls, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-                      max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000,
-                      drop_notices: bool = False) -> RqueueClient:
+    async def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD,
+        max_queued: int = 10000,
+        drop_notices: bool = False,
+    ) -> RqueueClient:
         """Open a TCP connection to an rqueue server. Raises OSError when it fails."""
         loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(
-            lambda: cls(max_payload, max_queued, drop_notices), host, port)
+        _, client = await loop.create_connection(lambda: cls(max_payload, max_queued, drop_notices), host, port)
         return client
 
     # -- sending ------------------------------------------------------------------------------

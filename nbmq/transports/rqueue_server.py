@@ -45,8 +45,18 @@ from typing import Any
 from ..streams.rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
 from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
 
-__all__ = ["RqueueServer", "serve", "run", "main", "run_args", "build_parser", "DEFAULT_PORT", "DEFAULT_MAX_BUFFER",
-           "DEFAULT_READ_TIMEOUT", "DEFAULT_MAX_CONNECTIONS"]
+__all__ = [
+    "RqueueServer",
+    "serve",
+    "run",
+    "main",
+    "run_args",
+    "build_parser",
+    "DEFAULT_PORT",
+    "DEFAULT_MAX_BUFFER",
+    "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+]
 
 log = logging.getLogger("nbmq.streams.rqueue")
 DEFAULT_PORT = 6567
@@ -96,7 +106,8 @@ class _ClientProtocol(asyncio.Protocol):
             if broker.buffered(self):
                 if self.read_timer is None:
                     self.read_timer = asyncio.get_running_loop().call_later(
-                        server.read_timeout, self._timed_out, "read timeout")
+                        server.read_timeout, self._timed_out, "read timeout"
+                    )
             elif self.read_timer is not None:
                 self.read_timer.cancel()
                 self.read_timer = None
@@ -161,8 +172,14 @@ class RqueueServer:
         refused: connections closed at once because ``max_connections`` were open (int).
     """
 
-    def __init__(self, broker: RqueueBroker, max_buffer: int, read_timeout: float = 0.0,
-                 idle_timeout: float = 0.0, max_connections: int = 0) -> None:
+    def __init__(
+        self,
+        broker: RqueueBroker,
+        max_buffer: int,
+        read_timeout: float = 0.0,
+        idle_timeout: float = 0.0,
+        max_connections: int = 0,
+    ) -> None:
         self.broker = broker
         self.max_buffer = max_buffer
         self.read_timeout = read_timeout
@@ -205,8 +222,12 @@ class RqueueServer:
             elif kind is ClientError:
                 log.warning("client %s broke the protocol, closing it: %s", _fmt(event.conn.peer), event.error)
             elif kind is SlowConsumer:
-                log.warning("slow consumer %s: write buffer over %d bytes, policy %s",
-                            _fmt(event.conn.peer), self.max_buffer, event.policy)
+                log.warning(
+                    "slow consumer %s: write buffer over %d bytes, policy %s",
+                    _fmt(event.conn.peer),
+                    self.max_buffer,
+                    event.policy,
+                )
             event = broker.next_event()
 
     def stats(self) -> dict[str, int]:
@@ -244,12 +265,20 @@ class RqueueServer:
         await self.wait_closed()
 
 
-async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-                max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_buffer: int = DEFAULT_MAX_BUFFER,
-                slow_consumer: str = "drop", stats_interval: float = 0.0,
-                read_timeout: float = DEFAULT_READ_TIMEOUT, idle_timeout: float = 0.0,
-                max_connections: int = DEFAULT_MAX_CONNECTIONS, drop_notices: bool = False,
-                **kwargs: Any) -> RqueueServer:
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD,
+    max_buffer: int = DEFAULT_MAX_BUFFER,
+    slow_consumer: str = "drop",
+    stats_interval: float = 0.0,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    idle_timeout: float = 0.0,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    drop_notices: bool = False,
+    **kwargs: Any,
+) -> RqueueServer:
     """Start an rqueue server on the running loop and return it (listening).
 
     Args:
@@ -275,8 +304,9 @@ async def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
         raise ValueError("max_buffer must be at least 1 byte")
     if read_timeout < 0 or idle_timeout < 0 or max_connections < 0:
         raise ValueError("read_timeout, idle_timeout and max_connections must be at least 0")
-    server = RqueueServer(RqueueBroker(max_payload, slow_consumer, drop_notices), max_buffer,
-                          read_timeout, idle_timeout, max_connections)
+    server = RqueueServer(
+        RqueueBroker(max_payload, slow_consumer, drop_notices), max_buffer, read_timeout, idle_timeout, max_connections
+    )
     loop = asyncio.get_running_loop()
     server._loop_time = loop.time
     server._server = await loop.create_server(lambda: _ClientProtocol(server), host, port, **kwargs)
@@ -307,8 +337,15 @@ async def _main_async(host: str, port: int, announce: bool, **options: Any) -> N
         server.log_stats()
 
 
-def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, threads: int | None = None,
-        use_uvloop: bool = True, announce: bool = True, **options: Any) -> None:
+def run(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    threads: int | None = None,
+    use_uvloop: bool = True,
+    announce: bool = True,
+    **options: Any,
+) -> None:
     """Run the server until SIGINT or SIGTERM (blocking).
 
     Args:
@@ -336,28 +373,55 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         parser = argparse.ArgumentParser(prog="nbmq rqueue-server", description="rqueue pub/sub server")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port; 0 picks one (default 6567)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="accepted for compatibility with the reference server; ignored")
-    parser.add_argument("--max-payload", type=int, default=RQUEUE_SERVER_MAX_PAYLOAD,
-                        help=f"largest payload accepted, bytes (default 2048, at most {RQUEUE_MAX_PAYLOAD})")
-    parser.add_argument("--max-buffer", type=int, default=DEFAULT_MAX_BUFFER,
-                        help="per-client outgoing buffer bound, bytes (default 4 MiB)")
-    parser.add_argument("--slow-consumer", choices=("drop", "disconnect"), default="drop",
-                        help="what to do with a client whose buffer is full (default drop)")
-    parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT,
-                        help="seconds a client may take to finish a message it started; 0 disables "
-                             "(default 30)")
-    parser.add_argument("--idle-timeout", type=float, default=0.0,
-                        help="close a client after this many seconds without traffic either way; "
-                             "0 disables (default 0: rqueue has no keepalive)")
-    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                        help="clients served at once; more are closed on accept; 0 disables "
-                             "(default 10000)")
-    parser.add_argument("--drop-notices", action="store_true",
-                        help="nbmq extension: tell clients subscribed to $nbmq/dropped how many "
-                             "notifications they missed while slow (default off)")
-    parser.add_argument("--stats-interval", type=float, default=10.0,
-                        help="seconds between counter log lines; 0 disables (default 10)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="accepted for compatibility with the reference server; ignored"
+    )
+    parser.add_argument(
+        "--max-payload",
+        type=int,
+        default=RQUEUE_SERVER_MAX_PAYLOAD,
+        help=f"largest payload accepted, bytes (default 2048, at most {RQUEUE_MAX_PAYLOAD})",
+    )
+    parser.add_argument(
+        "--max-buffer",
+        type=int,
+        default=DEFAULT_MAX_BUFFER,
+        help="per-client outgoing buffer bound, bytes (default 4 MiB)",
+    )
+    parser.add_argument(
+        "--slow-consumer",
+        choices=("drop", "disconnect"),
+        default="drop",
+        help="what to do with a client whose buffer is full (default drop)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT,
+        help="seconds a client may take to finish a message it started; 0 disables (default 30)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=0.0,
+        help="close a client after this many seconds without traffic either way; "
+        "0 disables (default 0: rqueue has no keepalive)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="clients served at once; more are closed on accept; 0 disables (default 10000)",
+    )
+    parser.add_argument(
+        "--drop-notices",
+        action="store_true",
+        help="nbmq extension: tell clients subscribed to $nbmq/dropped how many "
+        "notifications they missed while slow (default off)",
+    )
+    parser.add_argument(
+        "--stats-interval", type=float, default=10.0, help="seconds between counter log lines; 0 disables (default 10)"
+    )
     parser.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser
@@ -379,14 +443,24 @@ def run_args(args: argparse.Namespace) -> int:
         the exit status, as :func:`main`.
     """
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     try:
-        run(args.host, args.port, threads=args.threads, use_uvloop=not args.no_uvloop,
-            max_payload=args.max_payload, max_buffer=args.max_buffer,
-            slow_consumer=args.slow_consumer, stats_interval=args.stats_interval,
-            read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
-            max_connections=args.max_connections, drop_notices=args.drop_notices)
+        run(
+            args.host,
+            args.port,
+            threads=args.threads,
+            use_uvloop=not args.no_uvloop,
+            max_payload=args.max_payload,
+            max_buffer=args.max_buffer,
+            slow_consumer=args.slow_consumer,
+            stats_interval=args.stats_interval,
+            read_timeout=args.read_timeout,
+            idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
+            drop_notices=args.drop_notices,
+        )
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, exc)
         return 1

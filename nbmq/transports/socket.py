@@ -228,8 +228,9 @@ class Socket(OptionAttributes):
                     raise engine_binding.queue_full(engine, self.options.send_hwm)
                 self._wait(until)
             now = _monotonic()
-        taken, self._unflushed = engine_binding.queue_many(engine, iter(messages), now, self._unflushed, AUTO_FLUSH,
-                                                           lambda: self._flush(now))
+        taken, self._unflushed = engine_binding.queue_many(
+            engine, iter(messages), now, self._unflushed, AUTO_FLUSH, lambda: self._flush(now)
+        )
         return taken
 
     def flush(self) -> None:

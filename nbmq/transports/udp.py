@@ -78,8 +78,9 @@ class DatagramLink:
     write_waitable = True
     scheme = "udp"
 
-    def __init__(self, sock: socket.socket, engine_address: Any = None, native: bool | None = None,
-                 options: Any = None) -> None:
+    def __init__(
+        self, sock: socket.socket, engine_address: Any = None, native: bool | None = None, options: Any = None
+    ) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.family = sock.family
@@ -177,7 +178,10 @@ class DatagramLink:
                     f"{self.local_address}: the kernel dropped {self._drops_seen} datagrams for want of "
                     f"receive buffer, {received} were received: this socket reads slower than its peers "
                     "send. Pace the sender (pace_rate=bytes/s), give the receiver a bigger rcvbuf, or use "
-                    "SafeDealer, which resends what is lost.", DatagramLossWarning, stacklevel=2)
+                    "SafeDealer, which resends what is lost.",
+                    DatagramLossWarning,
+                    stacklevel=2,
+                )
 
     def receive(self, engine: Any, now: float, budget: int) -> int:
         """Read at most ``budget`` datagrams (in batches; never more, even from a GRO read)

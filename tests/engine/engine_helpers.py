@@ -16,7 +16,6 @@ from typing import Any
 import dpkt
 
 from nbmq import codec
-from nbmq.examples import CAPTURE_DIR as CAPTURES
 
 Addr = tuple[str, int]
 _M64 = (1 << 64) - 1

@@ -12,7 +12,6 @@ same session ids.
 from __future__ import annotations
 
 import pytest
-
 from engine_helpers import (
     CAPTURES,
     XorShift,
@@ -23,6 +22,7 @@ from engine_helpers import (
     pattern_parts,
     udp_datagrams,
 )
+
 from nbmq import FrameKind, codec
 from nbmq.engine import Dealer, Dish, Radio, SafeDealer
 from nbmq.errors import WouldBlock
@@ -197,8 +197,7 @@ def test_radio_replays_the_capture_byte_for_byte(manifest):
     radio_addr = parse_addr(_peer(cap, "radio")["addr"])
     dishes = [parse_addr(_peer(cap, n)["addr"]) for n in ("dish0", "dish1")]
     datagrams = list(udp_datagrams(CAPTURES / "radio_dish.pcap"))
-    engine = Radio.bound(radio_addr, SocketOptions(send_hwm=1000),
-                         XorShift(cap["session_id_derivation"]["rng_seed"]))
+    engine = Radio.bound(radio_addr, SocketOptions(send_hwm=1000), XorShift(cap["session_id_derivation"]["rng_seed"]))
     # feed the dishes' handshake datagrams (Connect, then their first Heartbeat), in order
     handshake = [(src, d) for _, src, dst, d in datagrams if dst == radio_addr and kind_of(d) in (1,)]
     for src, d in handshake:
@@ -232,11 +231,6 @@ def test_dish_receives_exactly_the_manifest(manifest, dish):
     me = parse_addr(_peer(cap, dish)["addr"])
     engine = Dish()
     received, sent, fed = _replay_into_client(engine, "radio_dish.pcap", radio_addr, me)
-    expected = [
-        m["part_sha256"]
-        for m in cap["messages_sent"]["radio"]
-        for d in m["deliveries"]
-        if d["to"] == dish
-    ]
+    expected = [m["part_sha256"] for m in cap["messages_sent"]["radio"] for d in m["deliveries"] if d["to"] == dish]
     assert [part_digests(parts) for parts in received] == expected
     assert any(isinstance(e, PeerConnected) for e in iter(engine.next_event, None))

@@ -107,8 +107,7 @@ def test_safe_dealer_with_congestion_window_is_exactly_once_without_a_resend_sto
     # and the resends stay within 2x the frames the link lost.
     opts = SocketOptions(send_hwm=1000, safe_congestion=True, safe_resend_limit=30)
     link = Link(loss=0.05, delay=0.002, jitter=0.001)
-    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts),
-                                         seed=11, link=link)
+    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=11, link=link)
     msgs = [[bytes([i % 251]) * 65536] for i in range(60)]
     for m in msgs:
         client.engine.send(m, net.now)

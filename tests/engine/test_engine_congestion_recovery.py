@@ -140,8 +140,7 @@ def test_lossy_link_recovers_fast_with_few_resends(jitter):
     # resend timer (RTO-only recovery took 0.83 s of virtual time here).
     opts = SocketOptions(send_hwm=1000, safe_congestion=True, safe_resend_limit=30)
     link = Link(loss=0.05, delay=0.002, jitter=jitter)
-    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts),
-                                         seed=11, link=link)
+    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=11, link=link)
     msgs = [[bytes([i % 251]) * 65536] for i in range(60)]
     start = net.now
     for m in msgs:

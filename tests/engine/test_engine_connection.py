@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from engine_helpers import control, drain_events, kind_of, pump
+
 from nbmq import FrameKind, codec
 from nbmq.engine import Dealer, PeerState
 from nbmq.events import (
@@ -173,8 +173,7 @@ def test_disconnected_triggers_immediate_reconnect_after_server_restart():
     assert new != old
     assert PeerDisconnected(old, S, DisconnectReason.DISCONNECTED_BY_PEER) in client.events
     assert server.engine.counters.unknown_session >= 1
-    assert any(isinstance(e, FrameRejected) and e.reason is RejectReason.UNKNOWN_SESSION
-               for e in server.events)
+    assert any(isinstance(e, FrameRejected) and e.reason is RejectReason.UNKNOWN_SESSION for e in server.events)
     net.send(client, [b"hello again"])
     assert net.run_until(lambda: server.engine.recv_ready(), 1.0)
     assert server.recv_all() == [[b"hello again"]]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from engine_helpers import control, drain_events, kind_of, recv_all
+
 from nbmq import FrameKind, codec
 from nbmq.engine import Dealer, PeerState
 from nbmq.engine.cookies import CookieJar
@@ -54,8 +54,7 @@ class Flooder:
 
 def _full_server(max_peers: int = 2) -> Dealer:
     """A bound Dealer whose table is full of half-open peers (so the next Connect gets a cookie)."""
-    server = Dealer.bound(S, SocketOptions(max_peers=max_peers, peer_keepalive=KEEPALIVE),
-                          random.Random(1))
+    server = Dealer.bound(S, SocketOptions(max_peers=max_peers, peer_keepalive=KEEPALIVE), random.Random(1))
     for i in range(max_peers):
         server.receive_datagram(control(FrameKind.CONNECT, 0), ("6.6.6.6", i), 0.0)
     server.datagrams_to_send(0.0)

@@ -46,10 +46,14 @@ def claim_all(net: Network, server, evil_sid: int, first_mid: int, count: int = 
     net.flush(server)
 
 
-@pytest.mark.parametrize("opts", [
-    SocketOptions(),  # the defaults: 64 MiB socket, 32 MiB per peer
-    SocketOptions(max_incomplete_bytes=4 << 20, max_peer_incomplete_bytes=2 << 20),
-], ids=["defaults", "tight"])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        SocketOptions(),  # the defaults: 64 MiB socket, 32 MiB per peer
+        SocketOptions(max_incomplete_bytes=4 << 20, max_peer_incomplete_bytes=2 << 20),
+    ],
+    ids=["defaults", "tight"],
+)
 def test_claims_of_one_peer_do_not_block_another(opts):
     net, server, honest, evil_sid, honest_sid = hostile_network(opts)
     sizes = [2, 466, 70_000, 1_500_000]  # one frame ... a lazy (over 1 MiB) message
@@ -90,7 +94,8 @@ def test_a_peer_sending_real_bytes_is_evicted_not_its_neighbour():
     for mid in (1, 2):
         for off in range(0, 1_500_000, 466):
             engine.receive_datagram(
-                codec.encode_data_frame(evil_sid, mid, 1, 0, CLAIM, CLAIM, off, bytes(466)), EVIL,
+                codec.encode_data_frame(evil_sid, mid, 1, 0, CLAIM, CLAIM, off, bytes(466)),
+                EVIL,
                 net.now,
             )
     net.flush(server)
@@ -98,7 +103,8 @@ def test_a_peer_sending_real_bytes_is_evicted_not_its_neighbour():
     assert server.recv_all() == [[big[0]]]
     drops = server.events_of(MessageDropped)
     assert drops and {(d.session_id, d.reason) for d in drops} <= {
-        (evil_sid, DropReason.EVICTED), (evil_sid, DropReason.TOO_LARGE)
+        (evil_sid, DropReason.EVICTED),
+        (evil_sid, DropReason.TOO_LARGE),
     }
     assert engine._recvq.reassembler.owner_bytes(evil_sid) <= 2 << 20
 
@@ -112,8 +118,9 @@ def test_claims_over_udp_do_not_block_another_peer():
     client = UdpDealer.connect(server.local_address, **fast)
     evil = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     evil.settimeout(2.0)
-    host, port = server.local_address.rsplit(":", 1) if isinstance(server.local_address, str) \
-        else server.local_address[:2]
+    host, port = (
+        server.local_address.rsplit(":", 1) if isinstance(server.local_address, str) else server.local_address[:2]
+    )
     target = (host, int(port))
     with server, client, evil:
         # the evil peer's handshake, by hand: Connect, Connected(sid), Heartbeat(sid)
@@ -125,7 +132,7 @@ def test_claims_over_udp_do_not_block_another_peer():
             client.tick()
             try:
                 frame = codec.parse_frame(evil.recv(600))
-            except (socket.timeout, BlockingIOError):
+            except (TimeoutError, BlockingIOError):
                 continue
             if frame.kind == FrameKind.CONNECTED:
                 sid = frame.session_id
@@ -153,10 +160,14 @@ def test_claims_over_udp_do_not_block_another_peer():
         assert server.counters.dropped[DropReason.TOO_LARGE] == 0
 
 
-@pytest.mark.parametrize("opts", [
-    SocketOptions(),
-    SocketOptions(max_incomplete_bytes=4 << 20, max_peer_incomplete_bytes=2 << 20),
-], ids=["defaults", "tight"])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        SocketOptions(),
+        SocketOptions(max_incomplete_bytes=4 << 20, max_peer_incomplete_bytes=2 << 20),
+    ],
+    ids=["defaults", "tight"],
+)
 def test_a_removed_peer_releases_its_incomplete_messages_at_once(opts):
     # A removed peer's incomplete messages can never complete (a reconnect is a new session):
     # they are dropped and counted (PEER_GONE) when it goes, not held until their TTL.

@@ -53,7 +53,9 @@ def test_the_rule_catches_writes_and_spares_reads():
         "# sendq._blocked = False\n"
     )
     assert private_writes(code) == [
-        "1: peer._last_seen = now", "2: sendq._rr += 1", "3: last._last_sent=now",
+        "1: peer._last_seen = now",
+        "2: sendq._rr += 1",
+        "3: last._last_sent=now",
     ]
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 import tracemalloc
 
+from engine_helpers import control, pump
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_helpers import control, pump
 from nbmq import FrameKind, codec
 from nbmq.engine import Dealer, Dish, Radio, SafeDealer
 from nbmq.events import DropReason, FrameRejected, RejectReason
@@ -120,7 +120,9 @@ def test_connect_flood_keeps_table_and_memory_bounded():
 
     def flood(start, count, now):
         for i in range(start, start + count):
-            server.receive_datagram(connect, ("6.%d.%d.%d" % (i >> 16 & 255, i >> 8 & 255, i & 255), 1000 + i % 50000), now)
+            server.receive_datagram(
+                connect, ("6.%d.%d.%d" % (i >> 16 & 255, i >> 8 & 255, i & 255), 1000 + i % 50000), now
+            )
             if i % 1000 == 999:
                 server.datagrams_to_send(now)
                 server.tick(now)

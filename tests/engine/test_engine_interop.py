@@ -29,11 +29,14 @@ def reference_frames(parts: list[bytes], session_id: int, message_id: int) -> li
 
 
 @pytest.mark.parametrize("cls", [Dealer, SafeDealer])
-@pytest.mark.parametrize("parts", [
-    [b"abc", b"", b"xyz"],
-    [b"", b"only"],
-    [b"x" * 1000, b"", b"", b"y" * 500, b""],
-])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"abc", b"", b"xyz"],
+        [b"", b"only"],
+        [b"x" * 1000, b"", b"", b"y" * 500, b""],
+    ],
+)
 def test_reference_message_with_empty_parts_completes(cls, parts):
     net, server, client = connected_pair(cls(rng=random.Random(1)), cls())
     sid = next(iter(server.engine.peers))
@@ -68,8 +71,9 @@ def test_our_empty_parts_leave_no_ghost_message():
 
 @pytest.mark.parametrize("cls", [Dealer, SafeDealer, Radio])
 def test_reference_compat_refuses_empty_parts(cls):
-    net, server, client = connected_pair(Dish() if cls is Radio else cls(rng=random.Random(1)),
-                                         cls(SocketOptions(reference_compat=True)))
+    net, server, client = connected_pair(
+        Dish() if cls is Radio else cls(rng=random.Random(1)), cls(SocketOptions(reference_compat=True))
+    )
     engine = client.engine
     for parts in ([b""], [b"a", b""], [b"", b"b"]):
         with pytest.raises(InteropError, match="empty"):

@@ -63,13 +63,9 @@ def run_transfer(net, sender, receiver, msgs, max_time):
 def test_safe_dealer_exactly_once_under_loss_duplication_reordering():
     msgs = messages(COUNT, seed=7)
     opts = SocketOptions(send_hwm=200)
-    net, server, client = connected_pair(
-        SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=3, link=BAD_LINK
-    )
+    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=3, link=BAD_LINK)
     got = run_transfer(net, client, server, msgs, max_time=600)
-    done = net.run_until(
-        lambda: got.extend(server.recv_all()) or client.engine.pending_messages == 0, 60.0
-    )
+    done = net.run_until(lambda: got.extend(server.recv_all()) or client.engine.pending_messages == 0, 60.0)
     got.extend(server.recv_all())
     assert done
     assert net.lost > 0 and net.duplicated > 0
@@ -89,9 +85,7 @@ def test_dealer_delivers_only_complete_correct_messages():
     msgs = messages(COUNT // 2, seed=8)
     known = {digest(m) for m in msgs}
     opts = SocketOptions(send_hwm=200, uncompleted_message_ttl=2.0)
-    net, server, client = connected_pair(
-        Dealer(opts, random.Random(1)), Dealer(opts), seed=4, link=BAD_LINK
-    )
+    net, server, client = connected_pair(Dealer(opts, random.Random(1)), Dealer(opts), seed=4, link=BAD_LINK)
     got = run_transfer(net, client, server, msgs, max_time=300)
     net.step(1.0)
     got.extend(server.recv_all())
@@ -110,8 +104,10 @@ def test_simulator_is_deterministic(seed):
     def run():
         msgs = messages(50, seed=seed)
         net, server, client = connected_pair(
-            SafeDealer(rng=random.Random(seed)), SafeDealer(rng=random.Random(seed + 1)),
-            seed=seed, link=BAD_LINK,
+            SafeDealer(rng=random.Random(seed)),
+            SafeDealer(rng=random.Random(seed + 1)),
+            seed=seed,
+            link=BAD_LINK,
         )
         got = run_transfer(net, client, server, msgs, max_time=60)
         net.run_until(lambda: client.engine.pending_messages == 0, 10.0)

@@ -162,12 +162,8 @@ def test_events_shape():
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(event, dataclasses.fields(event)[0].name, 5)
     assert FrameRejected(("h", 1), RejectReason.UNEXPECTED).detail == ""
-    assert {r.value for r in DisconnectReason} >= {
-        "keepalive expired", "disconnected by peer", "evicted", "closed"
-    }
-    assert {r.value for r in DropReason} >= {
-        "ttl expired", "resend limit", "recv hwm", "rejected", "too large"
-    }
+    assert {r.value for r in DisconnectReason} >= {"keepalive expired", "disconnected by peer", "evicted", "closed"}
+    assert {r.value for r in DropReason} >= {"ttl expired", "resend limit", "recv hwm", "rejected", "too large"}
     assert PeerConnected(1, "a") == PeerConnected(1, "a")
 
 

@@ -303,8 +303,7 @@ def test_send_peer_gone_drops():
 
 def _safe_queue(**kw):
     drops = []
-    q = SendQueue(safe=True, resend_ivl=0.2, resend_limit=3,
-                  on_drop=lambda s, m, r: drops.append((s, m, r)), **kw)
+    q = SendQueue(safe=True, resend_ivl=0.2, resend_limit=3, on_drop=lambda s, m, r: drops.append((s, m, r)), **kw)
     return q, drops
 
 

@@ -80,7 +80,7 @@ def _run(cls, mode: str):
     engine = _engine(cls, generic=mode == "generic")
     log: list = []
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     now = 1.0
     for group in _groups(_script(sid)):
@@ -129,7 +129,7 @@ def test_inlined_receive_matches_the_generic_path(cls, mode):
 def test_received_parts_own_their_memory():
     engine = _engine(Dealer, generic=False)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     buf = bytearray(_data(sid, 1))
     engine.receive_datagram(memoryview(buf), A, 1.1)

@@ -53,8 +53,12 @@ def _script(sid):
     steps += ["recv"]
     steps += [[(b"\x01\x02\x03", B), (_data(sid ^ 1, 11), B)]]  # malformed, unknown session
     steps += [[(_data(sid, 12, size=10, msize=9000, psize=9000), B)]]  # over max_message_size
-    steps += [[(_data(sid, 13, size=10, pc=2, msize=20, psize=10), B),
-               (_data(sid, 13, size=10, pc=3, pi=1, msize=20, psize=10), B)]]  # part_count differs
+    steps += [
+        [
+            (_data(sid, 13, size=10, pc=2, msize=20, psize=10), B),
+            (_data(sid, 13, size=10, pc=3, pi=1, msize=20, psize=10), B),
+        ]
+    ]  # part_count differs
     steps += [[(_data(sid, m, size=10, pc=2, msize=2048, psize=1024), B) for m in range(14, 22)]]
     steps += ["recv", [(codec.encode_control_frame(FrameKind.HEARTBEAT, sid), B)]]
     steps += [[(_data(sid, 22), B), (_data(sid, 22), B)], "recv"]
@@ -70,7 +74,7 @@ def _run(generic: bool, python: bool = False):
         engine.receive_datagrams = types.MethodType(SafeDealer._receive_datagrams_py, engine)
     log: list = []
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     now = 1.0
     sent: list = []
@@ -101,8 +105,21 @@ def _run(generic: bool, python: bool = False):
     return log, engine.counters.as_dict(), peers, (q.fast_resends, q.in_flight, q.held), windows
 
 
-WINDOW_STATE = ("cwnd", "ssthresh", "in_flight", "srtt", "rttvar", "min_rtt", "rto", "backoff", "tx",
-                "round_end", "round_acked", "round_lost", "decreases")
+WINDOW_STATE = (
+    "cwnd",
+    "ssthresh",
+    "in_flight",
+    "srtt",
+    "rttvar",
+    "min_rtt",
+    "rto",
+    "backoff",
+    "tx",
+    "round_end",
+    "round_acked",
+    "round_lost",
+    "decreases",
+)
 
 
 def test_inlined_safe_receive_matches_the_generic_path():
@@ -146,7 +163,7 @@ def test_ack_frame_bytes_match_the_codec(size):
     engine = SafeDealer(OPTS, random.Random(7))
     engine.bind(S)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     engine.receive_datagram(_data(sid, 1), A, 1.0)  # connects the peer
     engine.datagrams_to_send(1.0)
@@ -161,12 +178,21 @@ def _send_script(engine):
     log: list = []
     engine.bind(S)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     engine.receive_datagram(_data(sid, 1), A, 1.0)
     engine.datagrams_to_send(1.0)
-    for parts in ([b"a" * 100], (b"b" * 466,), [b"c" * 467], [b""], [bytearray(b"d")],
-                  [b"e", b"f"], [b"g" * 3], [b"h"], 5):
+    for parts in (
+        [b"a" * 100],
+        (b"b" * 466,),
+        [b"c" * 467],
+        [b""],
+        [bytearray(b"d")],
+        [b"e", b"f"],
+        [b"g" * 3],
+        [b"h"],
+        5,
+    ):
         try:
             engine.send(parts, 1.1)
             log.append(("sent", engine._nonce))
@@ -211,8 +237,9 @@ def _feed_acks(engine, sids: dict, frames: list, now: float) -> None:
         acks = [_ack(sids[addr], d) for d, a in frames if a == addr and d[1] == 0]
         if acks:
             buf = b"".join(acks)
-            engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
-                                     [18] * len(acks), [addr] * len(acks), now)
+            engine.receive_datagrams(
+                memoryview(buf), [18 * i for i in range(len(acks))], [18] * len(acks), [addr] * len(acks), now
+            )
 
 
 def _two_peer_engine(options: SocketOptions, python: bool, monkeypatch) -> tuple:
@@ -230,7 +257,7 @@ def _two_peer_engine(options: SocketOptions, python: bool, monkeypatch) -> tuple
     sids = {}
     for addr in (A, B):
         engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, 1.0)
-        (reply, _), = engine.datagrams_to_send(1.0)
+        ((reply, _),) = engine.datagrams_to_send(1.0)
         sids[addr] = sid = codec.parse_frame(reply).session_id
         engine.receive_datagram(_data(sid, 1), addr, 1.0)
         engine.datagrams_to_send(1.0)  # its ack
@@ -266,8 +293,7 @@ def _take_script(python: bool, monkeypatch):
         flush()
         ack(sent[step * 3 : step * 3 + 5])
         if step == 4:  # B leaves with messages queued
-            engine.receive_datagram(
-                codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
+            engine.receive_datagram(codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
             engine.send([b"after"], now)
     flush()
     now += 1.0  # past the resend timer: B's frames drop their messages (PEER_GONE)
@@ -337,7 +363,7 @@ def test_compiled_take_keeps_going_after_a_full_window():
     engine = SafeDealer(SocketOptions(send_hwm=200, max_tick_send=1000), random.Random(7))
     engine.bind(S)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     engine.receive_datagram(_data(sid, 1), A, 1.0)  # the handshake completes
     engine.datagrams_to_send(1.0)  # its ack
@@ -360,8 +386,9 @@ def test_compiled_take_keeps_going_after_a_full_window():
         if not acks:
             break
         buf = b"".join(acks)
-        engine.receive_datagrams(memoryview(buf), [18 * i for i in range(len(acks))],
-                                 [18] * len(acks), [A] * len(acks), now)
+        engine.receive_datagrams(
+            memoryview(buf), [18 * i for i in range(len(acks))], [18] * len(acks), [A] * len(acks), now
+        )
     assert sum(rounds) == 121 and q.held == 0 and q.in_flight == 0
     assert len([n for n in rounds if n]) >= 4  # the window filled, round after round
     assert kinds == {"Flight"}
@@ -377,7 +404,7 @@ def test_flights_in_flight_are_freed_with_their_engine(close):
     engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
     engine.bind(S)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     engine.receive_datagram(_data(sid, 1), A, 1.0)
     engine.datagrams_to_send(1.0)
@@ -422,9 +449,20 @@ def _big_take_script(python: bool, monkeypatch):
         wins = {peers.get(id(p)): w for p, w in q.windows.items()}
         name = {id(w): a for a, w in wins.items()}
         flights = sorted(
-            (f.hash, bytes(f.view), f.msg.message_id, f.due, f.sent_at, f.last_sent, f.tx,
-             f.resends, f.fast, name.get(id(f.win)))
-            for f in q._inflight.values())
+            (
+                f.hash,
+                bytes(f.view),
+                f.msg.message_id,
+                f.due,
+                f.sent_at,
+                f.last_sent,
+                f.tx,
+                f.resends,
+                f.fast,
+                name.get(id(f.win)),
+            )
+            for f in q._inflight.values()
+        )
         orders = {a: [(tx, f.hash) for tx, f in w.order] for a, w in wins.items()}
         msgs = [(m.message_id, m.sent, m.unacked, m.dropped, peers.get(id(m.peer))) for m in q._queue]
         log.append(("state", flights, orders, msgs, q._rr, q._blocked, q.held))
@@ -457,8 +495,7 @@ def _big_take_script(python: bool, monkeypatch):
             send([b"h" * (chunk * 3)])
             send([b"i" * 10])
         if step == 5:  # B leaves with a message part sent and messages queued
-            engine.receive_datagram(
-                codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
+            engine.receive_datagram(codec.encode_control_frame(FrameKind.DISCONNECTED, sids[B]), B, now)
             send([b"j" * (chunk * 2 + 5)])
     flush()
     now += 3.0  # past the resend timer: resends
@@ -476,8 +513,7 @@ def _big_take_script(python: bool, monkeypatch):
         ack(sent[start:])
     log.append(("held", q.held))
     windows = [tuple(getattr(w, name) for name in WINDOW_STATE) for w in q.windows.values()]
-    state = (q.held, q._rr, q._blocked, sorted(q._inflight), q.frames_out, q.bytes_out,
-             q.resends, q.acked)
+    state = (q.held, q._rr, q._blocked, sorted(q._inflight), q.frames_out, q.bytes_out, q.resends, q.acked)
     return log, engine.counters.as_dict(), windows, state
 
 
@@ -516,7 +552,7 @@ def test_compiled_take_keeps_multi_frame_messages_as_compiled_flights():
     engine = SafeDealer(SocketOptions(send_hwm=4, max_tick_send=1000), random.Random(7))
     engine.bind(S)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     engine.receive_datagram(_data(sid, 1), A, 1.0)
     engine.datagrams_to_send(1.0)
@@ -547,7 +583,7 @@ def test_multi_frame_flights_in_flight_are_freed_with_their_engine(close):
     engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
     engine.bind(S)
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    (reply, _), = engine.datagrams_to_send(1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
     sid = codec.parse_frame(reply).session_id
     engine.receive_datagram(_data(sid, 1), A, 1.0)
     engine.datagrams_to_send(1.0)

@@ -28,14 +28,22 @@ BIG = bytes(range(256)) * 4  # 1 KiB: three frames
 def _sends():
     """Messages of every shape ``send`` takes: small bytes (the compiled case) and the rest."""
     return [
-        [b"a" * 100], (b"b" * 466,), [b"c" * 467], [b""], [bytearray(b"d" * 10)],
-        [memoryview(b"e" * 20)], [b"f", b"g"], [BIG], [b"h" * 3], [b"i" * 200],
+        [b"a" * 100],
+        (b"b" * 466,),
+        [b"c" * 467],
+        [b""],
+        [bytearray(b"d" * 10)],
+        [memoryview(b"e" * 20)],
+        [b"f", b"g"],
+        [BIG],
+        [b"h" * 3],
+        [b"i" * 200],
     ]
 
 
 def _connect(engine, addr, now, log):
     engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), addr, now)
-    (reply, _), = engine.datagrams_to_send(now)
+    ((reply, _),) = engine.datagrams_to_send(now)
     sid = codec.parse_frame(reply).session_id
     # a first data frame from it moves it HALF_OPEN -> CONNECTED
     engine.receive_datagram(codec.encode_data_frame(sid, 99, 1, 0, 1, 1, 0, b"z"), addr, now)
@@ -87,8 +95,7 @@ def _run(python: bool, monkeypatch):
     flush()
     flush()
     # a batch of whole one-frame messages from A and one from an unknown session
-    frames = [codec.encode_data_frame(sid_a, 200 + i, 1, 0, 30, 30, 0, bytes([i]) * 30)
-              for i in range(4)]
+    frames = [codec.encode_data_frame(sid_a, 200 + i, 1, 0, 30, 30, 0, bytes([i]) * 30) for i in range(4)]
     frames.insert(2, codec.encode_data_frame(sid_a ^ 5, 7, 1, 0, 3, 3, 0, b"xyz"))
     buf = b"".join(frames)
     offsets = [sum(map(len, frames[:i])) for i in range(len(frames))]
@@ -191,13 +198,12 @@ def _mutated_datagrams(seed: int, count: int) -> list:
         size = rng.choice([1, 10, 100, 400, 401, 466])
         kind = rng.random()
 
-        def make(sid, m=m, size=size, kind=kind, r=rng.random(), pos=rng.randrange(34 + size),
-                 val=rng.randrange(256)):
+        def make(sid, m=m, size=size, kind=kind, r=rng.random(), pos=rng.randrange(34 + size), val=rng.randrange(256)):
             frame = bytearray(codec.encode_data_frame(sid, m, 1, 0, size, size, 0, bytes([m % 256]) * size))
             if kind < 0.25:
                 frame[pos] = val
             elif kind < 0.3:
-                frame = frame[: pos]
+                frame = frame[:pos]
             elif kind < 0.35:
                 frame += b"\0"
             return bytes(frame)
@@ -205,8 +211,14 @@ def _mutated_datagrams(seed: int, count: int) -> list:
         if kind > 0.9:
             frames = codec.shard_message([bytes(range(200)), bytes(200)], 0, 1000 + m)
             for f in frames.frames():
-                out.append((lambda sid, f=bytes(f): codec.encode_data_frame(
-                    sid, *codec.parse_frame(f)[1:7], bytes(codec.parse_frame(f)[7])), A))
+                out.append(
+                    (
+                        lambda sid, f=bytes(f): codec.encode_data_frame(
+                            sid, *codec.parse_frame(f)[1:7], bytes(codec.parse_frame(f)[7])
+                        ),
+                        A,
+                    )
+                )
             continue
         out.append((make, B if kind > 0.85 else A))
     return out

@@ -97,14 +97,13 @@ def test_radio_to_two_dishes():
     for dish in dishes:
         assert dish.recv_all() == [[b"news", bytes([i]) * (i * 100)] for i in range(10)]
     assert radio.engine.counters.messages_out == 10
-    assert radio.engine.counters.data_frames_out == 2 * sum(
-        codec.frame_count([4, i * 100]) for i in range(10)
-    )
+    assert radio.engine.counters.data_frames_out == 2 * sum(codec.frame_count([4, i * 100]) for i in range(10))
     radio.engine.send([b"id"], net.now)
     out = radio.engine.datagrams_to_send(net.now)
     assert len({codec.parse_frame(d).message_id for d, _ in out}) == 2
     assert {codec.parse_frame(d).message_id for d, _ in out} == {
-        codec.message_id([b"id"], 20), codec.message_id([b"id"], 21)
+        codec.message_id([b"id"], 20),
+        codec.message_id([b"id"], 21),
     }
     with pytest.raises(NotSupported):
         radio.engine.recv()

@@ -14,8 +14,17 @@ from nbmq.engine import Dealer, Dish, Radio, SafeDealer
 ENGINE_DIR = Path(nbmq.engine.__file__).parent
 FORBIDDEN_MODULES = {"socket", "asyncio", "selectors", "time", "pyspark", "os", "threading"}
 RANDOM_FUNCTIONS = {
-    "random", "randint", "randrange", "getrandbits", "choice", "choices", "shuffle", "sample",
-    "uniform", "seed", "randbytes",
+    "random",
+    "randint",
+    "randrange",
+    "getrandbits",
+    "choice",
+    "choices",
+    "shuffle",
+    "sample",
+    "uniform",
+    "seed",
+    "randbytes",
 }
 
 
@@ -30,11 +39,7 @@ def test_engine_imports_no_io_clock_or_global_random(path):
             if node.module == "random":
                 assert not {a.name for a in node.names} & RANDOM_FUNCTIONS
         else:
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "random"
-            ):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "random":
                 assert node.attr not in RANDOM_FUNCTIONS, f"random.{node.attr} in {path.name}"
             continue
         assert not names & FORBIDDEN_MODULES, (path.name, names)

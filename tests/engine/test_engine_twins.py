@@ -18,7 +18,9 @@ from nbmq.wire import FrameKind
 needs_fast = pytest.mark.skipif(sockets._fast is None, reason="nbmq.engine._fast is not built")
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 I64 = 2**63 - 1
-extreme = st.sampled_from([0, -1, 1, 2**31, -(2**31), 2**31 - 1, I64, -I64, -I64 - 1, 34, 35, 500, 501]) | st.integers(-I64 - 1, I64)
+extreme = st.sampled_from([0, -1, 1, 2**31, -(2**31), 2**31 - 1, I64, -I64, -I64 - 1, 34, 35, 500, 501]) | st.integers(
+    -I64 - 1, I64
+)
 
 
 @needs_fast
@@ -41,7 +43,7 @@ def _connected(kind: int) -> tuple:
     sid = None
     for s in (compiled, python):
         s.receive_datagram(bytes(codec.encode_control_frame(FrameKind.CONNECT, 0)), addr, 1.0)
-        (reply, _), = s.datagrams_to_send(1.0)
+        ((reply, _),) = s.datagrams_to_send(1.0)
         sid = codec.parse_frame(reply).session_id
         s.receive_datagram(bytes(codec.encode_data_frame(sid, 1, 1, 0, 1, 1, 0, b"z")), addr, 1.0)
     return compiled, python, sid
@@ -50,8 +52,13 @@ def _connected(kind: int) -> tuple:
 @needs_fast
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy rows: both twins wrap alike
 @SETTINGS
-@given(st.integers(0, 2), st.lists(extreme, min_size=1, max_size=4), st.lists(extreme, min_size=1, max_size=4),
-       st.integers(0, 5), st.sampled_from(["list", "int64"]))
+@given(
+    st.integers(0, 2),
+    st.lists(extreme, min_size=1, max_size=4),
+    st.lists(extreme, min_size=1, max_size=4),
+    st.integers(0, 5),
+    st.sampled_from(["list", "int64"]),
+)
 def test_batches_with_extreme_rows_run_alike(kind, offsets, lengths, n_addrs, container):
     """Rows outside the buffer (negative, past its end, start + length past 2**63) and lists of
     different lengths: both engines take the same rows (the shortest list sets the count), as
@@ -73,8 +80,17 @@ def test_batches_with_extreme_rows_run_alike(kind, offsets, lengths, n_addrs, co
     assert states[0][3]["messages_in"] >= 2  # the valid row went through
 
 
-NUMERIC_OPTIONS = ("send_hwm", "recv_hwm", "max_tick_send", "max_message_size", "max_incomplete_bytes",
-                   "max_peer_incomplete_bytes", "safe_resend_limit", "safe_resend_ivl", "uncompleted_message_ttl")
+NUMERIC_OPTIONS = (
+    "send_hwm",
+    "recv_hwm",
+    "max_tick_send",
+    "max_message_size",
+    "max_incomplete_bytes",
+    "max_peer_incomplete_bytes",
+    "safe_resend_limit",
+    "safe_resend_ivl",
+    "uncompleted_message_ttl",
+)
 
 
 @needs_fast
@@ -120,6 +136,7 @@ def test_a_tie_after_the_owner_sweep_evicts_alike(kind, batch):
         peers = [(f"10.1.0.{k + 1}", 5000 + k) for k in range(70)]
         sids = []
         with engine_targets._python_engine() if which == 1 else engine_targets._nothing():
+
             def feed(k: int, frame: bytes) -> None:
                 if batch:
                     s.receive_datagrams(memoryview(frame), [0], [len(frame)], [peers[k]], 1.1)

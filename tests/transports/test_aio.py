@@ -76,7 +76,9 @@ def test_radio_dish(kind, tmp_path):
                 await asyncio.sleep(0.01)
             for i in range(5):
                 await radio.send([b"news", str(i).encode()])
-            assert [parts(await dish.recv(timeout=2)) for _ in range(5)] == [[b"news", str(i).encode()] for i in range(5)]
+            assert [parts(await dish.recv(timeout=2)) for _ in range(5)] == [
+                [b"news", str(i).encode()] for i in range(5)
+            ]
             with pytest.raises(NotSupported):
                 await radio.recv(timeout=0.1)
             with pytest.raises(NotSupported):

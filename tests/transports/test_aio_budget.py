@@ -1,4 +1,4 @@
-"""asyncio sockets read, count and pace as the blocking ones do (issue 15, the asyncio leftover):
+"""asyncio sockets read, count and pace as the blocking ones do:
 
 - a read never takes more datagrams than ``recv_hwm`` has room for; a full queue stops reading
   (the rest waits in the kernel) and a receiver that drains each step loses nothing to RECV_HWM;
@@ -188,8 +188,9 @@ def test_asyncio_pacing_lets_a_small_buffer_receiver_keep_up():
     async def main():
         server = Dealer.bind("127.0.0.1:0", rcvbuf=64 << 10, gro=False, recv_hwm=10_000, **FAST)
         fast = await aio.Dealer.connect(server.local_address, send_hwm=10_000, **FAST)
-        paced = await aio.Dealer.connect(server.local_address, send_hwm=10_000, pace_rate=1_000_000,
-                                         pace_burst=8 << 10, **FAST)
+        paced = await aio.Dealer.connect(
+            server.local_address, send_hwm=10_000, pace_rate=1_000_000, pace_burst=8 << 10, **FAST
+        )
         with server:
             async with fast, paced:
                 end = time.monotonic() + 5

@@ -20,8 +20,13 @@ def _change(sock) -> tuple:
     link = sock._link
     pacer = link.pacer
     rcvbuf = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-    return (bool(link.io.gso), None if pacer is None else pacer.rate, bool(link.io.gro), rcvbuf,
-            sock.engine._recvq.recv_hwm)
+    return (
+        bool(link.io.gso),
+        None if pacer is None else pacer.rate,
+        bool(link.io.gro),
+        rcvbuf,
+        sock.engine._recvq.recv_hwm,
+    )
 
 
 @pytest.mark.network

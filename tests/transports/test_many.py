@@ -34,8 +34,10 @@ def _pump(server, client, until, timeout: float = 5.0) -> None:
 
 
 def test_blocking_send_many_and_recv_many():
-    with nbmq.Dealer.bind("127.0.0.1:0", **FAST) as server, \
-            nbmq.Dealer.connect(server.local_address, send_hwm=50, **FAST) as client:
+    with (
+        nbmq.Dealer.bind("127.0.0.1:0", **FAST) as server,
+        nbmq.Dealer.connect(server.local_address, send_hwm=50, **FAST) as client,
+    ):
         _pump(server, client, lambda: server.connected and client.connected)
         source = (b"m%d" % i for i in range(80))  # a generator: what is not taken stays in it
         assert client.send_many(source) == 50  # up to send_hwm (50 datagrams: no auto-flush yet)

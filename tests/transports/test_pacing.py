@@ -1,4 +1,4 @@
-"""Pacing toward slow receivers (issue 15 item 4): per-peer token buckets (``pace_rate``,
+"""Pacing toward slow receivers: per-peer token buckets (``pace_rate``,
 ``pace_burst``) and GSO that can be turned off."""
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def _burst(sender, receiver, count: int, size: int, timeout: float = 10.0) -> in
             got += 1
             idle_until = None
         except WouldBlock:
-            if got == count or (not sender._link.has_pending and idle_until is not None
-                                and time.monotonic() > idle_until):
+            if got == count or (
+                not sender._link.has_pending and idle_until is not None and time.monotonic() > idle_until
+            ):
                 break
             if not sender._link.has_pending and idle_until is None:
                 idle_until = time.monotonic() + 0.3
@@ -79,8 +80,7 @@ def test_pacing_lets_a_small_buffer_receiver_keep_up():
     small = dict(rcvbuf=128 << 10, gro=False, recv_hwm=10_000, **FAST)
     server = Dealer.bind("127.0.0.1:0", **small)
     fast = Dealer.connect(server.local_address, send_hwm=10_000, **FAST)
-    paced = Dealer.connect(server.local_address, send_hwm=10_000, pace_rate=500_000,
-                           pace_burst=8 << 10, **FAST)
+    paced = Dealer.connect(server.local_address, send_hwm=10_000, pace_rate=500_000, pace_burst=8 << 10, **FAST)
     with server, fast, paced:
         assert pump(server, fast, paced, until=connected(server, fast, paced))
         assert paced._link.pacer is not None and fast._link.pacer is None

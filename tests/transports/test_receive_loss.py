@@ -1,4 +1,4 @@
-"""Loss below and inside the socket, made visible or avoided (issue 12 item 5, issue 15 item 1):
+"""Loss below and inside the socket, made visible or avoided:
 
 - the kernel's receive-buffer drops reach ``counters.kernel_drops`` and ``DatagramsDropped``
   (Linux ``SO_RXQ_OVFL`` ancillary data on the batched path, ``SO_MEMINFO`` at ticks);
@@ -48,7 +48,7 @@ def test_batch_reader_learns_drops_from_ancillary_data(path):
         for _ in range(300):
             tx.sendto(b"x" * 100, rx.getsockname())
         queued = 0
-        while (n := io.recv()[0]):
+        while n := io.recv()[0]:
             queued += n
         tx.sendto(b"last", rx.getsockname())  # queued after the drops: it carries their count
         got = 0
@@ -119,7 +119,8 @@ def test_a_draining_receiver_loses_nothing_to_recv_hwm(gro):
         counters = server.counters
         assert counters.dropped[DropReason.RECV_HWM] == 0
         assert delivered + counters.kernel_drops == sent or (
-            gro and abs(delivered + counters.kernel_drops - sent) <= sent // 20)
+            gro and abs(delivered + counters.kernel_drops - sent) <= sent // 20
+        )
         assert delivered >= sent // 2
 
 

@@ -1,4 +1,4 @@
-"""The small-message send path end to end (issue 15 item 2): Dealer to Dealer over UDP,
+"""The small-message send path end to end: Dealer to Dealer over UDP,
 IPC and inproc, default ``send()`` (auto-batched, GSO on UDP), every message of every shape
 arrives whole and in order, and the counters on both ends agree. Runs on whichever engine is
 built (the compiled ``nbmq.engine._fast`` or, with NBMQ_NO_EXTENSIONS=1, the Python twin)."""
@@ -39,8 +39,10 @@ def _messages(count: int) -> list[list[bytes]]:
 def test_small_messages_arrive_whole_and_in_order(kind, tmp_path):
     messages = _messages(3000)
     options = dict(FAST, send_hwm=1000, recv_hwm=100_000)
-    with nt.Dealer.bind(server_address(kind, tmp_path), **options) as server, \
-            nt.Dealer.connect(server.local_address, **options) as client:
+    with (
+        nt.Dealer.bind(server_address(kind, tmp_path), **options) as server,
+        nt.Dealer.connect(server.local_address, **options) as client,
+    ):
         assert pump(server, client, until=lambda: client.connected and server.connected)
         got: list[list[bytes]] = []
         end = time.monotonic() + 20.0

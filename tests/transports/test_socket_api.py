@@ -1,4 +1,4 @@
-"""Regression tests of the socket API (issue 11 items 10-12): closed sockets, options as
+"""Regression tests of the socket API: closed sockets, options as
 attributes, WouldBlock's errno, the ``*`` wildcard, connect to port 0, NoPeer."""
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ pytestmark = pytest.mark.network
 
 def test_import_nbmq_makes_aio_available():
     code = "import nbmq; print(nbmq.aio.Dealer.__module__, 'aio' in dir(nbmq))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ), check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(os.environ), check=True
+    )
     assert out.stdout.split() == ["nbmq.transports.aio", "True"]
 
 

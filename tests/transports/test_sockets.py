@@ -170,7 +170,7 @@ def test_close_linger_zero_returns_at_once(kind, tmp_path):
 
 def test_close_removes_ipc_files(tmp_path):
     server, client = open_pair(Dealer, Dealer, "ipc", tmp_path)
-    paths = [server.local_address[len("ipc://"):], client.local_address[len("ipc://"):]]
+    paths = [server.local_address[len("ipc://") :], client.local_address[len("ipc://") :]]
     assert all(os.path.exists(p) for p in paths)
     client.close()
     server.close()

@@ -1,0 +1,39 @@
+"""Code explains itself: no issue numbers or working-branch names in the package, its tests, its
+benchmarks or its fuzz targets (what the code does and why belongs there; its history is git's)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("nbmq", "tests", "benchmarks", "fuzz", "examples")
+SUFFIXES = {".py", ".pyx", ".pxi", ".pxd", ".lua", ".js"}
+#: "issue 14", "Issue #3", "issues 11 and 12", and the working branches of past sessions
+HISTORY = re.compile(r"\bissues?\s+#?\d+|\b(?:bigtake|safecompiled|relay50|reportfast|findfast|memsafety)\b", re.I)
+
+
+def _sources() -> list[Path]:
+    return [
+        p
+        for folder in FOLDERS
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in SUFFIXES and p.is_file() and "corpus" not in p.parts and p.name != "uPlot.iife.min.js"
+    ]
+
+
+def test_no_history_in_code() -> None:
+    sources = _sources()
+    assert len(sources) > 200
+    found = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}"
+        for p in sources
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if HISTORY.search(line) and p != Path(__file__)
+    ]
+    assert not found, "history belongs to git:\n  " + "\n  ".join(found)
+
+
+def test_the_pattern_finds_history() -> None:
+    assert HISTORY.search("(issue 14, item 5)") and HISTORY.search("see Issue #3") and HISTORY.search("bigtake path")
+    assert not HISTORY.search("an issue with 14 frames") and not HISTORY.search("tissue 3")
