@@ -23,13 +23,15 @@ duplicate                   note      message with repeated chunks in a session 
 The rules are pure functions over numpy / pandas (:func:`liveness_gaps`, :func:`silences`,
 :func:`estimate_interval`, :func:`liveness_findings`, :func:`message_findings`,
 :func:`damage_spans`), so a live monitor can apply the same ones; :func:`write_findings` is
-the Spark step that feeds them from ``frames/`` and ``messages/`` at any size. The messages
-with something to say (incomplete or repeated) are collected first; then one pass over the
-frames (``mapInArrow``, vectorised per partition, no per-row Python) yields each peer's busy
-spans, its Disconnected and Ack counts, heartbeat-interval and round-trip samples, each
-capture's end and the first frame number of each collected message (matched by a hash of its
-key); error and Disconnected rows are filtered by Spark (Parquet statistics skip clean row
-groups). Frames next to capture damage are looked up by a join only when there is damage.
+the pipeline's step that feeds them from ``frames/`` and ``messages/`` at any size. The messages
+with something to say (incomplete or repeated) are read first; then one pass over the frames
+(:func:`_peer_pass`, vectorised per piece, no per-row Python) yields each peer's busy spans and
+Ack counts, heartbeat-interval and round-trip samples, the Disconnected and malformed frames,
+each capture's end and the first frame number of each collected message (matched by message id,
+then by its whole key). On a local output the driver runs that pass with pyarrow over the
+Parquet files the run just wrote, a file per thread; on a Hadoop-compatible output Spark runs it
+in ``mapInArrow``. Frames next to capture damage are looked up by a second pass only when there
+is damage.
 
 Times are int64 nanoseconds since the epoch inside the rules (the frames table's ``ts_ns``)
 and seconds in the details.
