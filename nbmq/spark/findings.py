@@ -577,43 +577,54 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
     ends = table.filter(pc.is_valid(table["ts_ns"])).group_by("capture").aggregate([("ts_ns", "max")])
     emit(ends["capture"], "end", None, None, ends["ts_ns_max"])
 
-    src = _addr_port(table["src_addr"], table["src_port"])
     decoded = pc.is_null(error)
     malformed = pc.and_(pc.is_valid(error), pc.invert(damaged))
     if pc.any(malformed).as_py():
         bad = table.filter(malformed)
         text = pc.binary_join_element_wise(
-            "datagram ", src.filter(malformed), " -> ", _addr_port(bad["dst_addr"], bad["dst_port"]),
+            "datagram ", _addr_port(bad["src_addr"], bad["src_port"]), " -> ", _addr_port(bad["dst_addr"], bad["dst_port"]),
             " (", pc.cast(bad["length"], "string"), " bytes) does not decode: ", bad["error"], "")
         emit(bad["capture"], "malformed", *_with_nulls(bad["ts_ns"], bad["frame_number"]), text=text)
-    sid = pc.cast(table["session_id"], pa.uint64())
-    peer = pc.binary_join_element_wise(table["capture"], pc.cast(sid, "string"), src, _SEP)
-    kind_all = pc.fill_null(table["kind"], -1)
-    bye = pc.and_(decoded, pc.equal(kind_all, _DISCONNECTED))
-    if pc.any(bye).as_py():
-        gone = table.filter(bye)
-        text = pc.binary_join_element_wise(src.filter(bye), " sent Disconnected to ", _addr_port(gone["dst_addr"], gone["dst_port"]), "")
-        emit(peer.filter(bye), "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
+
+    # peers: a code per decoded row, its key text built once per peer
+    sid = _u64_bits(table["session_id"])
+    dec = np.flatnonzero(pc.fill_null(pc.and_(decoded, pc.is_valid(table["session_id"])), False).to_numpy(zero_copy_only=False))
+    if dec.size == 0:
+        return pa.Table.from_pydict(out, schema=_pass_schema())
+    captures = pc.dictionary_encode(table["capture"]).combine_chunks()
+    addrs = pc.dictionary_encode(table["src_addr"]).combine_chunks()
+    where = (captures.indices.to_numpy(zero_copy_only=False).astype(np.int64) * max(1, len(addrs.dictionary))
+             + addrs.indices.fill_null(0).to_numpy(zero_copy_only=False)) * 65536 + table["src_port"].fill_null(0).to_numpy()
+    codes = pd.DataFrame({"where": where[dec], "sid": sid[dec]}).groupby(["where", "sid"], sort=False).ngroup().to_numpy(np.int64)
+    _, heads = np.unique(codes, return_index=True)
+    one = table.take(pa.array(dec[heads])).select(["capture", "session_id", "src_addr", "src_port"])
+    names = np.asarray(pc.binary_join_element_wise(
+        one["capture"], pc.cast(pc.cast(one["session_id"], pa.uint64()), "string"), _addr_port(one["src_addr"], one["src_port"]), _SEP
+    ).to_pylist(), dtype=object)
+    code = np.full(table.num_rows, -1, np.int64)
+    code[dec] = codes
+    kind_all = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    bye = np.flatnonzero((code >= 0) & (kind_all == _DISCONNECTED))
+    if bye.size:
+        gone = table.take(pa.array(bye))
+        text = pc.binary_join_element_wise(_addr_port(gone["src_addr"], gone["src_port"]), " sent Disconnected to ",
+                                           _addr_port(gone["dst_addr"], gone["dst_port"]), "")
+        emit(names[code[bye]], "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
 
     if wanted.size:
-        data = pc.and_(decoded, pc.equal(kind_all, 0))
         ids = _u64_bits(table["message_id"])
-        hit = np.flatnonzero(np.isin(ids, wanted) & data.to_numpy(zero_copy_only=False))
+        hit = np.flatnonzero(np.isin(ids, wanted) & (code >= 0) & (kind_all == 0))
         if hit.size:
-            found = pd.DataFrame({"peer": peer.take(pa.array(hit)).to_numpy(zero_copy_only=False), "id": ids[hit],
-                                  "frame": table["frame_number"].take(pa.array(hit)).fill_null(0).to_numpy()})
+            found = pd.DataFrame({"peer": code[hit], "id": ids[hit], "frame": table["frame_number"].take(pa.array(hit)).fill_null(0).to_numpy()})
             first = found.groupby(["peer", "id"], as_index=False, sort=False)["frame"].min()
-            emit(first["peer"].to_numpy(), "first", first["id"].to_numpy(), first["frame"].to_numpy())
+            emit(names[first["peer"].to_numpy()], "first", first["id"].to_numpy(), first["frame"].to_numpy())
 
-    valid = pc.fill_null(pc.and_(decoded, pc.not_equal(sid, pa.scalar(0, pa.uint64()))), False)
-    alive = table.filter(valid)
-    if alive.num_rows:
-        codes = pc.dictionary_encode(peer.filter(valid)).combine_chunks()
-        names = np.asarray(codes.dictionary.to_pylist(), dtype=object)
-        idx = codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        ts = alive["ts_ns"].to_numpy().astype(np.int64)
-        fr = alive["frame_number"].fill_null(0).to_numpy().astype(np.int64)
-        kind = alive["kind"].fill_null(-1).to_numpy().astype(np.int64)
+    alive = np.flatnonzero((code >= 0) & (sid != 0))  # session 0: Connect frames belong to no peer
+    if alive.size:
+        idx = code[alive]
+        ts = table["ts_ns"].fill_null(0).to_numpy().astype(np.int64)[alive]
+        fr = table["frame_number"].fill_null(0).to_numpy().astype(np.int64)[alive]
+        kind = kind_all[alive]
         order = np.lexsort((fr, ts, idx))
         idx, ts, fr, kind = idx[order], ts[order], fr[order], kind[order]
         first = np.r_[True, idx[1:] != idx[:-1]]
@@ -633,9 +644,9 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
             peers, at, count = np.unique(idx[hit], return_index=True, return_counts=True)
             rows = hit[at]  # each peer's first Ack (sorted by time within a peer)
             emit(names[peers], "acks", ts[rows], fr[rows], ts[rows], fr[rows], count)
-            hashes = alive["ack_hash"]
-            has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[order]
-            caps, trips = _round_trips(names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[order][has])
+            hashes = table["ack_hash"]
+            has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[alive][order]
+            caps, trips = _round_trips(names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[alive][order][has])
             emit(caps, "round_trip", trips, np.zeros(trips.size, np.int64), n=np.ones(trips.size, np.int64))
     return pa.Table.from_pydict(out, schema=_pass_schema())
 
