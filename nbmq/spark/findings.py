@@ -23,13 +23,15 @@ duplicate                   note      message with repeated chunks in a session 
 The rules are pure functions over numpy / pandas (:func:`liveness_gaps`, :func:`silences`,
 :func:`estimate_interval`, :func:`liveness_findings`, :func:`message_findings`,
 :func:`damage_spans`), so a live monitor can apply the same ones; :func:`write_findings` is
-the Spark step that feeds them from ``frames/`` and ``messages/`` at any size. The messages
-with something to say (incomplete or repeated) are collected first; then one pass over the
-frames (``mapInArrow``, vectorised per partition, no per-row Python) yields each peer's busy
-spans, its Disconnected and Ack counts, heartbeat-interval and round-trip samples, each
-capture's end and the first frame number of each collected message (matched by a hash of its
-key); error and Disconnected rows are filtered by Spark (Parquet statistics skip clean row
-groups). Frames next to capture damage are looked up by a join only when there is damage.
+the pipeline's step that feeds them from ``frames/`` and ``messages/`` at any size. The messages
+with something to say (incomplete or repeated) are read first; then one pass over the frames
+(:func:`_peer_pass`, vectorised per piece, no per-row Python) yields each peer's busy spans and
+Ack counts, heartbeat-interval and round-trip samples, the Disconnected and malformed frames,
+each capture's end and the first frame number of each collected message (matched by message id,
+then by its whole key). On a local output the driver runs that pass with pyarrow over the
+Parquet files the run just wrote, a file per thread; on a Hadoop-compatible output Spark runs it
+in ``mapInArrow``. Frames next to capture damage are looked up by a second pass only when there
+is damage.
 
 Times are int64 nanoseconds since the epoch inside the rules (the frames table's ``ts_ns``)
 and seconds in the details.
@@ -491,71 +493,138 @@ def findings_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
-# -- the Spark step ----------------------------------------------------------------------------
+# -- the step ----------------------------------------------------------------------------------
 
+#: Columns of ``frames/`` the frames pass reads.
+_PASS_COLUMNS = ["capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port", "ts_ns",
+                 "frame_number", "kind", "ack_hash", "error", "length", "message_id"]
 #: Schema of the frames pass's output rows: per peer (``capture``, session id and sender joined
-#: by ``\x1f``) its busy spans (``span``), Disconnected and Ack counts (``disconnected``,
-#: ``acks``), heartbeat samples (``heartbeat``: a = the frame before, b = the heartbeat); per
-#: capture its last timestamp (``end``: b_ns; peer = the capture), its capture-error texts
-#: (``damage``: peer = the capture and the text) and round-trip samples (``round_trip``: a_ns,
-#: ns from a data frame to its Ack; peer = the capture); per wanted message its first frame
-#: (``first``: a_ns = the key hash, a_frame).
-_PASS_SCHEMA = "peer string, what string, a_ns long, a_frame long, b_ns long, b_frame long, n long"
-_FINDINGS_DDL = "capture string, time_ns long, frame long, session_id decimal(20,0), message_id decimal(20,0), severity string, kind string, detail string"
+#: by ``\x1f``) its busy spans (``span``), Ack counts (``acks``), heartbeat samples
+#: (``heartbeat``: a = the frame before, b = the heartbeat; ``spacing``: a = the heartbeat
+#: before); per Disconnected frame its time and number (``disconnected``, text: the detail);
+#: per malformed datagram the same (``malformed``: peer = the capture); per capture its last
+#: timestamp (``end``: b_ns; peer = the capture), its capture-error texts (``damage``: peer = the
+#: capture and the text) and round-trip samples (``round_trip``: a_ns, ns from a data frame to
+#: its Ack; peer = the capture); per wanted message its first frame (``first``: a_ns = the
+#: message id's bits as int64, a_frame).
+_PASS_SCHEMA = "peer string, what string, a_ns long, a_frame long, b_ns long, b_frame long, n long, text string"
 _KEY = ["capture", "session_id", "src", "message_id"]
+#: Columns of ``messages/`` the message rules read (``first_ns`` / ``last_ns`` from the
+#: timestamps).
+_MESSAGE_COLUMNS = [*_KEY, "part_count", "message_size", "part_sizes", "complete", "missing_bytes", "duplicates"]
 
 
-def _peer_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
-    """The frames pass over one partition (``mapInArrow``): vectorised, rows of :data:`_PASS_SCHEMA`.
+def _pass_schema() -> Any:
+    import pyarrow as pa
 
-    ``wanted``: int64 hashes of the messages whose first frame number is needed (the
-    ``message`` column's values); each found gives a ``first`` row (a_ns: the hash, a_frame:
-    its first frame in this partition).
+    return pa.schema([("peer", pa.string()), ("what", pa.string()), ("a_ns", pa.int64()), ("a_frame", pa.int64()),
+                      ("b_ns", pa.int64()), ("b_frame", pa.int64()), ("n", pa.int64()), ("text", pa.string())])
+
+
+def _addr_port(addr: Any, port: Any) -> Any:
+    """pyarrow string array ``addr:port`` (``[addr]:port`` for IPv6), null where either is."""
+    import pyarrow.compute as pc
+
+    port = pc.cast(port, "string")
+    v6 = pc.fill_null(pc.match_substring(addr, ":"), False)
+    plain = pc.binary_join_element_wise(addr, port, ":")
+    if not pc.any(v6).as_py():
+        return plain
+    return pc.if_else(v6, pc.binary_join_element_wise(pc.binary_join_element_wise("[", addr, ""), port, "]:"), plain)
+
+
+def _u64_bits(ids: Any) -> np.ndarray:
+    """A DECIMAL(20,0) id column as int64 (the u64's bits; null as 0)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.cast(ids, pa.uint64()).fill_null(0).to_numpy(zero_copy_only=False).view(np.int64)
+
+
+def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
+    """The frames pass over one piece of ``frames/`` (a Parquet file on the driver, a partition in
+    ``mapInArrow``): vectorised, no per-row Python.
+
+    Args:
+        wanted: int64 (the u64's bits) message ids whose first frame number is needed (each
+            found gives a ``first`` row per key).
+        table: a pyarrow Table with the :data:`_PASS_COLUMNS` of ``frames/``.
+
+    Returns:
+        A pyarrow Table of :data:`_PASS_SCHEMA` rows (few: spans, samples, special frames).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = pa.Table.from_batches(list(batches))
+    out: dict[str, list[Any]] = {k: [] for k in ("peer", "what", "a_ns", "a_frame", "b_ns", "b_frame", "n", "text")}
     if table.num_rows == 0:
-        return
-    out: dict[str, list[Any]] = {k: [] for k in ("peer", "what", "a_ns", "a_frame", "b_ns", "b_frame", "n")}
+        return pa.Table.from_pydict(out, schema=_pass_schema())
 
-    def emit(peer: Any, what: str, a_ns: Any, a_frame: Any, b_ns: Any, b_frame: Any, n: Any) -> None:
+    def emit(peer: Any, what: str, a_ns: Any, a_frame: Any, b_ns: Any = None, b_frame: Any = None, n: Any = None, text: Any = None) -> None:
         size = len(peer)
-        for name, value in (("peer", peer), ("a_ns", a_ns), ("a_frame", a_frame), ("b_ns", b_ns), ("b_frame", b_frame), ("n", n)):
-            out[name].extend(value.tolist() if isinstance(value, np.ndarray) else list(value))
+        for name, value in (("peer", peer), ("a_ns", a_ns), ("a_frame", a_frame), ("b_ns", b_ns), ("b_frame", b_frame), ("n", n), ("text", text)):
+            if value is None:  # no nulls in the int columns: a float64 column in pandas would round ns
+                out[name].extend([None if name == "text" else 0] * size)
+            else:
+                out[name].extend(value.tolist() if isinstance(value, np.ndarray) else value.to_pylist() if hasattr(value, "to_pylist") else list(value))
         out["what"].extend([what] * size)
 
-    damage = table.filter(pc.is_valid(table["damage"]))
-    if damage.num_rows:  # the frames table's capture-error rows, text kept (peer: capture + text)
-        texts = pc.binary_join_element_wise(damage["capture"], damage["damage"], _SEP).to_pylist()
-        zeros = np.zeros(len(texts), np.int64)
-        emit(texts, "damage", zeros, zeros, zeros, zeros, zeros)
+    error = table["error"]
+    damaged = pc.fill_null(pc.starts_with(error, "capture: "), False)
+    if pc.any(damaged).as_py():  # the frames table's capture-error rows, text kept (peer: capture + text)
+        damage = table.filter(damaged)
+        emit(pc.binary_join_element_wise(damage["capture"], damage["error"], _SEP), "damage", np.zeros(damage.num_rows, np.int64), None)
     ends = table.filter(pc.is_valid(table["ts_ns"])).group_by("capture").aggregate([("ts_ns", "max")])
-    caps = ends["capture"].to_pylist()
-    zeros = np.zeros(len(caps), np.int64)
-    emit(caps, "end", zeros, zeros, ends["ts_ns_max"].to_numpy(), zeros, zeros)
+    emit(ends["capture"], "end", None, None, ends["ts_ns_max"])
+
+    decoded = pc.is_null(error)
+    malformed = pc.and_(pc.is_valid(error), pc.invert(damaged))
+    if pc.any(malformed).as_py():
+        bad = table.filter(malformed)
+        text = pc.binary_join_element_wise(
+            "datagram ", _addr_port(bad["src_addr"], bad["src_port"]), " -> ", _addr_port(bad["dst_addr"], bad["dst_port"]),
+            " (", pc.cast(bad["length"], "string"), " bytes) does not decode: ", bad["error"], "")
+        emit(bad["capture"], "malformed", *_with_nulls(bad["ts_ns"], bad["frame_number"]), text=text)
+
+    # peers: a code per decoded row, its key text built once per peer
+    sid = _u64_bits(table["session_id"])
+    dec = np.flatnonzero(pc.fill_null(pc.and_(decoded, pc.is_valid(table["session_id"])), False).to_numpy(zero_copy_only=False))
+    if dec.size == 0:
+        return pa.Table.from_pydict(out, schema=_pass_schema())
+    captures = pc.dictionary_encode(table["capture"]).combine_chunks()
+    addrs = pc.dictionary_encode(table["src_addr"]).combine_chunks()
+    where = (captures.indices.to_numpy(zero_copy_only=False).astype(np.int64) * max(1, len(addrs.dictionary))
+             + addrs.indices.fill_null(0).to_numpy(zero_copy_only=False)) * 65536 + table["src_port"].fill_null(0).to_numpy()
+    codes = pd.DataFrame({"where": where[dec], "sid": sid[dec]}).groupby(["where", "sid"], sort=False).ngroup().to_numpy(np.int64)
+    _, heads = np.unique(codes, return_index=True)
+    one = table.take(pa.array(dec[heads])).select(["capture", "session_id", "src_addr", "src_port"])
+    names = np.asarray(pc.binary_join_element_wise(
+        one["capture"], pc.cast(pc.cast(one["session_id"], pa.uint64()), "string"), _addr_port(one["src_addr"], one["src_port"]), _SEP
+    ).to_pylist(), dtype=object)
+    code = np.full(table.num_rows, -1, np.int64)
+    code[dec] = codes
+    kind_all = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    bye = np.flatnonzero((code >= 0) & (kind_all == _DISCONNECTED))
+    if bye.size:
+        gone = table.take(pa.array(bye))
+        text = pc.binary_join_element_wise(_addr_port(gone["src_addr"], gone["src_port"]), " sent Disconnected to ",
+                                           _addr_port(gone["dst_addr"], gone["dst_port"]), "")
+        emit(names[code[bye]], "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
 
     if wanted.size:
-        data = table.filter(pc.is_valid(table["message"]))
-        keys = data["message"].to_numpy()
-        hit = np.flatnonzero(np.isin(keys, wanted))
+        ids = _u64_bits(table["message_id"])
+        hit = np.flatnonzero(np.isin(ids, wanted) & (code >= 0) & (kind_all == 0))
         if hit.size:
-            keys, frames = keys[hit], data["frame_number"].fill_null(0).to_numpy()[hit]
-            order = np.lexsort((frames, keys))
-            keys, frames = keys[order], frames[order]
-            head = np.r_[True, keys[1:] != keys[:-1]]
-            zeros = np.zeros(int(head.sum()), np.int64)
-            emit([""] * zeros.size, "first", keys[head], frames[head], zeros, zeros, zeros)
+            found = pd.DataFrame({"peer": code[hit], "id": ids[hit], "frame": table["frame_number"].take(pa.array(hit)).fill_null(0).to_numpy()})
+            first = found.groupby(["peer", "id"], as_index=False, sort=False)["frame"].min()
+            emit(names[first["peer"].to_numpy()], "first", first["id"].to_numpy(), first["frame"].to_numpy())
 
-    alive = table.filter(pc.is_valid(table["peer"]))
-    if alive.num_rows:
-        codes = pc.dictionary_encode(alive["peer"]).combine_chunks()
-        names = np.asarray(codes.dictionary.to_pylist(), dtype=object)
-        idx = codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        ts = alive["ts_ns"].to_numpy().astype(np.int64)
-        fr = alive["frame_number"].fill_null(0).to_numpy().astype(np.int64)
-        kind = alive["kind"].fill_null(-1).to_numpy().astype(np.int64)
+    alive = np.flatnonzero((code >= 0) & (sid != 0))  # session 0: Connect frames belong to no peer
+    if alive.size:
+        idx = code[alive]
+        ts = table["ts_ns"].fill_null(0).to_numpy().astype(np.int64)[alive]
+        fr = table["frame_number"].fill_null(0).to_numpy().astype(np.int64)[alive]
+        kind = kind_all[alive]
         order = np.lexsort((fr, ts, idx))
         idx, ts, fr, kind = idx[order], ts[order], fr[order], kind[order]
         first = np.r_[True, idx[1:] != idx[:-1]]
@@ -570,22 +639,277 @@ def _peer_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
         before = beats[:-1][idx[beats[1:]] == idx[beats[:-1]]]
         keep = _spread(np.arange(after.size))
         emit(names[idx[after[keep]]], "spacing", ts[before[keep]], fr[before[keep]], ts[after[keep]], fr[after[keep]], np.ones(keep.size, np.int64))
-        for what, code in (("disconnected", _DISCONNECTED), ("acks", _ACK)):
-            hit = np.flatnonzero(kind == code)
-            if hit.size:
-                peers, at, count = np.unique(idx[hit], return_index=True, return_counts=True)
-                rows = hit[at]  # each peer's first such frame (sorted by time within a peer)
-                emit(names[peers], what, ts[rows], fr[rows], ts[rows], fr[rows], count)
-        if (kind == _ACK).any():
-            hashes = alive["ack_hash"]
-            has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[order]
-            caps, trips = _round_trips(names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[order][has])
-            zeros = np.zeros(trips.size, np.int64)
-            emit(caps, "round_trip", trips, zeros, zeros, zeros, np.ones(trips.size, np.int64))
-    yield pa.RecordBatch.from_pydict(out, schema=pa.schema([
-        ("peer", pa.string()), ("what", pa.string()), ("a_ns", pa.int64()), ("a_frame", pa.int64()),
-        ("b_ns", pa.int64()), ("b_frame", pa.int64()), ("n", pa.int64()),
-    ]))
+        hit = np.flatnonzero(kind == _ACK)
+        if hit.size:
+            peers, at, count = np.unique(idx[hit], return_index=True, return_counts=True)
+            rows = hit[at]  # each peer's first Ack (sorted by time within a peer)
+            emit(names[peers], "acks", ts[rows], fr[rows], ts[rows], fr[rows], count)
+            hashes = table["ack_hash"]
+            has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[alive][order]
+            caps, trips = _round_trips(names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[alive][order][has])
+            emit(caps, "round_trip", trips, np.zeros(trips.size, np.int64), n=np.ones(trips.size, np.int64))
+    return pa.Table.from_pydict(out, schema=_pass_schema())
+
+
+def _with_nulls(ts_ns: Any, frame: Any) -> tuple[Any, Any, None, None, Any]:
+    """``(a_ns, a_frame, b_ns, b_frame, n)`` of a frame's row: time and number with nulls as 0,
+    ``n`` a bit mask of which were set (1: time, 2: number)."""
+    import pyarrow.compute as pc
+
+    n = pc.add(pc.cast(pc.is_valid(ts_ns), "int64"), pc.multiply(pc.cast(pc.is_valid(frame), "int64"), 2))
+    return ts_ns.fill_null(0), frame.fill_null(0), None, None, n
+
+
+def _row_time_frame(rows: pd.DataFrame) -> tuple[list[int | None], list[int | None]]:
+    """The ``time_ns`` and ``frame`` of :func:`_with_nulls` rows, nulls restored."""
+    n = rows["n"].to_numpy(np.int64)
+    return ([int(t) if m & 1 else None for t, m in zip(rows["a_ns"].to_numpy(np.int64), n)],
+            [int(f) if m & 2 else None for f, m in zip(rows["a_frame"].to_numpy(np.int64), n)])
+
+
+def _spark_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
+    """:func:`_peer_pass` over one Spark partition (``mapInArrow``)."""
+    import pyarrow as pa
+
+    batches = list(batches)
+    if batches:
+        yield from _peer_pass(wanted, pa.Table.from_batches(batches)).to_batches()
+
+
+def _marked_frames(marks: pd.DataFrame, table: Any) -> pd.DataFrame:
+    """The data frames of ``table`` (:data:`_PASS_COLUMNS` of ``frames/``) whose ``(capture,
+    frame_number)`` is in ``marks``: :data:`_KEY` columns (ids as Decimal) and
+    ``suspect_frame``."""
+    import pyarrow.compute as pc
+
+    data = pc.fill_null(pc.and_(pc.is_null(table["error"]), pc.equal(table["kind"], 0)), False)
+    rows = table.filter(data).select(["capture", "session_id", "src_addr", "src_port", "message_id", "frame_number"])
+    rows = rows.append_column("src", _addr_port(rows["src_addr"], rows["src_port"])).to_pandas()
+    rows = rows.merge(marks, on=["capture", "frame_number"])
+    return rows.rename(columns={"frame_number": "suspect_frame"})[[*_KEY, "suspect_frame"]]
+
+
+_MARKED_SCHEMA = "capture string, session_id decimal(20,0), src string, message_id decimal(20,0), suspect_frame long"
+
+
+def _spark_marked(marks: pd.DataFrame, batches: Iterator[Any]) -> Iterator[Any]:
+    """:func:`_marked_frames` over one Spark partition (``mapInArrow``)."""
+    import pyarrow as pa
+
+    batches = list(batches)
+    if batches:
+        rows = _marked_frames(marks, pa.Table.from_batches(batches))
+        yield pa.RecordBatch.from_pandas(rows, schema=pa.schema([
+            ("capture", pa.string()), ("session_id", pa.decimal128(20, 0)), ("src", pa.string()),
+            ("message_id", pa.decimal128(20, 0)), ("suspect_frame", pa.int64())]), preserve_index=False)
+
+
+def _scan_frames(path: str, per_file: Any, columns: Sequence[str], where: Any = None) -> list[Any]:
+    """``per_file(table)`` of each Parquet file of the local table at ``path`` (only
+    ``columns``, rows matching the pyarrow expression ``where``), files read on a thread
+    pool: pyarrow reads and computes without the GIL, and memory holds a file per thread."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.dataset as ds
+
+    from .inputs import local_path
+
+    fragments = list(ds.dataset(local_path(path), format="parquet").get_fragments())
+    with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
+        return list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
+
+
+def _messages_arrow(path: str, where: Any) -> pd.DataFrame:
+    """The local ``messages/`` rows matching the pyarrow expression ``where``:
+    :data:`_MESSAGE_COLUMNS` plus ``first_ns`` / ``last_ns`` (int64 ns, microsecond precision)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from .inputs import local_path
+
+    table = ds.dataset(local_path(path), format="parquet").to_table(columns=[*_MESSAGE_COLUMNS, "first_ts", "last_ts"], filter=where)
+    for name in ("first", "last"):
+        ts = table[f"{name}_ts"]
+        micros = pc.cast(pc.cast(ts, pa.timestamp("us", tz=ts.type.tz), safe=False), pa.int64())
+        table = table.drop_columns([f"{name}_ts"]).append_column(f"{name}_ns", pc.multiply(micros, 1000))
+    return table.to_pandas()
+
+
+def _messages_spark(spark: SparkSession, path: str, where: Any) -> pd.DataFrame:
+    """:func:`_messages_arrow` read by Spark (any file system); ``where`` a Spark column."""
+    from pyspark.sql import functions as F
+
+    return spark.read.parquet(path).where(where).select(
+        *_MESSAGE_COLUMNS, (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns")
+    ).toPandas()
+
+
+def write_findings(
+    spark: SparkSession, frames: DataFrame, tables: dict[str, str], files: Sequence[str], *, on_driver: bool | None = None
+) -> tuple[DataFrame, dict[str, Any]]:
+    """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
+
+    On a local output the driver reads the Parquet files the run just wrote with pyarrow (a file
+    per thread, only the columns the rules need); on a Hadoop-compatible one (``hdfs://``,
+    ``s3a://``, ...) Spark runs the same frames pass (:func:`_peer_pass`) in ``mapInArrow``.
+    Either way the rules then run on the driver over the pass's few rows, and ``findings/`` is
+    written by pyarrow as one sorted file.
+
+    Args:
+        spark: the session.
+        frames: the frames table (``frames/`` as read back; any size).
+        tables: the run's table paths; ``tables["messages"]`` is read, then rewritten with the
+            ``suspect`` column (:data:`nbmq.spark.schema.SUSPECT_FIELD`); ``tables["findings"]``
+            is set to ``findings/`` beside it.
+        files: the capture files read (classic pcap files with capture damage are walked
+            again here, on the driver, to find the records next to it).
+        on_driver: read the tables with pyarrow on the driver (True) or with Spark (False);
+            None (the default) chooses the driver when both tables are local.
+
+    Returns:
+        ``(messages, counts)``: the messages table read back (with ``suspect``), and
+        ``{"rows": n, "severity": {severity: n}, "kind": {kind: n}}`` (every severity and kind,
+        zeros included), for ``summary.json``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .inputs import capture_names, is_local, local_path, splittable
+
+    base = tables["messages"].rsplit("/", 1)[0]
+    tables["findings"] = f"{base}/findings"
+    if on_driver is None:
+        on_driver = is_local(tables["frames"]) and is_local(tables["messages"])
+    # the messages with something to report (incomplete or repeated): the frames pass looks up
+    # their first frame numbers by message id, then by the whole key
+    if on_driver:
+        noted = _messages_arrow(tables["messages"], ~pc.field("complete") | (pc.field("duplicates") > 0))
+    else:
+        from pyspark.sql import functions as F
+
+        noted = _messages_spark(spark, tables["messages"], ~F.col("complete") | (F.col("duplicates") > 0))
+    wanted = np.unique(np.array([int(m) for m in noted["message_id"]], np.uint64).view(np.int64))
+    if on_driver:
+        pieces = _scan_frames(tables["frames"], partial(_peer_pass, wanted), _PASS_COLUMNS)
+        passed = pa.concat_tables(pieces).to_pandas() if pieces else _pass_schema().empty_table().to_pandas()
+    else:
+        passed = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_pass, wanted), _PASS_SCHEMA).toPandas()
+
+    capture_end = {r.peer: int(r.b_ns) for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()}
+    damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
+    trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
+    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "malformed"])])
+    firsts = per_peer[per_peer["what"] == "first"]
+    firsts = firsts.assign(message_id=[Decimal(int(b)) for b in firsts["a_ns"].to_numpy(np.int64).view(np.uint64)])
+    firsts = firsts.groupby(_KEY, as_index=False)["a_frame"].min().rename(columns={"a_frame": "first_frame"})
+    noted = noted.merge(firsts, on=_KEY, how="left") if len(noted) else noted.assign(first_frame=pd.Series(dtype="float64"))
+    samples = per_peer[per_peer["what"].isin(["heartbeat", "spacing"])]
+    samples = samples.assign(seconds=(samples["b_ns"] - samples["a_ns"]) / _NS)
+    intervals = {c: estimate_interval(s.seconds[s.what == "heartbeat"].to_numpy(), s.seconds[s.what == "spacing"].to_numpy())
+                 for c, s in samples.groupby("capture")}
+    intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
+    spans = per_peer[per_peer["what"] == "span"].rename(columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"})
+    byes = per_peer[per_peer["what"] == "disconnected"]
+    disc = byes[byes["n"].to_numpy(np.int64) & 1 == 1].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
+    found = [liveness_findings(spans, disc.rename(columns={"a_ns": "first_ns"}), capture_end, intervals)]
+    acked = {(c, int(sid)) for c, sid in zip(*(per_peer[per_peer["what"] == "acks"][k] for k in ("capture", "session_id")))}
+    malformed = passed[passed["what"] == "malformed"]
+    found.append(findings_frame(
+        [{"capture": c, "time_ns": t, "frame": f, "session_id": None, "message_id": None, "kind": "malformed_frame", "detail": d}
+         for c, t, f, d in zip(malformed["peer"], *_row_time_frame(malformed), malformed["text"])]
+        + [{"capture": c, "time_ns": t, "frame": f, "session_id": s, "message_id": None, "kind": "peer_disconnected", "detail": d}
+           for c, s, t, f, d in zip(byes["capture"], byes["session_id"], *_row_time_frame(byes), byes["text"])]
+    ))
+
+    # capture damage: the frames table's capture-error rows, and a walk of each such pcap file
+    paths = {name: path for path, name in capture_names(list(files)).items()}
+    suspect_frames: list[tuple[str, int]] = []
+    for capture, texts in (damaged.groupby(0, sort=True)[1] if len(damaged) else ()):
+        path = paths.get(capture)
+        spans_of = damage_spans(local_path(path)) if path is not None and splittable(path) else None
+        if spans_of is not None:
+            suspect_frames += [(capture, int(f)) for f in spans_of["frame"].dropna()]
+        found.append(damage_findings(capture, texts.tolist(), spans_of))
+
+    # suspect messages: the data frames of the records next to damage (a second pass only when
+    # there are some)
+    suspect_keys = pd.DataFrame(columns=[*_KEY, "suspect_frame"])
+    if suspect_frames:
+        marks = pd.DataFrame(suspect_frames, columns=["capture", "frame_number"])
+        if on_driver:
+            where = pc.field("frame_number").isin(marks["frame_number"].unique().tolist())
+            pieces = _scan_frames(tables["frames"], partial(_marked_frames, marks), _PASS_COLUMNS, where)
+            suspect_keys = pd.concat([suspect_keys, *pieces], ignore_index=True)
+        else:
+            marked = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_marked, marks), _MARKED_SCHEMA).toPandas()
+            suspect_keys = pd.concat([suspect_keys, marked], ignore_index=True)
+        suspect_keys = suspect_keys.groupby(_KEY, as_index=False)["suspect_frame"].min()
+        ids = sorted({int(m) for m in suspect_keys["message_id"]})
+        if on_driver:
+            more = _messages_arrow(tables["messages"], pc.field("message_id").isin(pa.array([Decimal(m) for m in ids], pa.decimal128(20, 0))))
+        else:
+            from pyspark.sql import functions as F
+
+            more = _messages_spark(spark, tables["messages"], F.col("message_id").isin([Decimal(m) for m in ids]))
+        more = more[more["complete"] & (more["duplicates"] == 0)].merge(suspect_keys[_KEY], on=_KEY)
+        noted = pd.concat([noted, more], ignore_index=True)
+    if len(noted):
+        noted = noted.merge(suspect_keys, on=_KEY, how="left")
+        noted["first_frame"] = noted["first_frame"].astype("Int64").fillna(noted["suspect_frame"].astype("Int64"))
+        noted["capture_end_ns"] = noted["capture"].map(capture_end)
+        noted["window_s"] = [in_flight_window(intervals[c][0], trips.get(c)) for c in noted["capture"]]
+        noted["acked"] = [(c, int(sid)) in acked for c, sid in zip(noted["capture"], noted["session_id"])]
+        found.append(message_findings(noted))
+
+    table = pd.concat([f for f in found if len(f)], ignore_index=True) if any(len(f) for f in found) else findings_frame([])
+    table = table.sort_values(["capture", "time_ns", "frame", "kind"], kind="stable", na_position="first")
+    _write_table(tables["findings"], _findings_arrow(table))
+    _add_suspect(tables["messages"], suspect_keys)
+
+    summary: dict[str, Any] = {"rows": len(table), "severity": dict.fromkeys(SEVERITIES, 0), "kind": dict.fromkeys(KINDS, 0)}
+    for column in ("severity", "kind"):
+        for value, n in table[column].value_counts().items():
+            summary[column][value] += int(n)
+    return spark.read.parquet(tables["messages"]), summary
+
+
+def _findings_arrow(rows: pd.DataFrame) -> Any:
+    """:func:`findings_frame` rows as a pyarrow Table of :data:`FINDINGS_COLUMNS` (time
+    ``TIMESTAMP(MICROS)`` UTC, floored from ``time_ns``; ids DECIMAL(20,0))."""
+    import pyarrow as pa
+
+    def ids(values: pd.Series) -> Any:
+        return pa.array([None if v is None or v != v else Decimal(int(v)) for v in values], pa.decimal128(20, 0))
+
+    time_ns = rows["time_ns"]
+    micros = pa.array((time_ns // 1000).to_numpy("int64", na_value=0), pa.int64(), mask=time_ns.isna().to_numpy())
+    return pa.table({
+        "capture": pa.array(rows["capture"].tolist(), pa.string()),
+        "time": micros.cast(pa.timestamp("us", tz="UTC")),
+        "frame": pa.array(rows["frame"].to_numpy("int64", na_value=0), pa.int64(), mask=rows["frame"].isna().to_numpy()),
+        "session_id": ids(rows["session_id"]),
+        "message_id": ids(rows["message_id"]),
+        **{c: pa.array(rows[c].tolist(), pa.string()) for c in ("severity", "kind", "detail")},
+    })
+
+
+def _write_table(path: str, table: Any) -> None:
+    """Write ``table`` as the one Parquet file of the directory ``path`` (local or a URI
+    pyarrow.fs opens), replacing what was there."""
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    from .inputs import _filesystem, is_local, local_path
+
+    fs, root = (pyarrow.fs.LocalFileSystem(), local_path(path)) if is_local(path) else _filesystem(path)
+    root = root.rstrip("/")
+    if fs.get_file_info(root).type != pyarrow.fs.FileType.NotFound:
+        fs.delete_dir(root)
+    fs.create_dir(root)
+    with fs.open_output_stream(f"{root}/part-00000.parquet") as f:
+        pq.write_table(table, f)
 
 
 #: Most samples of each kind (heartbeat, spacing, round trip) the frames pass keeps per
@@ -629,150 +953,6 @@ def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
         return rows.assign(capture=pd.Series(dtype=object), session_id=pd.Series(dtype=object), src=pd.Series(dtype=object))
     parts = rows["peer"].str.split(_SEP, n=2, expand=True)
     return rows.assign(capture=parts[0], session_id=parts[1].map(Decimal), src=parts[2])
-
-
-def write_findings(
-    spark: SparkSession, frames: DataFrame, tables: dict[str, str], files: Sequence[str]
-) -> tuple[DataFrame, dict[str, Any]]:
-    """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
-
-    Args:
-        spark: the session.
-        frames: the frames table (``frames/`` as read back; any size).
-        tables: the run's table paths; ``tables["messages"]`` is read, then rewritten with the
-            ``suspect`` column (:data:`nbmq.spark.schema.SUSPECT_FIELD`); ``tables["findings"]``
-            is set to ``findings/`` beside it.
-        files: the capture files read (classic pcap files with capture damage are walked
-            again here, on the driver, to find the records next to it).
-
-    Returns:
-        ``(messages, counts)``: the messages table read back (with ``suspect``), and
-        ``{"rows": n, "severity": {severity: n}, "kind": {kind: n}}`` (every severity and kind,
-        zeros included), for ``summary.json``.
-    """
-    from pyspark.sql import functions as F
-
-    from .inputs import capture_names, local_path, splittable
-    from .messages import addr_port
-    from .schema import SUSPECT_FIELD
-
-    base = tables["messages"].rsplit("/", 1)[0]
-    tables["findings"] = f"{base}/findings"
-    # the messages with something to report (incomplete or repeated), on the driver: the frames
-    # pass looks up their first frame numbers by a hash of their key
-    messages = spark.read.parquet(tables["messages"]).drop(SUSPECT_FIELD.name)
-    columns = [*_KEY, "part_count", "message_size", "part_sizes", "complete", "missing_bytes", "duplicates",
-               (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns")]
-    noted = messages.where(~F.col("complete") | (F.col("duplicates") > 0)).select(
-        *columns, F.xxhash64("capture", "session_id", "src", "message_id").alias("key_hash")
-    ).toPandas()
-
-    valid = F.col("error").isNull() & F.col("session_id").isNotNull() & (F.col("session_id") != 0)
-    data = F.col("error").isNull() & (F.col("kind") == 0)
-    peer = F.when(valid, F.concat_ws(_SEP, "capture", F.col("session_id").cast("string"), addr_port("src_addr", "src_port")))
-    message = F.when(data, F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id"))
-    passed = (
-        frames.select("capture", peer.alias("peer"), "ts_ns", "frame_number", "kind", "ack_hash",
-                      F.when(F.col("error").startswith("capture: "), F.col("error")).alias("damage"), message.alias("message"))
-        .mapInArrow(partial(_peer_pass, noted["key_hash"].to_numpy(np.int64)), _PASS_SCHEMA)
-        .toPandas()
-    )
-    capture_end = {r.peer: int(r.b_ns) for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()}
-    damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
-    trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
-    firsts = passed[passed["what"] == "first"].groupby("a_ns")["a_frame"].min()  # key hash -> first frame
-    noted["first_frame"] = noted.pop("key_hash").map(firsts)
-    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "first"])])
-    samples = per_peer[per_peer["what"].isin(["heartbeat", "spacing"])]
-    samples = samples.assign(seconds=(samples["b_ns"] - samples["a_ns"]) / _NS)
-    intervals = {c: estimate_interval(s.seconds[s.what == "heartbeat"].to_numpy(), s.seconds[s.what == "spacing"].to_numpy())
-                 for c, s in samples.groupby("capture")}
-    intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
-    spans = per_peer[per_peer["what"] == "span"].rename(columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"})
-    disc = per_peer[per_peer["what"] == "disconnected"].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
-    found = [liveness_findings(spans, disc.rename(columns={"a_ns": "first_ns"}), capture_end, intervals)]
-    acked = {(c, int(sid)) for c, sid in zip(*(per_peer[per_peer["what"] == "acks"][k] for k in ("capture", "session_id")))}
-
-    # capture damage: the frames table's capture-error rows, and a walk of each such pcap file
-    paths = {name: path for path, name in capture_names(list(files)).items()}
-    suspect_frames: list[tuple[str, int]] = []
-    for capture, texts in (damaged.groupby(0, sort=True)[1] if len(damaged) else ()):
-        path = paths.get(capture)
-        spans_of = damage_spans(local_path(path)) if path is not None and splittable(path) else None
-        if spans_of is not None:
-            suspect_frames += [(capture, int(f)) for f in spans_of["frame"].dropna()]
-        found.append(damage_findings(capture, texts.tolist(), spans_of))
-
-    # suspect messages: the frames of the records next to damage (a join only when there are some)
-    suspect_keys = pd.DataFrame(columns=[*_KEY, "suspect_frame"])
-    if suspect_frames:
-        marks = spark.createDataFrame(suspect_frames, "capture string, frame_number long")
-        suspect_keys = (
-            frames.where(data).join(F.broadcast(marks), ["capture", "frame_number"])
-            .select("capture", "session_id", addr_port("src_addr", "src_port").alias("src"), "message_id", "frame_number")
-            .groupBy(*_KEY).agg(F.min("frame_number").alias("suspect_frame")).toPandas()
-        )
-        keys = spark.createDataFrame(suspect_keys[_KEY], "capture string, session_id decimal(20,0), src string, message_id decimal(20,0)")
-        more = messages.join(F.broadcast(keys), _KEY, "left_semi").where(F.col("complete") & (F.col("duplicates") == 0))
-        noted = pd.concat([noted, more.select(*columns).toPandas()], ignore_index=True)
-    if len(noted):
-        noted = noted.merge(suspect_keys, on=_KEY, how="left")
-        noted["first_frame"] = noted["first_frame"].fillna(noted["suspect_frame"])
-        noted["capture_end_ns"] = noted["capture"].map(capture_end)
-        noted["window_s"] = [in_flight_window(intervals[c][0], trips.get(c)) for c in noted["capture"]]
-        noted["acked"] = [(c, int(sid)) in acked for c, sid in zip(noted["capture"], noted["session_id"])]
-        found.append(message_findings(noted))
-
-    # malformed datagrams and Disconnected frames: Spark filters, one row each
-    src, dst = addr_port("src_addr", "src_port"), addr_port("dst_addr", "dst_port")
-    malformed = F.col("error").isNotNull()
-    parts: list[DataFrame] = [
-        frames.where((malformed & ~F.col("error").startswith("capture: ")) | ((F.col("kind") == _DISCONNECTED) & F.col("error").isNull()))
-        .select(
-            "capture", F.col("ts_ns").alias("time_ns"), F.col("frame_number").alias("frame"),
-            F.when(~malformed, F.col("session_id")).alias("session_id"), F.lit(None).cast("decimal(20,0)").alias("message_id"),
-            F.when(malformed, KINDS["malformed_frame"]).otherwise(KINDS["peer_disconnected"]).alias("severity"),
-            F.when(malformed, "malformed_frame").otherwise("peer_disconnected").alias("kind"),
-            F.when(malformed, F.concat(F.lit("datagram "), src, F.lit(" -> "), dst, F.lit(" ("), F.col("length"),
-                                      F.lit(" bytes) does not decode: "), F.col("error")))
-            .otherwise(F.concat(src, F.lit(" sent Disconnected to "), dst)).alias("detail"),
-        )
-    ]
-    driver_rows = pd.concat([f for f in found if len(f)], ignore_index=True) if any(len(f) for f in found) else findings_frame([])
-    parts.append(spark.createDataFrame(_spark_ready(driver_rows), _FINDINGS_DDL))
-    table = parts[0]
-    for p in parts[1:]:
-        table = table.unionByName(p)
-    table = table.select(
-        "capture", F.timestamp_micros(F.floor(F.col("time_ns") / 1000)).alias("time"),
-        *[c for c, _ in FINDINGS_COLUMNS[2:]],
-    ).repartition(1).sortWithinPartitions("capture", "time", "frame", "kind")  # small: one sorted file
-    saved = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    try:
-        table.write.mode("overwrite").parquet(tables["findings"])
-    finally:
-        if saved is None:
-            spark.conf.unset("spark.sql.parquet.outputTimestampType")
-        else:
-            spark.conf.set("spark.sql.parquet.outputTimestampType", saved)
-    _add_suspect(tables["messages"], suspect_keys)
-
-    counts = spark.read.parquet(tables["findings"]).groupBy("severity", "kind").count().collect()
-    summary: dict[str, Any] = {"rows": sum(int(r["count"]) for r in counts),
-                               "severity": dict.fromkeys(SEVERITIES, 0), "kind": dict.fromkeys(KINDS, 0)}
-    for r in counts:
-        summary["severity"][r["severity"]] += int(r["count"])
-        summary["kind"][r["kind"]] += int(r["count"])
-    return spark.read.parquet(tables["messages"]), summary
-
-
-def _spark_ready(rows: pd.DataFrame) -> pd.DataFrame:
-    """Driver-side findings rows with Python values Spark converts (Decimal ids, None for nulls)."""
-    out = rows.astype(object).where(rows.notna(), None)
-    for c in ("session_id", "message_id"):
-        out[c] = [None if v is None else Decimal(int(v)) for v in out[c]]
-    return out
 
 
 def _add_suspect(path: str, suspect: pd.DataFrame) -> None:

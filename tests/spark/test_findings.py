@@ -148,10 +148,10 @@ def _records(rows):
 
 
 @pytest.fixture(scope="session")
-def faults(spark, tmp_path_factory):
-    """The fault captures, one pipeline run over all of them: (summary, out dir, captures)."""
+def fault_captures(tmp_path_factory):
+    """The fault captures written to a folder: (folder, {name: (rows, sent)}, (in-chunk frame,
+    in-header frame) of the damaged capture's deleted bytes)."""
     from nbmq.capture import write_pcap
-    from nbmq.spark.pipeline import run
 
     src = tmp_path_factory.mktemp("faults")
     caps = {
@@ -179,9 +179,18 @@ def faults(spark, tmp_path_factory):
         raw = raw[:at] + raw[at + 1 :]
     (src / "damaged.pcap").write_bytes(raw)
     caps["damaged.pcap"] = (rows, sent)
+    return src, caps, (in_chunk + 1, in_header + 1)
+
+
+@pytest.fixture(scope="session")
+def faults(spark, fault_captures, tmp_path_factory):
+    """The fault captures, one pipeline run over all of them: (summary, out dir, captures, cut)."""
+    from nbmq.spark.pipeline import run
+
+    src, caps, cut = fault_captures
     out = tmp_path_factory.mktemp("faults_out") / "out"
     summary = run([str(src)], out, spark=spark, report=False, progress=False, print_summary=False)
-    return summary, out, caps, (in_chunk + 1, in_header + 1)
+    return summary, out, caps, cut
 
 
 def _findings(out, capture):
@@ -379,3 +388,32 @@ def test_messages_table_gains_suspect(faults, spark):
     written = spark.read.parquet(str(out / "messages")).schema
     want = messages_table_schema(parts=False)
     assert [(f.name, f.dataType) for f in written.fields] == [(f.name, f.dataType) for f in want.fields]
+
+
+def test_spark_pass_gives_the_same_tables(faults, fault_captures, spark, tmp_path):
+    """A Hadoop-compatible output runs the frames pass in Spark: same findings, counts and
+    suspect messages as the driver's pyarrow pass the pipeline ran on this local output."""
+    import shutil
+
+    from pandas.testing import assert_frame_equal
+
+    from nbmq.spark.findings import read_findings, write_findings
+    from nbmq.spark.inputs import expand_paths
+
+    summary, out, _caps, _cut = faults
+    tables = {}
+    for name in ("frames", "messages"):
+        shutil.copytree(out / name, tmp_path / name)
+        tables[name] = str(tmp_path / name)
+    frames = spark.read.parquet(tables["frames"])
+    files = expand_paths([str(fault_captures[0])])
+    messages, counts = write_findings(spark, frames, tables, files, on_driver=False)
+    assert tables["findings"] == str(tmp_path / "findings")
+    assert_frame_equal(read_findings(tables["findings"]), read_findings(str(out / "findings")))
+    assert counts == summary["findings"] and counts["rows"] > 0
+
+    def suspect(path):
+        return sorted((m.capture, int(m.message_id)) for m in spark.read.parquet(path).where("suspect").collect())
+
+    assert suspect(tables["messages"]) == suspect(str(out / "messages")) != []
+    assert messages.count() == spark.read.parquet(str(out / "messages")).count()

@@ -237,3 +237,49 @@ def test_round_trips_pair_data_frames_with_their_acks():
     hashes = np.array([11, 12, 11, 12, 11, 11])
     caps, trips = _round_trips(names, idx, ts, kind, hashes)
     assert caps == ["c", "c"] and sorted(trips.tolist()) == [20 * S // 1000, 70 * S // 1000]
+
+
+def _frames_piece(rows):
+    """A piece of ``frames/`` as the frames pass reads it, from (src_addr, src_port, session_id,
+    ts seconds, frame_number, kind, message_id, error) tuples; one capture, dst 10.0.0.1:8000."""
+    import pyarrow as pa
+
+    cols = list(zip(*rows))
+    ids = pa.decimal128(20, 0)
+    return pa.table({
+        "capture": pa.array(["c.pcap"] * len(rows)),
+        "session_id": pa.array([None if s is None else Decimal(s) for s in cols[2]], ids),
+        "src_addr": pa.array(cols[0]), "src_port": pa.array(cols[1], pa.int32()),
+        "dst_addr": pa.array(["10.0.0.1"] * len(rows)), "dst_port": pa.array([8000] * len(rows), pa.int32()),
+        "ts_ns": pa.array([T0 + int(t * S) for t in cols[3]], pa.int64()),
+        "frame_number": pa.array(cols[4], pa.int64()), "kind": pa.array(cols[5], pa.int32()),
+        "ack_hash": pa.array([None] * len(rows), pa.int64()),
+        "error": pa.array(cols[7], pa.string()), "length": pa.array([40] * len(rows), pa.int32()),
+        "message_id": pa.array([None if m is None else Decimal(m) for m in cols[6]], ids),
+    })
+
+
+def test_frames_pass_rows():
+    from nbmq.spark.findings import _peer_pass
+
+    big = 2**64 - 5  # a message id over 2**63: carried as the u64's bits
+    piece = _frames_piece([
+        ("fe80::2", 4000, 7, 0.0, 1, 0, big, None),
+        ("fe80::2", 4000, 7, 0.05, 2, 0, big, None),
+        ("10.0.0.2", 4001, None, 0.2, 3, None, None, "frame too short"),
+        ("fe80::2", 4000, 7, 5.0, 4, 3, None, None),
+        ("10.0.0.2", 4001, None, 5.5, None, None, None, "capture: offset 99: bad record"),
+    ])
+    out = _peer_pass(np.array([np.uint64(big).view(np.int64), 3], np.int64), piece).to_pandas()
+    by = {w: g.reset_index(drop=True) for w, g in out.groupby("what")}
+    assert set(by) == {"damage", "end", "malformed", "disconnected", "first", "span"}
+    key = "c.pcap\x1f7\x1f[fe80::2]:4000"
+    assert by["first"][["peer", "a_frame"]].values.tolist() == [[key, 1]]
+    assert int(np.int64(by["first"].a_ns[0]).view(np.uint64)) == big
+    assert by["disconnected"][["peer", "a_frame", "n", "text"]].values.tolist() == [
+        [key, 4, 3, "[fe80::2]:4000 sent Disconnected to 10.0.0.1:8000"]]
+    assert by["malformed"][["peer", "a_frame", "text"]].values.tolist() == [
+        ["c.pcap", 3, "datagram 10.0.0.2:4001 -> 10.0.0.1:8000 (40 bytes) does not decode: frame too short"]]
+    assert by["damage"].peer.tolist() == ["c.pcap\x1fcapture: offset 99: bad record"]
+    assert by["end"].b_ns.tolist() == [T0 + int(5.5 * S)]
+    assert by["span"][["a_frame", "b_frame", "n"]].values.tolist() == [[1, 2, 2], [4, 4, 1]]  # 4.9 s apart: two spans
