@@ -122,9 +122,7 @@ _SEP = "\x1f"  # between capture, session id and sender in the frames pass's pee
 # -- liveness ----------------------------------------------------------------------------------
 
 
-def liveness_gaps(
-    starts_ns: np.ndarray, ends_ns: np.ndarray, capture_end_ns: int, interval_s: float
-) -> pd.DataFrame:
+def liveness_gaps(starts_ns: np.ndarray, ends_ns: np.ndarray, capture_end_ns: int, interval_s: float) -> pd.DataFrame:
     """The gaps in one peer's signs of life longer than ``GAP_FACTOR`` heartbeat intervals.
 
     Args:
@@ -151,7 +149,9 @@ def liveness_gaps(
         raise ValueError(f"starts_ns and ends_ns differ in length: {starts.shape} and {ends.shape}")
     columns = ["start_ns", "end_ns", "seconds", "to_end", "span", "kind"]
     if starts.size == 0:
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(columns, ["int64", "int64", "float64", "bool", "int64", "object"])})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=t) for c, t in zip(columns, ["int64", "int64", "float64", "bool", "int64", "object"])}
+        )
     order = np.lexsort((ends, starts))
     s, e = starts[order], ends[order]
     reach = np.maximum.accumulate(e)  # the latest sign of life so far
@@ -159,14 +159,16 @@ def liveness_gaps(
     nxt = np.append(s[1:], max(int(capture_end_ns), int(reach[-1])))
     at = np.flatnonzero(nxt - reach > GAP_FACTOR * interval_s * _NS)
     seconds = (nxt[at] - reach[at]) / _NS
-    return pd.DataFrame({
-        "start_ns": reach[at],
-        "end_ns": nxt[at],
-        "seconds": seconds,
-        "to_end": at == e.size - 1,
-        "span": order[holder[at]],
-        "kind": np.where(seconds > SILENCE_FACTOR * interval_s, "peer_silent", "heartbeat_gap").astype(object),
-    })
+    return pd.DataFrame(
+        {
+            "start_ns": reach[at],
+            "end_ns": nxt[at],
+            "seconds": seconds,
+            "to_end": at == e.size - 1,
+            "span": order[holder[at]],
+            "kind": np.where(seconds > SILENCE_FACTOR * interval_s, "peer_silent", "heartbeat_gap").astype(object),
+        }
+    )
 
 
 def silences(times_ns: np.ndarray, capture_end_ns: int, interval_s: float) -> pd.DataFrame:
@@ -176,7 +178,9 @@ def silences(times_ns: np.ndarray, capture_end_ns: int, interval_s: float) -> pd
     return liveness_gaps(times, times, capture_end_ns, interval_s)
 
 
-def estimate_interval(after_traffic_s: Sequence[float] | np.ndarray, spacing_s: Sequence[float] | np.ndarray = ()) -> tuple[float, str]:
+def estimate_interval(
+    after_traffic_s: Sequence[float] | np.ndarray, spacing_s: Sequence[float] | np.ndarray = ()
+) -> tuple[float, str]:
     """The heartbeat interval of a capture, from two kinds of heartbeat samples.
 
     A peer heartbeats a peer it sent nothing to for ``peer_heartbeat_ivl``, so the time from
@@ -260,7 +264,10 @@ def liveness_findings(
         Findings rows (:func:`findings_frame` columns, ``time_ns`` for ``time``).
     """
     rows: list[dict[str, Any]] = []
-    closed = {(c, int(s)): int(t) for c, s, t in zip(disconnects["capture"], disconnects["session_id"], disconnects["first_ns"])}
+    closed = {
+        (c, int(s)): int(t)
+        for c, s, t in zip(disconnects["capture"], disconnects["session_id"], disconnects["first_ns"])
+    }
     for (capture, sid), session in spans.groupby(["capture", "session_id"], sort=True):
         interval, how = intervals.get(capture, (DEFAULT_HEARTBEAT_INTERVAL_S, "reference default"))
         end = int(capture_end_ns[capture])
@@ -287,13 +294,19 @@ def liveness_findings(
                         continue
                 kind = "peer_silent" if seconds > SILENCE_FACTOR * interval else "heartbeat_gap"
                 until = "the capture's end" if to_end else ("its Disconnected" if b == d_ns else "its next frame")
-                rows.append({
-                    "capture": capture, "time_ns": a, "frame": int(peer["end_frame"].iloc[int(g.span)]),
-                    "session_id": sid, "message_id": None, "kind": kind,
-                    "detail": f"{src} sent nothing for {seconds:.3f} s, until {until}"
-                              f"{'' if b == d_ns else ', and no Disconnected'} "
-                              f"(heartbeat interval {interval:.3g} s, {how})",
-                })
+                rows.append(
+                    {
+                        "capture": capture,
+                        "time_ns": a,
+                        "frame": int(peer["end_frame"].iloc[int(g.span)]),
+                        "session_id": sid,
+                        "message_id": None,
+                        "kind": kind,
+                        "detail": f"{src} sent nothing for {seconds:.3f} s, until {until}"
+                        f"{'' if b == d_ns else ', and no Disconnected'} "
+                        f"(heartbeat interval {interval:.3g} s, {how})",
+                    }
+                )
     return findings_frame(rows)
 
 
@@ -322,26 +335,47 @@ def message_findings(messages: pd.DataFrame) -> pd.DataFrame:
     """
     rows: list[dict[str, Any]] = []
     for m in messages.itertuples(index=False):
-        base = {"capture": m.capture, "time_ns": int(m.first_ns), "frame": _int_or_none(m.first_frame),
-                "session_id": m.session_id, "message_id": m.message_id}
+        base = {
+            "capture": m.capture,
+            "time_ns": int(m.first_ns),
+            "frame": _int_or_none(m.first_frame),
+            "session_id": m.session_id,
+            "message_id": m.message_id,
+        }
         what = f"message from {m.src}"
         if _int_or_none(m.suspect_frame) is not None:
-            rows.append({**base, "frame": int(m.suspect_frame), "kind": "message_suspect",
-                         "detail": f"{what}: frame {int(m.suspect_frame)} comes from a record next to capture "
-                                   f"damage; its bytes may not be what was sent"
-                                   f"{' (reassembled complete)' if m.complete else ''}"})
+            rows.append(
+                {
+                    **base,
+                    "frame": int(m.suspect_frame),
+                    "kind": "message_suspect",
+                    "detail": f"{what}: frame {int(m.suspect_frame)} comes from a record next to capture "
+                    f"damage; its bytes may not be what was sent"
+                    f"{' (reassembled complete)' if m.complete else ''}",
+                }
+            )
         if not m.complete:
             before_end = (int(m.capture_end_ns) - int(m.last_ns)) / _NS
             sizes = list(m.part_sizes) if m.part_sizes is not None else []
             missing = [i for i, n in enumerate(sizes) if n is None or n != n]
-            parts = f"parts {_ranges(missing)} of {m.part_count} never seen" if missing else f"all {m.part_count} parts seen"
+            parts = (
+                f"parts {_ranges(missing)} of {m.part_count} never seen"
+                if missing
+                else f"all {m.part_count} parts seen"
+            )
             gist = f"{what}: {int(m.missing_bytes)} of {int(m.message_size)} bytes missing, {parts}; last frame {before_end:.3f} s before the capture's end"
             if before_end <= float(m.window_s):
-                rows.append({**base, "kind": "message_in_flight_at_end",
-                             "detail": f"{gist} (within {float(m.window_s):.3g} s: still in flight)"})
+                rows.append(
+                    {
+                        **base,
+                        "kind": "message_in_flight_at_end",
+                        "detail": f"{gist} (within {float(m.window_s):.3g} s: still in flight)",
+                    }
+                )
             else:
-                rows.append({**base, "kind": "message_lost_frames",
-                             "detail": f"{gist} (over {float(m.window_s):.3g} s: lost)"})
+                rows.append(
+                    {**base, "kind": "message_lost_frames", "detail": f"{gist} (over {float(m.window_s):.3g} s: lost)"}
+                )
         if int(m.duplicates) > 0:
             kind = "resend" if m.acked else "duplicate"
             why = "resent (the session carries acks)" if m.acked else "repeated (the session carries no acks)"
@@ -399,7 +433,6 @@ def damage_spans(path: str) -> pd.DataFrame | None:
     from ..capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
     from ..capture.files.records import RecordScanner
     from ..capture.files.source import OpenedCapture
-
     from ..errors import NbmqError
 
     try:
@@ -452,11 +485,22 @@ def damage_findings(capture: str, error_texts: Sequence[str], spans: pd.DataFram
     texts = list(error_texts)
     if spans is not None:
         for s in spans.itertuples(index=False):
-            rows.append({"capture": capture, "time_ns": _int_or_none(s.time_ns), "frame": _int_or_none(s.frame),
-                         "session_id": None, "message_id": None, "kind": "capture_damage",
-                         "detail": f"record chain broken at byte offset {int(s.offset)}: {s.reason}"
-                                   + (f"; frame {int(s.frame)} (the record before) may hold bytes that were not sent"
-                                      if _int_or_none(s.frame) is not None else "")})
+            rows.append(
+                {
+                    "capture": capture,
+                    "time_ns": _int_or_none(s.time_ns),
+                    "frame": _int_or_none(s.frame),
+                    "session_id": None,
+                    "message_id": None,
+                    "kind": "capture_damage",
+                    "detail": f"record chain broken at byte offset {int(s.offset)}: {s.reason}"
+                    + (
+                        f"; frame {int(s.frame)} (the record before) may hold bytes that were not sent"
+                        if _int_or_none(s.frame) is not None
+                        else ""
+                    ),
+                }
+            )
         covered = len(spans) - sum(1 for t in texts if _OFFSET_REASON.match(t))
         texts = [t for t in texts if not _OFFSET_REASON.match(t)]
         if covered > 0:  # framing errors past the reasons the frames table kept
@@ -464,9 +508,17 @@ def damage_findings(capture: str, error_texts: Sequence[str], spans: pd.DataFram
             texts = [t for i, t in enumerate(texts) if i not in fillers]
     for text in texts:
         m = _FRAME_REASON.match(text)
-        rows.append({"capture": capture, "time_ns": None, "frame": int(m.group(1)) if m else None,
-                     "session_id": None, "message_id": None, "kind": "capture_damage",
-                     "detail": f"packet did not decode: {m.group(2)}" if m else text.removeprefix("capture: ")})
+        rows.append(
+            {
+                "capture": capture,
+                "time_ns": None,
+                "frame": int(m.group(1)) if m else None,
+                "session_id": None,
+                "message_id": None,
+                "kind": "capture_damage",
+                "detail": f"packet did not decode: {m.group(2)}" if m else text.removeprefix("capture: "),
+            }
+        )
     return findings_frame(rows)
 
 
@@ -496,8 +548,21 @@ def findings_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 # -- the step ----------------------------------------------------------------------------------
 
 #: Columns of ``frames/`` the frames pass reads.
-_PASS_COLUMNS = ["capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port", "ts_ns",
-                 "frame_number", "kind", "ack_hash", "error", "length", "message_id"]
+_PASS_COLUMNS = [
+    "capture",
+    "session_id",
+    "src_addr",
+    "src_port",
+    "dst_addr",
+    "dst_port",
+    "ts_ns",
+    "frame_number",
+    "kind",
+    "ack_hash",
+    "error",
+    "length",
+    "message_id",
+]
 #: Schema of the frames pass's output rows: per peer (``capture``, session id and sender joined
 #: by ``\x1f``) its busy spans (``span``), Ack counts (``acks``), heartbeat samples
 #: (``heartbeat``: a = the frame before, b = the heartbeat; ``spacing``: a = the heartbeat
@@ -517,8 +582,18 @@ _MESSAGE_COLUMNS = [*_KEY, "part_count", "message_size", "part_sizes", "complete
 def _pass_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([("peer", pa.string()), ("what", pa.string()), ("a_ns", pa.int64()), ("a_frame", pa.int64()),
-                      ("b_ns", pa.int64()), ("b_frame", pa.int64()), ("n", pa.int64()), ("text", pa.string())])
+    return pa.schema(
+        [
+            ("peer", pa.string()),
+            ("what", pa.string()),
+            ("a_ns", pa.int64()),
+            ("a_frame", pa.int64()),
+            ("b_ns", pa.int64()),
+            ("b_frame", pa.int64()),
+            ("n", pa.int64()),
+            ("text", pa.string()),
+        ]
+    )
 
 
 def _addr_port(addr: Any, port: Any) -> Any:
@@ -560,20 +635,48 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
     if table.num_rows == 0:
         return pa.Table.from_pydict(out, schema=_pass_schema())
 
-    def emit(peer: Any, what: str, a_ns: Any, a_frame: Any, b_ns: Any = None, b_frame: Any = None, n: Any = None, text: Any = None) -> None:
+    def emit(
+        peer: Any,
+        what: str,
+        a_ns: Any,
+        a_frame: Any,
+        b_ns: Any = None,
+        b_frame: Any = None,
+        n: Any = None,
+        text: Any = None,
+    ) -> None:
         size = len(peer)
-        for name, value in (("peer", peer), ("a_ns", a_ns), ("a_frame", a_frame), ("b_ns", b_ns), ("b_frame", b_frame), ("n", n), ("text", text)):
+        for name, value in (
+            ("peer", peer),
+            ("a_ns", a_ns),
+            ("a_frame", a_frame),
+            ("b_ns", b_ns),
+            ("b_frame", b_frame),
+            ("n", n),
+            ("text", text),
+        ):
             if value is None:  # no nulls in the int columns: a float64 column in pandas would round ns
                 out[name].extend([None if name == "text" else 0] * size)
             else:
-                out[name].extend(value.tolist() if isinstance(value, np.ndarray) else value.to_pylist() if hasattr(value, "to_pylist") else list(value))
+                out[name].extend(
+                    value.tolist()
+                    if isinstance(value, np.ndarray)
+                    else value.to_pylist()
+                    if hasattr(value, "to_pylist")
+                    else list(value)
+                )
         out["what"].extend([what] * size)
 
     error = table["error"]
     damaged = pc.fill_null(pc.starts_with(error, "capture: "), False)
     if pc.any(damaged).as_py():  # the frames table's capture-error rows, text kept (peer: capture + text)
         damage = table.filter(damaged)
-        emit(pc.binary_join_element_wise(damage["capture"], damage["error"], _SEP), "damage", np.zeros(damage.num_rows, np.int64), None)
+        emit(
+            pc.binary_join_element_wise(damage["capture"], damage["error"], _SEP),
+            "damage",
+            np.zeros(damage.num_rows, np.int64),
+            None,
+        )
     ends = table.filter(pc.is_valid(table["ts_ns"])).group_by("capture").aggregate([("ts_ns", "max")])
     emit(ends["capture"], "end", None, None, ends["ts_ns_max"])
 
@@ -582,40 +685,73 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
     if pc.any(malformed).as_py():
         bad = table.filter(malformed)
         text = pc.binary_join_element_wise(
-            "datagram ", _addr_port(bad["src_addr"], bad["src_port"]), " -> ", _addr_port(bad["dst_addr"], bad["dst_port"]),
-            " (", pc.cast(bad["length"], "string"), " bytes) does not decode: ", bad["error"], "")
+            "datagram ",
+            _addr_port(bad["src_addr"], bad["src_port"]),
+            " -> ",
+            _addr_port(bad["dst_addr"], bad["dst_port"]),
+            " (",
+            pc.cast(bad["length"], "string"),
+            " bytes) does not decode: ",
+            bad["error"],
+            "",
+        )
         emit(bad["capture"], "malformed", *_with_nulls(bad["ts_ns"], bad["frame_number"]), text=text)
 
     # peers: a code per decoded row, its key text built once per peer
     sid = _u64_bits(table["session_id"])
-    dec = np.flatnonzero(pc.fill_null(pc.and_(decoded, pc.is_valid(table["session_id"])), False).to_numpy(zero_copy_only=False))
+    dec = np.flatnonzero(
+        pc.fill_null(pc.and_(decoded, pc.is_valid(table["session_id"])), False).to_numpy(zero_copy_only=False)
+    )
     if dec.size == 0:
         return pa.Table.from_pydict(out, schema=_pass_schema())
     captures = pc.dictionary_encode(table["capture"]).combine_chunks()
     addrs = pc.dictionary_encode(table["src_addr"]).combine_chunks()
-    where = (captures.indices.to_numpy(zero_copy_only=False).astype(np.int64) * max(1, len(addrs.dictionary))
-             + addrs.indices.fill_null(0).to_numpy(zero_copy_only=False)) * 65536 + table["src_port"].fill_null(0).to_numpy()
-    codes = pd.DataFrame({"where": where[dec], "sid": sid[dec]}).groupby(["where", "sid"], sort=False).ngroup().to_numpy(np.int64)
+    where = (
+        captures.indices.to_numpy(zero_copy_only=False).astype(np.int64) * max(1, len(addrs.dictionary))
+        + addrs.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    ) * 65536 + table["src_port"].fill_null(0).to_numpy()
+    codes = (
+        pd.DataFrame({"where": where[dec], "sid": sid[dec]})
+        .groupby(["where", "sid"], sort=False)
+        .ngroup()
+        .to_numpy(np.int64)
+    )
     _, heads = np.unique(codes, return_index=True)
     one = table.take(pa.array(dec[heads])).select(["capture", "session_id", "src_addr", "src_port"])
-    names = np.asarray(pc.binary_join_element_wise(
-        one["capture"], pc.cast(pc.cast(one["session_id"], pa.uint64()), "string"), _addr_port(one["src_addr"], one["src_port"]), _SEP
-    ).to_pylist(), dtype=object)
+    names = np.asarray(
+        pc.binary_join_element_wise(
+            one["capture"],
+            pc.cast(pc.cast(one["session_id"], pa.uint64()), "string"),
+            _addr_port(one["src_addr"], one["src_port"]),
+            _SEP,
+        ).to_pylist(),
+        dtype=object,
+    )
     code = np.full(table.num_rows, -1, np.int64)
     code[dec] = codes
     kind_all = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     bye = np.flatnonzero((code >= 0) & (kind_all == _DISCONNECTED))
     if bye.size:
         gone = table.take(pa.array(bye))
-        text = pc.binary_join_element_wise(_addr_port(gone["src_addr"], gone["src_port"]), " sent Disconnected to ",
-                                           _addr_port(gone["dst_addr"], gone["dst_port"]), "")
+        text = pc.binary_join_element_wise(
+            _addr_port(gone["src_addr"], gone["src_port"]),
+            " sent Disconnected to ",
+            _addr_port(gone["dst_addr"], gone["dst_port"]),
+            "",
+        )
         emit(names[code[bye]], "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
 
     if wanted.size:
         ids = _u64_bits(table["message_id"])
         hit = np.flatnonzero(np.isin(ids, wanted) & (code >= 0) & (kind_all == 0))
         if hit.size:
-            found = pd.DataFrame({"peer": code[hit], "id": ids[hit], "frame": table["frame_number"].take(pa.array(hit)).fill_null(0).to_numpy()})
+            found = pd.DataFrame(
+                {
+                    "peer": code[hit],
+                    "id": ids[hit],
+                    "frame": table["frame_number"].take(pa.array(hit)).fill_null(0).to_numpy(),
+                }
+            )
             first = found.groupby(["peer", "id"], as_index=False, sort=False)["frame"].min()
             emit(names[first["peer"].to_numpy()], "first", first["id"].to_numpy(), first["frame"].to_numpy())
 
@@ -633,12 +769,28 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         last = np.r_[starts[1:] - 1, idx.size - 1]
         emit(names[idx[starts]], "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
         sample = _spread(np.flatnonzero(~first & (kind == _HEARTBEAT) & (np.r_[-1, kind[:-1]] != _HEARTBEAT)))
-        emit(names[idx[sample]], "heartbeat", ts[sample - 1], fr[sample - 1], ts[sample], fr[sample], np.ones(sample.size, np.int64))
+        emit(
+            names[idx[sample]],
+            "heartbeat",
+            ts[sample - 1],
+            fr[sample - 1],
+            ts[sample],
+            fr[sample],
+            np.ones(sample.size, np.int64),
+        )
         beats = np.flatnonzero(kind == _HEARTBEAT)
         after = beats[1:][idx[beats[1:]] == idx[beats[:-1]]]  # a heartbeat with an earlier one of its peer
         before = beats[:-1][idx[beats[1:]] == idx[beats[:-1]]]
         keep = _spread(np.arange(after.size))
-        emit(names[idx[after[keep]]], "spacing", ts[before[keep]], fr[before[keep]], ts[after[keep]], fr[after[keep]], np.ones(keep.size, np.int64))
+        emit(
+            names[idx[after[keep]]],
+            "spacing",
+            ts[before[keep]],
+            fr[before[keep]],
+            ts[after[keep]],
+            fr[after[keep]],
+            np.ones(keep.size, np.int64),
+        )
         hit = np.flatnonzero(kind == _ACK)
         if hit.size:
             peers, at, count = np.unique(idx[hit], return_index=True, return_counts=True)
@@ -646,7 +798,9 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
             emit(names[peers], "acks", ts[rows], fr[rows], ts[rows], fr[rows], count)
             hashes = table["ack_hash"]
             has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[alive][order]
-            caps, trips = _round_trips(names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[alive][order][has])
+            caps, trips = _round_trips(
+                names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[alive][order][has]
+            )
             emit(caps, "round_trip", trips, np.zeros(trips.size, np.int64), n=np.ones(trips.size, np.int64))
     return pa.Table.from_pydict(out, schema=_pass_schema())
 
@@ -663,8 +817,10 @@ def _with_nulls(ts_ns: Any, frame: Any) -> tuple[Any, Any, None, None, Any]:
 def _row_time_frame(rows: pd.DataFrame) -> tuple[list[int | None], list[int | None]]:
     """The ``time_ns`` and ``frame`` of :func:`_with_nulls` rows, nulls restored."""
     n = rows["n"].to_numpy(np.int64)
-    return ([int(t) if m & 1 else None for t, m in zip(rows["a_ns"].to_numpy(np.int64), n)],
-            [int(f) if m & 2 else None for f, m in zip(rows["a_frame"].to_numpy(np.int64), n)])
+    return (
+        [int(t) if m & 1 else None for t, m in zip(rows["a_ns"].to_numpy(np.int64), n)],
+        [int(f) if m & 2 else None for f, m in zip(rows["a_frame"].to_numpy(np.int64), n)],
+    )
 
 
 def _spark_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
@@ -699,9 +855,19 @@ def _spark_marked(marks: pd.DataFrame, batches: Iterator[Any]) -> Iterator[Any]:
     batches = list(batches)
     if batches:
         rows = _marked_frames(marks, pa.Table.from_batches(batches))
-        yield pa.RecordBatch.from_pandas(rows, schema=pa.schema([
-            ("capture", pa.string()), ("session_id", pa.decimal128(20, 0)), ("src", pa.string()),
-            ("message_id", pa.decimal128(20, 0)), ("suspect_frame", pa.int64())]), preserve_index=False)
+        yield pa.RecordBatch.from_pandas(
+            rows,
+            schema=pa.schema(
+                [
+                    ("capture", pa.string()),
+                    ("session_id", pa.decimal128(20, 0)),
+                    ("src", pa.string()),
+                    ("message_id", pa.decimal128(20, 0)),
+                    ("suspect_frame", pa.int64()),
+                ]
+            ),
+            preserve_index=False,
+        )
 
 
 def _scan_frames(path: str, per_file: Any, columns: Sequence[str], where: Any = None) -> list[Any]:
@@ -729,7 +895,9 @@ def _messages_arrow(path: str, where: Any) -> pd.DataFrame:
 
     from .inputs import local_path
 
-    table = ds.dataset(local_path(path), format="parquet").to_table(columns=[*_MESSAGE_COLUMNS, "first_ts", "last_ts"], filter=where)
+    table = ds.dataset(local_path(path), format="parquet").to_table(
+        columns=[*_MESSAGE_COLUMNS, "first_ts", "last_ts"], filter=where
+    )
     for name in ("first", "last"):
         ts = table[f"{name}_ts"]
         micros = pc.cast(pc.cast(ts, pa.timestamp("us", tz=ts.type.tz), safe=False), pa.int64())
@@ -741,13 +909,25 @@ def _messages_spark(spark: SparkSession, path: str, where: Any) -> pd.DataFrame:
     """:func:`_messages_arrow` read by Spark (any file system); ``where`` a Spark column."""
     from pyspark.sql import functions as F
 
-    return spark.read.parquet(path).where(where).select(
-        *_MESSAGE_COLUMNS, (F.unix_micros("first_ts") * 1000).alias("first_ns"), (F.unix_micros("last_ts") * 1000).alias("last_ns")
-    ).toPandas()
+    return (
+        spark.read.parquet(path)
+        .where(where)
+        .select(
+            *_MESSAGE_COLUMNS,
+            (F.unix_micros("first_ts") * 1000).alias("first_ns"),
+            (F.unix_micros("last_ts") * 1000).alias("last_ns"),
+        )
+        .toPandas()
+    )
 
 
 def write_findings(
-    spark: SparkSession, frames: DataFrame, tables: dict[str, str], files: Sequence[str], *, on_driver: bool | None = None
+    spark: SparkSession,
+    frames: DataFrame,
+    tables: dict[str, str],
+    files: Sequence[str],
+    *,
+    on_driver: bool | None = None,
 ) -> tuple[DataFrame, dict[str, Any]]:
     """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
 
@@ -797,36 +977,69 @@ def write_findings(
     else:
         passed = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_pass, wanted), _PASS_SCHEMA).toPandas()
 
-    capture_end = {r.peer: int(r.b_ns) for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()}
+    capture_end = {
+        r.peer: int(r.b_ns)
+        for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()
+    }
     damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
     trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
     per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "malformed"])])
     firsts = per_peer[per_peer["what"] == "first"]
     firsts = firsts.assign(message_id=[Decimal(int(b)) for b in firsts["a_ns"].to_numpy(np.int64).view(np.uint64)])
     firsts = firsts.groupby(_KEY, as_index=False)["a_frame"].min().rename(columns={"a_frame": "first_frame"})
-    noted = noted.merge(firsts, on=_KEY, how="left") if len(noted) else noted.assign(first_frame=pd.Series(dtype="float64"))
+    noted = (
+        noted.merge(firsts, on=_KEY, how="left") if len(noted) else noted.assign(first_frame=pd.Series(dtype="float64"))
+    )
     samples = per_peer[per_peer["what"].isin(["heartbeat", "spacing"])]
     samples = samples.assign(seconds=(samples["b_ns"] - samples["a_ns"]) / _NS)
-    intervals = {c: estimate_interval(s.seconds[s.what == "heartbeat"].to_numpy(), s.seconds[s.what == "spacing"].to_numpy())
-                 for c, s in samples.groupby("capture")}
+    intervals = {
+        c: estimate_interval(s.seconds[s.what == "heartbeat"].to_numpy(), s.seconds[s.what == "spacing"].to_numpy())
+        for c, s in samples.groupby("capture")
+    }
     intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
-    spans = per_peer[per_peer["what"] == "span"].rename(columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"})
+    spans = per_peer[per_peer["what"] == "span"].rename(
+        columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"}
+    )
     byes = per_peer[per_peer["what"] == "disconnected"]
     disc = byes[byes["n"].to_numpy(np.int64) & 1 == 1].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
     found = [liveness_findings(spans, disc.rename(columns={"a_ns": "first_ns"}), capture_end, intervals)]
-    acked = {(c, int(sid)) for c, sid in zip(*(per_peer[per_peer["what"] == "acks"][k] for k in ("capture", "session_id")))}
+    acked = {
+        (c, int(sid)) for c, sid in zip(*(per_peer[per_peer["what"] == "acks"][k] for k in ("capture", "session_id")))
+    }
     malformed = passed[passed["what"] == "malformed"]
-    found.append(findings_frame(
-        [{"capture": c, "time_ns": t, "frame": f, "session_id": None, "message_id": None, "kind": "malformed_frame", "detail": d}
-         for c, t, f, d in zip(malformed["peer"], *_row_time_frame(malformed), malformed["text"])]
-        + [{"capture": c, "time_ns": t, "frame": f, "session_id": s, "message_id": None, "kind": "peer_disconnected", "detail": d}
-           for c, s, t, f, d in zip(byes["capture"], byes["session_id"], *_row_time_frame(byes), byes["text"])]
-    ))
+    found.append(
+        findings_frame(
+            [
+                {
+                    "capture": c,
+                    "time_ns": t,
+                    "frame": f,
+                    "session_id": None,
+                    "message_id": None,
+                    "kind": "malformed_frame",
+                    "detail": d,
+                }
+                for c, t, f, d in zip(malformed["peer"], *_row_time_frame(malformed), malformed["text"])
+            ]
+            + [
+                {
+                    "capture": c,
+                    "time_ns": t,
+                    "frame": f,
+                    "session_id": s,
+                    "message_id": None,
+                    "kind": "peer_disconnected",
+                    "detail": d,
+                }
+                for c, s, t, f, d in zip(byes["capture"], byes["session_id"], *_row_time_frame(byes), byes["text"])
+            ]
+        )
+    )
 
     # capture damage: the frames table's capture-error rows, and a walk of each such pcap file
     paths = {name: path for path, name in capture_names(list(files)).items()}
     suspect_frames: list[tuple[str, int]] = []
-    for capture, texts in (damaged.groupby(0, sort=True)[1] if len(damaged) else ()):
+    for capture, texts in damaged.groupby(0, sort=True)[1] if len(damaged) else ():
         path = paths.get(capture)
         spans_of = damage_spans(local_path(path)) if path is not None and splittable(path) else None
         if spans_of is not None:
@@ -848,7 +1061,10 @@ def write_findings(
         suspect_keys = suspect_keys.groupby(_KEY, as_index=False)["suspect_frame"].min()
         ids = sorted({int(m) for m in suspect_keys["message_id"]})
         if on_driver:
-            more = _messages_arrow(tables["messages"], pc.field("message_id").isin(pa.array([Decimal(m) for m in ids], pa.decimal128(20, 0))))
+            more = _messages_arrow(
+                tables["messages"],
+                pc.field("message_id").isin(pa.array([Decimal(m) for m in ids], pa.decimal128(20, 0))),
+            )
         else:
             from pyspark.sql import functions as F
 
@@ -863,12 +1079,18 @@ def write_findings(
         noted["acked"] = [(c, int(sid)) in acked for c, sid in zip(noted["capture"], noted["session_id"])]
         found.append(message_findings(noted))
 
-    table = pd.concat([f for f in found if len(f)], ignore_index=True) if any(len(f) for f in found) else findings_frame([])
+    table = (
+        pd.concat([f for f in found if len(f)], ignore_index=True) if any(len(f) for f in found) else findings_frame([])
+    )
     table = table.sort_values(["capture", "time_ns", "frame", "kind"], kind="stable", na_position="first")
     _write_table(tables["findings"], _findings_arrow(table))
     _add_suspect(tables["messages"], suspect_keys)
 
-    summary: dict[str, Any] = {"rows": len(table), "severity": dict.fromkeys(SEVERITIES, 0), "kind": dict.fromkeys(KINDS, 0)}
+    summary: dict[str, Any] = {
+        "rows": len(table),
+        "severity": dict.fromkeys(SEVERITIES, 0),
+        "kind": dict.fromkeys(KINDS, 0),
+    }
     for column in ("severity", "kind"):
         for value, n in table[column].value_counts().items():
             summary[column][value] += int(n)
@@ -885,14 +1107,18 @@ def _findings_arrow(rows: pd.DataFrame) -> Any:
 
     time_ns = rows["time_ns"]
     micros = pa.array((time_ns // 1000).to_numpy("int64", na_value=0), pa.int64(), mask=time_ns.isna().to_numpy())
-    return pa.table({
-        "capture": pa.array(rows["capture"].tolist(), pa.string()),
-        "time": micros.cast(pa.timestamp("us", tz="UTC")),
-        "frame": pa.array(rows["frame"].to_numpy("int64", na_value=0), pa.int64(), mask=rows["frame"].isna().to_numpy()),
-        "session_id": ids(rows["session_id"]),
-        "message_id": ids(rows["message_id"]),
-        **{c: pa.array(rows[c].tolist(), pa.string()) for c in ("severity", "kind", "detail")},
-    })
+    return pa.table(
+        {
+            "capture": pa.array(rows["capture"].tolist(), pa.string()),
+            "time": micros.cast(pa.timestamp("us", tz="UTC")),
+            "frame": pa.array(
+                rows["frame"].to_numpy("int64", na_value=0), pa.int64(), mask=rows["frame"].isna().to_numpy()
+            ),
+            "session_id": ids(rows["session_id"]),
+            "message_id": ids(rows["message_id"]),
+            **{c: pa.array(rows[c].tolist(), pa.string()) for c in ("severity", "kind", "detail")},
+        }
+    )
 
 
 def _write_table(path: str, table: Any) -> None:
@@ -925,7 +1151,9 @@ def _spread(index: np.ndarray) -> np.ndarray:
     return index[np.linspace(0, index.size - 1, _SAMPLES).astype(np.int64)]
 
 
-def _round_trips(names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.ndarray, ack_hash: np.ndarray) -> tuple[list[str], np.ndarray]:
+def _round_trips(
+    names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.ndarray, ack_hash: np.ndarray
+) -> tuple[list[str], np.ndarray]:
     """Round trips, ns, of acked data frames: from a data frame's first copy to the first Ack
     carrying its hash in the same session (what a capture near the sender measures; near the
     receiver it is the receiver's turnaround, a lower bound).
@@ -934,7 +1162,9 @@ def _round_trips(names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.nd
     (peer keys), ``idx`` (int64 index into names), ``ts`` (int64 ns), ``kind``, ``ack_hash``
     (int64). Returns (each sample's capture, int64 samples in ns).
     """
-    sessions, session_of = np.unique(pd.Series(names).str.rsplit(_SEP, n=1).str[0].to_numpy(dtype=object), return_inverse=True)
+    sessions, session_of = np.unique(
+        pd.Series(names).str.rsplit(_SEP, n=1).str[0].to_numpy(dtype=object), return_inverse=True
+    )
     session = session_of[idx]
     acked = np.isin(session, session[kind == _ACK])  # only sessions that carry Acks
     frame = pd.DataFrame({"session": session[acked], "hash": ack_hash[acked], "ts": ts[acked], "kind": kind[acked]})
@@ -950,7 +1180,9 @@ def _round_trips(names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.nd
 def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
     """The frames pass's ``peer`` key split into ``capture``, ``session_id`` (Decimal), ``src``."""
     if rows.empty:
-        return rows.assign(capture=pd.Series(dtype=object), session_id=pd.Series(dtype=object), src=pd.Series(dtype=object))
+        return rows.assign(
+            capture=pd.Series(dtype=object), session_id=pd.Series(dtype=object), src=pd.Series(dtype=object)
+        )
     parts = rows["peer"].str.split(_SEP, n=2, expand=True)
     return rows.assign(capture=parts[0], session_id=parts[1].map(Decimal), src=parts[2])
 
@@ -990,13 +1222,23 @@ def _add_suspect(path: str, suspect: pd.DataFrame) -> None:
         if SUSPECT_FIELD.name in table.column_names:
             table = table.drop_columns([SUSPECT_FIELD.name])
         flags = np.zeros(table.num_rows, bool)
-        for i in np.flatnonzero(pc.is_in(table["message_id"], value_set=ids).to_numpy(zero_copy_only=False)) if marked else ():
+        for i in (
+            np.flatnonzero(pc.is_in(table["message_id"], value_set=ids).to_numpy(zero_copy_only=False))
+            if marked
+            else ()
+        ):
             row = table.slice(int(i), 1).select(_KEY).to_pylist()[0]
             flags[i] = (row["capture"], int(row["session_id"]), row["src"], int(row["message_id"])) in marked
         table = table.append_column(pa.field(SUSPECT_FIELD.name, pa.bool_()), pa.array(flags))
-        table = table.cast(pa.schema([  # Spark's INT96 timestamps (UTC instants) as TIMESTAMP(MICROS) UTC
-            pa.field(f.name, pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f for f in table.schema
-        ]), safe=False)  # microsecond values: nothing to lose
+        table = table.cast(
+            pa.schema(
+                [  # Spark's INT96 timestamps (UTC instants) as TIMESTAMP(MICROS) UTC
+                    pa.field(f.name, pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
+                    for f in table.schema
+                ]
+            ),
+            safe=False,
+        )  # microsecond values: nothing to lose
         with fs.open_output_stream(f"{staging}/{info.base_name}") as f:
             pq.write_table(table, f)
     fs.delete_dir(root)
@@ -1021,7 +1263,11 @@ def read_findings(path: str) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
-    table = table.set_column(table.schema.get_field_index("time"), "time", table["time"].cast(pa.timestamp("us", tz="UTC")))
+    table = table.set_column(
+        table.schema.get_field_index("time"), "time", table["time"].cast(pa.timestamp("us", tz="UTC"))
+    )
     df = table.to_pandas()
     df["frame"] = df["frame"].astype("Int64")
-    return df.sort_values(["capture", "time", "frame", "kind"], kind="stable", na_position="first").reset_index(drop=True)
+    return df.sort_values(["capture", "time", "frame", "kind"], kind="stable", na_position="first").reset_index(
+        drop=True
+    )

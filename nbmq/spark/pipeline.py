@@ -60,8 +60,17 @@ if TYPE_CHECKING:
 __all__ = ["run", "default_captures", "SUMMARY_COLUMNS"]
 
 SUMMARY_COLUMNS = [
-    "capture", "datagrams", "error_rows", "capture_errors", "data_frames", "control_frames",
-    "messages_complete", "messages_incomplete", "duplicates", "rejected", "sessions",
+    "capture",
+    "datagrams",
+    "error_rows",
+    "capture_errors",
+    "data_frames",
+    "control_frames",
+    "messages_complete",
+    "messages_incomplete",
+    "duplicates",
+    "rejected",
+    "sessions",
 ]
 
 #: Default TCP service ports of the stream tables (BQSP names no port: decoded only when given).
@@ -306,8 +315,12 @@ def run(
     output = Output(out_dir)
     output.prepare()
     try:
-        with _Steps(spark, progress) as steps, _prestart(files, spark, master, conf, split_bytes, report,
-                                                         {"bqsp": bqsp_ports, "rqueue": rqueue_ports}) as prep:
+        with (
+            _Steps(spark, progress) as steps,
+            _prestart(
+                files, spark, master, conf, split_bytes, report, {"bqsp": bqsp_ports, "rqueue": rqueue_ports}
+            ) as prep,
+        ):
             spark = _session(spark, master, conf)
             output.prepare_remote(spark)
             steps.attach(spark)
@@ -317,9 +330,22 @@ def run(
                 split_bytes = _split_for(files, spark.sparkContext.defaultParallelism)
             small = _small_input(files, split_bytes)
             with _session_conf(spark, {**PARQUET_TIMESTAMPS, **(SMALL_INPUT_CONF if small else {})}):
-                summary = _steps(spark, files, output, steps, lap, started, payload=payload, parts=parts,
-                                 split_bytes=split_bytes, small=small, report=report, bqsp_ports=bqsp_ports,
-                                 rqueue_ports=rqueue_ports, prep=prep)
+                summary = _steps(
+                    spark,
+                    files,
+                    output,
+                    steps,
+                    lap,
+                    started,
+                    payload=payload,
+                    parts=parts,
+                    split_bytes=split_bytes,
+                    small=small,
+                    report=report,
+                    bqsp_ports=bqsp_ports,
+                    rqueue_ports=rqueue_ports,
+                    prep=prep,
+                )
             summary["steps"] = lap.seconds
             summary["seconds"] = time.perf_counter() - started
             output.write_bytes(spark, "summary.json", json.dumps(summary, indent=1, default=str).encode())
@@ -345,17 +371,32 @@ def _session(spark: SparkSession | None, master: str | None, conf: dict[str, str
     return spark
 
 
-def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, lap: _Laps, started: float, *,
-           payload: bool, parts: bool, split_bytes: int, small: bool, report: bool,
-           bqsp_ports: Sequence[int] | None, rqueue_ports: Sequence[int] | None, prep: Prestart) -> dict[str, Any]:
+def _steps(
+    spark: SparkSession,
+    files: list[str],
+    output: Any,
+    steps: _Steps,
+    lap: _Laps,
+    started: float,
+    *,
+    payload: bool,
+    parts: bool,
+    split_bytes: int,
+    small: bool,
+    report: bool,
+    bqsp_ports: Sequence[int] | None,
+    rqueue_ports: Sequence[int] | None,
+    prep: Prestart,
+) -> dict[str, Any]:
     """The pipeline's steps, each writing into ``output``'s staging directory; returns the summary.
     ``small``: :func:`_small_input` (decoded in the driver, Spark SQL tuned for few rows)."""
     tables = {name: output.path(name) for name in ("frames", "messages", "sessions")}
     options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
 
     steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
-    frames, messages, plan_counts = _frames_and_messages(spark, options, tables, output.local, steps, lap,
-                                                         payload=payload, parts=parts, small=small)
+    frames, messages, plan_counts = _frames_and_messages(
+        spark, options, tables, output.local, steps, lap, payload=payload, parts=parts, small=small
+    )
 
     steps.step("diagnosing -> findings/")
     from .findings import write_findings
@@ -402,9 +443,18 @@ def _steps(spark: SparkSession, files: list[str], output: Any, steps: _Steps, la
     return summary
 
 
-def _frames_and_messages(spark: SparkSession, options: dict[str, str], tables: dict[str, str], local: bool,
-                         steps: _Steps, lap: _Laps, *, payload: bool, parts: bool,
-                         small: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+def _frames_and_messages(
+    spark: SparkSession,
+    options: dict[str, str],
+    tables: dict[str, str],
+    local: bool,
+    steps: _Steps,
+    lap: _Laps,
+    *,
+    payload: bool,
+    parts: bool,
+    small: bool = False,
+) -> tuple[Any, Any, dict[str, Any]]:
     """Write ``frames/`` and ``messages/``; return both tables (read back) and the plan's counts.
 
     A local output: one job decodes each partition once and writes its frames and the messages
@@ -418,8 +468,9 @@ def _frames_and_messages(spark: SparkSession, options: dict[str, str], tables: d
     if local:
         from .onepass import finish_messages, write_parts
 
-        one = write_parts(spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts,
-                          in_driver=small)
+        one = write_parts(
+            spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts, in_driver=small
+        )
         frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")
@@ -437,7 +488,8 @@ def _frames_and_messages(spark: SparkSession, options: dict[str, str], tables: d
         steps.step("reassembling -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
             build_messages_local(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
-                tables["messages"])
+                tables["messages"]
+            )
         counts = {}
     messages = spark.read.parquet(tables["messages"])
     steps.advance()
@@ -445,8 +497,9 @@ def _frames_and_messages(spark: SparkSession, options: dict[str, str], tables: d
     return frames, messages, counts
 
 
-def _write_report(spark: SparkSession, output: Any, summary: dict[str, Any], tables: dict[str, str],
-                  passes: Any) -> None:
+def _write_report(
+    spark: SparkSession, output: Any, summary: dict[str, Any], tables: dict[str, str], passes: Any
+) -> None:
     """Write ``report.html``; a report bug costs the report only, never the tables and
     ``summary.json`` (its reason goes to ``summary["report_error"]`` and stderr)."""
     from .report import collect, write_report
@@ -460,8 +513,9 @@ def _write_report(spark: SparkSession, output: Any, summary: dict[str, Any], tab
             import tempfile
 
             with tempfile.TemporaryDirectory() as tmp:
-                page = write_report(Path(tmp) / "report.html", summary, data, started=started,
-                                    findings=tables.get("findings"))
+                page = write_report(
+                    Path(tmp) / "report.html", summary, data, started=started, findings=tables.get("findings")
+                )
                 output.write_bytes(spark, "report.html", page.read_bytes())
         summary["report"] = output.final_path("report.html")
     except Exception as exc:  # noqa: BLE001 -- reported in the summary and on stderr
@@ -544,13 +598,21 @@ def _stream_tables(
         )
         from pyspark.sql import functions as F
 
-        r = spark.read.parquet(tables[protocol]).agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.count("error").alias("error_rows"),
-            F.countDistinct("capture", "client", "server").alias("connections"),
-        ).collect()[0]
-        counts[protocol] = {"files": len(with_traffic), "rows": int(r["rows"]),
-                            "error_rows": int(r["error_rows"]), "connections": int(r["connections"])}
+        r = (
+            spark.read.parquet(tables[protocol])
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.count("error").alias("error_rows"),
+                F.countDistinct("capture", "client", "server").alias("connections"),
+            )
+            .collect()[0]
+        )
+        counts[protocol] = {
+            "files": len(with_traffic),
+            "rows": int(r["rows"]),
+            "error_rows": int(r["error_rows"]),
+            "connections": int(r["connections"]),
+        }
     return counts
 
 
@@ -576,4 +638,3 @@ def print_table(summary: dict[str, Any], file: Any = None) -> None:
             f"{protocol}: {c['rows'] - c['error_rows']:,} {what}, {c['error_rows']:,} error rows, "
             f"{c['connections']:,} connections in {c['files']} capture(s) -> {summary['tables'][protocol]}"
         )
-

@@ -312,11 +312,16 @@ def test_damaged_records(faults, spark):
     df = _findings(out, "damaged.pcap")
     suspect = codec.parse_frame(rows[in_chunk - 1][5]).message_id
     cut = codec.parse_frame(rows[in_header - 1][5]).message_id
-    rest = min(i + 1 for i, r in enumerate(rows) if i + 1 != in_header and len(r[5]) > 34
-               and codec.parse_frame(r[5]).message_id == cut)
+    rest = min(
+        i + 1
+        for i, r in enumerate(rows)
+        if i + 1 != in_header and len(r[5]) > 34 and codec.parse_frame(r[5]).message_id == cut
+    )
     assert [(k, int(f)) for k, f in zip(df.kind, df.frame)] == [
-        ("capture_damage", in_chunk), ("message_suspect", in_chunk),  # still decodes: suspect
-        ("capture_damage", in_header), ("malformed_frame", in_header),  # does not decode:
+        ("capture_damage", in_chunk),
+        ("message_suspect", in_chunk),  # still decodes: suspect
+        ("capture_damage", in_header),
+        ("malformed_frame", in_header),  # does not decode:
         ("message_lost_frames", rest),  # its message lacks it
     ]
     assert [int(m) for m in df.message_id.dropna()] == [suspect, cut]
@@ -333,7 +338,9 @@ def test_malformed_frames_and_disconnected(faults):
     rows, _sent = caps["malformed.pcap"]
     df = _findings(out, "malformed.pcap")
     junk = [i + 1 for i, r in enumerate(rows) if r[5] in JUNK]
-    bye = [i + 1 for i, r in enumerate(rows) if r[5] not in JUNK and codec.parse_frame(r[5]).kind == FrameKind.DISCONNECTED]
+    bye = [
+        i + 1 for i, r in enumerate(rows) if r[5] not in JUNK and codec.parse_frame(r[5]).kind == FrameKind.DISCONNECTED
+    ]
     assert len(junk) == 3 and len(bye) == 1
     assert [(k, int(f)) for k, f in zip(df.kind, df.frame)] == sorted(
         [("malformed_frame", f) for f in junk] + [("peer_disconnected", f) for f in bye], key=lambda r: r[1]

@@ -95,14 +95,18 @@ def test_estimate_interval():
 def test_liveness_killed_client_server_goes_quiet_later():
     """The client dies at 2 s; the server heartbeats it until its keepalive (10 s) expires:
     only the client's silence is a finding, the server's later one follows from it."""
-    spans = _spans([
-        ("c", 7, "client", [0.0, 1.0, 2.0]),
-        ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]),
-    ])
+    spans = _spans(
+        [
+            ("c", 7, "client", [0.0, 1.0, 2.0]),
+            ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0]),
+        ]
+    )
     rows = liveness_findings(spans, NO_DISCONNECT, {"c": T0 + 20 * S}, ONE_SECOND)
     assert rows[["kind", "frame", "time_ns"]].values.tolist() == [["peer_silent", 3, T0 + 2 * S]]
-    assert rows.detail[0] == ("client sent nothing for 18.000 s, until the capture's end, and no Disconnected "
-                              "(heartbeat interval 1 s, reference default)")
+    assert rows.detail[0] == (
+        "client sent nothing for 18.000 s, until the capture's end, and no Disconnected "
+        "(heartbeat interval 1 s, reference default)"
+    )
     assert rows.severity[0] == "error" and rows.session_id[0] == 7
 
 
@@ -119,11 +123,13 @@ def test_liveness_one_sided_capture_is_judged_alone():
 
 
 def test_liveness_peer_that_moved_is_not_silent():
-    spans = _spans([
-        ("c", 7, "10.0.0.2:40000", [0.0, 1.0, 2.0]),
-        ("c", 7, "10.0.0.9:51000", [2.5, 3.5, 4.5, 5.5, 6.5]),  # the same peer after NAT rebinding
-        ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
-    ])
+    spans = _spans(
+        [
+            ("c", 7, "10.0.0.2:40000", [0.0, 1.0, 2.0]),
+            ("c", 7, "10.0.0.9:51000", [2.5, 3.5, 4.5, 5.5, 6.5]),  # the same peer after NAT rebinding
+            ("c", 7, "server", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        ]
+    )
     assert liveness_findings(spans, NO_DISCONNECT, {"c": T0 + 7 * S}, ONE_SECOND).empty
     # without the new address, the same silence is reported
     alone = spans[spans.src != "10.0.0.9:51000"]
@@ -142,35 +148,60 @@ def test_liveness_disconnected_ends_the_watch():
 
 
 def _message(**over):
-    m = {"capture": "c", "session_id": Decimal(7), "src": "10.0.0.2:40000", "message_id": Decimal(2**64 - 1),
-         "part_count": 3, "message_size": 3000, "part_sizes": [1000, None, None], "complete": False,
-         "missing_bytes": 2000, "duplicates": 0, "first_ns": T0, "last_ns": T0 + S // 2,
-         "capture_end_ns": T0 + 10 * S, "window_s": 1.0, "acked": False, "first_frame": 4, "suspect_frame": None}
+    m = {
+        "capture": "c",
+        "session_id": Decimal(7),
+        "src": "10.0.0.2:40000",
+        "message_id": Decimal(2**64 - 1),
+        "part_count": 3,
+        "message_size": 3000,
+        "part_sizes": [1000, None, None],
+        "complete": False,
+        "missing_bytes": 2000,
+        "duplicates": 0,
+        "first_ns": T0,
+        "last_ns": T0 + S // 2,
+        "capture_end_ns": T0 + 10 * S,
+        "window_s": 1.0,
+        "acked": False,
+        "first_frame": 4,
+        "suspect_frame": None,
+    }
     m.update(over)
     return m
 
 
 def test_messages_lost_or_in_flight():
-    rows = message_findings(pd.DataFrame([
-        _message(),
-        _message(last_ns=T0 + 9 * S),  # 1.0 s before the end: within the window
-        _message(last_ns=T0 + 9 * S - 1),  # just over
-    ]))
+    rows = message_findings(
+        pd.DataFrame(
+            [
+                _message(),
+                _message(last_ns=T0 + 9 * S),  # 1.0 s before the end: within the window
+                _message(last_ns=T0 + 9 * S - 1),  # just over
+            ]
+        )
+    )
     assert rows.kind.tolist() == ["message_lost_frames", "message_in_flight_at_end", "message_lost_frames"]
-    assert rows.detail[0] == ("message from 10.0.0.2:40000: 2000 of 3000 bytes missing, parts 1-2 of 3 never "
-                              "seen; last frame 9.500 s before the capture's end (over 1 s: lost)")
+    assert rows.detail[0] == (
+        "message from 10.0.0.2:40000: 2000 of 3000 bytes missing, parts 1-2 of 3 never "
+        "seen; last frame 9.500 s before the capture's end (over 1 s: lost)"
+    )
     assert rows.severity.tolist() == ["error", "note", "error"]
     assert rows.frame.tolist() == [4, 4, 4] and rows.time_ns.tolist() == [T0] * 3
     assert rows.message_id[0] == Decimal(2**64 - 1)
 
 
 def test_messages_resend_duplicate_suspect():
-    rows = message_findings(pd.DataFrame([
-        _message(complete=True, missing_bytes=0, duplicates=2, acked=True),
-        _message(complete=True, missing_bytes=0, duplicates=1),
-        _message(complete=True, missing_bytes=0, suspect_frame=9),
-        _message(part_sizes=[1000, 1000, None], missing_bytes=1500, suspect_frame=np.nan, first_frame=np.nan),
-    ]))
+    rows = message_findings(
+        pd.DataFrame(
+            [
+                _message(complete=True, missing_bytes=0, duplicates=2, acked=True),
+                _message(complete=True, missing_bytes=0, duplicates=1),
+                _message(complete=True, missing_bytes=0, suspect_frame=9),
+                _message(part_sizes=[1000, 1000, None], missing_bytes=1500, suspect_frame=np.nan, first_frame=np.nan),
+            ]
+        )
+    )
     assert rows.kind.tolist() == ["resend", "duplicate", "message_suspect", "message_lost_frames"]
     assert "2 chunk(s) resent" in rows.detail[0]
     assert _frames(rows)[2:] == [9, None]
@@ -180,8 +211,11 @@ def test_messages_resend_duplicate_suspect():
 
 def test_damage_findings_from_error_texts():
     spans = pd.DataFrame({"offset": [500], "frame": [4], "time_ns": [T0], "reason": ["implausible record header"]})
-    texts = ["capture: offset 500: implausible record header", "capture: frame 9: bad UDP length",
-             "capture: unreadable record"]
+    texts = [
+        "capture: offset 500: implausible record header",
+        "capture: frame 9: bad UDP length",
+        "capture: unreadable record",
+    ]
     rows = damage_findings("c", texts, spans)
     assert set(rows.kind) == {"capture_damage"} and _frames(rows) == [4, 9, None]
     assert "byte offset 500" in rows.detail[0] and rows.detail[1] == "packet did not decode: bad UDP length"
@@ -213,10 +247,30 @@ def test_damage_spans_of_a_pcap_with_a_deleted_byte(tmp_path):
 
 def test_findings_frame():
     with pytest.raises(ValueError, match="unknown finding kind 'gap'"):
-        findings_frame([{"capture": "c", "time_ns": None, "frame": None, "session_id": None,
-                         "message_id": None, "kind": "gap", "detail": ""}])
+        findings_frame(
+            [
+                {
+                    "capture": "c",
+                    "time_ns": None,
+                    "frame": None,
+                    "session_id": None,
+                    "message_id": None,
+                    "kind": "gap",
+                    "detail": "",
+                }
+            ]
+        )
     empty = findings_frame([])
-    assert list(empty.columns) == ["capture", "time_ns", "frame", "session_id", "message_id", "severity", "kind", "detail"]
+    assert list(empty.columns) == [
+        "capture",
+        "time_ns",
+        "frame",
+        "session_id",
+        "message_id",
+        "severity",
+        "kind",
+        "detail",
+    ]
     assert set(KINDS.values()) == {"error", "warning", "note"}
 
 
@@ -246,30 +300,38 @@ def _frames_piece(rows):
 
     cols = list(zip(*rows))
     ids = pa.decimal128(20, 0)
-    return pa.table({
-        "capture": pa.array(["c.pcap"] * len(rows)),
-        "session_id": pa.array([None if s is None else Decimal(s) for s in cols[2]], ids),
-        "src_addr": pa.array(cols[0]), "src_port": pa.array(cols[1], pa.int32()),
-        "dst_addr": pa.array(["10.0.0.1"] * len(rows)), "dst_port": pa.array([8000] * len(rows), pa.int32()),
-        "ts_ns": pa.array([T0 + int(t * S) for t in cols[3]], pa.int64()),
-        "frame_number": pa.array(cols[4], pa.int64()), "kind": pa.array(cols[5], pa.int32()),
-        "ack_hash": pa.array([None] * len(rows), pa.int64()),
-        "error": pa.array(cols[7], pa.string()), "length": pa.array([40] * len(rows), pa.int32()),
-        "message_id": pa.array([None if m is None else Decimal(m) for m in cols[6]], ids),
-    })
+    return pa.table(
+        {
+            "capture": pa.array(["c.pcap"] * len(rows)),
+            "session_id": pa.array([None if s is None else Decimal(s) for s in cols[2]], ids),
+            "src_addr": pa.array(cols[0]),
+            "src_port": pa.array(cols[1], pa.int32()),
+            "dst_addr": pa.array(["10.0.0.1"] * len(rows)),
+            "dst_port": pa.array([8000] * len(rows), pa.int32()),
+            "ts_ns": pa.array([T0 + int(t * S) for t in cols[3]], pa.int64()),
+            "frame_number": pa.array(cols[4], pa.int64()),
+            "kind": pa.array(cols[5], pa.int32()),
+            "ack_hash": pa.array([None] * len(rows), pa.int64()),
+            "error": pa.array(cols[7], pa.string()),
+            "length": pa.array([40] * len(rows), pa.int32()),
+            "message_id": pa.array([None if m is None else Decimal(m) for m in cols[6]], ids),
+        }
+    )
 
 
 def test_frames_pass_rows():
     from nbmq.spark.findings import _peer_pass
 
     big = 2**64 - 5  # a message id over 2**63: carried as the u64's bits
-    piece = _frames_piece([
-        ("fe80::2", 4000, 7, 0.0, 1, 0, big, None),
-        ("fe80::2", 4000, 7, 0.05, 2, 0, big, None),
-        ("10.0.0.2", 4001, None, 0.2, 3, None, None, "frame too short"),
-        ("fe80::2", 4000, 7, 5.0, 4, 3, None, None),
-        ("10.0.0.2", 4001, None, 5.5, None, None, None, "capture: offset 99: bad record"),
-    ])
+    piece = _frames_piece(
+        [
+            ("fe80::2", 4000, 7, 0.0, 1, 0, big, None),
+            ("fe80::2", 4000, 7, 0.05, 2, 0, big, None),
+            ("10.0.0.2", 4001, None, 0.2, 3, None, None, "frame too short"),
+            ("fe80::2", 4000, 7, 5.0, 4, 3, None, None),
+            ("10.0.0.2", 4001, None, 5.5, None, None, None, "capture: offset 99: bad record"),
+        ]
+    )
     out = _peer_pass(np.array([np.uint64(big).view(np.int64), 3], np.int64), piece).to_pandas()
     by = {w: g.reset_index(drop=True) for w, g in out.groupby("what")}
     assert set(by) == {"damage", "end", "malformed", "disconnected", "first", "span"}
@@ -277,9 +339,11 @@ def test_frames_pass_rows():
     assert by["first"][["peer", "a_frame"]].values.tolist() == [[key, 1]]
     assert int(np.int64(by["first"].a_ns[0]).view(np.uint64)) == big
     assert by["disconnected"][["peer", "a_frame", "n", "text"]].values.tolist() == [
-        [key, 4, 3, "[fe80::2]:4000 sent Disconnected to 10.0.0.1:8000"]]
+        [key, 4, 3, "[fe80::2]:4000 sent Disconnected to 10.0.0.1:8000"]
+    ]
     assert by["malformed"][["peer", "a_frame", "text"]].values.tolist() == [
-        ["c.pcap", 3, "datagram 10.0.0.2:4001 -> 10.0.0.1:8000 (40 bytes) does not decode: frame too short"]]
+        ["c.pcap", 3, "datagram 10.0.0.2:4001 -> 10.0.0.1:8000 (40 bytes) does not decode: frame too short"]
+    ]
     assert by["damage"].peer.tolist() == ["c.pcap\x1fcapture: offset 99: bad record"]
     assert by["end"].b_ns.tolist() == [T0 + int(5.5 * S)]
     assert by["span"][["a_frame", "b_frame", "n"]].values.tolist() == [[1, 2, 2], [4, 4, 1]]  # 4.9 s apart: two spans
