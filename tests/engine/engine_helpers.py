@@ -16,6 +16,7 @@ from typing import Any
 import dpkt
 
 from nbmq import codec
+from nbmq.examples import CAPTURE_DIR as CAPTURES  # noqa: F401 (for the replay tests)
 
 Addr = tuple[str, int]
 _M64 = (1 << 64) - 1
