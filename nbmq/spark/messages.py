@@ -45,6 +45,26 @@ if TYPE_CHECKING:
 __all__ = ["KEY", "build_messages", "reassemble_batches", "addr_port"]
 
 KEY = ["capture", "session_id", "src", "message_id"]
+#: Order of the values in a messages row tuple (:func:`message_row`), the table's columns.
+MESSAGE_ROW_FIELDS = [
+    "capture",
+    "session_id",
+    "src",
+    "dst",
+    "message_id",
+    "part_count",
+    "message_size",
+    "part_sizes",
+    "part_sha256",
+    "complete",
+    "missing_bytes",
+    "frames",
+    "duplicates",
+    "rejected",
+    "first_ts",
+    "last_ts",
+    "parts",
+]
 _MAX_U32 = 0xFFFFFFFF
 _OUT_ROWS = 4096
 
@@ -468,26 +488,7 @@ class _Output:
     def flush(self) -> pa.RecordBatch:
         cols = list(zip(*self.rows))
         self.rows = []
-        names = [
-            "capture",
-            "session_id",
-            "src",
-            "dst",
-            "message_id",
-            "part_count",
-            "message_size",
-            "part_sizes",
-            "part_sha256",
-            "complete",
-            "missing_bytes",
-            "frames",
-            "duplicates",
-            "rejected",
-            "first_ts",
-            "last_ts",
-            "parts",
-        ]
-        by_name = dict(zip(names, cols))
+        by_name = dict(zip(MESSAGE_ROW_FIELDS, cols))
         arrays = []
         for field in self.schema:
             values = by_name[field.name]

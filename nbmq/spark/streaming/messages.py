@@ -51,6 +51,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ...options import DEFAULTS
+from ..messages import MESSAGE_ROW_FIELDS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -79,27 +80,6 @@ FRAME_COLUMNS = [
     "payload",
     "ts_ns",
     "frame_number",
-]
-
-#: order of the values in a messages row tuple (``nbmq.spark.messages.message_row``)
-MESSAGE_ROW_FIELDS = [
-    "capture",
-    "session_id",
-    "src",
-    "dst",
-    "message_id",
-    "part_count",
-    "message_size",
-    "part_sizes",
-    "part_sha256",
-    "complete",
-    "missing_bytes",
-    "frames",
-    "duplicates",
-    "rejected",
-    "first_ts",
-    "last_ts",
-    "parts",
 ]
 
 
