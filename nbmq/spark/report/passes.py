@@ -431,19 +431,9 @@ class Passes:
         for capture, n in s.groupby("capture").size().items():
             if capture in out:
                 out[capture]["sessions"] = int(n)
-        cols = columns or [
-            "capture",
-            "datagrams",
-            "error_rows",
-            "capture_errors",
-            "data_frames",
-            "control_frames",
-            "messages_complete",
-            "messages_incomplete",
-            "duplicates",
-            "rejected",
-            "sessions",
-        ]
+        if columns is None:  # the pipeline's summary, whose columns it defines
+            from ..pipeline import SUMMARY_COLUMNS as columns
+        cols = columns
         rows = [{c: (capture if c == "capture" else int(v.get(c, 0))) for c in cols} for capture, v in out.items()]
         for name in names:  # a capture without a single row (no UDP datagram in it)
             if name not in out:
