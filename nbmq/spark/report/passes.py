@@ -4,7 +4,7 @@
 
     passes = Passes(spark, frames, messages, frames_path="out/frames")
     sessions = passes.sessions()           # pandas, the sessions table
-    rows = passes.summary_rows(["a.pcap"])  # the pipeline summary's per-capture rows
+    rows = passes.summary_rows(["a.pcap"], SUMMARY_COLUMNS)  # the pipeline summary's per-capture rows
 
 The frames table is aggregated once per (capture, session, source, destination, kind, error
 reason, time bin): the sessions table, the summary's counts and the report's traffic and error
@@ -397,9 +397,7 @@ class Passes:
             self._sessions = sessions_from_groups(self.frame_groups(), self._connects.result(), self.message_groups())
         return self._sessions
 
-    def summary_rows(
-        self, names: list[str] | tuple[str, ...] = (), columns: list[str] | None = None
-    ) -> list[dict[str, Any]]:
+    def summary_rows(self, names: list[str] | tuple[str, ...], columns: list[str]) -> list[dict[str, Any]]:
         """The pipeline summary's rows (one per capture, sorted; see ``pipeline.SUMMARY_COLUMNS``):
         every capture in the tables, plus a zero row for each of ``names`` without a row."""
         g, m, s = self.frame_groups(), self.message_groups(), self.sessions()
@@ -431,8 +429,6 @@ class Passes:
         for capture, n in s.groupby("capture").size().items():
             if capture in out:
                 out[capture]["sessions"] = int(n)
-        if columns is None:  # the pipeline's summary, whose columns it defines
-            from ..pipeline import SUMMARY_COLUMNS as columns
         cols = columns
         rows = [{c: (capture if c == "capture" else int(v.get(c, 0))) for c in cols} for capture, v in out.items()]
         for name in names:  # a capture without a single row (no UDP datagram in it)
