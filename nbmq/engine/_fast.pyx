@@ -732,10 +732,12 @@ cdef inline void _flush_safe(object self, object counters, object recvq, object 
 
 from nbmq.engine.congestion import DATAGRAM as _DATAGRAM_PY, DUPTHRESH as _DUPTHRESH_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
+from nbmq.engine.congestion import QDELAY_TARGET as _QDELAY_TARGET_PY
 
 cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
 cdef double DATAGRAM_C = _DATAGRAM_PY
 cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
+cdef double QDELAY_TARGET_C = _QDELAY_TARGET_PY
 cdef object _ack_py = SendQueue.ack
 
 
@@ -763,7 +765,7 @@ cdef class _AckRun:
     cdef object win           # the Window cached, or None
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
-    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt
+    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
     cdef Py_ssize_t acked, released
     cdef object sid_obj       # the last peer session id found a u64 int, and its value
@@ -785,6 +787,7 @@ cdef class _AckRun:
         self.cwnd = win.cwnd
         self.ssthresh = win.ssthresh
         self.min_rtt = win.min_rtt
+        self.round_min_rtt = win.round_min_rtt
         self.sampled = False
         return 0
 
@@ -795,8 +798,10 @@ cdef class _AckRun:
             win.in_flight = self.in_flight
             win.round_acked = self.round_acked
             win.cwnd = self.cwnd
+            win.ssthresh = self.ssthresh
             if self.sampled:
                 win.min_rtt = self.min_rtt
+                win.round_min_rtt = self.round_min_rtt
                 win.backoff = 1.0
                 win.srtt = self.srtt
                 win.rttvar = self.rttvar
@@ -865,6 +870,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         rtt = 0.0
     if rtt < run.min_rtt:
         run.min_rtt = rtt
+    if rtt < run.round_min_rtt:
+        run.round_min_rtt = rtt
     if run.srtt_obj is None:
         srtt = rtt
         rttvar = rtt / 2
@@ -879,6 +886,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     run.rto = x if x > run.floor else run.floor
     run.sampled = True
     cwnd = run.cwnd
+    if cwnd < run.ssthresh and rtt - run.min_rtt > QDELAY_TARGET_C:
+        run.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
     if cwnd < MAX_WINDOW_C:
         if cwnd < run.ssthresh:
             cwnd += size

@@ -916,6 +916,8 @@ class SendQueue:
             return False
         if lost:
             win.round_lost += 1
+            win.lost += 1
+        win.resends += 1
         flight.fast += 1
         flight.due = now + max(win.rto, self.resend_ivl)  # its timer: its place in win.order
         flight.tx = tx = win.tx
@@ -1013,6 +1015,8 @@ class SendQueue:
                 msg = flight.msg
                 if not msg.dropped and peer._state is _CONNECTED and flight.resends < limit:
                     win.timed_out(now)  # a loss episode: shrink the window, back off the timer
+                    win.resends += 1
+                    win.lost += 1
                     flight.resends += 1
                     flight.due = now + max(win.rto, ivl)
                     flight.tx = tx = win.tx  # its new place in the transmission order

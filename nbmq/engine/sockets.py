@@ -52,6 +52,7 @@ from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDrop
 from ..options import SocketOptions
 from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
 from .connection import _CONNECTED, MAX_CONTROL_QUEUE, Connection, Datagram
+from .counters import PathState
 from .peers import Peer
 from .queues import PushResult, RecvQueue, SendQueue
 
@@ -521,6 +522,7 @@ class Socket(Connection):
         counters.datagrams_out = self._ctrl_out + sendq.frames_out + sendq.resends
         counters.bytes_out = self._ctrl_bytes + sendq.bytes_out + sendq.resend_bytes
         counters.duplicate_frames = recvq.duplicates + recvq.reassembler.duplicates
+        counters.paths = {peer._sid: PathState.of(win) for peer, win in sendq.windows.items()}
 
 
 def _check_reference_compat(parts: Sequence[Buffer]) -> None:
