@@ -1,7 +1,7 @@
 """SafeDealer, Dealer and TCP on a real bottleneck (veth + tbf between two namespaces; root).
 
     sudo .venv/bin/python benchmarks/bench_bottleneck.py [--rates 5,50,200] [--queues 10,100]
-        [--seconds 6] [--cases single,tcp,fair,share,dealer] [--size 16384]
+        [--seconds 6] [--cases single,tcp,fair,share,dealer] [--size 16384] [--baseline DIR]
 
 Every case builds its own link (:mod:`bottleneck_link`) at each rate (Mbit/s) and queue
 (tbf ``latency``, ms) and prints one row. TCP alone on the same link is the baseline, measured
@@ -12,6 +12,8 @@ in the same run:
   rate (headers and resends included); ``resends``: of the frames sent; ``lost``: messages sent
   and never delivered; ``qdelay``: the median of srtt - min_rtt over the steady samples of the
   sender's path state, as a fraction of the queue's capacity (``queue`` ms).
+  With ``--baseline DIR`` (another nbmq source tree, extensions built in place) the same case
+  runs first with that tree's engine (``base``).
 - ``tcp``: one TCP flow (``sendall`` of 64 KiB blocks), ``goodput`` and ``wire`` as above.
 - ``fair``: two SafeDealer flows, the second started 2 s after the first; Jain's index of their
   goodputs over 1 s windows: the first time after the second start that it reaches 0.95, and
@@ -55,21 +57,20 @@ def _sample_qdisc(link: Bottleneck, at: float) -> dict[str, int]:
     return link.qdisc("a")
 
 
-def single(
-    rate: float, queue: float, seconds: float, size: int, options: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """One SafeDealer flow (see the module docstring); returns the row's figures."""
+def single(rate: float, queue: float, seconds: float, size: int, baseline: str | None = None) -> dict[str, Any]:
+    """One SafeDealer flow (see the module docstring); returns the row's figures.
+    ``baseline``: a source tree whose nbmq both ends import instead (built in place)."""
     with Bottleneck(rate, queue) as link:
         start = time.time() + 1.0
-        recv = link.start("b", "safe_recv", port=PORT, seconds=seconds + 10, epoch=start)
+        recv = link.start("b", "safe_recv", pythonpath=baseline, port=PORT, seconds=seconds + 10, epoch=start)
         send = link.start(
             "a",
             "safe_send",
+            pythonpath=baseline,
             dest=f"{link.addr_b}:{PORT}",
             seconds=seconds,
             size=size,
             start_at=start,
-            options=options or {},
         )
         q0 = _sample_qdisc(link, start + WARMUP)
         q1 = _sample_qdisc(link, start + seconds)
@@ -216,6 +217,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--size", type=int, default=16384)
     parser.add_argument("--cases", default="single,tcp,fair,share,dealer")
+    parser.add_argument(
+        "--baseline", help="a source tree of nbmq (extensions built in place) to run the single case with too"
+    )
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -227,6 +231,13 @@ def main() -> None:
             if "tcp" in cases:
                 row = tcp(rate, queue, args.seconds)
                 print(f"{tag}  tcp     goodput {row['goodput']:.3f}  wire {row['wire']:.3f}", flush=True)
+            if "single" in cases and args.baseline:
+                row = single(rate, queue, args.seconds, args.size, args.baseline)
+                print(
+                    f"{tag}  base    goodput {row['goodput']:.3f}  wire {row['wire']:.3f}  resends "
+                    f"{row['resends']:.2%} ({row['resend_count']})  lost {row['lost']}  tbf drops {row['tbf_drops']}",
+                    flush=True,
+                )
             if "single" in cases:
                 row = single(rate, queue, args.seconds, args.size)
                 print(

@@ -172,9 +172,10 @@ class Bottleneck:
                 f"{self.queue_ms}ms",
             )
 
-    def start(self, side: str, role: str, **args: Any) -> Flow:
+    def start(self, side: str, role: str, pythonpath: str | None = None, **args: Any) -> Flow:
         """Run ``role`` (see the module docstring) in namespace ``side`` ("a" or "b") with
-        ``args`` (JSON-able); returns its :class:`Flow` (bounded by ``seconds`` + 30 s)."""
+        ``args`` (JSON-able); returns its :class:`Flow` (bounded by ``seconds`` + 30 s).
+        ``pythonpath``: a source tree whose ``nbmq`` the flow imports instead (a baseline)."""
         cmd = [
             "ip",
             "netns",
@@ -186,6 +187,8 @@ class Bottleneck:
             json.dumps(args),
         ]
         env = dict(os.environ)
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         flow = Flow(proc, float(args.get("seconds", 5)) + 30.0)
         self.flows.append(flow)

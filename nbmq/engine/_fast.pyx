@@ -1105,7 +1105,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
     cdef Py_ssize_t i, j, end, total
     cdef uint64_t sid = 0
-    cdef double cwnd = 0.0, due_c = 0.0, room
+    cdef double cwnd = 0.0, due_c = 0.0, room, pace = 0.0
     cdef bint multi, rest
     cdef const unsigned char* p
     cdef Py_buffer* b
@@ -1175,6 +1175,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 peer = ring[rr]
         if peer is not last and last is not None:
             win.tx = tx
+            win.pace_tokens -= in_flight - win.in_flight  # (Window.pace_allow's bucket)
             win.in_flight = in_flight
             last.sent(py_now)  # (the Python code records it per message: the same value)
             last = None  # (written back: a break below must not write it into another window)
@@ -1186,6 +1187,9 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 win = windows[peer] = _Window(ivl)
             if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
                 break  # full: the Python code blocks, from the same state
+            pace = win.pace_allow(py_now)
+            if pace <= 0:
+                break  # paced: the Python code waits, from the same state
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
@@ -1195,6 +1199,8 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             tx = win.tx
             in_flight = win.in_flight
             cwnd = win.cwnd
+            if in_flight + pace < cwnd:  # pacing's bytes bound this call as the window does
+                cwnd = in_flight + pace
         elif in_flight > 0 and cwnd - in_flight <= 0:
             break  # full, as above (win.tx / in_flight written back below)
         if multi:
@@ -1265,6 +1271,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
         popleft()
     if last is not None:
         win.tx = tx
+        win.pace_tokens -= in_flight - win.in_flight
         win.in_flight = in_flight
         last.sent(py_now)
     sendq.took(rr, n, nbytes, 0)

@@ -323,6 +323,7 @@ class Socket(Connection):
             return
         if self.SAFE:
             self._sendq.resend_due(now, self._ctrl)
+            self._sendq.pace_due(now)
         recvq = self._recvq
         if now >= recvq._next_maint:
             for sid, mid in recvq.maintain(now):
@@ -331,9 +332,10 @@ class Socket(Connection):
     def _queue_deadline(self) -> float | None:
         best = self._recvq.next_deadline()
         if self.SAFE:
-            resend = self._sendq.next_resend()
-            if resend is not None and (best is None or resend < best):
-                best = resend
+            sendq = self._sendq
+            for due in (sendq.next_resend(), sendq.next_send()):
+                if due is not None and (best is None or due < best):
+                    best = due
         return best
 
     # ------------------------------------------------------------------ hooks
