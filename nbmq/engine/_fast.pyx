@@ -730,12 +730,11 @@ cdef inline void _flush_safe(object self, object counters, object recvq, object 
 
 # SendQueue.ack of a safe queue with congestion control, compiled
 
-from nbmq.engine.congestion import DATAGRAM as _DATAGRAM_PY, DUPTHRESH as _DUPTHRESH_PY
+from nbmq.engine.congestion import DUPTHRESH as _DUPTHRESH_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
 from nbmq.engine.congestion import QDELAY_TARGET as _QDELAY_TARGET_PY
 
 cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
-cdef double DATAGRAM_C = _DATAGRAM_PY
 cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
 cdef double QDELAY_TARGET_C = _QDELAY_TARGET_PY
 cdef object _ack_py = SendQueue.ack
@@ -765,7 +764,7 @@ cdef class _AckRun:
     cdef object win           # the Window cached, or None
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
-    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt
+    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
     cdef Py_ssize_t acked, released
     cdef object sid_obj       # the last peer session id found a u64 int, and its value
@@ -788,6 +787,7 @@ cdef class _AckRun:
         self.ssthresh = win.ssthresh
         self.min_rtt = win.min_rtt
         self.round_min_rtt = win.round_min_rtt
+        self.increase = win.increase
         self.sampled = False
         return 0
 
@@ -892,7 +892,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         if cwnd < run.ssthresh:
             cwnd += size
         else:
-            cwnd += DATAGRAM_C * size / cwnd
+            cwnd += run.increase * size / cwnd
         run.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
     flight.win = None
     run.acked += 1  # (sendq.window_opened() at store)

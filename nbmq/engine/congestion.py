@@ -51,8 +51,9 @@ effect. A congested round also ends slow start (HyStart's delay signal), and a l
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
 least half as long as it was, the queue is not ours; the window stops yielding to delay
-(``competing``) and reacts to loss only, until a round finds the queue below half the target
-again (Copa's competitive mode). The pacing rate (:attr:`Window.pacing_rate`) spreads a
+(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (a TCP segment) per
+round trip, until a round finds the queue below half the target again (Copa's competitive
+mode). The pacing rate (:attr:`Window.pacing_rate`) spreads a
 window over the smoothed RTT: ``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start),
 as Linux paces TCP.
 """
@@ -77,6 +78,7 @@ __all__ = [
     "DELAY_BETA",
     "DELAY_FLOOR",
     "COMPETE_STRIKES",
+    "COMPETE_INCREASE",
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
@@ -116,6 +118,9 @@ DELAY_FLOOR = 0.25
 #: not ours: a queue-filling flow shares the bottleneck) after which the window reacts to loss
 #: only.
 COMPETE_STRIKES = 3
+#: Growth per window of acks while ``competing``, bytes: a TCP segment's worth (TCP grows by
+#: one segment of about 1500 bytes per round trip; a datagram's growth lost the queue to it).
+COMPETE_INCREASE = 3 * DATAGRAM
 #: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
 PACING_GAIN = 1.25
 #: Pacing lets this many seconds of the pacing rate go at once (one wake-up's worth: a
@@ -156,6 +161,8 @@ class Window:
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
+        increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``;
+            ``COMPETE_INCREASE`` while ``competing``).
     """
 
     __slots__ = (
@@ -190,6 +197,7 @@ class Window:
         "lost",
         "pace_tokens",
         "pace_stamp",
+        "increase",
     )
 
     def __init__(self, floor: float) -> None:
@@ -224,6 +232,7 @@ class Window:
         self.lost = 0
         self.pace_tokens = float(PACE_MIN_BURST)
         self.pace_stamp = 0.0
+        self.increase = float(DATAGRAM)
 
     def room(self) -> float:
         """Bytes that may still be sent now (may be <= 0)."""
@@ -247,7 +256,7 @@ class Window:
             if cwnd < self.ssthresh and rtt - self.min_rtt > QDELAY_TARGET:
                 self.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
         if cwnd < MAX_WINDOW:
-            cwnd += size if cwnd < self.ssthresh else DATAGRAM * size / cwnd  # slow start, AIMD
+            cwnd += size if cwnd < self.ssthresh else self.increase * size / cwnd  # slow start, AIMD
             self.cwnd = cwnd if cwnd < MAX_WINDOW else float(MAX_WINDOW)
 
     def reorder_wait(self) -> float:
@@ -348,6 +357,7 @@ class Window:
             self.ssthresh = self.cwnd
             self.decreases += 1
             self.hold = 1
+        self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
         self.round_acked = self.round_lost = 0
         self.round_min_rtt = math.inf
         self.round_end = self.tx

@@ -16,6 +16,7 @@ from nbmq import codec
 from nbmq.engine import SafeDealer
 from nbmq.engine.congestion import (
     BETA,
+    COMPETE_INCREASE,
     COMPETE_STRIKES,
     DATAGRAM,
     DELAY_BETA,
@@ -204,3 +205,14 @@ def test_path_state_counts_resends_and_losses():
     path = next(iter(client.engine.counters.paths.values()))
     assert path.resends == client.engine.counters.resends > 0
     assert 0 < path.lost <= path.resends and path.loss_rate == pytest.approx(path.lost / path.transmissions)
+
+
+def test_competing_grows_by_a_tcp_segment_per_window():
+    win = _avoiding(400 * DATAGRAM)
+    assert win.increase == DATAGRAM
+    for _ in range(2 * (COMPETE_STRIKES + 1)):
+        _round(win, BASE + 10 * QDELAY_TARGET)
+    assert win.competing and win.increase == COMPETE_INCREASE
+    cwnd = win.cwnd
+    win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
+    assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
