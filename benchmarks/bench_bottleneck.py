@@ -178,7 +178,9 @@ def dealer(rate: float, queue: float, seconds: float, offered: float, wire: bool
     with Bottleneck(rate, queue) as link:
         pace = int(offered * link.rate_bytes * per_wire)
         start = time.time() + 1.0
-        recv = link.start("b", "dealer_recv", port=PORT, seconds=seconds + 10, epoch=start, options={"rcvbuf": 1 << 20})
+        recv = link.start(
+            "b", "dealer_recv", port=PORT, seconds=seconds + 10, epoch=start, idle=1.0, options={"rcvbuf": 1 << 20}
+        )
         send = link.start(
             "a",
             "dealer_send",
