@@ -14,11 +14,12 @@ in the same run:
   sender's path state, as a fraction of the queue's capacity (``queue`` ms).
   With ``--baseline DIR`` (another nbmq source tree, extensions built in place) the same case
   runs first with that tree's engine (``base``).
-- ``tcp``: one TCP flow (``sendall`` of 64 KiB blocks), ``goodput`` and ``wire`` as above.
+- ``tcp``: one TCP flow (CUBIC, ``send`` of 64 KiB blocks), ``goodput`` and ``wire`` as above.
 - ``fair``: two SafeDealer flows, the second started 2 s after the first; Jain's index of their
   goodputs over 1 s windows: the first time after the second start that it reaches 0.95, and
   its value 4-5 s after the second start.
-- ``share``: a SafeDealer flow and a TCP flow together; each one's goodput over the link rate.
+- ``share``: a SafeDealer flow and a TCP flow together (CUBIC, Linux's default, then BBR);
+  each one's goodput over the link rate.
 - ``dealer``: a Dealer offering 2x the link rate (``pace_rate``) in one-datagram messages, then
   one paced at the link rate: offered, delivered, and the losses by where they happened (the
   sender's drop counters, the receiver's kernel drops, tbf's drops); ``unaccounted`` must be 0.
@@ -148,15 +149,16 @@ def fair(rate: float, queue: float, seconds: float, size: int, gap: float = 2.0)
     }
 
 
-def share(rate: float, queue: float, seconds: float, size: int) -> dict[str, Any]:
-    """A SafeDealer flow and a TCP flow at once: each one's share of the link."""
+def share(rate: float, queue: float, seconds: float, size: int, cc: str = "cubic") -> dict[str, Any]:
+    """A SafeDealer flow and a TCP flow (congestion control ``cc``) at once: each one's share
+    of the link."""
     with Bottleneck(rate, queue) as link:
         start = time.time() + 1.0
         srecv = link.start("b", "safe_recv", port=PORT, seconds=seconds + 10, epoch=start)
         trecv = link.start("b", "tcp_recv", port=TCP_PORT, seconds=seconds + 10, epoch=start)
         time.sleep(0.3)
         ssend = link.start("a", "safe_send", dest=f"{link.addr_b}:{PORT}", seconds=seconds, size=size, start_at=start)
-        tsend = link.start("a", "tcp_send", dest=f"{link.addr_b}:{TCP_PORT}", seconds=seconds, start_at=start)
+        tsend = link.start("a", "tcp_send", dest=f"{link.addr_b}:{TCP_PORT}", seconds=seconds, start_at=start, cc=cc)
         s, sr, _, tr = ssend.result(), srecv.result(), tsend.result(), trecv.result()
     a, b = start + WARMUP, start + seconds
     return {
@@ -207,6 +209,8 @@ def dealer(rate: float, queue: float, seconds: float, offered: float, wire: bool
         "receiver_drops": receiver,
         "tbf_drops": tbf,
         "unaccounted": lost - sender - kernel - receiver - tbf,
+        # tbf also drops control frames: unaccounted may be down to minus these
+        "control_frames": s["counters"]["heartbeats_out"] + s["counters"]["connects_out"],
     }
 
 
@@ -254,11 +258,13 @@ def main() -> None:
                     flush=True,
                 )
             if "share" in cases:
-                row = share(rate, queue, args.seconds, args.size)
-                print(
-                    f"{tag}  share   safe {row['safe']:.3f}  tcp {row['tcp']:.3f}  safe resends {row['resends']:.2%}",
-                    flush=True,
-                )
+                for cc in ("cubic", "bbr"):
+                    row = share(rate, queue, args.seconds, args.size, cc)
+                    print(
+                        f"{tag}  share   safe {row['safe']:.3f}  tcp ({cc}) {row['tcp']:.3f}  safe resends "
+                        f"{row['resends']:.2%}",
+                        flush=True,
+                    )
             if "dealer" in cases:
                 for offered, wire in ((2.0, True), (1.0, True), (1.0, False)):
                     row = dealer(rate, queue, args.seconds, offered, wire)
@@ -266,7 +272,7 @@ def main() -> None:
                         f"{tag}  dealer x{offered:g}{'' if wire else ' (pace_rate = link rate, headers not counted)'}  "
                         f"offered {row['offered']} delivered {row['delivered']} ({row['ratio']:.3f})  sender "
                         f"{row['sender_drops']} kernel {row['kernel_drops']} receiver {row['receiver_drops']} tbf "
-                        f"{row['tbf_drops']} unaccounted {row['unaccounted']}",
+                        f"{row['tbf_drops']} unaccounted {row['unaccounted']} (control frames {row['control_frames']})",
                         flush=True,
                     )
 

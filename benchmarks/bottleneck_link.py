@@ -22,7 +22,8 @@ object when done. Roles (every one bounded by ``seconds`` and a drain time):
 - ``safe_recv`` / ``dealer_recv``: binds ``port`` and counts delivered messages and payload
   bytes in 100 ms bins of wall-clock time (``bins``; ``epoch`` is bin 0's start), until idle for
   ``idle`` seconds after the first message or ``seconds`` pass; reports its counters.
-- ``tcp_send`` / ``tcp_recv``: the same over one TCP connection (``sendall`` of 64 KiB blocks).
+- ``tcp_send`` / ``tcp_recv``: the same over one TCP connection (``send`` of 64 KiB blocks),
+  with the congestion control ``cc`` (``"cubic"``, Linux's default; ``"bbr"``, ``"reno"``).
 
 Importing this module runs nothing.
 """
@@ -321,10 +322,16 @@ def _tcp_send(a: dict[str, Any]) -> dict[str, Any]:
     host, port = a["dest"].rsplit(":", 1)
     deadline = time.monotonic() + 5.0
     while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # the congestion control chosen before the handshake (Linux's default is cubic; this
+        # machine's may be another)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, a.get("cc", "cubic").encode())
+        sock.settimeout(1.0)
         try:
-            sock = socket.create_connection((host, int(port)), timeout=1.0)
+            sock.connect((host, int(port)))
             break
         except OSError:
+            sock.close()
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)

@@ -51,11 +51,13 @@ effect. A congested round also ends slow start (HyStart's delay signal), and a l
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
 least half as long as it was, the queue is not ours; the window stops yielding to delay
-(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (a TCP segment) per
-round trip, until a round finds the queue below half the target again (Copa's competitive
-mode). The pacing rate (:attr:`Window.pacing_rate`) spreads a
-window over the smoothed RTT: ``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start),
-as Linux paces TCP.
+(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (about a TCP segment)
+per round trip, until a round finds the queue below half the target again (Copa's competitive
+mode). ``min_rtt`` never expires: on a path whose base RTT grows for good, every round looks
+congested, and the window ends up competing (loss-based), as it was before it read delay.
+
+The pacing rate (:attr:`Window.pacing_rate`) spreads a window over the smoothed RTT:
+``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start), as Linux paces TCP.
 """
 
 from __future__ import annotations
@@ -118,9 +120,10 @@ DELAY_FLOOR = 0.25
 #: not ours: a queue-filling flow shares the bottleneck) after which the window reacts to loss
 #: only.
 COMPETE_STRIKES = 3
-#: Growth per window of acks while ``competing``, bytes: a TCP segment's worth (TCP grows by
-#: one segment of about 1500 bytes per round trip; a datagram's growth lost the queue to it).
-COMPETE_INCREASE = 3 * DATAGRAM
+#: Growth per window of acks while ``competing``, bytes. TCP grows by a segment (about 1500
+#: bytes) per round trip; one datagram's growth lost the queue to it, and three took 0.6 of the
+#: link from it (a paced flow loses less at a full drop-tail queue than a bursty one).
+COMPETE_INCREASE = 2 * DATAGRAM
 #: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
 PACING_GAIN = 1.25
 #: Pacing lets this many seconds of the pacing rate go at once (one wake-up's worth: a

@@ -69,10 +69,8 @@ def test_safe_dealer_shares_a_small_queue_with_tcp():
 def test_every_message_a_dealer_loses_is_counted_somewhere():
     row = bench.dealer(rate=RATE, queue=10, seconds=2.0, offered=2.0)
     assert row["tbf_drops"] > 0  # the queue overflowed
-    assert row["unaccounted"] == 0
-    assert (
-        row["offered"]
-        == row["delivered"] + row["sender_drops"] + row["kernel_drops"] + row["receiver_drops"] + row["tbf_drops"]
-    )
+    # offered - delivered = the sender's, the receiver's, the kernel's and tbf's drops; tbf's
+    # may include a control frame (a heartbeat or Connect) besides the messages
+    assert -row["control_frames"] <= row["unaccounted"] <= 0
     paced = bench.dealer(rate=RATE, queue=10, seconds=2.0, offered=1.0)
-    assert paced["ratio"] >= 0.95 and paced["unaccounted"] == 0
+    assert paced["ratio"] >= 0.95 and -paced["control_frames"] <= paced["unaccounted"] <= 0
