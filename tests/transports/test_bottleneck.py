@@ -36,6 +36,12 @@ REASON = link_module.unavailable()
 #: Mbit/s: the pure-Python twin (NBMQ_NO_EXTENSIONS=1, inherited by the flows) runs out of CPU
 #: near 10 Mbit/s, so its links are slower.
 RATE = 50 if sockets._fast is not None else 5
+#: The window's cases measure the congestion controller, the same Python code in both builds;
+#: under the twin its ack processing (milliseconds, with the suite's load) is most of the RTT the
+#: controller reads, so there they would measure the CPU.
+compiled_only = pytest.mark.skipif(
+    sockets._fast is None, reason="the pure-Python twin's ack processing swamps the queueing delay measured"
+)
 pytestmark = [pytest.mark.network, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 
@@ -53,6 +59,7 @@ def test_the_link_is_removed_also_when_the_run_fails():
     assert not any(name in _namespaces() for name in names)
 
 
+@compiled_only
 def test_safe_dealer_fills_the_link_without_filling_the_queue():
     row = bench.single(rate=RATE, queue=10, seconds=3.0, size=16384)
     assert row["lost"] == 0
@@ -61,6 +68,7 @@ def test_safe_dealer_fills_the_link_without_filling_the_queue():
     assert row["qdelay"] <= 0.75  # of the queue's 10 ms (target: 0.5)
 
 
+@compiled_only
 def test_safe_dealer_shares_a_small_queue_with_tcp():
     row = bench.share(rate=RATE, queue=10, seconds=4.0, size=16384)
     assert row["safe"] >= 0.25 and row["tcp"] >= 0.25  # target: 0.35 each
