@@ -18,8 +18,10 @@ counts, never a failure.
 
 The input's size decides the rest: local captures within one split and
 :data:`DRIVER_INPUT_BYTES` (the bundled ones, everyday captures) are decoded by the one-pass
-tasks in the driver's threads, and the sessions and report jobs run with
-:data:`SMALL_INPUT_CONF`, so Spark's fixed cost is paid once, at start-up.
+tasks in the driver's threads, and the stream tables' jobs run with :data:`SMALL_INPUT_CONF`.
+The sessions table, the summary and the report's aggregates never start a Spark job for a local
+output (:mod:`nbmq.spark.report.passes`: pyarrow on the driver over the files just written), so
+Spark's fixed cost is paid once, at start-up.
 
 Runs survive faults and never mix: local masters retry a failed task
 (:func:`nbmq.spark.spark_session.with_task_retries`), the tasks write their part files under
@@ -80,7 +82,7 @@ DEFAULT_RQUEUE_PORTS = (6567,)
 #: Inputs of at most this many bytes (and within one split) are decoded by the one-pass tasks in
 #: the driver's threads: a Spark job's scheduling and its Python workers' start cost more there.
 DRIVER_INPUT_BYTES = 64 * 1024 * 1024
-#: Spark SQL settings for the sessions and report jobs of such an input: one shuffle partition,
+#: Spark SQL settings for the Spark jobs of such an input (the stream tables'): one shuffle partition,
 #: no adaptive re-planning, expressions interpreted instead of compiled. Each new query shape
 #: otherwise pays for Janino compiling its generated code, more than the work on a few
 #: thousand rows (bundled captures, same session, medians of 2 at load ~9: sessions step 1.2
@@ -409,7 +411,7 @@ def _steps(
     from .report.passes import Passes
     from .sessions_table import write_sessions
 
-    passes = Passes(spark, frames, messages, tables["frames"])
+    passes = Passes(spark, tables)
     write_sessions(spark, passes.sessions(), tables["sessions"])
     steps.advance()
     lap("sessions")
@@ -438,7 +440,6 @@ def _steps(
         summary["steps"] = dict(lap.seconds)  # the page counts these and its own step
         _write_report(spark, output, summary, tables, passes)
         lap("report")
-    passes.close()  # collect() closed it already: this frees it when there is no report
     steps.advance()
     return summary
 
