@@ -695,25 +695,69 @@ class Passes:
             :data:`GAP_FACTOR` intervals: capture, session_id, src, prev_s, at_s.
         """
         import pandas as pd
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-        hb = self._rows_at(self._heartbeats, [])
+        from ..findings import _addr_port
+        from ..messages import _u64
+
         pairs = ["capture", "session_id", "src", "dst", "n", "first_s", "last_s"]
         gaps = ["capture", "session_id", "src", "prev_s", "at_s"]
-        if hb.empty:
+        hb = self._heartbeats.combine_chunks()
+        if hb.num_rows == 0:
             return pd.DataFrame(columns=pairs), pd.DataFrame(columns=gaps)
-        sender = ["capture", "session_id", "src"]
-        hb["sender"] = hb.groupby(sender, sort=False, dropna=False).ngroup()
-        hb = hb.sort_values(["sender", "at_s"], kind="stable").reset_index(drop=True)
-        same = hb["sender"].to_numpy()[1:] == hb["sender"].to_numpy()[:-1]
-        prev = np.r_[np.nan, np.where(same, hb["at_s"].to_numpy()[:-1], np.nan)]
-        hb["prev_s"] = prev
+        at = _seconds_since(hb["ts_ns"], _axis(self.axis, hb["capture"])[0])
         per_pair = (
-            hb.groupby(["capture", "session_id", "src", "dst"], sort=False, dropna=False)
-            .agg(n=("at_s", "size"), first_s=("at_s", "min"), last_s=("at_s", "max"))
-            .reset_index()
+            hb.append_column("at_s", pa.array(at))
+            .group_by(["capture", "session_id", *_ENDPOINTS])
+            .aggregate([([], "count_all"), ("at_s", "min"), ("at_s", "max")])
         )
-        long = hb[hb["at_s"] - hb["prev_s"] > GAP_FACTOR * HEARTBEAT_INTERVAL_S]
-        return per_pair[pairs], long[gaps].head(MAX_GAP_CANDIDATES).reset_index(drop=True)
+        per_pair = pd.DataFrame(
+            {
+                "capture": per_pair["capture"].to_pylist(),
+                "session_id": per_pair["session_id"].to_pylist(),
+                "src": _addr_port(per_pair["src_addr"], per_pair["src_port"]).to_pylist(),
+                "dst": _addr_port(per_pair["dst_addr"], per_pair["dst_port"]).to_pylist(),
+                "n": per_pair["count_all"].to_numpy(),
+                "first_s": per_pair["at_s_min"].to_numpy(),
+                "last_s": per_pair["at_s_max"].to_numpy(),
+            }
+        )
+        # each sender's heartbeats in time order: the wait since its previous one
+        codes = [
+            pc.dictionary_encode(hb[c].combine_chunks()).indices.fill_null(-1).to_numpy()
+            for c in ("capture", "src_addr")
+        ]
+        sender = (
+            pd.DataFrame(
+                {
+                    "c": codes[0],
+                    "sid": _u64(hb["session_id"].fill_null(0)),
+                    "a": codes[1],
+                    "p": hb["src_port"].fill_null(0),
+                }
+            )
+            .groupby(["c", "sid", "a", "p"], sort=False)
+            .ngroup()
+            .to_numpy()
+        )
+        order = np.lexsort((at, sender))
+        s, t = sender[order], at[order]
+        wait = np.r_[np.nan, np.where(s[1:] == s[:-1], t[1:] - t[:-1], np.nan)]
+        hit = np.flatnonzero(wait > GAP_FACTOR * HEARTBEAT_INTERVAL_S)[:MAX_GAP_CANDIDATES]
+        long, prev = order[hit], order[hit - 1]
+        rows = hb.take(pa.array(long))
+        found = pd.DataFrame(
+            {
+                "capture": rows["capture"].to_pylist(),
+                "session_id": rows["session_id"].to_pylist(),
+                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_pylist(),
+                "prev_s": at[prev],
+                "at_s": at[long],
+            },
+            columns=gaps,
+        )
+        return per_pair[pairs], found
 
     def busy(self, gaps: pd.DataFrame) -> np.ndarray:
         """Which ``gaps`` (:meth:`heartbeats`) saw another valid frame (not a heartbeat) of their
