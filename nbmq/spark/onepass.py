@@ -27,7 +27,7 @@ the staging directory is combined by the rule of
   ~0.1 s on 1M datagrams at a load of 10);
 - otherwise, or when some key needs the redo path, by Spark
   (:func:`nbmq.spark.messages_local.combine_records`: shuffle by key hash, sort, settle; the
-  rare keys it cannot settle recomputed by :func:`nbmq.spark.messages.build_messages` from the
+  rare keys it cannot settle reassembled whole again by the local pass from the
   frames filtered to them).
 
 The staging directory is then removed.
