@@ -51,7 +51,7 @@ import pandas as pd
 from ..options import OPTION_SPECS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "KINDS",
@@ -949,12 +949,11 @@ def _messages_spark(spark: SparkSession, path: str, where: Any) -> pd.DataFrame:
 
 def write_findings(
     spark: SparkSession,
-    frames: DataFrame,
     tables: dict[str, str],
     files: Sequence[str],
     *,
     on_driver: bool | None = None,
-) -> tuple[DataFrame, dict[str, Any]]:
+) -> dict[str, Any]:
     """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
 
     On a local output the driver reads the Parquet files the run just wrote with pyarrow (a file
@@ -964,9 +963,9 @@ def write_findings(
     written by pyarrow as one sorted file.
 
     Args:
-        spark: the session.
-        frames: the frames table (``frames/`` as read back; any size).
-        tables: the run's table paths; ``tables["messages"]`` is read, then rewritten with the
+        spark: the session (reads the tables when they are not read on the driver).
+        tables: the run's table paths (``frames`` and ``messages``, any size);
+            ``tables["messages"]`` is read, then rewritten with the
             ``suspect`` column (:data:`nbmq.spark.schema.SUSPECT_FIELD`); ``tables["findings"]``
             is set to ``findings/`` beside it.
         files: the capture files read (classic pcap files with capture damage are walked
@@ -975,7 +974,6 @@ def write_findings(
             None (the default) chooses the driver when both tables are local.
 
     Returns:
-        ``(messages, counts)``: the messages table read back (with ``suspect``), and
         ``{"rows": n, "severity": {severity: n}, "kind": {kind: n}}`` (every severity and kind,
         zeros included), for ``summary.json``.
     """
@@ -1002,6 +1000,7 @@ def write_findings(
         pieces = scan_files(tables["frames"], partial(_peer_pass, wanted), _PASS_COLUMNS)
         passed = pa.concat_tables(pieces).to_pandas() if pieces else _pass_schema().empty_table().to_pandas()
     else:
+        frames = spark.read.parquet(tables["frames"])
         passed = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_pass, wanted), _PASS_SCHEMA).toPandas()
     passed["what"] = passed["what"].astype("category")  # compared often; a row per span at most
 
@@ -1120,7 +1119,7 @@ def write_findings(
     for column in ("severity", "kind"):
         for value, n in table[column].value_counts().items():
             summary[column][value] += int(n)
-    return spark.read.parquet(tables["messages"]), summary
+    return summary
 
 
 def _findings_arrow(rows: pd.DataFrame) -> Any:

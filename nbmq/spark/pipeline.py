@@ -396,14 +396,14 @@ def _steps(
     options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
 
     steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
-    frames, messages, plan_counts = _frames_and_messages(
+    plan_counts = _frames_and_messages(
         spark, options, tables, output.local, steps, lap, payload=payload, parts=parts, small=small
     )
 
     steps.step("diagnosing -> findings/")
     from .findings import write_findings
 
-    messages, findings = write_findings(spark, frames, tables, files)  # adds messages.suspect
+    findings = write_findings(spark, tables, files)  # adds messages.suspect
     lap("findings")
 
     steps.step("summarising -> sessions/")
@@ -455,47 +455,53 @@ def _frames_and_messages(
     payload: bool,
     parts: bool,
     small: bool = False,
-) -> tuple[Any, Any, dict[str, Any]]:
-    """Write ``frames/`` and ``messages/``; return both tables (read back) and the plan's counts.
+) -> dict[str, Any]:
+    """Write ``frames/`` and ``messages/``; return the plan's counts.
 
     A local output: one job decodes each partition once and writes its frames and the messages
-    complete in it, a combine finishes the keys seen in several (:mod:`nbmq.spark.onepass`).
-    A Hadoop-compatible output (executors may not share a local file system): Spark writes the
-    frames table from the ``nbmq`` source and :func:`~nbmq.spark.messages_local.build_messages_local`
-    reassembles it with the same local pass and combine. A ``small`` input (:func:`_small_input`)
-    to a local output is decoded by the same tasks in the driver, without a Spark job.
+    complete in it, a combine finishes the keys seen in several (:mod:`nbmq.spark.onepass`);
+    no Spark DataFrame of either table is built unless the combine needs Spark (building one
+    costs a cold session seconds). A Hadoop-compatible output (executors may not share a local
+    file system): Spark writes the frames table from the ``nbmq`` source and
+    :func:`~nbmq.spark.messages_local.build_messages_local` reassembles it with the same local
+    pass and combine. A ``small`` input (:func:`_small_input`) to a local output is decoded by
+    the same tasks in the driver, without a Spark job.
     """
-    source = spark.read.format("nbmq").options(**options).load()
+
+    def source() -> Any:
+        return spark.read.format("nbmq").options(**options).load()
+
     if local:
         from .onepass import finish_messages, write_parts
 
         one = write_parts(
             spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts, in_driver=small
         )
-        frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")
         steps.step("combining keys across partitions -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
-            finish_messages(spark, one, frames if payload else source, parts=parts)
+            finish_messages(
+                spark, one, (lambda: spark.read.parquet(tables["frames"])) if payload else source, parts=parts
+            )
         counts = {"onepass": one.counts()}
     else:
         from .messages_local import build_messages_local
 
-        (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
+        read = source()
+        (read if payload else read.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
         frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")
         steps.step("reassembling -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
-            build_messages_local(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
+            build_messages_local(frames if payload else read, parts=parts).write.mode("overwrite").parquet(
                 tables["messages"]
             )
         counts = {}
-    messages = spark.read.parquet(tables["messages"])
     steps.advance()
     lap("messages")
-    return frames, messages, counts
+    return counts
 
 
 def _write_report(
