@@ -28,7 +28,13 @@ __all__ = ["scan", "scan_files", "merge"]
 Piece = dict[str, "pa.Table"]
 
 
-def scan_files(path: str, per_file: Callable[[Any], Any], columns: Sequence[str], where: Any = None) -> list[Any]:
+def scan_files(
+    path: str,
+    per_file: Callable[[Any], Any],
+    columns: Sequence[str],
+    where: Any = None,
+    row_groups: bool = False,
+) -> list[Any]:
     """``per_file(table)`` of each Parquet file of the local table at ``path`` (only ``columns``,
     rows matching the pyarrow expression ``where``), files read on a thread pool.
 
@@ -37,9 +43,13 @@ def scan_files(path: str, per_file: Callable[[Any], Any], columns: Sequence[str]
         per_file: called with each file's pyarrow Table; its results are returned in file order.
         columns: the columns read.
         where: a pyarrow dataset filter expression, or None for every row.
+        row_groups: call ``per_file`` on each row group instead of each file, so memory holds
+            a row group per thread whatever the files' size (for passes whose results merge
+            the same from any cut of the rows).
 
     Returns:
-        The results of ``per_file``, one per file (none for a table without files).
+        The results of ``per_file``, one per file (or row group), in table order (none for a
+        table without files).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -48,6 +58,8 @@ def scan_files(path: str, per_file: Callable[[Any], Any], columns: Sequence[str]
     from .inputs import local_path
 
     fragments = list(ds.dataset(local_path(path), format="parquet").get_fragments())
+    if row_groups:
+        fragments = [g for f in fragments for g in f.split_by_row_group()]
     with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
         return list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
 
@@ -86,7 +98,9 @@ def scan(
         spark: the session (used only for a table the driver does not read itself).
         path: the table (a local path, ``file:`` URI or Hadoop-compatible URI).
         per_piece: called with a pyarrow Table of ``columns`` (a file, or a Spark partition);
-            returns named pyarrow tables, small (aggregates, a few selected rows).
+            returns named pyarrow tables, small (aggregates, a few selected rows); their
+            merge must not depend on where the rows were cut (on the driver a piece is a
+            Parquet row group, so memory holds a row group per thread).
         columns: the columns the pass reads.
         on_driver: read with pyarrow here (True) or in Spark's executors (False); None: here when
             ``path`` is local.
@@ -99,7 +113,7 @@ def scan(
     if on_driver is None:
         on_driver = is_local(path)
     if on_driver:
-        return scan_files(path, per_piece, columns)
+        return scan_files(path, per_piece, columns, row_groups=True)
     import pyarrow as pa
 
     assert spark is not None, "a Spark session reads a table the driver does not"
