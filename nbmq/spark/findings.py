@@ -630,7 +630,7 @@ def _pass_schema() -> Any:
 
     return pa.schema(
         [
-            ("peer", pa.string()),
+            ("peer", pa.dictionary(pa.int32(), pa.string())),  # a peer's text once per piece
             ("what", pa.string()),
             ("a_ns", pa.int64()),
             ("a_frame", pa.int64()),
@@ -800,7 +800,8 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         dt = np.r_[0, np.diff(ts)]
         starts = np.flatnonzero(first | (dt > _FLOOR_NS))
         last = np.r_[starts[1:] - 1, idx.size - 1]
-        emit(names[idx[starts]], "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
+        peers = pa.DictionaryArray.from_arrays(pa.array(idx[starts].astype(np.int32)), pa.array(names, pa.string()))
+        emit(peers, "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
         sample = _spread(np.flatnonzero(~first & (kind == _HEARTBEAT) & (np.r_[-1, kind[:-1]] != _HEARTBEAT)))
         emit(
             names[idx[sample]],
@@ -841,9 +842,14 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
 def _arrow(values: Any, kind: Any) -> Any:
     """``values`` (numpy, list or pyarrow) as a pyarrow Array of type ``kind``."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
+    if pa.types.is_dictionary(kind):
+        if isinstance(values, pa.DictionaryArray):
+            return values
+        return pc.dictionary_encode(values if isinstance(values, pa.Array) else pa.array(values, kind.value_type))
     return values.cast(kind) if isinstance(values, pa.Array) else pa.array(values, type=kind)
 
 
@@ -868,10 +874,12 @@ def _row_time_frame(rows: pd.DataFrame) -> tuple[list[int | None], list[int | No
 def _spark_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
     """:func:`_peer_pass` over one Spark partition (``mapInArrow``)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     batches = list(batches)
     if batches:
-        yield from _peer_pass(wanted, pa.Table.from_batches(batches)).to_batches()
+        out = _peer_pass(wanted, pa.Table.from_batches(batches))
+        yield from out.set_column(0, "peer", pc.cast(out["peer"], pa.string())).to_batches()  # Spark: plain text
 
 
 def _marked_frames(marks: pd.DataFrame, table: Any) -> pd.DataFrame:
@@ -998,11 +1006,17 @@ def write_findings(
     wanted = np.unique(np.array([int(m) for m in noted["message_id"]], np.uint64).view(np.int64))
     if on_driver:
         pieces = scan_files(tables["frames"], partial(_peer_pass, wanted), _PASS_COLUMNS)
-        passed = pa.concat_tables(pieces).to_pandas() if pieces else _pass_schema().empty_table().to_pandas()
+        table = pa.concat_tables(pieces) if pieces else _pass_schema().empty_table()
+        # spans can be a row per frame (until joined): kept apart, their peers as codes
+        span = pc.equal(table["what"], "span")
+        span_rows = table.filter(span).to_pandas()
+        passed = table.filter(pc.invert(span)).to_pandas()
+        passed["peer"] = passed["peer"].astype(object)
     else:
         frames = spark.read.parquet(tables["frames"])
         passed = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_pass, wanted), _PASS_SCHEMA).toPandas()
-    passed["what"] = passed["what"].astype("category")  # compared often; a row per span at most
+        span_rows = passed[passed["what"] == "span"]
+        passed = passed[passed["what"] != "span"]
 
     capture_end = {
         r.peer: int(r.b_ns)
@@ -1010,7 +1024,7 @@ def write_findings(
     }
     damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
     trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
-    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "malformed", "span"])])
+    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "malformed"])])
     firsts = per_peer[per_peer["what"] == "first"]
     firsts = firsts.assign(message_id=[Decimal(int(b)) for b in firsts["a_ns"].to_numpy(np.int64).view(np.uint64)])
     firsts = firsts.groupby(_KEY, as_index=False)["a_frame"].min().rename(columns={"a_frame": "first_frame"})
@@ -1024,7 +1038,7 @@ def write_findings(
         for c, s in samples.groupby("capture")
     }
     intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
-    spans = _split_peers(_merged_spans(passed[passed["what"] == "span"], intervals))
+    spans = _split_peers(_merged_spans(span_rows, intervals))
     byes = per_peer[per_peer["what"] == "disconnected"]
     disc = byes[byes["n"].to_numpy(np.int64) & 1 == 1].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
     found = [liveness_findings(spans, disc.rename(columns={"a_ns": "first_ns"}), capture_end, intervals)]
