@@ -53,9 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--split-mb",
         type=float,
-        default=64.0,
+        default=None,
         metavar="MB",
-        help="split classic pcap files larger than this into byte ranges (default 64; 0: never)",
+        help="split classic pcap files larger than this into byte ranges (default: one range per core for the "
+        "largest file, at least 64; 0: never)",
     )
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration (repeatable)"
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             payload=args.payload,
             parts=args.parts,
             pcapng=args.pcapng,
-            split_bytes=int(args.split_mb * 1024 * 1024),
+            split_bytes=None if args.split_mb is None else int(args.split_mb * 1024 * 1024),
             conf=conf,
             report=args.report,
             progress=not args.quiet,

@@ -51,7 +51,7 @@ import pandas as pd
 from ..options import OPTION_SPECS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "KINDS",
@@ -152,10 +152,7 @@ def liveness_gaps(starts_ns: np.ndarray, ends_ns: np.ndarray, capture_end_ns: in
         return pd.DataFrame(
             {c: pd.Series(dtype=t) for c, t in zip(columns, ["int64", "int64", "float64", "bool", "int64", "object"])}
         )
-    order = np.lexsort((ends, starts))
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)  # the latest sign of life so far
-    holder = np.maximum.accumulate(np.where(e >= reach, np.arange(e.size), 0))  # span that reached it
+    order, s, reach, holder = _reaches(starts, ends)
     nxt = np.append(s[1:], max(int(capture_end_ns), int(reach[-1])))
     at = np.flatnonzero(nxt - reach > GAP_FACTOR * interval_s * _NS)
     seconds = (nxt[at] - reach[at]) / _NS
@@ -164,11 +161,60 @@ def liveness_gaps(starts_ns: np.ndarray, ends_ns: np.ndarray, capture_end_ns: in
             "start_ns": reach[at],
             "end_ns": nxt[at],
             "seconds": seconds,
-            "to_end": at == e.size - 1,
+            "to_end": at == s.size - 1,
             "span": order[holder[at]],
             "kind": np.where(seconds > SILENCE_FACTOR * interval_s, "peer_silent", "heartbeat_gap").astype(object),
         }
     )
+
+
+def _reaches(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Spans in time order with the latest sign of life so far: ``(order, sorted starts, reach,
+    holder)``; ``reach[i]`` is the max end of the first i+1 sorted spans, ``holder[i]`` the
+    sorted index of the (latest) span that reached it."""
+    order = np.lexsort((ends, starts))
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    holder = np.maximum.accumulate(np.where(e >= reach, np.arange(e.size), 0))
+    return order, s, reach, holder
+
+
+def _merged_spans(rows: pd.DataFrame, intervals: dict[str, tuple[float, str]]) -> pd.DataFrame:
+    """The frames pass's ``span`` rows (``peer``, a/b ns and frames) with each peer's spans
+    joined where no gap of over ``GAP_FACTOR`` intervals (its capture's) separates them.
+
+    The pass can only join frames closer than ``GAP_FACTOR * MIN_INTERVAL_S`` (the interval is
+    known after it), so a peer sending every 0.1 s left a span per frame: ~a million rows at 1M
+    datagrams. Joined spans give :func:`liveness_findings` the same gaps (the same starts,
+    reaches and end frames), other peers' last signs of life before a gap and first starts.
+    """
+    columns = ["peer", "start_ns", "start_frame", "end_ns", "end_frame"]
+    if rows.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "peer" else "int64") for c in columns})
+    code, peers = pd.factorize(rows["peer"])
+    s, e = rows["a_ns"].to_numpy(np.int64), rows["b_ns"].to_numpy(np.int64)
+    sf, ef = rows["a_frame"].to_numpy(np.int64), rows["b_frame"].to_numpy(np.int64)
+    by_peer = np.argsort(code, kind="stable")
+    bounds = np.flatnonzero(np.diff(code[by_peer])) + 1
+    out = []
+    for peer, idx in zip(np.unique(code), np.split(by_peer, bounds)):
+        name = peers[peer]
+        interval = intervals.get(name.split(_SEP, 1)[0], (DEFAULT_HEARTBEAT_INTERVAL_S, ""))[0]
+        order, start, reach, holder = _reaches(s[idx], e[idx])
+        first = np.flatnonzero(np.r_[True, start[1:] - reach[:-1] > GAP_FACTOR * interval * _NS])
+        last = np.r_[first[1:] - 1, start.size - 1]
+        out.append(
+            pd.DataFrame(
+                {
+                    "peer": name,
+                    "start_ns": start[first],
+                    "start_frame": sf[idx][order][first],
+                    "end_ns": reach[last],
+                    "end_frame": ef[idx][order][holder[last]],
+                }
+            )
+        )
+    return pd.concat(out, ignore_index=True)
 
 
 def silences(times_ns: np.ndarray, capture_end_ns: int, interval_s: float) -> pd.DataFrame:
@@ -584,7 +630,7 @@ def _pass_schema() -> Any:
 
     return pa.schema(
         [
-            ("peer", pa.string()),
+            ("peer", pa.dictionary(pa.int32(), pa.string())),  # a peer's text once per piece
             ("what", pa.string()),
             ("a_ns", pa.int64()),
             ("a_frame", pa.int64()),
@@ -631,9 +677,10 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    out: dict[str, list[Any]] = {k: [] for k in ("peer", "what", "a_ns", "a_frame", "b_ns", "b_frame", "n", "text")}
+    schema = _pass_schema()
+    out: list[pa.Table] = []
     if table.num_rows == 0:
-        return pa.Table.from_pydict(out, schema=_pass_schema())
+        return schema.empty_table()
 
     def emit(
         peer: Any,
@@ -646,26 +693,12 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         text: Any = None,
     ) -> None:
         size = len(peer)
-        for name, value in (
-            ("peer", peer),
-            ("a_ns", a_ns),
-            ("a_frame", a_frame),
-            ("b_ns", b_ns),
-            ("b_frame", b_frame),
-            ("n", n),
-            ("text", text),
-        ):
-            if value is None:  # no nulls in the int columns: a float64 column in pandas would round ns
-                out[name].extend([None if name == "text" else 0] * size)
-            else:
-                out[name].extend(
-                    value.tolist()
-                    if isinstance(value, np.ndarray)
-                    else value.to_pylist()
-                    if hasattr(value, "to_pylist")
-                    else list(value)
-                )
-        out["what"].extend([what] * size)
+        columns = {"peer": peer, "what": pa.array([what]).take(np.zeros(size, np.int64))}
+        for name, value in (("a_ns", a_ns), ("a_frame", a_frame), ("b_ns", b_ns), ("b_frame", b_frame), ("n", n)):
+            # no nulls in the int columns: a float64 column in pandas would round ns
+            columns[name] = pa.array(np.zeros(size, np.int64)) if value is None else value
+        columns["text"] = pa.nulls(size, pa.string()) if text is None else text
+        out.append(pa.Table.from_arrays([_arrow(columns[f.name], f.type) for f in schema], schema=schema))
 
     error = table["error"]
     damaged = pc.fill_null(pc.starts_with(error, "capture: "), False)
@@ -703,7 +736,7 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         pc.fill_null(pc.and_(decoded, pc.is_valid(table["session_id"])), False).to_numpy(zero_copy_only=False)
     )
     if dec.size == 0:
-        return pa.Table.from_pydict(out, schema=_pass_schema())
+        return pa.concat_tables(out) if out else schema.empty_table()
     captures = pc.dictionary_encode(table["capture"]).combine_chunks()
     addrs = pc.dictionary_encode(table["src_addr"]).combine_chunks()
     where = (
@@ -767,7 +800,8 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         dt = np.r_[0, np.diff(ts)]
         starts = np.flatnonzero(first | (dt > _FLOOR_NS))
         last = np.r_[starts[1:] - 1, idx.size - 1]
-        emit(names[idx[starts]], "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
+        peers = pa.DictionaryArray.from_arrays(pa.array(idx[starts].astype(np.int32)), pa.array(names, pa.string()))
+        emit(peers, "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
         sample = _spread(np.flatnonzero(~first & (kind == _HEARTBEAT) & (np.r_[-1, kind[:-1]] != _HEARTBEAT)))
         emit(
             names[idx[sample]],
@@ -802,7 +836,21 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
                 names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[alive][order][has]
             )
             emit(caps, "round_trip", trips, np.zeros(trips.size, np.int64), n=np.ones(trips.size, np.int64))
-    return pa.Table.from_pydict(out, schema=_pass_schema())
+    return pa.concat_tables(out) if out else schema.empty_table()
+
+
+def _arrow(values: Any, kind: Any) -> Any:
+    """``values`` (numpy, list or pyarrow) as a pyarrow Array of type ``kind``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(kind):
+        if isinstance(values, pa.DictionaryArray):
+            return values
+        return pc.dictionary_encode(values if isinstance(values, pa.Array) else pa.array(values, kind.value_type))
+    return values.cast(kind) if isinstance(values, pa.Array) else pa.array(values, type=kind)
 
 
 def _with_nulls(ts_ns: Any, frame: Any) -> tuple[Any, Any, None, None, Any]:
@@ -826,10 +874,12 @@ def _row_time_frame(rows: pd.DataFrame) -> tuple[list[int | None], list[int | No
 def _spark_pass(wanted: np.ndarray, batches: Iterator[Any]) -> Iterator[Any]:
     """:func:`_peer_pass` over one Spark partition (``mapInArrow``)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     batches = list(batches)
     if batches:
-        yield from _peer_pass(wanted, pa.Table.from_batches(batches)).to_batches()
+        out = _peer_pass(wanted, pa.Table.from_batches(batches))
+        yield from out.set_column(0, "peer", pc.cast(out["peer"], pa.string())).to_batches()  # Spark: plain text
 
 
 def _marked_frames(marks: pd.DataFrame, table: Any) -> pd.DataFrame:
@@ -870,22 +920,6 @@ def _spark_marked(marks: pd.DataFrame, batches: Iterator[Any]) -> Iterator[Any]:
         )
 
 
-def _scan_frames(path: str, per_file: Any, columns: Sequence[str], where: Any = None) -> list[Any]:
-    """``per_file(table)`` of each Parquet file of the local table at ``path`` (only
-    ``columns``, rows matching the pyarrow expression ``where``), files read on a thread
-    pool: pyarrow reads and computes without the GIL, and memory holds a file per thread."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pyarrow.dataset as ds
-
-    from .inputs import local_path
-
-    fragments = list(ds.dataset(local_path(path), format="parquet").get_fragments())
-    with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
-        return list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
-
-
 def _messages_arrow(path: str, where: Any) -> pd.DataFrame:
     """The local ``messages/`` rows matching the pyarrow expression ``where``:
     :data:`_MESSAGE_COLUMNS` plus ``first_ns`` / ``last_ns`` (int64 ns, microsecond precision)."""
@@ -923,12 +957,11 @@ def _messages_spark(spark: SparkSession, path: str, where: Any) -> pd.DataFrame:
 
 def write_findings(
     spark: SparkSession,
-    frames: DataFrame,
     tables: dict[str, str],
     files: Sequence[str],
     *,
     on_driver: bool | None = None,
-) -> tuple[DataFrame, dict[str, Any]]:
+) -> dict[str, Any]:
     """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
 
     On a local output the driver reads the Parquet files the run just wrote with pyarrow (a file
@@ -938,9 +971,9 @@ def write_findings(
     written by pyarrow as one sorted file.
 
     Args:
-        spark: the session.
-        frames: the frames table (``frames/`` as read back; any size).
-        tables: the run's table paths; ``tables["messages"]`` is read, then rewritten with the
+        spark: the session (reads the tables when they are not read on the driver).
+        tables: the run's table paths (``frames`` and ``messages``, any size);
+            ``tables["messages"]`` is read, then rewritten with the
             ``suspect`` column (:data:`nbmq.spark.schema.SUSPECT_FIELD`); ``tables["findings"]``
             is set to ``findings/`` beside it.
         files: the capture files read (classic pcap files with capture damage are walked
@@ -949,7 +982,6 @@ def write_findings(
             None (the default) chooses the driver when both tables are local.
 
     Returns:
-        ``(messages, counts)``: the messages table read back (with ``suspect``), and
         ``{"rows": n, "severity": {severity: n}, "kind": {kind: n}}`` (every severity and kind,
         zeros included), for ``summary.json``.
     """
@@ -957,6 +989,7 @@ def write_findings(
     import pyarrow.compute as pc
 
     from .inputs import capture_names, is_local, local_path, splittable
+    from .scan import scan_files
 
     base = tables["messages"].rsplit("/", 1)[0]
     tables["findings"] = f"{base}/findings"
@@ -972,10 +1005,18 @@ def write_findings(
         noted = _messages_spark(spark, tables["messages"], ~F.col("complete") | (F.col("duplicates") > 0))
     wanted = np.unique(np.array([int(m) for m in noted["message_id"]], np.uint64).view(np.int64))
     if on_driver:
-        pieces = _scan_frames(tables["frames"], partial(_peer_pass, wanted), _PASS_COLUMNS)
-        passed = pa.concat_tables(pieces).to_pandas() if pieces else _pass_schema().empty_table().to_pandas()
+        pieces = scan_files(tables["frames"], partial(_peer_pass, wanted), _PASS_COLUMNS)
+        table = pa.concat_tables(pieces) if pieces else _pass_schema().empty_table()
+        # spans can be a row per frame (until joined): kept apart, their peers as codes
+        span = pc.equal(table["what"], "span")
+        span_rows = table.filter(span).to_pandas()
+        passed = table.filter(pc.invert(span)).to_pandas()
+        passed["peer"] = passed["peer"].astype(object)
     else:
+        frames = spark.read.parquet(tables["frames"])
         passed = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_pass, wanted), _PASS_SCHEMA).toPandas()
+        span_rows = passed[passed["what"] == "span"]
+        passed = passed[passed["what"] != "span"]
 
     capture_end = {
         r.peer: int(r.b_ns)
@@ -997,9 +1038,7 @@ def write_findings(
         for c, s in samples.groupby("capture")
     }
     intervals.update({c: estimate_interval([]) for c in capture_end if c not in intervals})
-    spans = per_peer[per_peer["what"] == "span"].rename(
-        columns={"a_ns": "start_ns", "a_frame": "start_frame", "b_ns": "end_ns", "b_frame": "end_frame"}
-    )
+    spans = _split_peers(_merged_spans(span_rows, intervals))
     byes = per_peer[per_peer["what"] == "disconnected"]
     disc = byes[byes["n"].to_numpy(np.int64) & 1 == 1].groupby(["capture", "session_id"], as_index=False)["a_ns"].min()
     found = [liveness_findings(spans, disc.rename(columns={"a_ns": "first_ns"}), capture_end, intervals)]
@@ -1053,7 +1092,7 @@ def write_findings(
         marks = pd.DataFrame(suspect_frames, columns=["capture", "frame_number"])
         if on_driver:
             where = pc.field("frame_number").isin(marks["frame_number"].unique().tolist())
-            pieces = _scan_frames(tables["frames"], partial(_marked_frames, marks), _PASS_COLUMNS, where)
+            pieces = scan_files(tables["frames"], partial(_marked_frames, marks), _PASS_COLUMNS, where)
             suspect_keys = pd.concat([suspect_keys, *pieces], ignore_index=True)
         else:
             marked = frames.select(*_PASS_COLUMNS).mapInArrow(partial(_spark_marked, marks), _MARKED_SCHEMA).toPandas()
@@ -1094,7 +1133,7 @@ def write_findings(
     for column in ("severity", "kind"):
         for value, n in table[column].value_counts().items():
             summary[column][value] += int(n)
-    return spark.read.parquet(tables["messages"]), summary
+    return summary
 
 
 def _findings_arrow(rows: pd.DataFrame) -> Any:

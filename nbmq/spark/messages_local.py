@@ -25,7 +25,9 @@ pcap). :func:`build_messages_local` gives the same rows shuffling only small rec
 3. **Redo** (rare): any other mix with a row record (earlier frames of the key in another
    partition, interleaved capture times) cannot be finished without the row record's frames.
    Such key hashes come back as marks, every combined row under them is dropped (two keys may
-   share a hash) and ``build_messages`` recomputes them from ``frames`` filtered to them.
+   share a hash) and they are recomputed from ``frames`` filtered to them: all their data
+   frames in one partition and one segment of the local pass, so each key is reassembled whole
+   in capture order (as ``build_messages``, the tests' oracle, does), then combined.
 
 Measured in README (``benchmarks/bench_pipeline.py --messages``)."""
 
@@ -576,12 +578,53 @@ def combine_records(
     Returns:
         A DataFrame of :func:`nbmq.spark.schema.messages_schema`, one row per key of ``records``
         (the combine runs when this is called: its rows are locally checkpointed).
+
+    Raises:
+        RuntimeError: a redone key still cannot be settled (a bug: every frame of it is then
+            reassembled in one segment, which leaves nothing to settle).
     """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = messages_schema(parts)
+    rows = _combined(records, parts, max_message_size)
+    marked = [r[0] for r in rows.where(F.col("_redo")).select("_h").distinct().collect()]
+    kept = rows.where(~F.col("_redo"))
+    if marked:  # a marked hash drops every row under it (two keys may share it)
+        kept = kept.where(~F.col("_h").isin(marked))
+    out = kept.select(*schema.names)
+    if not marked:
+        return out
+    # Redo: every data frame of the marked keys in one partition and one segment, so the local
+    # pass reassembles each key whole in capture order, as build_messages does.
+    key_hash = F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id")
+    rec_spark = _record_schema(parts)
+    rec_schema = to_arrow_schema(rec_spark, timezone="UTC")
+    out_schema = to_arrow_schema(schema, timezone="UTC")
+    want_parts, limit = parts, max_message_size
+
+    def whole(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from _local_pass(batches, rec_schema, want_parts, limit, out_schema, _WHOLE)
+
+    again = _combined(_data(frames.where(key_hash.isin(marked))).coalesce(1).mapInArrow(whole, rec_spark), parts, limit)
+    if again.where(F.col("_redo")).limit(1).count():
+        raise RuntimeError("the combine's redo path left a key unsettled")
+    return out.unionByName(again.select(*schema.names))
+
+
+#: A segment no partition reaches: the redo path's keys are reassembled whole.
+_WHOLE = 2**62
+
+
+def _combined(records: DataFrame, parts: bool, max_message_size: int) -> DataFrame:
+    """Step 2: ``records`` shuffled by key hash, sorted by key and capture order and combined
+    (:func:`_combine`); rows of the messages schema plus ``_h`` (the key hash) and ``_redo``
+    (a mark: the key cannot be settled from its records), locally checkpointed."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-    from .messages import KEY, build_messages
+    from .messages import KEY
 
     schema = messages_schema(parts)
     out_schema = to_arrow_schema(schema, timezone="UTC")
@@ -591,20 +634,10 @@ def combine_records(
         yield from _combine(batches, out_schema, want_parts, limit)
 
     flagged = StructType([*schema.fields, StructField("_h", LongType()), StructField("_redo", BooleanType())])
-    rows = (
+    return (
         records.withColumn("_h", F.xxhash64(*KEY))
         .repartition("_h")
         .sortWithinPartitions("_h", *KEY, *_ORDER)
         .mapInArrow(combine, flagged)
         .localCheckpoint(eager=True)
     )
-    marked = [r[0] for r in rows.where(F.col("_redo")).select("_h").distinct().collect()]
-    kept = rows.where(~F.col("_redo"))
-    if marked:  # a marked hash drops every row under it (two keys may share it)
-        kept = kept.where(~F.col("_h").isin(marked))
-    out = kept.select(*schema.names)
-    if not marked:
-        return out
-    key_hash = F.xxhash64("capture", "session_id", addr_port("src_addr", "src_port"), "message_id")
-    redo = frames.where(key_hash.isin(marked))
-    return out.unionByName(build_messages(redo, parts=parts, max_message_size=max_message_size))

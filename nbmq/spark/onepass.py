@@ -27,7 +27,7 @@ the staging directory is combined by the rule of
   ~0.1 s on 1M datagrams at a load of 10);
 - otherwise, or when some key needs the redo path, by Spark
   (:func:`nbmq.spark.messages_local.combine_records`: shuffle by key hash, sort, settle; the
-  rare keys it cannot settle recomputed by :func:`nbmq.spark.messages.build_messages` from the
+  rare keys it cannot settle reassembled whole again by the local pass from the
   frames filtered to them).
 
 The staging directory is then removed.
@@ -51,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -335,7 +335,12 @@ def conflict_hashes(run: OnePass) -> np.ndarray:
 
 
 def finish_messages(
-    spark: SparkSession, run: OnePass, frames: DataFrame, *, parts: bool = False, max_message_size: int | None = None
+    spark: SparkSession,
+    run: OnePass,
+    frames: Callable[[], DataFrame],
+    *,
+    parts: bool = False,
+    max_message_size: int | None = None,
 ) -> OnePass:
     """Move the conflicting row records to the staging directory, combine it into ``messages/``
     (appended: ``part-combined.parquet`` from the driver, Spark's part files from Spark) and
@@ -344,8 +349,10 @@ def finish_messages(
     Args:
         spark: the session.
         run: :func:`write_parts`' result.
-        frames: the frames table with ``payload`` (the redo path reads it, filtered to its
-            few keys): ``frames/`` when it has the payload, else the ``nbmq`` source.
+        frames: returns the frames table with ``payload`` (the redo path reads it, filtered
+            to its few keys): ``frames/`` when it has the payload, else the ``nbmq`` source.
+            Called only when Spark combines: building either DataFrame costs a cold session
+            seconds (a Python planner for the source, a listing for Parquet).
         parts, max_message_size: as given to :func:`write_parts`.
 
     Returns:
@@ -382,7 +389,7 @@ def finish_messages(
             run.combine = "driver"
         else:
             records = spark.read.schema(_record_schema(parts)).parquet(*[str(f) for f in files])
-            combined = combine_records(records, frames, parts=parts, max_message_size=limit)
+            combined = combine_records(records, frames(), parts=parts, max_message_size=limit)
             combined.write.mode("append").parquet(str(run.messages_dir))
             run.combine = "spark"
     shutil.rmtree(run.staging, ignore_errors=True)

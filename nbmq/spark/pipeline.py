@@ -18,8 +18,10 @@ counts, never a failure.
 
 The input's size decides the rest: local captures within one split and
 :data:`DRIVER_INPUT_BYTES` (the bundled ones, everyday captures) are decoded by the one-pass
-tasks in the driver's threads, and the sessions and report jobs run with
-:data:`SMALL_INPUT_CONF`, so Spark's fixed cost is paid once, at start-up.
+tasks in the driver's threads, and the stream tables' jobs run with :data:`SMALL_INPUT_CONF`.
+The sessions table, the summary and the report's aggregates never start a Spark job for a local
+output (:mod:`nbmq.spark.report.passes`: pyarrow on the driver over the files just written), so
+Spark's fixed cost is paid once, at start-up.
 
 Runs survive faults and never mix: local masters retry a failed task
 (:func:`nbmq.spark.spark_session.with_task_retries`), the tasks write their part files under
@@ -77,10 +79,18 @@ SUMMARY_COLUMNS = [
 DEFAULT_RQUEUE_PORTS = (6567,)
 
 
-#: Inputs of at most this many bytes (and within one split) are decoded by the one-pass tasks in
-#: the driver's threads: a Spark job's scheduling and its Python workers' start cost more there.
+#: Inputs of at most this many bytes (and within one split) are small: decoded by the one-pass
+#: tasks in the driver's threads (a Spark job's scheduling and its Python workers' start cost
+#: more there), the stream tables' jobs run with :data:`SMALL_INPUT_CONF`.
 DRIVER_INPUT_BYTES = 64 * 1024 * 1024
-#: Spark SQL settings for the sessions and report jobs of such an input: one shuffle partition,
+#: On a local master (``local``, ``local[N]``: Spark's tasks run in this machine's Python
+#: workers anyway) local inputs of at most this many bytes are also decoded in the driver's
+#: threads, a thread per byte range. The run's first Spark job pays for starting the Python
+#: workers and warming the JVM: 1M heartbeat-heavy datagrams (230 MB, 2 ranges, local[2], load
+#: ~3, same session) took 5.7 s as that job and 2.1 s in driver threads (warm: 2.1 and 1.1 s).
+#: Larger inputs go through the Spark job, whose tasks are retried when a worker dies.
+LOCAL_DRIVER_INPUT_BYTES = 1024 * 1024 * 1024
+#: Spark SQL settings for the Spark jobs of such an input (the stream tables'): one shuffle partition,
 #: no adaptive re-planning, expressions interpreted instead of compiled. Each new query shape
 #: otherwise pays for Janino compiling its generated code, more than the work on a few
 #: thousand rows (bundled captures, same session, medians of 2 at load ~9: sessions step 1.2
@@ -123,6 +133,24 @@ def _small_input(files: Sequence[str], split_bytes: int) -> bool:
         return False
     limit = min(split_bytes, DRIVER_INPUT_BYTES) if split_bytes > 0 else DRIVER_INPUT_BYTES  # 0: never split
     return sum(file_size(f) for f in files) <= limit
+
+
+def _decode_in_driver(files: Sequence[str], split_bytes: int, master: str, cores: int) -> bool:
+    """True when the one-pass tasks run in the driver's threads: a :func:`_small_input`, or on
+    a local master local captures of at most :data:`LOCAL_DRIVER_INPUT_BYTES` in at most one
+    byte range per core (one wave of tasks; a finer split asked for gets Spark's scheduling and
+    task retries)."""
+    from .inputs import file_size, is_local, splittable
+
+    if _small_input(files, split_bytes):
+        return True
+    if not (master == "local" or master.startswith("local[")) or not all(is_local(f) for f in files):
+        return False
+    sizes = [file_size(f) for f in files]
+    ranges = sum(
+        max(1, -(-size // split_bytes)) if split_bytes > 0 and splittable(f) else 1 for f, size in zip(files, sizes)
+    )
+    return sum(sizes) <= LOCAL_DRIVER_INPUT_BYTES and ranges <= max(1, cores)
 
 
 @contextmanager
@@ -341,6 +369,9 @@ def run(
                     parts=parts,
                     split_bytes=split_bytes,
                     small=small,
+                    in_driver=_decode_in_driver(
+                        files, split_bytes, spark.sparkContext.master, spark.sparkContext.defaultParallelism
+                    ),
                     report=report,
                     bqsp_ports=bqsp_ports,
                     rqueue_ports=rqueue_ports,
@@ -383,25 +414,27 @@ def _steps(
     parts: bool,
     split_bytes: int,
     small: bool,
+    in_driver: bool,
     report: bool,
     bqsp_ports: Sequence[int] | None,
     rqueue_ports: Sequence[int] | None,
     prep: Prestart,
 ) -> dict[str, Any]:
     """The pipeline's steps, each writing into ``output``'s staging directory; returns the summary.
-    ``small``: :func:`_small_input` (decoded in the driver, Spark SQL tuned for few rows)."""
+    ``small``: :func:`_small_input` (Spark SQL tuned for few rows); ``in_driver``:
+    :func:`_decode_in_driver`."""
     tables = {name: output.path(name) for name in ("frames", "messages", "sessions")}
     options = {"paths": ",".join(files), "split_bytes": str(int(split_bytes))}
 
     steps.step(f"decoding {len(files)} capture(s) -> frames/, messages/")
-    frames, messages, plan_counts = _frames_and_messages(
-        spark, options, tables, output.local, steps, lap, payload=payload, parts=parts, small=small
+    plan_counts = _frames_and_messages(
+        spark, options, tables, output.local, steps, lap, payload=payload, parts=parts, in_driver=in_driver
     )
 
     steps.step("diagnosing -> findings/")
     from .findings import write_findings
 
-    messages, findings = write_findings(spark, frames, tables, files)  # adds messages.suspect
+    findings = write_findings(spark, tables, files)  # adds messages.suspect
     lap("findings")
 
     steps.step("summarising -> sessions/")
@@ -409,7 +442,7 @@ def _steps(
     from .report.passes import Passes
     from .sessions_table import write_sessions
 
-    passes = Passes(spark, frames, messages, tables["frames"])
+    passes = Passes(spark, tables)
     write_sessions(spark, passes.sessions(), tables["sessions"])
     steps.advance()
     lap("sessions")
@@ -438,7 +471,6 @@ def _steps(
         summary["steps"] = dict(lap.seconds)  # the page counts these and its own step
         _write_report(spark, output, summary, tables, passes)
         lap("report")
-    passes.close()  # collect() closed it already: this frees it when there is no report
     steps.advance()
     return summary
 
@@ -453,48 +485,54 @@ def _frames_and_messages(
     *,
     payload: bool,
     parts: bool,
-    small: bool = False,
-) -> tuple[Any, Any, dict[str, Any]]:
-    """Write ``frames/`` and ``messages/``; return both tables (read back) and the plan's counts.
+    in_driver: bool = False,
+) -> dict[str, Any]:
+    """Write ``frames/`` and ``messages/``; return the plan's counts.
 
     A local output: one job decodes each partition once and writes its frames and the messages
-    complete in it, a combine finishes the keys seen in several (:mod:`nbmq.spark.onepass`).
-    A Hadoop-compatible output (executors may not share a local file system): Spark writes the
-    frames table from the ``nbmq`` source and :func:`~nbmq.spark.messages_local.build_messages_local`
-    reassembles it with the same local pass and combine. A ``small`` input (:func:`_small_input`)
-    to a local output is decoded by the same tasks in the driver, without a Spark job.
+    complete in it, a combine finishes the keys seen in several (:mod:`nbmq.spark.onepass`);
+    no Spark DataFrame of either table is built unless the combine needs Spark (building one
+    costs a cold session seconds). A Hadoop-compatible output (executors may not share a local
+    file system): Spark writes the frames table from the ``nbmq`` source and
+    :func:`~nbmq.spark.messages_local.build_messages_local` reassembles it with the same local
+    pass and combine. With ``in_driver`` (:func:`_decode_in_driver`) a local output's tasks run
+    in the driver's threads, without a Spark job.
     """
-    source = spark.read.format("nbmq").options(**options).load()
+
+    def source() -> Any:
+        return spark.read.format("nbmq").options(**options).load()
+
     if local:
         from .onepass import finish_messages, write_parts
 
         one = write_parts(
-            spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts, in_driver=small
+            spark, options, tables["frames"], tables["messages"], payload=payload, parts=parts, in_driver=in_driver
         )
-        frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")
         steps.step("combining keys across partitions -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
-            finish_messages(spark, one, frames if payload else source, parts=parts)
+            finish_messages(
+                spark, one, (lambda: spark.read.parquet(tables["frames"])) if payload else source, parts=parts
+            )
         counts = {"onepass": one.counts()}
     else:
         from .messages_local import build_messages_local
 
-        (source if payload else source.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
+        read = source()
+        (read if payload else read.drop("payload")).write.mode("overwrite").parquet(tables["frames"])
         frames = spark.read.parquet(tables["frames"])
         steps.advance()
         lap("frames")
         steps.step("reassembling -> messages/")
         with _session_conf(spark, _MESSAGES_CONF):
-            build_messages_local(frames if payload else source, parts=parts).write.mode("overwrite").parquet(
+            build_messages_local(frames if payload else read, parts=parts).write.mode("overwrite").parquet(
                 tables["messages"]
             )
         counts = {}
-    messages = spark.read.parquet(tables["messages"])
     steps.advance()
     lap("messages")
-    return frames, messages, counts
+    return counts
 
 
 def _write_report(

@@ -347,3 +347,42 @@ def test_frames_pass_rows():
     assert by["damage"].peer.tolist() == ["c.pcap\x1fcapture: offset 99: bad record"]
     assert by["end"].b_ns.tolist() == [T0 + int(5.5 * S)]
     assert by["span"][["a_frame", "b_frame", "n"]].values.tolist() == [[1, 2, 2], [4, 4, 1]]  # 4.9 s apart: two spans
+
+
+def test_joined_spans_give_the_same_liveness_findings():
+    """Joining a peer's spans closer than GAP_FACTOR intervals (what the step does before the
+    rules) changes no finding: random, overlapping, out-of-order spans of three peers, with a
+    Disconnected in one session."""
+    from nbmq.spark.findings import _SEP, _merged_spans
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for sid, src in ((1, "10.0.0.1:1"), (1, "10.0.0.2:2"), (2, "10.0.0.3:3")):
+        starts = np.sort(rng.uniform(0, 60, 400)) + np.repeat(rng.uniform(0, 8, 8), 50)  # bursts and silences
+        lengths = rng.choice([0.0, 0.0, 0.3], starts.size)
+        rng.shuffle(starts)
+        for i, (s, n) in enumerate(zip(starts, lengths)):
+            rows.append(("c.pcap", sid, src, T0 + int(s * S), i + 1, T0 + int((s + n) * S), i + 2))
+    spans = pd.DataFrame(
+        rows, columns=["capture", "session_id", "src", "start_ns", "start_frame", "end_ns", "end_frame"]
+    )
+    disc = pd.DataFrame({"capture": ["c.pcap"], "session_id": [2], "first_ns": [T0 + 50 * S]})
+    end = {"c.pcap": T0 + 75 * S}
+    intervals = {"c.pcap": (0.4, "estimated")}
+    raw = pd.DataFrame(
+        {
+            "peer": [f"c.pcap{_SEP}{sid}{_SEP}{src}" for sid, src in zip(spans.session_id, spans.src)],
+            "a_ns": spans.start_ns,
+            "a_frame": spans.start_frame,
+            "b_ns": spans.end_ns,
+            "b_frame": spans.end_frame,
+        }
+    )
+    joined = _merged_spans(raw, intervals)
+    parts = joined["peer"].str.split(_SEP, n=2, expand=True)
+    joined = joined.assign(capture=parts[0], session_id=parts[1].astype(int), src=parts[2])
+    assert len(joined) < len(spans) / 4
+    want = liveness_findings(spans, disc, end, intervals)
+    got = liveness_findings(joined, disc, end, intervals)
+    assert len(want) > 3 and set(want["kind"]) == {"peer_silent", "heartbeat_gap"}
+    assert got.equals(want)

@@ -71,7 +71,7 @@ def _run_onepass(spark, paths, out, *, payload=True, parts=False):
     options = {"paths": ",".join(map(str, paths)), "split_bytes": str(SPLIT)}
     run = write_parts(spark, options, out / "frames", out / "messages", payload=payload, parts=parts)
     source = spark.read.format("nbmq").options(**options).load()
-    finish_messages(spark, run, spark.read.parquet(str(out / "frames")) if payload else source, parts=parts)
+    finish_messages(spark, run, lambda: spark.read.parquet(str(out / "frames")) if payload else source, parts=parts)
     assert not (out / "_onepass").exists()  # the staging directory is gone
     return run, source
 

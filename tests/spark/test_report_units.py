@@ -86,10 +86,10 @@ def test_ack_hash_rebuilds_the_frame(codec):
 def test_quantiles_from_the_fine_histogram():
     import numpy as np
 
-    from nbmq.spark.report.aggregate import _FINE_PER_DECADE, _quantiles
+    from nbmq.spark.report.aggregate import FINE_PER_DECADE, _quantiles
 
     values = np.random.default_rng(1).lognormal(-8, 1, 20_000)
-    fine = np.floor(np.log10(values) * _FINE_PER_DECADE).astype(int)
+    fine = np.floor(np.log10(values) * FINE_PER_DECADE).astype(int)
     frame = pd.DataFrame({"fine": fine, "v": values}).groupby("fine")["v"].agg(["count", "min", "max"]).reset_index()
     frame = frame.rename(columns={"count": "n", "min": "lo", "max": "hi"}).assign(capture="c", metric="m")
     latency, hist = _quantiles(frame)

@@ -103,9 +103,11 @@ def test_local_heap_bound_and_yours_wins() -> None:
     local = S.session_settings("local[2]")
     assert local["spark.driver.memory"] == "640m"
     assert "-XX:MaxDirectMemorySize=1g" in local["spark.driver.extraJavaOptions"]
+    assert "-XX:TieredStopAtLevel=1" in local["spark.driver.extraJavaOptions"]  # a quick start
     assert S.session_settings("local[2]", {"spark.driver.memory": "3g"})["spark.driver.memory"] == "3g"
     for master in ("local-cluster[2,1,1024]", "spark://h:7077"):  # the driver runs no task there
         assert "spark.driver.memory" not in S.session_settings(master)
+        assert "TieredStopAtLevel" not in S.session_settings(master)["spark.driver.extraJavaOptions"]
 
 
 def test_prestart_walks_and_reraises(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -94,3 +94,30 @@ def test_summary_equals_spark_counts(spark, hostile_run):
         }
         want.setdefault("messages_complete", 0)
         assert {k: rows[capture][k] for k in want} == want, capture
+
+
+def test_executor_passes_equal_driver_passes(spark, hostile_run):
+    """A remote table's passes run in Spark's executors (mapInArrow, per partition); a local
+    one's on the driver (pyarrow, per file): the same groups, sessions, control frames and
+    heartbeats, and the same SafeDealer matching."""
+    from nbmq.spark.report.passes import Passes
+
+    tables = hostile_run["tables"]
+    here, there = Passes(spark, tables, on_driver=True), Passes(spark, tables, on_driver=False)
+
+    def same(a, b):
+        key = list(a.columns)
+        a = a.astype(object).where(a.notna(), None).sort_values(key, key=lambda c: c.astype(str))
+        b = b.astype(object).where(b.notna(), None).sort_values(key, key=lambda c: c.astype(str))
+        return a.reset_index(drop=True).equals(b.reset_index(drop=True))
+
+    assert len(here.frame_groups()) > 20 and same(here.frame_groups(), there.frame_groups())
+    assert same(here.message_groups(), there.message_groups())
+    assert same(here.sessions(), there.sessions())
+    assert len(here.control()) and same(here.control(), there.control())
+    (pairs, gaps), (pairs2, gaps2) = here.heartbeats(), there.heartbeats()
+    assert len(pairs) and same(pairs, pairs2) and same(gaps, gaps2)
+    assert len(gaps) and list(here.busy(gaps)) == list(there.busy(gaps))
+    acked = [int(s) for s in here.sessions()["session_id"]]
+    a, b = here.ack_groups(acked, True), there.ack_groups(acked, True)
+    assert len(a) and same(a, b)

@@ -1,44 +1,43 @@
-"""What the report shows, aggregated by Spark from the pipeline's tables into small pandas frames.
+"""What the report shows, aggregated from the pipeline's tables into small pandas frames.
 
-Every function here runs a bounded number of Spark jobs whose results are small (per capture,
-session, direction, kind and time bin; or quantiles and log-scale histograms), so the report's
-cost stays a small fraction of the pipeline's. Times are seconds since the capture's first
-frame (or first stream record), one axis per capture shared by all its sessions.
+The nbmq tables' aggregates come from :class:`nbmq.spark.report.passes.Passes` (pyarrow on the
+driver for local tables, no Spark job); the BQSP and rqueue tables, when written, are
+aggregated by a bounded number of small Spark jobs. Results are small (per capture, session,
+direction, kind and time bin; or quantiles and log-scale histograms), so the report's cost stays
+a small fraction of the pipeline's. Times are seconds since the capture's first frame (or first
+stream record), one axis per capture shared by all its sessions.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .passes import BINS, MESSAGE_TTL_S, Jobs, Passes, with_axis
+from .passes import (
+    ACK_LATENCY,
+    ASSEMBLY,
+    BINS,
+    FINE_PER_DECADE,
+    GAP_FACTOR,
+    HEARTBEAT_INTERVAL_S,
+    MESSAGE_TTL_S,
+    Jobs,
+    Passes,
+)
 from .units import nice_bin_width
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ReportData", "collect", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S"]
+__all__ = ["ReportData", "collect", "HEARTBEAT_INTERVAL_S", "MESSAGE_TTL_S", "GAP_FACTOR"]
 
-#: The reference's default peer_heartbeat_ivl (nbmq.options), seconds; MESSAGE_TTL_S: its
-#: uncompleted_message_ttl (in .passes, which bins the messages).
-HEARTBEAT_INTERVAL_S = 1.0
-#: A heartbeat gap is reported past this multiple of the interval (one lost heartbeat).
-GAP_FACTOR = 1.5
-#: Spark settings while the report's jobs run. On a frames table without the ``ack_hash`` column
-#: the ack hash sends every data frame's chunk to a Python UDF through Arrow; with
-#: maxBytesPerBatch set Spark sizes the batch after every row. Rows are frames (<= ~500 bytes),
-#: so the 10,000-row cap alone keeps a batch to a few MB (as the pipeline's reassembly job,
-#: nbmq.spark.pipeline._MESSAGES_CONF).
-_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
-_MAX_CONTROL_ROWS = 4000
 _MAX_GAPS = 200
 _MAX_SESSIONS = 5000
-#: log10 histogram buckets per decade for the latency distributions.
+#: log10 histogram buckets per decade for the latency distributions (the quantiles are read
+#: from FINE_PER_DECADE buckets, merged into these for the chart).
 _PER_DECADE = 5
-#: finer buckets the quantiles are read from (about 2.3% wide), merged into _PER_DECADE for the chart.
-_FINE_PER_DECADE = 100
 
 
 @dataclass
@@ -84,12 +83,13 @@ def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None =
     """Aggregate the pipeline's Parquet tables for the report.
 
     Args:
-        spark: the pipeline's session.
+        spark: the pipeline's session (runs the BQSP and rqueue tables' jobs; reads ``frames/``
+            and ``messages/`` only when they are not local, :class:`~nbmq.spark.report.passes.Passes`).
         tables: table name -> Parquet path, as the pipeline's summary ``tables``: ``frames``,
             ``messages``, ``sessions`` and, when written, ``bqsp`` / ``rqueue``.
         passes: the pipeline's :class:`~nbmq.spark.report.passes.Passes` over these frames and
             messages tables (its aggregates, already computed for the sessions table and the
-            summary, are reused; it is closed here); None: started here.
+            summary, are reused); None: computed here.
 
     Returns:
         A :class:`ReportData`. SafeDealer ack round trips match data frames and Acks on the
@@ -97,26 +97,18 @@ def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None =
         written before that column is hashed from its ``payload`` column, and one with neither
         leaves them out, with a note that says so.
     """
-    saved = {key: spark.conf.get(key, None) for key in _CONF}
-    for key, value in _CONF.items():
-        spark.conf.set(key, value)
+    if passes is None:
+        passes = Passes(spark, tables)
+    jobs = Jobs()
     try:
-        if passes is None:
-            passes = Passes(
-                spark, spark.read.parquet(tables["frames"]), spark.read.parquet(tables["messages"]), tables["frames"]
-            )
-        return _collect(spark, tables, passes, [])
+        return _collect(spark, tables, passes, jobs, [])
     finally:
-        if passes is not None:
-            passes.close()
-        for key, old in saved.items():
-            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
+        jobs.close()
 
 
-def _collect(spark: SparkSession, tables: dict[str, str], passes: Passes, notes: list[str]) -> ReportData:
+def _collect(spark: SparkSession, tables: dict[str, str], passes: Passes, jobs: Jobs, notes: list[str]) -> ReportData:
     import pandas as pd
 
-    jobs = passes.jobs
     stream_spans = {
         protocol: _stream_spans(jobs, spark.read.parquet(tables[protocol]))
         for protocol in ("bqsp", "rqueue")
@@ -156,7 +148,7 @@ def _collect(spark: SparkSession, tables: dict[str, str], passes: Passes, notes:
         for protocol, span in stream_spans.items()
     }
     if caps:
-        _udp(spark, tables, jobs, data, passes, caps)
+        _udp(data, passes)
     data.streams = {protocol: {k: v.result() for k, v in tables_.items()} for protocol, tables_ in streams.items()}
     return data
 
@@ -176,161 +168,110 @@ def _report_sessions(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _acked_sessions(sessions: pd.DataFrame) -> Any:
-    """Spark condition: the frame's session acks (SafeDealer), so its data frames are matched to Acks.
+def _frames_schema(path: str) -> list[str]:
+    """Column names of the Parquet table at ``path`` (its first file's footer, or Spark's read)."""
+    import pyarrow.dataset as ds
 
-    Fewer rows into the matching's shuffle; and on a frames table without the ``ack_hash``
-    column the hash is a Python UDF whose copy of each chunk into Arrow is the report's largest
-    cost (a pandas UDF reading only ``payload`` took 7.5 s on 443k data frames where one reading
-    an int column took 1.4 s, local[2], load ~6), so frames of sessions without a single Ack are
-    left out. ``sessions`` is the report's sessions table; when it was cut at ``_MAX_SESSIONS``
-    rows the condition is true (every frame matched, as before).
-    """
-    import decimal
+    from ..inputs import is_local, local_path
 
-    from pyspark.sql import functions as F
+    if is_local(path):
+        return ds.dataset(local_path(path), format="parquet").schema.names
 
-    if len(sessions) >= _MAX_SESSIONS:
-        return F.lit(True)
-    acks = sessions["acks_c2s"].fillna(0) + sessions["acks_s2c"].fillna(0)
-    ids = sorted({int(x) for x in sessions.loc[acks > 0, "session_id"]})
-    return F.col("session_id").isin([decimal.Decimal(x) for x in ids])
+    from ..inputs import _filesystem
+
+    fs, root = _filesystem(path)
+    return ds.dataset(root, filesystem=fs, format="parquet").schema.names
 
 
-def _udp(
-    spark: SparkSession,
-    tables: dict[str, str],
-    jobs: Jobs,
-    data: ReportData,
-    passes: Passes,
-    caps: list[dict[str, Any]],
-) -> None:
-    """Fill ``data``'s nbmq tables: the traffic, errors and messages from ``passes``' aggregates;
-    then three Spark jobs (latencies with the ack matching and resends; control frames; heartbeats
-    from the cached control frames), plus two more when heartbeats have long gaps."""
+def _session_values(sessions: pd.DataFrame) -> pd.DataFrame:
+    """capture, metric, v (seconds >= 0) of the three handshake latencies of each session."""
+    import numpy as np
     import pandas as pd
-    from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
-    from ..messages import addr_port
+    def seconds(column: str) -> np.ndarray:  # Spark's cast of a timestamp to double: micros / 1e6
+        ts = pd.to_datetime(sessions[column], utc=True)
+        micros = ts.dt.tz_localize(None).astype("datetime64[us]").to_numpy().astype(np.int64) / 1e6
+        return np.where(ts.isna().to_numpy(), np.nan, micros)
 
-    names = {c["capture"] for c in caps}
+    out = []
+    if len(sessions):
+        connect, connected, beat = seconds("connect_ts"), seconds("connected_ts"), seconds("first_heartbeat_ts")
+        for metric, v in (
+            ("handshake: Connect -> Connected", connected - connect),
+            ("handshake: Connected -> first Heartbeat", beat - connected),
+            ("handshake: Connect -> first Heartbeat", beat - connect),
+        ):
+            out.append(pd.DataFrame({"capture": sessions["capture"].to_numpy(), "metric": metric, "v": v}))
+    values = pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["capture", "metric", "v"])
+    return values[values["v"].notna() & (values["v"] >= 0)]
+
+
+def _fine_histogram(values: pd.DataFrame, partial: pd.DataFrame) -> pd.DataFrame:
+    """capture, metric, fine, n, lo, hi: single values (capture, metric, v) and partial
+    histograms (capture, metric, fine, n, lo, hi) merged per fine bucket."""
+    import pandas as pd
+
+    from .passes import fine_bucket
+
+    v = values["v"].to_numpy(dtype=float)
+    single = pd.DataFrame(
+        {"capture": values["capture"].to_numpy(), "metric": values["metric"].to_numpy(), "fine": fine_bucket(v)}
+    ).assign(n=1, lo=v, hi=v)
+    both = pd.concat([single, partial], ignore_index=True) if len(partial) else single
+    if not len(both):
+        return pd.DataFrame(columns=["capture", "metric", "fine", "n", "lo", "hi"])
+    return (
+        both.groupby(["capture", "metric", "fine"], sort=True)
+        .agg(n=("n", "sum"), lo=("lo", "min"), hi=("hi", "max"))
+        .reset_index()
+    )
+
+
+def _udp(data: ReportData, passes: Passes) -> None:
+    """Fill ``data``'s nbmq tables from ``passes``: traffic, errors and messages from its
+    groups; latencies, control frames, heartbeats and their silent gaps; the SafeDealer ack
+    matching and resends (one more read of ``frames/`` when some session acks)."""
+    import numpy as np
+    import pandas as pd
+
+    names = {c["capture"] for c in passes.caps}
     groups = passes.frame_groups()
-    kinds = {"control": 0, "heartbeats": 0}
-    for kind, n in groups[groups["reason"].isna() & groups["kind"].notna()].groupby("kind")["frames"].sum().items():
-        if int(kind) in (1, 2, 3):
-            kinds["control"] += int(n)
-        elif int(kind) == 4:
-            kinds["heartbeats"] += int(n)
-    frames = spark.read.parquet(tables["frames"])
-    f = with_axis(frames, caps)
-    t = F.col("ts_ns") / 1e9 - F.col("t0")
-    src = addr_port("src_addr", "src_port")
-    dst = addr_port("dst_addr", "dst_port")
-    valid = F.col("error").isNull()
 
-    # Latency distributions: every metric in one union and one job (a fine histogram), the
-    # resends of the SafeDealer matching riding along as rows without a metric.
-    def ts(c: str) -> Any:
-        return F.col(c).cast("double")
-
-    sessions = spark.read.parquet(tables["sessions"])
-    messages = spark.read.parquet(tables["messages"])
-    values = [
-        sessions.select(
-            "capture",
-            F.lit("handshake: Connect -> Connected").alias("metric"),
-            (ts("connected_ts") - ts("connect_ts")).alias("v"),
-        ),
-        sessions.select(
-            "capture",
-            F.lit("handshake: Connected -> first Heartbeat").alias("metric"),
-            (ts("first_heartbeat_ts") - ts("connected_ts")).alias("v"),
-        ),
-        sessions.select(
-            "capture",
-            F.lit("handshake: Connect -> first Heartbeat").alias("metric"),
-            (ts("first_heartbeat_ts") - ts("connect_ts")).alias("v"),
-        ),
-        messages.where(F.col("complete")).select(
-            "capture",
-            F.lit("message assembly (first -> last frame)").alias("metric"),
-            (ts("last_ts") - ts("first_ts")).alias("v"),
-        ),
-    ]
-    fine = F.when(F.col("v") <= 0, F.lit(-(10**6))).otherwise(F.floor(F.log10("v") * _FINE_PER_DECADE)).cast("int")
-    union = values[0]
-    for v in values[1:]:
-        union = union.unionByName(v)
-    union = union.where(F.col("v").isNotNull() & (F.col("v") >= 0)).select(
-        "capture", "metric", fine.alias("fine"), "v", F.lit(None).cast("long").alias("w")
-    )
-    # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame.
-    has_acks = bool(len(data.sessions)) and bool(
-        (data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0)).sum() > 0
-    )
+    # Latency distributions: a fine histogram per (capture, metric); quantiles read from it.
+    values = [_session_values(passes.sessions())]
+    partial = passes.assembly.assign(metric=ASSEMBLY)
+    acked = data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0) if len(data.sessions) else None
+    has_acks = acked is not None and bool(acked.sum() > 0)
+    columns = _frames_schema(passes.tables["frames"]) if has_acks else []
     matched = False
-    if has_acks and ("ack_hash" in frames.columns or "payload" in frames.columns):
-        is_ack = F.col("kind") == 5
-        if "ack_hash" in frames.columns:
-            # The decoder's column: a data frame's hash and the hash an Ack carries,
-            # so no payload is read (it was most of the report's time at 5M datagrams).
-            hashed_ack, h = is_ack & F.col("ack_hash").isNotNull(), F.col("ack_hash")
-        else:  # a frames table written before the column: hash the payload (report/ackhash.py)
-            from .ackhash import ack_value, frame_hash
+    if has_acks and ("ack_hash" in columns or "payload" in columns):
+        # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame, in the
+        # sessions with an Ack (all of them when the report's sessions were cut at _MAX_SESSIONS).
+        every = passes.sessions()
+        if len(data.sessions) < _MAX_SESSIONS:
+            every = data.sessions[acked > 0]
+        sent = passes.ack_groups([int(s) for s in every["session_id"]], "ack_hash" in columns)
+        t0 = np.array([passes.axis[c][0] for c in sent["capture"]], np.float64)
+        width = np.array([passes.axis[c][1] for c in sent["capture"]], np.float64)
 
-            # The UDF also hashes the (few) Ack rows, unused.
-            hashed_ack, h = is_ack & (F.length("payload") == 8), F.when(is_ack, ack_value()).otherwise(frame_hash())
-        both = f.where(valid & (((F.col("kind") == 0) & _acked_sessions(data.sessions)) | hashed_ack)).select(
-            "capture", "session_id", is_ack.alias("ack"), "ts_ns", h.alias("h")
-        )
-        # One aggregation per hash: its first and last send, sends, first Ack. Times are kept in
-        # ns and turned into seconds after it (the same doubles: min/max commute with the
-        # monotonic ns -> s since t0 -> bin).
-        data_ns = F.when(~F.col("ack"), F.col("ts_ns"))
-        sent = with_axis(
-            both.groupBy("capture", "session_id", "h")
-            .agg(
-                F.min(data_ns).alias("sent_ns"),
-                F.max(data_ns).alias("last_ns"),
-                F.count(data_ns).alias("sends"),
-                F.min(F.when(F.col("ack"), F.col("ts_ns"))).alias("acked_ns"),
-            )
-            .where(F.col("sends") > 0),
-            caps,
-        )
-
-        def at(c: str) -> Any:
-            return F.col(c) / 1e9 - F.col("t0")
+        def at(column: str) -> np.ndarray:
+            return sent[column].to_numpy(dtype=np.float64, na_value=np.nan) / 1e9 - t0
 
         v = at("acked_ns") - at("sent_ns")
-        # Both kinds of row from each hash's one row (two union branches would each aggregate,
-        # their column pruning making the two aggregations differ).
-        latency = F.when(
-            F.col("acked_ns").isNotNull() & v.isNotNull() & (v >= 0),
-            F.struct(
-                F.lit("SafeDealer ack (data frame -> its Ack)").alias("metric"),
-                F.when(v <= 0, F.lit(-(10**6)))
-                .otherwise(F.floor(F.log10(v) * _FINE_PER_DECADE))
-                .cast("int")
-                .alias("fine"),
-                v.alias("v"),
-                F.lit(None).cast("long").alias("w"),
-            ),
+        ok = ~np.isnan(v) & (v >= 0)
+        values.append(pd.DataFrame({"capture": sent["capture"][ok].to_numpy(), "metric": ACK_LATENCY, "v": v[ok]}))
+        again = sent["sends"].to_numpy(dtype=np.int64) > 1
+        resends = pd.DataFrame(
+            {
+                "capture": sent["capture"][again].to_numpy(),
+                "bin": np.floor(at("last_ns")[again] / width[again]).astype(np.int64),
+                "resends": sent["sends"][again].to_numpy(dtype=np.int64) - 1,
+            }
         )
-        resent = F.when(
-            F.col("sends") > 1,
-            F.struct(
-                F.lit(None).cast("string").alias("metric"),
-                F.floor(at("last_ns") / F.col("width")).cast("int").alias("fine"),
-                F.lit(None).cast("double").alias("v"),
-                (F.col("sends") - 1).alias("w"),
-            ),
-        )
-        union = union.unionByName(
-            sent.select("capture", F.explode(F.array(latency, resent)).alias("r"))
-            .where(F.col("r").isNotNull())
-            .select("capture", "r.metric", "r.fine", "r.v", "r.w")
+        data.resends = (
+            resends.groupby(["capture", "bin"], as_index=False)["resends"].sum()
+            if len(resends)
+            else pd.DataFrame(columns=["capture", "bin", "resends"])
         )
         matched = True
     elif has_acks:
@@ -338,46 +279,9 @@ def _udp(
             "SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
             "written before it, the payload column)."
         )
-    # A fine log histogram per (capture, metric) with each bucket's min and max; the quantiles
-    # are read from it on the driver (exact at the ends, within a bucket elsewhere).
-    hist_job = jobs.submit(
-        union.groupBy("capture", "metric", "fine").agg(
-            F.count(F.lit(1)).alias("n"), F.min("v").alias("lo"), F.max("v").alias("hi"), F.sum("w").alias("w")
-        ),
-        ["capture", "metric", "fine", "n", "lo", "hi", "w"],
-    )
-
-    # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
-    c = with_axis(passes.control, caps)
-    control_job = (
-        _empty(data.control.columns)
-        if not kinds["control"]
-        else jobs.submit(
-            c.where(F.col("kind").isin(1, 2, 3))
-            .select("capture", "session_id", t.alias("at_s"), src.alias("src"), dst.alias("dst"), "kind_name")
-            .orderBy("capture", "at_s")
-            .limit(_MAX_CONTROL_ROWS),
-            list(data.control.columns),
-        )
-    )
-    hb = c.where(F.col("kind") == 4).select(
-        "capture", "session_id", src.alias("src"), dst.alias("dst"), t.alias("at_s")
-    )
-    w = Window.partitionBy("capture", "session_id", "src").orderBy("at_s")
-    hb_gaps = hb.select("capture", "session_id", "src", "dst", "at_s", F.lag("at_s").over(w).alias("prev_s"))
-    heartbeats_job = (
-        _empty(list(data.heartbeats.columns) + ["long"])
-        if not kinds["heartbeats"]
-        else jobs.submit(
-            hb_gaps.groupBy("capture", "session_id", "src", "dst").agg(
-                F.count(F.lit(1)).alias("n"),
-                F.min("at_s").alias("first_s"),
-                F.max("at_s").alias("last_s"),
-                F.sum((F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S).cast("int")).alias("long"),
-            ),
-            list(data.heartbeats.columns) + ["long"],
-        )
-    )
+    hist = _fine_histogram(pd.concat(values, ignore_index=True), partial)
+    data.latency, data.histograms = _quantiles(hist)
+    del matched
 
     # Traffic and error reasons, from the frames' groups (the rows with a time or an error).
     g = groups[groups["capture"].isin(names) & (groups["bin"].notna() | groups["reason"].notna())]
@@ -408,67 +312,31 @@ def _udp(
     )
     data.traffic = _with_direction(traffic, clients)
     data.messages = _with_direction(msg, clients)
-    hist = hist_job.result()
-    resent = hist["metric"].isna()
-    data.latency, data.histograms = _quantiles(hist[~resent].drop(columns=["w"]))
-    if matched:
-        r = hist[resent]
-        data.resends = pd.DataFrame(
-            {
-                "capture": list(r["capture"]),
-                "bin": [None if b is None or b != b else int(b) for b in r["fine"]],
-                "resends": [int(x) for x in r["w"]],
-            },
-            columns=["capture", "bin", "resends"],
-        )
-    data.control = control_job.result()
-    data.heartbeats = heartbeats_job.result()
+
+    # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
+    data.control = passes.control()
+    data.heartbeats, long = passes.heartbeats()
     gaps = pd.DataFrame(columns=["capture", "session_id", "src", "at_s", "gap_s"])
-    if len(data.heartbeats) and data.heartbeats["long"].fillna(0).sum() > 0:
+    if len(long):
         # A long wait between two heartbeats is a silence only if that side sent nothing else
         # in between (heartbeats go only to peers nothing else was sent to).
-        cand = (
-            hb_gaps.where(F.col("at_s") - F.col("prev_s") > GAP_FACTOR * HEARTBEAT_INTERVAL_S)
-            .select("capture", "session_id", "src", "prev_s", "at_s")
-            .limit(5000)
-            .collect()
+        silent = long[~passes.busy(long)]
+        silent = pd.DataFrame(
+            {
+                "capture": silent["capture"].to_numpy(),
+                "session_id": [int(s) for s in silent["session_id"]],
+                "src": silent["src"].to_numpy(),
+                "at_s": silent["at_s"].to_numpy(),
+                "gap_s": (silent["at_s"] - silent["prev_s"]).to_numpy(),
+            }
         )
-        cands = spark.createDataFrame(
-            cand, "capture string, session_id decimal(20,0), src string, prev_s double, gap_end double"
-        )
-        busy = (
-            f.where(valid & (F.col("kind") != 4))
-            .select("capture", "session_id", src.alias("src"), t.alias("t"))
-            .join(F.broadcast(cands), ["capture", "session_id", "src"])
-            .where((F.col("t") > F.col("prev_s")) & (F.col("t") < F.col("gap_end")))
-            .select("capture", "session_id", "src", "gap_end")
-            .distinct()
-            .collect()
-        )
-        busy_keys = {(r.capture, int(r.session_id), r.src, r.gap_end) for r in busy}
-        silent = [
-            (r.capture, int(r.session_id), r.src, r.at_s, r.at_s - r.prev_s)
-            for r in cand
-            if (r.capture, int(r.session_id), r.src, r.at_s) not in busy_keys
-        ]
-        silent.sort(key=lambda g: -g[4])
-        gaps = pd.DataFrame(silent[:_MAX_GAPS], columns=list(gaps.columns))
-    data.heartbeats = data.heartbeats.drop(columns=["long"])
+        gaps = silent.sort_values("gap_s", ascending=False, kind="stable").head(_MAX_GAPS).reset_index(drop=True)
 
     data.gaps = _with_direction(gaps, clients)
     for name in ("control", "heartbeats"):
         table = getattr(data, name)
         if len(table):
             table["session_id"] = _attribute_session(table, clients)
-
-
-def _empty(columns: Any, rows: list[dict[str, Any]] | None = None) -> Future[pd.DataFrame]:
-    """A finished job with ``rows`` (default none), as :func:`.passes.rows_frame` returns them."""
-    import pandas as pd
-
-    done: Future[pd.DataFrame] = Future()
-    done.set_result(pd.DataFrame(rows, columns=list(columns)) if rows else pd.DataFrame(columns=list(columns)))
-    return done
 
 
 def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -494,7 +362,7 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             row[name] = float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
         rows.append(row)
         positive = g[g["fine"] > -(10**6)]
-        coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / _FINE_PER_DECADE).astype(int)
+        coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / FINE_PER_DECADE).astype(int)
         for bucket, count in pd.Series(positive["n"].to_numpy(), index=coarse).groupby(level=0).sum().items():
             hist.append({"capture": capture, "metric": metric, "bucket": int(bucket), "n": int(count)})
     return (

@@ -1,24 +1,25 @@
-"""The few Spark passes behind the sessions table, the summary and the report.
+"""The aggregates behind the sessions table, the summary and the report, computed on the driver.
 
 ::
 
-    passes = Passes(spark, frames, messages, frames_path="out/frames")
+    passes = Passes(spark, {"frames": "out/frames", "messages": "out/messages"})
     sessions = passes.sessions()           # pandas, the sessions table
     rows = passes.summary_rows(["a.pcap"], SUMMARY_COLUMNS)  # the pipeline summary's per-capture rows
 
-The frames table is aggregated once per (capture, session, source, destination, kind, error
-reason, time bin): the sessions table, the summary's counts and the report's traffic and error
-tables are all sums over those groups. The messages table is aggregated once per (capture,
-session, sender, time bin, incomplete reason) for the same three. The valid control frames and
-heartbeats (few) are kept in a narrow cached copy for the Connect times here and the report's
-flow graph and heartbeat gaps. The report adds one more pass (SafeDealer acks,
-:func:`nbmq.spark.report.aggregate.collect`). Before that, the main pipeline read the frames table
-about seven times and the messages table four times.
+One read of each frames file (:func:`nbmq.spark.scan.scan`: pyarrow in driver threads for a
+local table, ``mapInArrow`` in Spark's executors for a remote one) groups the frames per
+(capture, session, source, destination, kind, error reason, time bin) and keeps the few
+control frames and the heartbeats' times; one read of each messages file groups the messages per
+(capture, session, sender, time bin, incomplete reason). Each piece's partial aggregates are
+merged here: sums, minima and maxima of groups are the same in any order, so the rows equal the
+Spark SQL aggregations they replace (``tests/spark/test_sessions_passes.py`` compares the
+sessions table and the summary with Spark's). The report adds two conditional reads
+(:meth:`Passes.ack_groups` for SafeDealer captures, :meth:`Passes.busy` when heartbeats have
+long gaps). No Spark job runs for a local table: Spark's fixed cost is paid once, at start-up.
 
 The time axis (first and last frame of each capture, which the bins need before the pass) is read
 from the frames table's Parquet footers when every row group holds one capture with statistics;
-else one small Spark job computes it. The jobs run a few at a time (:class:`Jobs`): on a few
-cores their scheduling, not their work, is most of a small job's time.
+else a narrow read of ``capture`` and ``ts_ns`` computes it.
 """
 
 from __future__ import annotations
@@ -27,26 +28,37 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .units import nice_bin_width
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Passes", "Jobs", "footer_spans", "with_axis", "BINS", "MESSAGE_TTL_S"]
+__all__ = ["Passes", "Jobs", "footer_spans", "BINS", "MESSAGE_TTL_S", "GAP_FACTOR", "HEARTBEAT_INTERVAL_S"]
 
 #: Time bins per capture on the report's charts.
 BINS = 120
 #: The reference's default uncompleted_message_ttl (nbmq.options), seconds.
 MESSAGE_TTL_S = 10.0
-_CONNECT, _HEARTBEAT = 1, 4
-#: Literal map lookups (no join per row) for at most this many captures, else a broadcast join.
-_MAX_MAP_CAPTURES = 256
+#: The reference's default peer_heartbeat_ivl (nbmq.options), seconds.
+HEARTBEAT_INTERVAL_S = 1.0
+#: A heartbeat gap is reported past this multiple of the interval (one lost heartbeat).
+GAP_FACTOR = 1.5
+#: Control frames (Connect, Connected, Disconnected) kept for the flow graph, first by time.
+MAX_CONTROL_ROWS = 4000
+#: Heartbeat gaps checked for other traffic (the longest are reported).
+MAX_GAP_CANDIDATES = 5000
+_DATA, _CONNECT, _DISCONNECTED, _HEARTBEAT, _ACK = 0, 1, 3, 4, 5
+_CONTROL = (1, 2, 3)
 
 
 class Jobs:
     """Runs Spark jobs a few at a time (threads on one session): each is small, so their
-    scheduling and driver round trips, not the work, dominate; overlapping them hides that."""
+    scheduling and driver round trips, not the work, dominate; overlapping them hides that.
+    The report's BQSP and rqueue tables use it."""
 
     def __init__(self, workers: int = 4) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -63,14 +75,16 @@ class Jobs:
 
 
 def rows_frame(df: DataFrame, columns: list[str], exact: tuple[str, ...] = ()) -> pd.DataFrame:
-    """``df`` collected into pandas through Python rows (nulls as None, ids as Decimal).
+    """``df`` collected into pandas through Python rows (nulls as None, ids as Decimal)."""
+    return _rows([r.asDict() for r in df.collect()], columns, exact)
 
-    pandas stores an integer column with a null as float64, which loses nanoseconds since the
-    epoch (53-bit mantissa); the ``exact`` columns are nullable ``Int64`` instead.
-    """
+
+def _rows(rows: list[dict[str, Any]], columns: list[str], exact: tuple[str, ...] = ()) -> pd.DataFrame:
+    """pandas frame of ``rows`` (Python values). pandas stores an integer column with a null as
+    float64, which loses nanoseconds since the epoch (53-bit mantissa); the ``exact`` columns
+    are nullable ``Int64`` instead."""
     import pandas as pd
 
-    rows = [r.asDict() for r in df.collect()]
     out = pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
     for name in exact:
         out[name] = pd.array([r[name] for r in rows], dtype="Int64")
@@ -85,8 +99,8 @@ def footer_spans(path: str) -> dict[str, tuple[int | None, int | None]] | None:
 
     Returns:
         ``{capture: (min ts_ns, max ts_ns)}`` (both None when no row of it has a timestamp), the
-        values Spark's min/max would give; None when the footers cannot tell (another file
-        system, a row group without statistics or holding several captures, unreadable files).
+        values a min/max over the rows would give; None when the footers cannot tell (another
+        file system, a row group without statistics or holding several captures, unreadable files).
     """
     import pyarrow.parquet as pq
 
@@ -129,35 +143,25 @@ def footer_spans(path: str) -> dict[str, tuple[int | None, int | None]] | None:
                     return None
                 spans[c.min] = (lo, hi)
         return spans
-    except (OSError, ValueError):  # an unreadable or foreign file: let Spark read it
+    except (OSError, ValueError):  # an unreadable or foreign file: read the rows instead
         return None
 
 
-def with_axis(df: DataFrame, caps: list[dict[str, Any]], keep: bool = False) -> DataFrame:
-    """``df`` with its capture's ``t0``, ``width`` and ``t_end`` columns (epoch s, s, epoch s).
+def _span_piece(table: pa.Table) -> dict[str, pa.Table]:
+    """Each capture's min and max ``ts_ns`` in one piece of ``frames/``."""
+    return {"spans": table.group_by("capture").aggregate([("ts_ns", "min"), ("ts_ns", "max")])}
 
-    A literal map lookup for up to 256 captures (no join per row), else a broadcast join. Rows of
-    captures without an axis are dropped, or kept with null axis columns when ``keep``.
-    """
-    from pyspark.sql import functions as F
 
-    if len(caps) > _MAX_MAP_CAPTURES:
-        axis = F.broadcast(
-            df.sparkSession.createDataFrame(
-                [(c["capture"], c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in caps],
-                "capture string, t0 double, width double, t_end double",
-            )
-        )
-        return df.join(axis, "capture", "left" if keep else "inner")
-    cols = {}
-    for name, key in (("t0", "t0"), ("width", "width_s"), ("t_end", None)):
-        pairs = []
-        for c in caps:
-            value = c["t0"] + c["span_s"] if key is None else c[key]
-            pairs += [F.lit(c["capture"]), F.lit(float(value))]
-        cols[name] = F.create_map(*pairs)[F.col("capture")] if pairs else F.lit(None).cast("double")
-    out = df.withColumns(cols)
-    return out if keep else out.where(F.col("t0").isNotNull())
+def _empty(table: str, columns: list[str]) -> pa.Table:
+    """An empty pyarrow table of ``columns`` of the pipeline's ``frames`` or ``messages`` table."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ..schema import frames_schema, messages_schema
+
+    schema = to_arrow_schema(
+        frames_schema(payload=True) if table == "frames" else messages_schema(False), timezone="UTC"
+    )
+    return schema.empty_table().select(columns)
 
 
 #: Columns of :meth:`Passes.frame_groups`.
@@ -190,51 +194,321 @@ MESSAGE_GROUPS = [
     "incomplete",
     "missing_bytes",
 ]
+_ENDPOINTS = ["src_addr", "src_port", "dst_addr", "dst_port"]
+_GROUP_KEYS = ["capture", "session_id", *_ENDPOINTS, "kind", "kind_name", "reason", "bin", "unreadable"]
+#: Columns of ``frames/`` the frames pass reads.
+FRAME_COLUMNS = ["capture", "frame_number", "ts_ns", *_ENDPOINTS, "length", "kind", "kind_name", "session_id", "error"]
+#: Columns of ``messages/`` the messages pass reads.
+MESSAGE_COLUMNS = [
+    "capture",
+    "session_id",
+    "src",
+    "complete",
+    "message_size",
+    "duplicates",
+    "rejected",
+    "missing_bytes",
+    "first_ts",
+    "last_ts",
+]
+_ROWS = ["capture", "session_id", *_ENDPOINTS, "kind_name", "ts_ns"]
+#: The latency metric of message assembly (first -> last frame of a complete message).
+ASSEMBLY = "message assembly (first -> last frame)"
+ACK_LATENCY = "SafeDealer ack (data frame -> its Ack)"
+#: Fine log10 buckets per decade of the latency histograms (about 2.3% wide).
+FINE_PER_DECADE = 100
+#: The fine bucket of values <= 0.
+ZERO_BUCKET = -(10**6)
+
+
+def _axis(caps: dict[str, tuple[float, float, float]], capture: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of the string column ``capture``: its capture's t0, bin width and end (epoch s,
+    s, epoch s), NaN for a capture without an axis."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(capture)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks() if enc.num_chunks else pa.array([], pa.dictionary(pa.int32(), pa.string()))
+    values = np.array(
+        [caps.get(c, (np.nan, np.nan, np.nan)) for c in enc.dictionary.to_pylist()] + [(np.nan,) * 3], np.float64
+    ).reshape(-1, 3)
+    codes = enc.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+    return values[codes, 0], values[codes, 1], values[codes, 2]
+
+
+def _seconds_since(ts_ns: Any, t0: np.ndarray) -> np.ndarray:
+    """``ts_ns / 1e9 - t0`` per row (float64, NaN for a null time): the doubles Spark's
+    ``ts_ns / 1e9 - t0`` gives."""
+    import pyarrow.compute as pc
+
+    valid = pc.is_valid(ts_ns).to_numpy(zero_copy_only=False)
+    s = ts_ns.fill_null(0).to_numpy(zero_copy_only=False) / 1e9 - t0
+    s[~valid] = np.nan
+    return s
+
+
+def _bins(seconds: np.ndarray, width: np.ndarray) -> Any:
+    """int32 array of ``floor(seconds / width)``, null where either is NaN."""
+    import pyarrow as pa
+
+    b = np.floor(seconds / width)
+    ok = np.isfinite(b)
+    return pa.array(np.where(ok, b, 0).astype(np.int32), mask=~ok)
+
+
+def _frames_piece(caps: dict[str, tuple[float, float, float]], table: pa.Table) -> dict[str, pa.Table]:
+    """One piece of ``frames/`` (:data:`FRAME_COLUMNS`): its frame groups, Connect, control and
+    heartbeat rows (see :class:`Passes`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t0, width, _ = _axis(caps, table["capture"])
+    seconds = _seconds_since(table["ts_ns"], t0)
+    keyed = table.select(["capture", "session_id", *_ENDPOINTS, "kind", "kind_name"]).append_column(
+        "reason", pc.replace_substring_regex(table["error"], pattern="[0-9]+", replacement="N")
+    )
+    keyed = keyed.append_column("bin", _bins(seconds, width))
+    keyed = keyed.append_column("unreadable", pc.is_null(table["frame_number"]))
+    keyed = keyed.append_column("length", table["length"]).append_column("ts_ns", table["ts_ns"])
+    groups = keyed.group_by(_GROUP_KEYS).aggregate(
+        [([], "count_all"), ("length", "sum"), ("ts_ns", "min"), ("ts_ns", "max")]
+    )
+    kind = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False)
+    valid = pc.is_null(table["error"]).to_numpy(zero_copy_only=False) & (kind >= 0)
+    rows = table.select(_ROWS)
+    control = rows.filter(pa.array(valid & np.isin(kind, _CONTROL)))
+    if control.num_rows > MAX_CONTROL_ROWS:  # the first by (capture, time) are kept
+        control = control.sort_by([("capture", "ascending"), ("ts_ns", "ascending")]).slice(0, MAX_CONTROL_ROWS)
+    beats = valid & (kind == _HEARTBEAT) & ~np.isnan(t0)
+    return {
+        "groups": groups,
+        "connects": rows.filter(pa.array(valid & (kind == _CONNECT))),
+        "control": control,
+        "heartbeats": rows.filter(pa.array(beats)).drop_columns(["kind_name"]),
+    }
+
+
+def _message_piece(caps: dict[str, tuple[float, float, float]], table: pa.Table) -> dict[str, pa.Table]:
+    """One file of ``messages/`` (:data:`MESSAGE_COLUMNS`): its message groups and the fine
+    histogram of complete messages' assembly times."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t0, width, t_end = _axis(caps, table["capture"])
+    first = _micros_seconds(table["first_ts"])
+    last = _micros_seconds(table["last_ts"])
+    complete = table["complete"].fill_null(False).to_numpy(zero_copy_only=False)
+    rejected = table["rejected"].fill_null(0).to_numpy(zero_copy_only=False) > 0
+    expired = (t_end - last) > MESSAGE_TTL_S  # NaN compares False, as Spark's null
+    reason = np.where(
+        rejected,
+        "rejected frames (conflicting or hostile headers)",
+        np.where(
+            expired,
+            f"expired: no frame for over {MESSAGE_TTL_S:g} s (the default TTL) before the capture ended",
+            "missing bytes at the capture's end (still in flight)",
+        ),
+    ).astype(object)
+    reason[complete] = None
+    size = table["message_size"].fill_null(0).to_numpy(zero_copy_only=False)
+    missing = table["missing_bytes"]
+    keyed = pa.table(
+        {
+            "capture": table["capture"],
+            "session_id": table["session_id"],
+            "src": table["src"],
+            "bin": _bins(first - t0, width),
+            "reason": pa.array(reason, pa.string()),
+            "m_complete": pa.array(complete.astype(np.int64)),
+            "m_bytes": pa.array(np.where(complete, size, 0).astype(np.int64)),
+            "duplicates": table["duplicates"],
+            "rejected": table["rejected"],
+            "m_incomplete": pa.array((~complete).astype(np.int64)),
+            "m_missing": pc.if_else(pa.array(complete), 0, pc.cast(missing, pa.int64())).fill_null(0),
+        }
+    )
+    groups = keyed.group_by(MESSAGE_GROUPS[:5]).aggregate(
+        [(c, "sum") for c in ("m_complete", "m_bytes", "duplicates", "rejected", "m_incomplete", "m_missing")]
+    )
+    v = last - first
+    ok = complete & ~np.isnan(v) & (v >= 0)
+    return {"groups": groups, "assembly": _fine_groups(table["capture"].filter(pa.array(ok)), v[ok])}
+
+
+def _micros_seconds(ts: Any) -> np.ndarray:
+    """A timestamp column as float64 seconds since the epoch (micros / 1e6, Spark's cast to
+    double), NaN for null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    micros = pc.cast(pc.cast(ts, pa.timestamp("us", tz="UTC"), safe=False), pa.int64())
+    out = micros.fill_null(0).to_numpy(zero_copy_only=False) / 1e6
+    out[~pc.is_valid(micros).to_numpy(zero_copy_only=False)] = np.nan
+    return out
+
+
+def fine_bucket(v: np.ndarray) -> np.ndarray:
+    """The latency histogram's fine bucket of each value (seconds, >= 0): ``floor(log10(v) *
+    100)``, :data:`ZERO_BUCKET` for 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(v <= 0, ZERO_BUCKET, np.floor(np.log10(np.where(v > 0, v, 1)) * FINE_PER_DECADE)).astype(
+            np.int64
+        )
+
+
+def _fine_groups(capture: Any, v: np.ndarray) -> pa.Table:
+    """(capture, fine, n, lo, hi) of the values ``v`` (seconds) per capture and fine bucket."""
+    import pyarrow as pa
+
+    t = pa.table({"capture": capture, "fine": pa.array(fine_bucket(v)), "v": pa.array(v, pa.float64())})
+    g = t.group_by(["capture", "fine"]).aggregate([([], "count_all"), ("v", "min"), ("v", "max")])
+    return pa.table(
+        {"capture": g["capture"], "fine": g["fine"], "n": g["count_all"], "lo": g["v_min"], "hi": g["v_max"]}
+    )
+
+
+def _ack_piece(acked: Any, has_hash: bool, table: pa.Table) -> dict[str, pa.Table]:
+    """One piece of ``frames/``: its data frames of the ``acked`` sessions (uint64 ids) and its
+    Acks, grouped by (capture, session_id, ack hash): first and last send, sends, first Ack."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..messages import _u64
+
+    kind = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False)
+    ok = pc.is_null(table["error"]).to_numpy(zero_copy_only=False)
+    sid = _u64(pc.cast(table["session_id"], pa.decimal128(20, 0)).fill_null(0)) if table.num_rows else np.zeros(0)
+    data = ok & (kind == _DATA) & np.isin(sid, acked)
+    if has_hash:
+        h = table["ack_hash"]
+        ack = ok & (kind == _ACK) & pc.is_valid(h).to_numpy(zero_copy_only=False)
+        hashes = h.fill_null(0).to_numpy(zero_copy_only=False)
+    else:  # a frames table written before the column: the hash from the header and payload
+        payload = table["payload"]
+        sizes = pc.binary_length(payload).fill_null(0).to_numpy(zero_copy_only=False)
+        ack = ok & (kind == _ACK) & (sizes == 8)
+        hashes = np.zeros(table.num_rows, np.int64)
+        if ack.any():
+            body = b"".join(payload.filter(pa.array(ack)).to_pylist())
+            hashes[ack] = np.frombuffer(body, ">u8").astype(np.uint64).view(np.int64)
+        if data.any():
+            hashes[data] = _frame_hashes(table.filter(pa.array(data)))
+    keep = pa.array(data | ack)
+    is_ack = ack[data | ack]
+    ts = table["ts_ns"].filter(keep)
+    rows = pa.table(
+        {
+            "capture": table["capture"].filter(keep),
+            "session_id": table["session_id"].filter(keep),
+            "h": pa.array(hashes[data | ack]),
+            "data_ns": pc.if_else(pa.array(is_ack), pa.scalar(None, pa.int64()), ts),
+            "ack_ns": pc.if_else(pa.array(is_ack), ts, pa.scalar(None, pa.int64())),
+        }
+    )
+    g = rows.group_by(["capture", "session_id", "h"]).aggregate(
+        [("data_ns", "min"), ("data_ns", "max"), ("data_ns", "count"), ("ack_ns", "min")]
+    )
+    names = {"sent_ns": "data_ns_min", "last_ns": "data_ns_max", "sends": "data_ns_count", "acked_ns": "ack_ns_min"}
+    return {
+        "acks": pa.table({**{k: g[k] for k in ("capture", "session_id", "h")}, **{k: g[v] for k, v in names.items()}})
+    }
+
+
+def _frame_hashes(table: pa.Table) -> np.ndarray:
+    """int64 ack hash of each data frame row (header fields and ``payload``) of an old frames table."""
+    import pandas as pd
+
+    from .ackhash import COLUMNS, _hashes
+
+    cols = []
+    for name in COLUMNS:
+        col = table[name]
+        if name in ("session_id", "message_id"):
+            from ..messages import _u64
+
+            cols.append(pd.Series(_u64(col.fill_null(0)).view(np.int64)))
+        elif name == "payload":
+            cols.append(pd.Series(col.fill_null(b"").to_pylist(), dtype=object))
+        else:
+            cols.append(pd.Series(col.fill_null(0).to_numpy(zero_copy_only=False)))
+    return _hashes(*cols).to_numpy(np.int64)
+
+
+def _busy_piece(cands: pd.DataFrame, table: pa.Table) -> dict[str, pa.Table]:
+    """Which heartbeat-gap candidates of ``cands`` (capture, sid as uint64, src, prev_s, at_s,
+    t0, index) saw another valid frame of their sender in one piece of ``frames/``: their indexes."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..findings import _addr_port
+    from ..messages import _u64
+
+    kind = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False)
+    ok = pc.is_null(table["error"]).to_numpy(zero_copy_only=False) & (kind >= 0) & (kind != _HEARTBEAT)
+    sid = _u64(pc.cast(table["session_id"], pa.decimal128(20, 0)).fill_null(0)) if table.num_rows else np.zeros(0)
+    ok &= np.isin(sid, cands["sid"].to_numpy(np.uint64))
+    hit: list[int] = []
+    if ok.any():
+        rows = table.filter(pa.array(ok))
+        t0, _, _ = _axis({c: (t, 0.0, 0.0) for c, t in zip(cands["capture"], cands["t0"])}, rows["capture"])
+        frames = pd.DataFrame(
+            {
+                "capture": rows["capture"].to_numpy(zero_copy_only=False),
+                "sid": sid[ok],
+                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_numpy(zero_copy_only=False),
+                "t": _seconds_since(rows["ts_ns"], t0),
+            }
+        )
+        times = {k: np.sort(g["t"].to_numpy()) for k, g in frames.groupby(["capture", "sid", "src"], sort=False)}
+        for key, g in cands.groupby(["capture", "sid", "src"], sort=False):
+            t = times.get(key)
+            if t is None:
+                continue
+            i = np.searchsorted(t, g["prev_s"].to_numpy(), "right")
+            busy = (i < t.size) & (t[np.minimum(i, t.size - 1)] < g["at_s"].to_numpy())
+            hit.extend(g["index"].to_numpy()[busy].tolist())
+    return {"busy": pa.table({"index": pa.array(hit, pa.int64())})}
 
 
 class Passes:
-    """The aggregation jobs over one frames table and its messages table, started at once.
+    """The aggregates of one frames table and its messages table (module docstring).
 
     Args:
-        spark: the session.
-        frames: the frames table (its Parquet copy).
-        messages: its messages table.
-        frames_path: where ``frames`` was read from, for :func:`footer_spans` (None: a Spark job
-            computes the time axis).
-        jobs: a :class:`Jobs` to run on (default: a new one of 4 threads, closed by :meth:`close`).
+        spark: the session (reads the tables only when they are not local).
+        tables: table name -> Parquet path; ``frames`` and ``messages`` are read.
+        on_driver: read the tables with pyarrow here (True) or in Spark's executors (False);
+            None: here when they are local (:func:`nbmq.spark.scan.scan`).
 
-    The constructor computes the axis (footers or one job) and starts three jobs; the methods
-    wait for the ones they need. Spark errors surface from the method that waits.
+    The constructor computes the axis, then reads each table once. Reading errors (OSError,
+    pyarrow's ArrowInvalid) surface from it.
     """
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        frames: DataFrame,
-        messages: DataFrame,
-        frames_path: str | None = None,
-        jobs: Jobs | None = None,
-    ) -> None:
-        from pyspark.sql import functions as F
+    def __init__(self, spark: SparkSession | None, tables: dict[str, str], on_driver: bool | None = None) -> None:
+        from functools import partial
 
-        from ..messages import addr_port
+        import pyarrow as pa
 
-        self.spark, self.frames, self.messages = spark, frames, messages
-        self._own_jobs = jobs is None
-        self.jobs = jobs or Jobs()
-        spans = footer_spans(frames_path) if frames_path else None
+        from ..findings import _addr_port
+        from ..scan import merge, scan
+
+        self.spark, self.tables, self.on_driver = spark, dict(tables), on_driver
+        spans = footer_spans(tables["frames"]) if on_driver is not False else None
         if spans is None:
-            spans = {
-                r["capture"]: (r["lo"], r["hi"])
-                for r in frames.groupBy("capture").agg(F.min("ts_ns").alias("lo"), F.max("ts_ns").alias("hi")).collect()
-            }
+            pieces = scan(spark, tables["frames"], _span_piece, ["capture", "ts_ns"], on_driver)
+            t = merge(pieces, "spans", _span_piece(_empty("frames", ["capture", "ts_ns"]))["spans"].schema)
+            t = t.group_by("capture").aggregate([("ts_ns_min", "min"), ("ts_ns_max", "max")])
+            spans = dict(
+                zip(t["capture"].to_pylist(), zip(t["ts_ns_min_min"].to_pylist(), t["ts_ns_max_max"].to_pylist()))
+            )
         #: One dict per capture with a timestamped frame: capture, protocol, t0 (epoch s),
         #: span_s, width_s (the report's bin width), sorted by capture.
         self.caps: list[dict[str, Any]] = []
         for capture, (lo, hi) in sorted(spans.items()):
-            if lo is None:  # no timestamped row: no axis (min() skips nulls)
+            if lo is None:  # no timestamped row: no axis
                 continue
-            t0, t1 = lo / 1e9, hi / 1e9  # as Spark's min(ts_ns) / 1e9
+            t0, t1 = lo / 1e9, hi / 1e9
             self.caps.append(
                 {
                     "capture": capture,
@@ -244,149 +518,95 @@ class Passes:
                     "width_s": nice_bin_width(float(t1 - t0), BINS),
                 }
             )
+        #: capture -> (t0, bin width, end): the axis the pieces bin by.
+        self.axis = {c["capture"]: (c["t0"], c["width_s"], c["t0"] + c["span_s"]) for c in self.caps}
 
-        valid = F.col("error").isNull() & F.col("kind").isNotNull()
-        f = with_axis(
-            frames.select(
-                "capture",
-                "frame_number",
-                "ts_ns",
-                "src_addr",
-                "src_port",
-                "dst_addr",
-                "dst_port",
-                "length",
-                "kind",
-                "kind_name",
-                "session_id",
-                "error",
-            ),
-            self.caps,
-            keep=True,
+        frames = scan(spark, tables["frames"], partial(_frames_piece, self.axis), FRAME_COLUMNS, on_driver)
+        schema = _frames_piece({}, _empty("frames", FRAME_COLUMNS))
+        groups = merge(frames, "groups", schema["groups"].schema)
+        groups = groups.group_by(_GROUP_KEYS).aggregate(
+            [("count_all", "sum"), ("length_sum", "sum"), ("ts_ns_min", "min"), ("ts_ns_max", "max")]
         )
-        binned = F.floor((F.col("ts_ns") / 1e9 - F.col("t0")) / F.col("width")).cast("int")
-        # Grouped on the raw columns; endpoint text is built per group (addr:port is one-to-one).
-        groups = (
-            f.groupBy(
-                "capture",
-                "session_id",
-                "src_addr",
-                "src_port",
-                "dst_addr",
-                "dst_port",
-                "kind",
-                "kind_name",
-                F.regexp_replace("error", "[0-9]+", "N").alias("reason"),
-                binned.alias("bin"),
-                F.col("frame_number").isNull().alias("unreadable"),
-            )
-            .agg(
-                F.count(F.lit(1)).alias("frames"),
-                F.sum("length").alias("bytes"),
-                F.min("ts_ns").alias("first_ns"),
-                F.max("ts_ns").alias("last_ns"),
-            )
-            .select(
-                "capture",
-                "session_id",
-                addr_port("src_addr", "src_port").alias("src"),
-                addr_port("dst_addr", "dst_port").alias("dst"),
-                *FRAME_GROUPS[4:],
-            )
+        out = {
+            "capture": groups["capture"],
+            "session_id": groups["session_id"],
+            "src": _addr_port(groups["src_addr"], groups["src_port"]),
+            "dst": _addr_port(groups["dst_addr"], groups["dst_port"]),
+            **{k: groups[k] for k in ("kind", "kind_name", "reason", "bin", "unreadable")},
+            "frames": groups["count_all_sum"],
+            "bytes": groups["length_sum_sum"],
+            "first_ns": groups["ts_ns_min_min"],
+            "last_ns": groups["ts_ns_max_max"],
+        }
+        self._frame_groups = _rows(
+            pa.table(out).to_pylist(), FRAME_GROUPS, ("kind", "bin", "frames", "bytes", "first_ns", "last_ns")
         )
-        self._frame_groups = self.jobs.submit(
-            groups, FRAME_GROUPS, ("kind", "bin", "frames", "bytes", "first_ns", "last_ns")
-        )
+        connects = merge(frames, "connects", schema["connects"].schema)
+        self._connects = self._connect_times(connects)
+        self._control = merge(frames, "control", schema["control"].schema)
+        self._heartbeats = merge(frames, "heartbeats", schema["heartbeats"].schema)
 
-        # Messages: counts per sender and time bin (by the first frame), incomplete ones with a reason.
-        reason = (
-            F.when(F.col("complete"), F.lit(None))
-            .when(F.col("rejected") > 0, "rejected frames (conflicting or hostile headers)")
-            .when(
-                F.col("t_end") - F.col("last_ts").cast("double") > MESSAGE_TTL_S,
-                f"expired: no frame for over {MESSAGE_TTL_S:g} s (the default TTL) before the capture ended",
-            )
-            .otherwise("missing bytes at the capture's end (still in flight)")
+        msgs = scan(spark, tables["messages"], partial(_message_piece, self.axis), MESSAGE_COLUMNS, on_driver)
+        mschema = _message_piece({}, _empty("messages", MESSAGE_COLUMNS))
+        m = merge(msgs, "groups", mschema["groups"].schema)
+        m = m.group_by(MESSAGE_GROUPS[:5]).aggregate(
+            [
+                (f"{c}_sum", "sum")
+                for c in ("m_complete", "m_bytes", "duplicates", "rejected", "m_incomplete", "m_missing")
+            ]
         )
-        mt = F.col("first_ts").cast("double") - F.col("t0")
-        m = with_axis(
-            messages.select(
-                "capture",
-                "session_id",
-                "src",
-                "complete",
-                "message_size",
-                "duplicates",
-                "rejected",
-                "missing_bytes",
-                "first_ts",
-                "last_ts",
-            ),
-            self.caps,
-            keep=True,
+        sums = ("m_complete", "m_bytes", "duplicates", "rejected", "m_incomplete", "m_missing")
+        m = pa.table(
+            {
+                **{k: m[k] for k in MESSAGE_GROUPS[:5]},
+                **{k: m[f"{s}_sum_sum"] for k, s in zip(MESSAGE_GROUPS[5:], sums)},
+            }
         )
-        self._message_groups = self.jobs.submit(
-            m.groupBy(
-                "capture",
-                "session_id",
-                "src",
-                F.floor(mt / F.col("width")).cast("int").alias("bin"),
-                reason.alias("reason"),
-            ).agg(
-                F.count(F.when(F.col("complete"), 1)).alias("messages"),
-                F.sum(F.when(F.col("complete"), F.col("message_size")).otherwise(0)).alias("message_bytes"),
-                F.sum("duplicates").alias("duplicates"),
-                F.sum("rejected").alias("rejected"),
-                F.count(F.when(~F.col("complete"), 1)).alias("incomplete"),
-                F.sum(F.when(~F.col("complete"), F.col("missing_bytes")).otherwise(0)).alias("missing_bytes"),
-            ),
-            MESSAGE_GROUPS,
-        )
-
-        #: The valid Connect, Connected, Disconnected and Heartbeat frames, narrow and cached
-        #: (the Connect times here; the report's flow graph and heartbeat gaps).
-        self.control = (
-            frames.where(valid & F.col("kind").isin(1, 2, 3, _HEARTBEAT))
-            .select(
-                "capture",
-                "session_id",
-                "src_addr",
-                "src_port",
-                "dst_addr",
-                "dst_port",
-                "kind",
-                "kind_name",
-                "ts_ns",
-            )
-            .persist()
-        )
-        self._connects = self.jobs.submit(
-            self.control.where(F.col("kind") == _CONNECT)
-            .groupBy("capture", "session_id", "src_addr", "src_port", "dst_addr", "dst_port")
-            .agg(F.sort_array(F.collect_list("ts_ns")).alias("connect_ns"))
-            .select(
-                "capture",
-                "session_id",
-                addr_port("src_addr", "src_port").alias("src"),
-                addr_port("dst_addr", "dst_port").alias("dst"),
-                "connect_ns",
-            ),
-            ["capture", "session_id", "src", "dst", "connect_ns"],
-        )
+        self._message_groups = _rows(m.to_pylist(), MESSAGE_GROUPS)
+        a = merge(msgs, "assembly", mschema["assembly"].schema)
+        a = a.group_by(["capture", "fine"]).aggregate([("n", "sum"), ("lo", "min"), ("hi", "max")])
+        #: capture, fine, n, lo, hi: the fine histogram of complete messages' assembly times.
+        self.assembly = pa.table(
+            {"capture": a["capture"], "fine": a["fine"], "n": a["n_sum"], "lo": a["lo_min"], "hi": a["hi_max"]}
+        ).to_pandas()
         self._sessions: pd.DataFrame | None = None
+
+    @staticmethod
+    def _connect_times(rows: pa.Table) -> pd.DataFrame:
+        import pyarrow as pa
+
+        from ..findings import _addr_port
+
+        columns = ["capture", "session_id", "src", "dst", "connect_ns"]
+        if rows.num_rows == 0:
+            return _rows([], columns)
+        t = pa.table(
+            {
+                "capture": rows["capture"],
+                "session_id": rows["session_id"],
+                "src": _addr_port(rows["src_addr"], rows["src_port"]),
+                "dst": _addr_port(rows["dst_addr"], rows["dst_port"]),
+                "ts_ns": rows["ts_ns"],
+            }
+        )
+        g = t.group_by(columns[:4]).aggregate([("ts_ns", "list")])
+        out = g.to_pylist()
+        for r in out:
+            r["connect_ns"] = sorted(r.pop("ts_ns_list"), key=lambda t: (t is not None, t or 0))  # nulls first
+        return _rows(out, columns)
 
     def frame_groups(self) -> pd.DataFrame:
         """The frames table per (capture, session_id, src, dst, kind, kind_name, reason, bin,
         unreadable): frames, bytes (UDP payload), first_ns, last_ns. ``reason`` is the error with
         digits as N (null: a decoded frame); ``bin`` is null without a timestamp or axis;
         ``unreadable``: the capture record could not be read (no frame number)."""
-        return self._frame_groups.result()
+        return self._frame_groups
 
     def message_groups(self) -> pd.DataFrame:
         """The messages table per (capture, session_id, src, bin, reason): complete ``messages``
         and their ``message_bytes``, duplicates, rejected, ``incomplete`` and their missing_bytes;
         ``reason`` null for complete messages; ``bin`` null for captures without an axis."""
-        return self._message_groups.result()
+        return self._message_groups
 
     def sessions(self) -> pd.DataFrame:
         """The sessions table (pandas, :data:`nbmq.spark.schema.SESSIONS_SCHEMA` columns), as
@@ -394,7 +614,7 @@ class Passes:
         if self._sessions is None:
             from ..sessions_table import sessions_from_groups
 
-            self._sessions = sessions_from_groups(self.frame_groups(), self._connects.result(), self.message_groups())
+            self._sessions = sessions_from_groups(self.frame_groups(), self._connects, self.message_groups())
         return self._sessions
 
     def summary_rows(self, names: list[str] | tuple[str, ...], columns: list[str]) -> list[dict[str, Any]]:
@@ -437,8 +657,171 @@ class Passes:
                 rows.append({c: (name if c == "capture" else 0) for c in cols})
         return sorted(rows, key=lambda r: r["capture"])
 
-    def close(self) -> None:
-        """Wait for the jobs started here, then free the cached control frames."""
-        if self._own_jobs:
-            self.jobs.close()
-        self.control.unpersist()  # a second call does nothing
+    def _rows_at(self, rows: pa.Table, columns: list[str]) -> pd.DataFrame:
+        """``rows`` (:data:`_ROWS` columns) as pandas: capture, session_id (Decimal), at_s
+        (seconds since the capture's t0), src, dst, and ``columns`` of ``rows``."""
+        import pandas as pd
+
+        from ..findings import _addr_port
+
+        t0, _, _ = _axis(self.axis, rows["capture"])
+        return pd.DataFrame(
+            {
+                "capture": rows["capture"].to_pylist(),
+                "session_id": rows["session_id"].to_pylist(),
+                "at_s": _seconds_since(rows["ts_ns"], t0),
+                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_pylist(),
+                "dst": _addr_port(rows["dst_addr"], rows["dst_port"]).to_pylist(),
+                **{c: rows[c].to_pylist() for c in columns},
+            }
+        )
+
+    def control(self) -> pd.DataFrame:
+        """The valid Connect, Connected and Disconnected frames of captures with an axis, the
+        first :data:`MAX_CONTROL_ROWS` by (capture, at_s): capture, session_id, at_s, src, dst,
+        kind_name."""
+        rows = self._rows_at(self._control, ["kind_name"])
+        rows = rows[rows["capture"].isin(self.axis)]
+        rows = rows.sort_values(["capture", "at_s"], kind="stable", na_position="first").head(MAX_CONTROL_ROWS)
+        return rows.reset_index(drop=True)
+
+    def heartbeats(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The valid heartbeats of captures with an axis, summarised.
+
+        Returns:
+            ``(per pair, gaps)``: per (capture, session_id, src, dst) ``n``, ``first_s``,
+            ``last_s`` (seconds since the capture's t0); and up to :data:`MAX_GAP_CANDIDATES`
+            waits between two heartbeats of one sender (capture, session_id, src) longer than
+            :data:`GAP_FACTOR` intervals: capture, session_id, src, prev_s, at_s.
+        """
+        import pandas as pd
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from ..findings import _addr_port
+        from ..messages import _u64
+
+        pairs = ["capture", "session_id", "src", "dst", "n", "first_s", "last_s"]
+        gaps = ["capture", "session_id", "src", "prev_s", "at_s"]
+        hb = self._heartbeats.combine_chunks()
+        if hb.num_rows == 0:
+            return pd.DataFrame(columns=pairs), pd.DataFrame(columns=gaps)
+        at = _seconds_since(hb["ts_ns"], _axis(self.axis, hb["capture"])[0])
+        per_pair = (
+            hb.append_column("at_s", pa.array(at))
+            .group_by(["capture", "session_id", *_ENDPOINTS])
+            .aggregate([([], "count_all"), ("at_s", "min"), ("at_s", "max")])
+        )
+        per_pair = pd.DataFrame(
+            {
+                "capture": per_pair["capture"].to_pylist(),
+                "session_id": per_pair["session_id"].to_pylist(),
+                "src": _addr_port(per_pair["src_addr"], per_pair["src_port"]).to_pylist(),
+                "dst": _addr_port(per_pair["dst_addr"], per_pair["dst_port"]).to_pylist(),
+                "n": per_pair["count_all"].to_numpy(),
+                "first_s": per_pair["at_s_min"].to_numpy(),
+                "last_s": per_pair["at_s_max"].to_numpy(),
+            }
+        )
+        # each sender's heartbeats in time order: the wait since its previous one
+        codes = [
+            pc.dictionary_encode(hb[c].combine_chunks()).indices.fill_null(-1).to_numpy()
+            for c in ("capture", "src_addr")
+        ]
+        sender = (
+            pd.DataFrame(
+                {
+                    "c": codes[0],
+                    "sid": _u64(hb["session_id"].fill_null(0)),
+                    "a": codes[1],
+                    "p": hb["src_port"].fill_null(0),
+                }
+            )
+            .groupby(["c", "sid", "a", "p"], sort=False)
+            .ngroup()
+            .to_numpy()
+        )
+        order = np.lexsort((at, sender))
+        s, t = sender[order], at[order]
+        wait = np.r_[np.nan, np.where(s[1:] == s[:-1], t[1:] - t[:-1], np.nan)]
+        hit = np.flatnonzero(wait > GAP_FACTOR * HEARTBEAT_INTERVAL_S)[:MAX_GAP_CANDIDATES]
+        long, prev = order[hit], order[hit - 1]
+        rows = hb.take(pa.array(long))
+        found = pd.DataFrame(
+            {
+                "capture": rows["capture"].to_pylist(),
+                "session_id": rows["session_id"].to_pylist(),
+                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_pylist(),
+                "prev_s": at[prev],
+                "at_s": at[long],
+            },
+            columns=gaps,
+        )
+        return per_pair[pairs], found
+
+    def busy(self, gaps: pd.DataFrame) -> np.ndarray:
+        """Which ``gaps`` (:meth:`heartbeats`) saw another valid frame (not a heartbeat) of their
+        sender in between: a bool per row. Reads ``frames/`` again (only when there are gaps)."""
+        from functools import partial
+
+        from ..messages import _u64
+        from ..scan import merge, scan
+
+        if gaps.empty:
+            return np.zeros(0, bool)
+        import pyarrow as pa
+
+        cands = gaps.assign(
+            sid=_u64(pa.array(list(gaps["session_id"]), pa.decimal128(20, 0))),
+            t0=[self.axis[c][0] for c in gaps["capture"]],
+            index=np.arange(len(gaps)),
+        )
+        pieces = scan(self.spark, self.tables["frames"], partial(_busy_piece, cands), FRAME_COLUMNS, self.on_driver)
+        hit = merge(pieces, "busy", pa.schema([("index", pa.int64())]))["index"].to_numpy()
+        out = np.zeros(len(gaps), bool)
+        out[hit] = True
+        return out
+
+    def ack_groups(self, acked: list[int], has_hash: bool) -> pd.DataFrame:
+        """SafeDealer matching: the data frames of the ``acked`` sessions and every Ack, grouped
+        by (capture, session_id, ack hash): ``sent_ns``, ``last_ns`` (first and last send),
+        ``sends``, ``acked_ns`` (first Ack, null when none), for hashes sent at least once by a
+        capture with an axis. Reads ``frames/`` again (``ack_hash``, or with ``has_hash`` False
+        the header fields and ``payload`` of a table written before that column)."""
+        from functools import partial
+
+        import pandas as pd
+        import pyarrow as pa
+
+        from ..scan import merge, scan
+        from .ackhash import COLUMNS
+
+        extra = ["ack_hash"] if has_hash else [c for c in COLUMNS if c not in ("kind", "session_id")]
+        columns = ["capture", "session_id", "kind", "ts_ns", "error", *extra]
+        ids = np.array(sorted(acked), np.uint64)
+        pieces = scan(self.spark, self.tables["frames"], partial(_ack_piece, ids, has_hash), columns, self.on_driver)
+        empty = pa.schema(
+            [
+                ("capture", pa.string()),
+                ("session_id", pa.decimal128(20, 0)),
+                ("h", pa.int64()),
+                ("sent_ns", pa.int64()),
+                ("last_ns", pa.int64()),
+                ("sends", pa.int64()),
+                ("acked_ns", pa.int64()),
+            ]
+        )
+        g = merge(pieces, "acks", empty)
+        g = g.group_by(["capture", "session_id", "h"]).aggregate(
+            [("sent_ns", "min"), ("last_ns", "max"), ("sends", "sum"), ("acked_ns", "min")]
+        )
+        out = pa.table(
+            {
+                "capture": g["capture"],
+                "sent_ns": g["sent_ns_min"],
+                "last_ns": g["last_ns_max"],
+                "sends": g["sends_sum"],
+                "acked_ns": g["acked_ns_min"],
+            }
+        ).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        return out[(out["sends"] > 0) & out["capture"].isin(self.axis)].reset_index(drop=True)
