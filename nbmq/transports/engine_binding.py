@@ -12,6 +12,7 @@ from typing import Any
 from .. import engine as _engine
 from ..errors import NoPeer, WouldBlock
 from ..options import SocketOptions
+from .address import format_address
 
 __all__ = [
     "LiveOptions",
@@ -26,6 +27,7 @@ __all__ = [
     "take_ready",
     "check_max_messages",
     "queue_full",
+    "describe",
 ]
 
 BYTES = (bytes, bytearray, memoryview)
@@ -197,3 +199,22 @@ def check_max_messages(max_messages: int) -> None:
     """ValueError unless ``max_messages`` is an int >= 1 (``recv_many``'s argument)."""
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ValueError(f"max_messages must be an int >= 1, got {max_messages!r}")
+
+
+def describe(name: str, closed: bool, link: Any, engine: Any) -> str:
+    """The ``repr()`` of a socket: its class ``name`` (``"nbmq.Dealer"``), its local address,
+    the address it dials (connecting sockets), its state (``connected``, ``handshaking``,
+    ``connecting``, ``listening`` or ``closed``) and how many peers it knows, e.g.
+    ``<nbmq.Dealer 0.0.0.0:41000 -> 127.0.0.1:5555 connected peers=1>``."""
+    if closed:
+        return f"<{name} closed>"
+    local = link.local_address
+    target = link.engine_address
+    dials = "" if target is None else f" -> {format_address(getattr(link, 'family', 0), target, link.scheme)}"
+    if has_connected_peer(engine):
+        state = "connected"
+    elif engine.peers:
+        state = "handshaking"  # peers known, none past the handshake yet
+    else:
+        state = "listening" if target is None else "connecting"
+    return f"<{name} {local}{dials} {state} peers={len(engine.peers)}>"

@@ -379,8 +379,7 @@ class Socket(OptionAttributes):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else self.local_address
-        return f"<nbmq.{type(self).__name__} {state} peers={len(self.peers)}>"
+        return engine_binding.describe(f"nbmq.{type(self).__name__}", self.closed, self._link, self.engine)
 
 
 class Dealer(Socket):
