@@ -334,6 +334,55 @@ cdef inline cnp.ndarray _part(const unsigned char* p, Py_ssize_t length):
     return part
 
 
+cdef inline cnp.ndarray _int64s(Py_ssize_t n):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>n
+    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+
+
+def pack_ready(ready, Py_ssize_t max_messages):
+    """Compiled twin of ``sockets._pack_ready`` (``Socket.recv_packed``'s packing): pop up to
+    ``max_messages`` one-part messages off ``ready`` and return ``(data, offsets, lengths)``
+    (uint8, int64, int64), or None when the first is multipart (nothing popped)."""
+    cdef list taken = []
+    cdef list message
+    cdef Py_ssize_t n = 0, i, total = 0, size
+    cdef Py_buffer view
+    cdef cnp.ndarray offsets, lengths, data
+    cdef int64_t* off
+    cdef int64_t* lens
+    cdef unsigned char* out
+    while n < max_messages and ready:
+        message = ready[0]
+        if len(message) != 1:
+            break
+        taken.append(message[0])
+        ready.popleft()
+        n += 1
+    if not n:
+        return None
+    offsets = _int64s(n)
+    lengths = _int64s(n)
+    off = <int64_t*>cnp.PyArray_DATA(offsets)
+    lens = <int64_t*>cnp.PyArray_DATA(lengths)
+    for i in range(n):
+        size = len(taken[i])
+        off[i] = total
+        lens[i] = size
+        total += size
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>total
+    data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+    out = <unsigned char*>cnp.PyArray_DATA(data)
+    for i in range(n):
+        PyObject_GetBuffer(taken[i], &view, PyBUF_SIMPLE)
+        try:
+            memcpy(out + off[i], view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+    return data, offsets, lengths
+
+
 cdef object _receive_one_py = None
 
 

@@ -267,6 +267,38 @@ class Socket(Connection):
         except IndexError:
             raise WouldBlock("no message ready") from None
 
+    def recv_packed(self, max_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The oldest completed one-part messages, at most ``max_messages`` (int >= 1), packed
+        back to back into one buffer: the batch form of :meth:`recv`, one array per call
+        instead of one per message.
+
+        Returns:
+            ``(data, offsets, lengths)``: ``data`` a 1-D ``uint8`` array (owning its memory) of
+            all their bytes, ``offsets`` and ``lengths`` 1-D ``int64`` arrays of shape ``(n,)``:
+            message ``i`` is ``data[offsets[i] : offsets[i] + lengths[i]]`` (n >= 1).
+
+        Raises:
+            WouldBlock: no message is ready. NotSupported: on a Radio. ValueError: the oldest
+            message has several parts (it stays queued: take it with :meth:`recv`); packing
+            stops before a multipart message otherwise.
+
+        Mutates the receive queue; queues no output.
+        """
+        if not self.CAN_RECV:
+            raise NotSupported(f"{type(self).__name__} cannot receive")
+        ready = self._ready
+        if not ready:
+            raise WouldBlock("no message ready")
+        if _fast is not None:
+            packed = _fast.pack_ready(ready, max_messages)
+        else:
+            packed = _pack_ready(ready, max_messages)
+        if packed is None:
+            raise ValueError(
+                f"the oldest message has {len(ready[0])} parts: recv_packed takes one-part messages, recv() takes it"
+            )
+        return packed
+
     def kernel_dropped(self, count: int) -> None:
         """Record ``count`` datagrams (int > 0) the OS dropped before they reached this engine
         (the transport reads the kernel's count, e.g. Linux ``SO_RXQ_OVFL``): adds to
@@ -521,6 +553,20 @@ class Socket(Connection):
         counters.datagrams_out = self._ctrl_out + sendq.frames_out + sendq.resends
         counters.bytes_out = self._ctrl_bytes + sendq.bytes_out + sendq.resend_bytes
         counters.duplicate_frames = recvq.duplicates + recvq.reassembler.duplicates
+
+
+def _pack_ready(ready: Any, max_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Pop up to ``max_messages`` one-part messages off ``ready`` (a deque of part lists) and
+    pack them (see :meth:`Socket.recv_packed`); None when the first is multipart (popped: none)."""
+    parts = []
+    while ready and len(parts) < max_messages and len(ready[0]) == 1:
+        parts.append(ready.popleft()[0])
+    if not parts:
+        return None
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    offsets = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    return np.concatenate(parts), offsets, lengths
 
 
 def _check_reference_compat(parts: Sequence[Buffer]) -> None:

@@ -397,9 +397,12 @@ class Socket(OptionAttributes):
             self._maybe_resume()
         return message
 
-    async def _recv_wait(self, timeout: float | None) -> list[Any]:
+    async def _recv_wait(self, timeout: float | None, take: Any = None) -> Any:
+        """Wait up to ``timeout`` seconds for a message, then return ``take()`` (default
+        ``engine.recv()``)."""
         until = None if timeout is None else self._loop.time() + timeout
         engine = self.engine
+        take = engine.recv if take is None else take
         while True:
             self._check_open()
             if self._read_now():
@@ -410,7 +413,7 @@ class Socket(OptionAttributes):
                     self._check_open()
                     raise WouldBlock("no message ready")
             try:
-                return engine.recv()
+                return take()
             except WouldBlock:
                 continue  # another task took it
 
@@ -425,6 +428,21 @@ class Socket(OptionAttributes):
         """
         engine_binding.check_max_messages(max_messages)
         out = engine_binding.take_ready(self.engine, [await self.recv(timeout)], max_messages)
+        if not self.reading:
+            self._maybe_resume()
+        return out
+
+    async def recv_packed(self, max_messages: int, timeout: float | None = None) -> tuple[Any, Any, Any]:
+        """Up to ``max_messages`` one-part messages in one buffer, ``(data, offsets, lengths)``
+        (uint8, int64, int64): the zero-copy batch form of :meth:`recv_many`, as the blocking
+        socket's ``recv_packed`` (same return and errors); waits up to ``timeout`` seconds
+        (None = for ever) for the first."""
+        engine_binding.check_max_messages(max_messages)
+        engine = self.engine
+        try:
+            out = engine.recv_packed(max_messages)
+        except WouldBlock:
+            out = await self._recv_wait(timeout, lambda: engine.recv_packed(max_messages))
         if not self.reading:
             self._maybe_resume()
         return out

@@ -254,15 +254,19 @@ class Socket(OptionAttributes):
             return self.engine.recv()
         except WouldBlock:
             self._check_open()
+        self._await_message(timeout)
+        return self.engine.recv()
+
+    def _await_message(self, timeout: float | None) -> None:
+        """Step, then wait (up to ``timeout`` seconds; None = for ever) until the engine has a
+        message ready. WouldBlock: none within ``timeout``."""
         now = _monotonic()
         self._step(now)
         until = None if timeout is None else now + timeout
-        while True:
-            try:
-                return self.engine.recv()
-            except WouldBlock:
-                if until is not None and _monotonic() >= until:
-                    raise
+        engine = self.engine
+        while not engine.recv_ready():
+            if until is not None and _monotonic() >= until:
+                raise WouldBlock("no message ready")
             self._wait(until)
 
     def recv_many(self, max_messages: int, timeout: float | None = None) -> list[Any]:
@@ -277,6 +281,32 @@ class Socket(OptionAttributes):
         """
         engine_binding.check_max_messages(max_messages)
         return engine_binding.take_ready(self.engine, [self.recv(timeout)], max_messages)
+
+    def recv_packed(self, max_messages: int, timeout: float | None = None) -> tuple[Any, Any, Any]:
+        """Up to ``max_messages`` one-part messages (int >= 1) in one buffer: the zero-copy
+        batch form of :meth:`recv_many` (one array per call, not one per message). Waits as
+        :meth:`recv` for the first (``timeout`` seconds; None, the default, = for ever), then
+        adds those already read, without another read.
+
+        Returns:
+            ``(data, offsets, lengths)``: ``data`` a 1-D ``uint8`` numpy array owning the
+            bytes of all n messages back to back; ``offsets`` and ``lengths`` 1-D ``int64``
+            arrays of shape ``(n,)``: message ``i`` is ``data[offsets[i]:offsets[i] + lengths[i]]``.
+
+        Raises:
+            ValueError: ``max_messages`` is not an int >= 1, or the oldest message has several
+            parts (it stays queued: take it with :meth:`recv`; packing stops before one).
+            WouldBlock: none within ``timeout``. NotSupported: on a Radio. SocketClosed: closed.
+        """
+        engine_binding.check_max_messages(max_messages)
+        if self._unflushed:
+            self._flush(_monotonic())
+        try:
+            return self.engine.recv_packed(max_messages)
+        except WouldBlock:
+            self._check_open()
+        self._await_message(timeout)
+        return self.engine.recv_packed(max_messages)
 
     def tick(self) -> None:
         """Step once without blocking: read what arrived, run due timers (heartbeats,
