@@ -121,13 +121,15 @@ def _zmq_echo(conn: Any) -> None:
     conn.send(f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}")
     rounds = conn.recv()
     sock.RCVTIMEO = int(IDLE * 1000)
+    echoed = 0
     try:
-        for _ in range(rounds):
+        for echoed in range(1, rounds + 1):
             sock.send(sock.recv())
     except zmq.Again:
         pass
     sock.close(0)
     ctx.term()
+    conn.send(echoed)
 
 
 def _zmq_ping(address: str, size: int, rounds: int, conn: Any) -> None:
@@ -222,12 +224,14 @@ def _nbmq_echo(case: str, conn: Any) -> None:
     sock = getattr(nbmq, _nbmq_kind(case)).bind("127.0.0.1:0")
     conn.send(sock.local_address)
     rounds = conn.recv()
+    echoed = 0
     try:
-        for _ in range(rounds):
+        for echoed in range(1, rounds + 1):
             sock.send(sock.recv(timeout=IDLE), flush=True)
     except WouldBlock:
         pass
     sock.close(linger=0.5)
+    conn.send(echoed)
 
 
 def _nbmq_ping(case: str, address: str, size: int, rounds: int, conn: Any) -> None:

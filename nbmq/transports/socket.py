@@ -51,7 +51,21 @@ class Socket(OptionAttributes):
     attributes of their own declare ``__slots__`` or get a ``__dict__`` by omitting them).
     """
 
-    __slots__ = ("options", "engine", "closed", "_link", "_events", "_unflushed", "_sel", "_mask", "__weakref__")
+    __slots__ = (
+        "options",
+        "engine",
+        "closed",
+        "_link",
+        "_events",
+        "_unflushed",
+        "_sel",
+        "_mask",
+        "_tick_recv",
+        "_recv_hwm",
+        "_tick_send",
+        "_max_events",
+        "__weakref__",
+    )
     _kind = ""
 
     def _check_open(self) -> None:
@@ -69,6 +83,7 @@ class Socket(OptionAttributes):
             link.close()
             raise
         self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
+        self._cache_options()
         self._events: deque[Event] = deque()
         self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
         self._sel = selectors.DefaultSelector()
@@ -96,15 +111,25 @@ class Socket(OptionAttributes):
 
     def _option_changed(self, name: str, value: Any) -> None:
         engine_binding.apply_link_option(self._link, self.options, name, value)
+        self._cache_options()
+
+    def _cache_options(self) -> None:
+        """Keep the options every step reads as plain attributes (read through
+        ``LiveOptions`` they cost a lookup in the engine each); refreshed on every change."""
+        options = self.options
+        self._tick_recv = options.max_tick_recv
+        self._recv_hwm = options.recv_hwm
+        self._tick_send = options.max_tick_send
+        self._max_events = options.max_events
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
         engine = self.engine
-        budget = self.options.max_tick_recv
+        budget = self._tick_recv
         if engine.CAN_RECV and not engine.SAFE:  # (a full SafeDealer refuses frames: they come again)
             # Never read more than the receive queue can hold, counting the worst case of one
             # message per datagram: the rest waits in the kernel, not in our drop counter.
-            room = self.options.recv_hwm - engine.recv_ready()
+            room = self._recv_hwm - engine.recv_ready()
             if room < budget:
                 budget = room
                 grain = read_grain(self._link)  # a GRO read needs room for 64, or reads nothing
@@ -114,16 +139,19 @@ class Socket(OptionAttributes):
         if budget > 0:
             self._link.receive(engine, now, budget)
         deadline = engine.next_deadline()
-        if deadline is not None and deadline <= now:
+        if deadline is not None and deadline <= now:  # (also "output waiting": see next_deadline)
             self._link.check_kernel_drops(engine)
             engine.tick(now)
-        self._flush(now)
+            self._flush(now)
+        elif self._link.has_pending or self._unflushed:
+            self._flush(now)
+        else:  # nothing to write: only the events the reads raised
+            engine_binding.collect_events(engine, self._events, self._max_events)
 
     def _flush(self, now: float) -> None:
         self._unflushed = 0
-        options = self.options
-        engine_binding.transmit_due(self.engine, self._link, now, options.max_tick_send)
-        engine_binding.collect_events(self.engine, self._events, options.max_events)
+        engine_binding.transmit_due(self.engine, self._link, now, self._tick_send)
+        engine_binding.collect_events(self.engine, self._events, self._max_events)
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
@@ -250,12 +278,12 @@ class Socket(OptionAttributes):
         """
         if self._unflushed:
             self._flush(_monotonic())
-        try:
-            return self.engine.recv()
-        except WouldBlock:
-            self._check_open()
+        engine = self.engine
+        if engine.recv_ready() or not engine.CAN_RECV:  # (NotSupported comes from the engine)
+            return engine.recv()
+        self._check_open()
         self._await_message(timeout)
-        return self.engine.recv()
+        return engine.recv()
 
     def _await_message(self, timeout: float | None) -> None:
         """Step, then wait (up to ``timeout`` seconds; None = for ever) until the engine has a
