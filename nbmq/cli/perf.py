@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--packed",
         type=int,
         default=0,
-        help="recv: take up to this many messages per recv_packed call (one buffer, offsets, lengths); 0: off",
+        help="messages per send_packed / recv_packed call (one buffer, offsets, lengths); 0 (default): off",
     )
     parser.add_argument("--warmup", type=int, default=1000, help="ping: round trips not counted (default 1000)")
     parser.add_argument(
@@ -128,6 +128,20 @@ def _stamp(msg: bytearray, index: int) -> bytes:
         msg[:_STAMP] = raw
         msg[-_STAMP:] = raw
     return bytes(msg)
+
+
+def _packed(msg: bytearray, start: int, stop: int) -> tuple[Any, Any, Any]:
+    """Messages ``start..stop-1`` stamped (as :func:`_stamp`) into one uint8 buffer, with their
+    int64 offsets and lengths: the ``send_packed`` form."""
+    import numpy as np
+
+    count, size = stop - start, len(msg)
+    data = np.tile(np.frombuffer(bytes(msg), dtype=np.uint8), (count, 1))
+    if size >= _STAMP:
+        index = np.arange(start, stop, dtype="<u8").view(np.uint8).reshape(count, _STAMP)
+        data[:, :_STAMP] = index
+        data[:, -_STAMP:] = index
+    return data.reshape(-1), np.arange(count, dtype=np.int64) * size, np.full(count, size, dtype=np.int64)
 
 
 def _loss(sock: Any) -> dict[str, int]:
@@ -221,7 +235,15 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
         start = time.monotonic()
         send = sock.send
         while sent < count and time.monotonic() < end:
-            if args.batch:
+            if args.packed:
+                batch_end = min(count, sent + args.packed)
+                data, offsets, lengths = _packed(msg, sent, batch_end)
+                while sent < batch_end and time.monotonic() < end:
+                    try:
+                        sent += sock.send_packed(data, offsets[sent - batch_end :], lengths[sent - batch_end :], 1.0)
+                    except WouldBlock:
+                        pass
+            elif args.batch:
                 batch_end = min(count, sent + args.batch)
                 messages = [_stamp(msg, index) for index in range(sent, batch_end)]
                 pending = iter(messages)  # send_many takes what fits under send_hwm; the rest waits

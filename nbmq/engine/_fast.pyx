@@ -31,6 +31,7 @@ tests/engine/test_engine_safe_receive_fast.py).
 
 cimport cython
 cimport numpy as cnp
+import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
@@ -111,13 +112,18 @@ cdef inline SmallMessage _small_message(bytes part, object message_id):
 cdef object _send_py = None
 
 
-def install(socket_send, receive_unacked):
+cdef object _packed_ranges_py = None
+
+
+def install(socket_send, receive_unacked, packed_ranges):
     """Set the functions :func:`send` and :func:`receive_one` hand every other case to
-    (``Socket.send``, ``Socket._receive_unacked``; the engine module calls this once, as it
-    cannot be imported from here without a cycle)."""
-    global _send_py, _receive_one_py
+    (``Socket.send``, ``Socket._receive_unacked``) and the check :func:`send_packed` runs
+    (``sockets.packed_ranges``); the engine module calls this once, as it cannot be imported
+    from here without a cycle."""
+    global _send_py, _receive_one_py, _packed_ranges_py
     _send_py = socket_send
     _receive_one_py = receive_unacked
+    _packed_ranges_py = packed_ranges
 
 
 def send(self, parts, now):
@@ -158,6 +164,51 @@ def send(self, parts, now):
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
+
+
+def send_packed(self, data, offsets, lengths, now):
+    """Queue one-part messages packed in ``data`` (message ``i`` is
+    ``data[offsets[i] : offsets[i] + lengths[i]]``) while under ``send_hwm``:
+    ``Socket.send_packed`` of a Dealer or SafeDealer, compiled (same arguments, return, errors).
+    Messages of at most 466 bytes are queued here as :func:`send` queues them; any other, a
+    closed engine and ``reference_compat`` go through ``Socket.send`` one by one.
+
+    Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+    """
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef Py_ssize_t i, n, off, size, taken = 0
+    cdef uint64_t nonce
+    cdef bytes part
+    cdef int64_t[::1] offs
+    cdef int64_t[::1] lens
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        offs, lens = _packed_ranges_py(offsets, lengths, view.len)  # checked before any is queued
+        n = offs.shape[0]
+        sendq = self._sendq
+        slow = self._closed or self._opts.reference_compat
+        for i in range(n):
+            if sendq.held >= sendq.send_hwm:
+                break
+            off = offs[i]
+            size = lens[i]
+            part = PyBytes_FromStringAndSize(<const char*>(base + off), size)
+            if slow or size > MAX_CHUNK or self._nonce > _U64_MAX:
+                _send_py(self, [part], now)
+                taken += 1
+                continue
+            self._now = now
+            nonce = PyLong_AsUnsignedLongLongMask(self._nonce)
+            sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+            sendq.held += 1
+            sendq.pushed += 1
+            self._nonce = self._nonce + 1
+            taken += 1
+    finally:
+        PyBuffer_Release(&view)
+    return taken
 
 
 def take(sendq, double now, Py_ssize_t limit, list out, list ring):

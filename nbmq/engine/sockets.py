@@ -246,6 +246,40 @@ class Socket(Connection):
             sendq.push(codec.shard_message(parts, 0, message_id), message_id)
         self._nonce = nonce + 1
 
+    def send_packed(self, data: Buffer, offsets: Any, lengths: Any, now: float) -> int:
+        """Queue one-part messages packed back to back in one buffer, in order, while fewer
+        than ``send_hwm`` are held: the batch form of :meth:`send` (the twin of
+        :meth:`recv_packed`). Each message's bytes are copied once, as :meth:`send` copies.
+
+        Args:
+            data: a bytes-like buffer (bytes, bytearray, memoryview, uint8 numpy array).
+            offsets, lengths: integer sequences or arrays of one shape ``(n,)`` (converted to
+                ``int64``): message ``i`` is ``data[offsets[i] : offsets[i] + lengths[i]]``, bytes.
+            now: seconds (monotonic).
+
+        Returns:
+            How many messages were queued (the first ones; 0 when ``send_hwm`` is reached).
+
+        Raises:
+            ValueError: ``offsets``/``lengths`` are not integers, differ in length, or name
+                bytes outside ``data`` (checked before anything is queued).
+            NotSupported: on a Dish. NbmqError: the engine is closed.
+
+        Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+        """
+        if not self.CAN_SEND:
+            raise NotSupported(f"{type(self).__name__} cannot send")
+        view = memoryview(data).cast("B")
+        offs, lens = packed_ranges(offsets, lengths, len(view))
+        send = self.send
+        taken = 0
+        for off, size in zip(offs.tolist(), lens.tolist()):
+            if not self.send_ready:
+                break
+            send([bytes(view[off : off + size])], now)
+            taken += 1
+        return taken
+
     def recv(self) -> Parts:
         """The oldest completed message.
 
@@ -555,6 +589,33 @@ class Socket(Connection):
         counters.duplicate_frames = recvq.duplicates + recvq.reassembler.duplicates
 
 
+def packed_ranges(offsets: Any, lengths: Any, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``offsets`` and ``lengths`` of messages packed in a buffer of ``size`` bytes, checked
+    (``send_packed``'s check, for both twins): two 1-D ``int64`` arrays of one length.
+
+    Raises:
+        ValueError: not integers, not 1-D, lengths differ, or a range outside the buffer
+            (naming the first such message).
+    """
+    arrays = []
+    for values in (offsets, lengths):
+        try:
+            array = np.ascontiguousarray(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"offsets and lengths must be integers: {exc}") from None
+        if array.ndim != 1:
+            raise ValueError(f"offsets and lengths must be 1-D, got shape {array.shape}")
+        arrays.append(array)
+    offs, lens = arrays
+    if offs.size != lens.size:
+        raise ValueError(f"offsets and lengths differ in length ({offs.size} and {lens.size})")
+    bad = np.flatnonzero((offs < 0) | (lens < 0) | (offs > size - lens))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"message {i} (offset {offs[i]}, length {lens[i]}) lies outside data ({size} bytes)")
+    return offs, lens
+
+
 def _pack_ready(ready: Any, max_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Pop up to ``max_messages`` one-part messages off ``ready`` (a deque of part lists) and
     pack them (see :meth:`Socket.recv_packed`); None when the first is multipart (popped: none)."""
@@ -593,7 +654,7 @@ def _check_parts(parts: Sequence[Buffer]) -> None:
 
 _fast = _load_fast()
 if _fast is not None:
-    _fast.install(Socket.send, Socket._receive_unacked)
+    _fast.install(Socket.send, Socket._receive_unacked, packed_ranges)
 
 
 class Dealer(Socket):
@@ -608,6 +669,7 @@ class Dealer(Socket):
     receive_datagrams = Socket._receive_batch_unacked
     if _fast is not None:
         send = _fast.send
+        send_packed = _fast.send_packed
         receive_datagram = _fast.receive_one
         receive_datagrams = _fast.receive_batch
 
@@ -756,6 +818,7 @@ class SafeDealer(Socket):
     if _fast is not None:  # the same, compiled
         receive_datagrams = _fast.receive_batch_safe
         send = _fast.send
+        send_packed = _fast.send_packed
 
     def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
         result = self._recvq.push(frame, now)

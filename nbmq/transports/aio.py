@@ -343,6 +343,32 @@ class Socket(OptionAttributes):
         defaults to None (wait for ever while it can take none); datagrams are written as
         ``send_nowait``'s. Raises WouldBlock / NoPeer (took none within ``timeout``),
         SocketClosed, or as ``send`` for a bad message."""
+        await self._await_send_room(timeout)
+        taken, unflushed = engine_binding.queue_many(
+            self.engine, iter(messages), self._loop.time(), self._unflushed, AUTO_FLUSH, self._transmit
+        )
+        self._unflushed = unflushed
+        if unflushed and self._soon is None:
+            self._soon = self._loop.call_soon(self._transmit)
+        return taken
+
+    async def send_packed(self, data: Any, offsets: Any, lengths: Any, timeout: float | None = None) -> int:
+        """Queue one-part messages packed in ``data`` (message ``i`` is
+        ``data[offsets[i]:offsets[i] + lengths[i]]``) until ``send_hwm``; returns how many. As
+        the blocking socket's ``send_packed`` (same arguments and errors), but ``timeout``
+        defaults to None (wait for ever while it can take none)."""
+        await self._await_send_room(timeout)
+        taken, datagrams = engine_binding.queue_packed(self.engine, data, offsets, lengths, self._loop.time())
+        self._unflushed += datagrams
+        if self._unflushed >= AUTO_FLUSH:
+            self._transmit()
+        elif self._unflushed and self._soon is None:
+            self._soon = self._loop.call_soon(self._transmit)
+        return taken
+
+    async def _await_send_room(self, timeout: float | None) -> None:
+        """Wait (``timeout`` seconds; None = for ever) until the engine takes a message.
+        WouldBlock / NoPeer when it did not; SocketClosed when closed."""
         self._check_open()
         engine = self.engine
         if not engine.send_ready:
@@ -353,13 +379,6 @@ class Socket(OptionAttributes):
                     self._check_open()
                     raise engine_binding.queue_full(engine, self.options.send_hwm)
                 self._check_open()
-        taken, unflushed = engine_binding.queue_many(
-            engine, iter(messages), self._loop.time(), self._unflushed, AUTO_FLUSH, self._transmit
-        )
-        self._unflushed = unflushed
-        if unflushed and self._soon is None:
-            self._soon = self._loop.call_soon(self._transmit)
-        return taken
 
     def recv_nowait(self) -> list[Any]:
         """The next message (list of uint8 numpy arrays); WouldBlock when none is ready,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from .. import engine as _engine
 from ..errors import NoPeer, WouldBlock
 from ..options import SocketOptions
@@ -27,6 +29,7 @@ __all__ = [
     "take_ready",
     "check_max_messages",
     "queue_full",
+    "queue_packed",
     "describe",
 ]
 
@@ -173,6 +176,21 @@ def queue_many(
             flush()
             unflushed = 0
     return taken, unflushed
+
+
+def queue_packed(engine: Any, data: Any, offsets: Any, lengths: Any, now: float) -> tuple[int, int]:
+    """``engine.send_packed(data, offsets, lengths, now)`` (see there: one-part messages packed
+    in one buffer, queued while under ``send_hwm``).
+
+    Returns:
+        ``(taken, datagrams)``: messages queued, and about how many datagrams they make (one
+        per message plus one per 466 bytes; the drivers' auto-flush counts these).
+    """
+    taken = engine.send_packed(data, offsets, lengths, now)
+    if not taken:
+        return 0, 0
+    nbytes = int(np.asarray(lengths[:taken], dtype=np.int64).sum())
+    return taken, taken + nbytes // _CHUNK
 
 
 def queue_full(engine: Any, send_hwm: int) -> WouldBlock:

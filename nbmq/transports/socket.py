@@ -245,6 +245,42 @@ class Socket(OptionAttributes):
             connected either). SocketClosed: closed. As ``send`` for a bad message (the
             messages before it stay queued).
         """
+        now = self._await_send_room(timeout)
+        taken, self._unflushed = engine_binding.queue_many(
+            self.engine, iter(messages), now, self._unflushed, AUTO_FLUSH, lambda: self._flush(now)
+        )
+        return taken
+
+    def send_packed(self, data: Any, offsets: Any, lengths: Any, timeout: float | None = 0.0) -> int:
+        """Queue one-part messages packed back to back in ``data``, in order, until ``send_hwm``
+        is reached: the batch form of :meth:`send` (the twin of :meth:`recv_packed`), one
+        call for many messages. Message ``i`` is ``data[offsets[i]:offsets[i] + lengths[i]]``.
+        Waits (up to ``timeout`` seconds: 0, the default, not at all; None = for ever) only
+        while it can take none; datagrams go out as ``send_many``'s.
+
+        Args:
+            data: bytes-like (bytes, bytearray, memoryview, uint8 numpy array); copied once.
+            offsets, lengths: integer sequences or 1-D arrays of one length n (int64), bytes.
+
+        Returns:
+            How many messages were queued, the first ones (send the rest later; 0 only for n = 0).
+
+        Raises:
+            ValueError: bad ``offsets``/``lengths`` (not integers, not 1-D, lengths differ, a
+            range outside ``data``; checked before anything is queued). WouldBlock: none could
+            be queued within ``timeout`` (NoPeer when no peer is connected either).
+            NotSupported: on a Dish. SocketClosed: closed.
+        """
+        now = self._await_send_room(timeout)
+        taken, datagrams = engine_binding.queue_packed(self.engine, data, offsets, lengths, now)
+        self._unflushed += datagrams
+        if self._unflushed >= AUTO_FLUSH:
+            self._flush(now)
+        return taken
+
+    def _await_send_room(self, timeout: float | None) -> float:
+        """Wait (``timeout`` seconds; None = for ever) until the engine takes a message; returns
+        the time (monotonic seconds). WouldBlock / NoPeer when it did not. SocketClosed: closed."""
         self._check_open()
         engine = self.engine
         now = _monotonic()
@@ -256,10 +292,7 @@ class Socket(OptionAttributes):
                     raise engine_binding.queue_full(engine, self.options.send_hwm)
                 self._wait(until)
             now = _monotonic()
-        taken, self._unflushed = engine_binding.queue_many(
-            engine, iter(messages), now, self._unflushed, AUTO_FLUSH, lambda: self._flush(now)
-        )
-        return taken
+        return now
 
     def flush(self) -> None:
         """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""

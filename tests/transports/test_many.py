@@ -6,7 +6,9 @@
 - ``recv_many(n, timeout)`` waits for the first message, adds those already read, at most
   ``n``; WouldBlock when none came; ValueError for a bad ``n``;
 - ``recv_packed(n, timeout)`` is ``recv_many`` of one-part messages packed into one uint8
-  buffer with int64 offsets and lengths; a multipart message stops it (ValueError when first).
+  buffer with int64 offsets and lengths; a multipart message stops it (ValueError when first);
+- ``send_packed(data, offsets, lengths)`` is ``send_many`` of the messages packed that way:
+  takes the first ones up to ``send_hwm``, checks every range before queueing any.
 """
 
 from __future__ import annotations
@@ -187,3 +189,69 @@ def test_compiled_packing_matches_the_python_one():
             assert x.dtype == y.dtype and np.array_equal(x, y)
     a, b = deque([[np.zeros(1, np.uint8)] * 2]), deque([[np.zeros(1, np.uint8)] * 2])
     assert sockets._fast.pack_ready(a, 5) is None and sockets._pack_ready(b, 5) is None and len(a) == len(b) == 1
+
+
+def _pack(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lengths = np.array([len(m) for m in messages], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.frombuffer(b"".join(messages), dtype=np.uint8), offsets, lengths
+
+
+@pytest.mark.parametrize("kind", ["Dealer", "SafeDealer"])
+def test_blocking_send_packed_to_recv_packed(kind):
+    cls = getattr(nbmq, kind)
+    with (
+        cls.bind("127.0.0.1:0", **FAST) as server,
+        cls.connect(server.local_address, send_hwm=150, **FAST) as client,
+    ):
+        _pump(server, client, lambda: server.connected and client.connected)
+        sent = [b"s%d" % i * (i % 5) for i in range(199)] + [b"y" * 1500]  # empty ones, a 4-chunk one
+        data, offsets, lengths = _pack(sent)
+        taken = client.send_packed(data, offsets, lengths)
+        assert taken == 150  # up to send_hwm: the first ones
+        got: list[bytes] = []
+        end = time.monotonic() + 5.0
+        while len(got) < 150 and time.monotonic() < end:
+            got += _unpack(server.recv_packed(64, timeout=1.0))
+        assert got == sent[:150]
+        while taken < len(sent) and time.monotonic() < end:  # the rest, as a caller resumes
+            taken += client.send_packed(data, offsets[taken:], lengths[taken:], timeout=1.0)
+        client.flush()  # under ~64 datagrams wait for the next step or flush, as send_many's
+        while len(got) < len(sent) and time.monotonic() < end:
+            got += _unpack(server.recv_packed(64, timeout=1.0))
+        assert got == sent
+        assert client.send_packed(b"", [], []) == 0
+        for bad, words in (
+            (([0, 5], [3]), "differ in length"),
+            (([0], [4]), "outside data"),
+            (([0, 1, 99], [1, 1, 1]), "message 2 .* outside data"),  # the first two stay unqueued
+            (([-1], [1]), "outside data"),
+            ((["x"], [1]), "must be integers"),
+            (([[0]], [[1]]), "1-D"),
+        ):
+            before = client.engine.counters.messages_out, client.engine.pending_messages
+            with pytest.raises(ValueError, match=words):
+                client.send_packed(b"abc", *bad)
+            assert (client.engine.counters.messages_out, client.engine.pending_messages) == before
+
+
+def test_send_packed_on_a_dish_is_not_supported():
+    with nbmq.Dish.bind("127.0.0.1:0", **FAST) as dish:
+        with pytest.raises(nbmq.errors.NotSupported):
+            dish.send_packed(b"ab", [0], [2])
+
+
+def test_asyncio_send_packed():
+    async def main() -> None:
+        server = await aio.SafeDealer.bind("127.0.0.1:0", **FAST)
+        client = await aio.SafeDealer.connect(server.local_address, **FAST)
+        async with server, client:
+            assert await asyncio.wait_for(client.wait_connected(), 5.0)
+            sent = [b"b%d" % i for i in range(100)]
+            assert await client.send_packed(*_pack(sent)) == 100
+            got: list[bytes] = []
+            while len(got) < 100:
+                got += _unpack(await server.recv_packed(30, timeout=2.0))
+            assert got == sent
+
+    asyncio.run(main())
