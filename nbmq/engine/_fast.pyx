@@ -33,6 +33,7 @@ cimport cython
 cimport numpy as cnp
 import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
@@ -130,9 +131,10 @@ def send(self, parts, now):
     """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
     compiled.
 
-    A one-part ``bytes`` message of at most 466 bytes (one frame) is queued here as a
-    :class:`SmallMessage`; any other message, a closed engine and ``reference_compat`` go to
-    ``Socket.send`` itself.
+    A one-part ``bytes`` or ``bytearray`` message of at most 466 bytes (one frame) is queued
+    here as a :class:`SmallMessage` (a bytearray copied once into bytes, as ``Socket.send``
+    copies it into its frame); any other message, a closed engine and ``reference_compat`` go
+    to ``Socket.send`` itself.
 
     Args:
         parts: 1..255 bytes-like parts (see ``Socket.send``). now: seconds (monotonic).
@@ -148,6 +150,8 @@ def send(self, parts, now):
     if (type(parts) is not list and type(parts) is not tuple) or len(parts) != 1:
         return _send_py(self, parts, now)
     part = parts[0]
+    if type(part) is bytearray and PyByteArray_GET_SIZE(part) <= MAX_CHUNK:
+        part = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(part), PyByteArray_GET_SIZE(part))  # the one copy
     if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
             or self._opts.reference_compat):
         return _send_py(self, parts, now)
