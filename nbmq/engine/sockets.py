@@ -348,6 +348,14 @@ class Socket(Connection):
         so a driver's trimming is counted like the engine's own. Queues nothing."""
         self._counters.events_dropped += count
 
+    @property
+    def ready_queue(self) -> Any:
+        """The completed messages, oldest first: the ``collections.deque`` (of part lists) that
+        :meth:`recv` pops, the same object for the engine's life. A driver may take messages
+        from its left end (``popleft``) instead of calling :meth:`recv` once per message;
+        nothing else may change it. Always empty on a Radio."""
+        return self._ready
+
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""
         return len(self._ready)  # len(self._recvq), inlined: polled once per message

@@ -64,6 +64,7 @@ class Socket(OptionAttributes):
         "_recv_hwm",
         "_tick_send",
         "_max_events",
+        "_ready",
         "__weakref__",
     )
     _kind = ""
@@ -84,6 +85,7 @@ class Socket(OptionAttributes):
             raise
         self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
         self._cache_options()
+        self._ready = self.engine.ready_queue
         self._events: deque[Event] = deque()
         self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
         self._sel = selectors.DefaultSelector()
@@ -311,12 +313,15 @@ class Socket(OptionAttributes):
         """
         if self._unflushed:
             self._flush(_monotonic())
+        ready = self._ready
+        if ready:  # engine.recv(), inlined: the drain loop's one call per message
+            return ready.popleft()
         engine = self.engine
-        if engine.recv_ready() or not engine.CAN_RECV:  # (NotSupported comes from the engine)
-            return engine.recv()
+        if not engine.CAN_RECV:
+            return engine.recv()  # NotSupported
         self._check_open()
         self._await_message(timeout)
-        return engine.recv()
+        return ready.popleft()
 
     def _await_message(self, timeout: float | None) -> None:
         """Step, then wait (up to ``timeout`` seconds; None = for ever) until the engine has a
