@@ -131,3 +131,12 @@ def test_no_peer_exits_1_within_the_timeout() -> None:
 def test_bad_option_exits_2(option: list[str]) -> None:
     code, _, err = _run("recv", "127.0.0.1:0", *option)
     assert code == 2 and option[0] in err
+
+
+def test_packed_throughput_roles() -> None:
+    receiver, (address,) = _start("recv", "127.0.0.1:0", "--socket", "safedealer", "--count", "5000", "--packed", "512")
+    code, sent, err = _run("send", address, "--socket", "safedealer", "--count", "5000", "--packed", "1000")
+    assert code == 0, err
+    assert sent["sent"] == 5000
+    got = _finish(receiver)
+    assert got["received"] == 5000 and got["lost"] == 0
