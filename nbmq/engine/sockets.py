@@ -323,6 +323,7 @@ class Socket(Connection):
         ready = self._ready
         if not ready:
             raise WouldBlock("no message ready")
+        packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None
         if _fast is not None:
             packed = _fast.pack_ready(ready, max_messages)
         else:
@@ -627,7 +628,7 @@ def packed_ranges(offsets: Any, lengths: Any, size: int) -> tuple[np.ndarray, np
 def _pack_ready(ready: Any, max_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Pop up to ``max_messages`` one-part messages off ``ready`` (a deque of part lists) and
     pack them (see :meth:`Socket.recv_packed`); None when the first is multipart (popped: none)."""
-    parts = []
+    parts: list[np.ndarray] = []
     while ready and len(parts) < max_messages and len(ready[0]) == 1:
         parts.append(ready.popleft()[0])
     if not parts:
