@@ -35,6 +35,7 @@ __all__ = [
     "CaptureError",
     "AddressError",
     "ProtocolError",
+    "AccessDenied",
 ]
 
 
@@ -137,3 +138,18 @@ class AddressError(NbmqError, ValueError):
 
 class ProtocolError(NbmqError):
     """A stream peer broke the protocol (BQSP, rqueue); the connection is unusable afterwards."""
+
+
+class AccessDenied(NbmqError, PermissionError):
+    """A server's access rules refused a message (an rqueue SUBSCRIBE or NOTIFICATION).
+
+    Attributes:
+        message_type: the refused message's rqueue type (int).
+        topic: its topic (bytes).
+    """
+
+    def __init__(self, message_type: int, topic: bytes) -> None:
+        action = "subscribe to" if message_type == 1 else "publish on"
+        super().__init__(f"the server refused to let this client {action} {topic!r}")
+        self.message_type = message_type
+        self.topic = topic

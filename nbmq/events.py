@@ -38,6 +38,9 @@ __all__ = [
     "ClientError",
     "ClientGone",
     "NotificationsDropped",
+    "Authenticated",
+    "Denied",
+    "DeniedByServer",
 ]
 
 
@@ -301,3 +304,38 @@ class NotificationsDropped(Event):
 
     #: How many notifications were dropped (int).
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated(Event):
+    """rqueue broker with access rules: a client proved an identity (a token it sent, or its TLS
+    client certificate when it connected)."""
+
+    conn: Hashable
+    #: The identity's name in the access rules (str).
+    identity: str
+
+
+@dataclass(frozen=True, slots=True)
+class Denied(Event):
+    """rqueue broker with access rules: a client's SUBSCRIBE or NOTIFICATION was refused (not
+    applied, not forwarded, counted in ``denied``); the client is sent a denial notice."""
+
+    conn: Hashable
+    #: The refused message's rqueue type (``RqueueType.SUBSCRIBE`` or ``NOTIFICATION``, int).
+    message_type: int
+    #: The topic (bytes).
+    topic: bytes
+    #: The client's identity, or None when it has none.
+    identity: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeniedByServer(Event):
+    """rqueue client: the server's access rules refused one of this client's messages (a denial
+    notice, an nbmq extension). Reported where the notice is in the stream."""
+
+    #: The refused message's rqueue type (``RqueueType.SUBSCRIBE`` or ``NOTIFICATION``, int).
+    message_type: int
+    #: The topic (bytes).
+    topic: bytes

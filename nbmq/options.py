@@ -174,8 +174,9 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         1,
         "engine",
         "SafeDealer: an ack-clocked congestion window per peer (bytes in flight; grown on acks, "
-        "halved on resend timeouts) and the resend timer from measured RTT (RFC 6298, floored "
-        "by safe_resend_ivl); read when the engine is built",
+        "shrunk by a standing queue's delay and by congestion loss), paced at 1.25 window per "
+        "RTT, and the resend timer from measured RTT (RFC 6298, floored by safe_resend_ivl); "
+        "read when the engine is built (docs/congestion.md)",
     ),
     "max_message_size": OptionSpec(
         "bytes",

@@ -834,12 +834,13 @@ cdef inline void _flush_safe(object self, object counters, object recvq, object 
 
 # SendQueue.ack of a safe queue with congestion control, compiled
 
-from nbmq.engine.congestion import DATAGRAM as _DATAGRAM_PY, DUPTHRESH as _DUPTHRESH_PY
+from nbmq.engine.congestion import DUPTHRESH as _DUPTHRESH_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
+from nbmq.engine.congestion import QDELAY_TARGET as _QDELAY_TARGET_PY
 
 cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
-cdef double DATAGRAM_C = _DATAGRAM_PY
 cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
+cdef double QDELAY_TARGET_C = _QDELAY_TARGET_PY
 cdef object _ack_py = SendQueue.ack
 
 
@@ -867,7 +868,7 @@ cdef class _AckRun:
     cdef object win           # the Window cached, or None
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
-    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt
+    cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
     cdef Py_ssize_t acked, released
     cdef object sid_obj       # the last peer session id found a u64 int, and its value
@@ -889,6 +890,8 @@ cdef class _AckRun:
         self.cwnd = win.cwnd
         self.ssthresh = win.ssthresh
         self.min_rtt = win.min_rtt
+        self.round_min_rtt = win.round_min_rtt
+        self.increase = win.increase
         self.sampled = False
         return 0
 
@@ -899,8 +902,10 @@ cdef class _AckRun:
             win.in_flight = self.in_flight
             win.round_acked = self.round_acked
             win.cwnd = self.cwnd
+            win.ssthresh = self.ssthresh
             if self.sampled:
                 win.min_rtt = self.min_rtt
+                win.round_min_rtt = self.round_min_rtt
                 win.backoff = 1.0
                 win.srtt = self.srtt
                 win.rttvar = self.rttvar
@@ -969,6 +974,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         rtt = 0.0
     if rtt < run.min_rtt:
         run.min_rtt = rtt
+    if rtt < run.round_min_rtt:
+        run.round_min_rtt = rtt
     if run.srtt_obj is None:
         srtt = rtt
         rttvar = rtt / 2
@@ -983,11 +990,13 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     run.rto = x if x > run.floor else run.floor
     run.sampled = True
     cwnd = run.cwnd
+    if cwnd < run.ssthresh and rtt - run.min_rtt > QDELAY_TARGET_C:
+        run.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
     if cwnd < MAX_WINDOW_C:
         if cwnd < run.ssthresh:
             cwnd += size
         else:
-            cwnd += DATAGRAM_C * size / cwnd
+            cwnd += run.increase * size / cwnd
         run.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
     flight.win = None
     run.acked += 1  # (sendq.window_opened() at store)
@@ -1200,7 +1209,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
     cdef Py_ssize_t i, j, end, total
     cdef uint64_t sid = 0
-    cdef double cwnd = 0.0, due_c = 0.0, room
+    cdef double cwnd = 0.0, due_c = 0.0, room, pace = 0.0
     cdef bint multi, rest
     cdef const unsigned char* p
     cdef Py_buffer* b
@@ -1270,6 +1279,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 peer = ring[rr]
         if peer is not last and last is not None:
             win.tx = tx
+            win.pace_tokens -= in_flight - win.in_flight  # (Window.pace_allow's bucket)
             win.in_flight = in_flight
             last.sent(py_now)  # (the Python code records it per message: the same value)
             last = None  # (written back: a break below must not write it into another window)
@@ -1281,6 +1291,9 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 win = windows[peer] = _Window(ivl)
             if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
                 break  # full: the Python code blocks, from the same state
+            pace = win.pace_allow(py_now)
+            if pace <= 0:
+                break  # paced: the Python code waits, from the same state
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
@@ -1290,6 +1303,8 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
             tx = win.tx
             in_flight = win.in_flight
             cwnd = win.cwnd
+            if in_flight + pace < cwnd:  # pacing's bytes bound this call as the window does
+                cwnd = in_flight + pace
         elif in_flight > 0 and cwnd - in_flight <= 0:
             break  # full, as above (win.tx / in_flight written back below)
         if multi:
@@ -1360,6 +1375,7 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
         popleft()
     if last is not None:
         win.tx = tx
+        win.pace_tokens -= in_flight - win.in_flight
         win.in_flight = in_flight
         last.sent(py_now)
     sendq.took(rr, n, nbytes, 0)

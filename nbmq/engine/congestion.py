@@ -38,6 +38,26 @@ episode). Halving on every lossy round collapsed the window to ``MIN_WINDOW`` on
 (each lost ack looks like a lost frame too: about 10% apparent loss); loss from a full buffer
 comes in bursts and passes the tolerance. The resend timer stays the backstop (tail losses, a
 peer that went quiet).
+
+A queue filling up is the loss a real bottleneck makes, and it shows before the loss: the
+round-trip time grows. Each round keeps its smallest RTT sample (``round_min_rtt``: the
+smallest filters out a slow ack or a descheduled receiver); what it exceeds ``min_rtt`` by is the
+standing queue the round found (``qdelay``). Past :meth:`Window.delay_target` (``QDELAY_TARGET``,
+or the time two ``MIN_WINDOW`` take at the path's rate if longer) the round is congested: the
+window is scaled so that the next round's RTT comes back to ``min_rtt`` plus half the target
+(between ``DELAY_FLOOR`` and ``DELAY_BETA`` of itself: a multiplicative decrease, so flows
+sharing the queue converge, as AIMD's do), and the round after the decrease is left to show its
+effect. A congested round also ends slow start (HyStart's delay signal), and a loss in a
+congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
+(TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
+least half as long as it was, the queue is not ours; the window stops yielding to delay
+(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (about a TCP segment)
+per round trip, until a round finds the queue below half the target again (Copa's competitive
+mode). ``min_rtt`` never expires: on a path whose base RTT grows for good, every round looks
+congested, and the window ends up competing (loss-based), as it was before it read delay.
+
+The pacing rate (:attr:`Window.pacing_rate`) spreads a window over the smoothed RTT:
+``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start), as Linux paces TCP.
 """
 
 from __future__ import annotations
@@ -56,14 +76,24 @@ __all__ = [
     "DUPTHRESH",
     "LOSS_TOLERANCE",
     "PROBE_FLOOR",
+    "QDELAY_TARGET",
+    "DELAY_BETA",
+    "DELAY_FLOOR",
+    "COMPETE_STRIKES",
+    "COMPETE_INCREASE",
+    "PACING_GAIN",
+    "PACE_QUANTUM",
+    "PACE_MIN_BURST",
 ]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
 DATAGRAM = 500
-#: First window, bytes: one 64 KiB message and some (a loopback or LAN peer starts fast).
-INITIAL_WINDOW = 96 * DATAGRAM
-#: The window never shrinks below this (random loss must not stall the peer), bytes.
-MIN_WINDOW = 16 * DATAGRAM
+#: First window, bytes: about TCP's ten segments (RFC 6928); a larger one overflows a small
+#: queue on a slow link before the first RTT sample.
+INITIAL_WINDOW = 32 * DATAGRAM
+#: The window never shrinks below this, bytes: two datagrams, as TCP's two segments (a larger
+#: floor alone overfills a small queue on a slow link).
+MIN_WINDOW = 2 * DATAGRAM
 #: The window after a timeout, as a fraction of the window before (CUBIC's beta).
 BETA = 0.7
 #: Nor grows past this, bytes (bounds what one peer's resends can cost).
@@ -79,6 +109,29 @@ LOSS_TOLERANCE = 0.25
 PROBE_FLOOR = 0.010
 #: Transmissions looked at, newest first, for the one to probe (acked ones are skipped).
 PROBE_SCAN = 8
+#: A round whose smallest RTT exceeds ``min_rtt`` by more than this (seconds) found a
+#: standing queue: congested (see :meth:`Window.delay_target`).
+QDELAY_TARGET = 0.002
+#: A congested round shrinks the window to at most this fraction of itself...
+DELAY_BETA = 0.9
+#: ... and at least this fraction (one slow round must not collapse it).
+DELAY_FLOOR = 0.25
+#: Delay decreases in a row that left the queue at least half as long as before (the queue is
+#: not ours: a queue-filling flow shares the bottleneck) after which the window reacts to loss
+#: only.
+COMPETE_STRIKES = 3
+#: Growth per window of acks while ``competing``, bytes. TCP grows by a segment (about 1500
+#: bytes) per round trip; one datagram's growth lost the queue to it, and three took 0.6 of the
+#: link from it (a paced flow loses less at a full drop-tail queue than a bursty one).
+COMPETE_INCREASE = 2 * DATAGRAM
+#: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
+PACING_GAIN = 1.25
+#: Pacing lets this many seconds of the pacing rate go at once (one wake-up's worth: a
+#: process sharing its CPU wakes late, and a 2 ms bucket lost a third of a 200 Mbit/s link
+#: under load)...
+PACE_QUANTUM = 0.01
+#: ... and never fewer bytes than this.
+PACE_MIN_BURST = 4 * DATAGRAM
 
 
 class Window:
@@ -100,7 +153,19 @@ class Window:
             ``MAX_BACKOFF``) for frames the timer has not resent yet. tx: the next transmission number. order: a deque of
             ``(tx, flight)`` in transmission order (stale entries skipped by the queue).
         round_end: the transmission number that ends the current round; round_acked,
-            round_lost: frames acked and found lost in it.
+            round_lost: frames acked and found lost in it; round_min_rtt: its smallest RTT
+            sample, seconds (``inf`` before one).
+        qdelay: the standing queue the last round found, seconds (``round_min_rtt -
+            min_rtt``). competing: True while a queue-filling flow holds the queue (the window
+            then reacts to loss only); strikes: delay decreases in a row that did not drain
+            the queue; streak_qdelay: ``qdelay`` at the last of them. hold: rounds to leave
+            alone after a decrease.
+        resends: frames sent again (timer, fast resend, probe). lost: frames found lost
+            (fast resends on loss detection, timeouts).
+        pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
+            frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
+        increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``;
+            ``COMPETE_INCREASE`` while ``competing``).
     """
 
     __slots__ = (
@@ -125,6 +190,17 @@ class Window:
         "round_end",
         "round_acked",
         "round_lost",
+        "round_min_rtt",
+        "qdelay",
+        "competing",
+        "strikes",
+        "streak_qdelay",
+        "hold",
+        "resends",
+        "lost",
+        "pace_tokens",
+        "pace_stamp",
+        "increase",
     )
 
     def __init__(self, floor: float) -> None:
@@ -149,6 +225,17 @@ class Window:
         self.round_end = 0
         self.round_acked = 0
         self.round_lost = 0
+        self.round_min_rtt = math.inf
+        self.qdelay = 0.0
+        self.competing = False
+        self.strikes = 0
+        self.streak_qdelay = math.inf
+        self.hold = 0
+        self.resends = 0
+        self.lost = 0
+        self.pace_tokens = float(PACE_MIN_BURST)
+        self.pace_stamp = 0.0
+        self.increase = float(DATAGRAM)
 
     def room(self) -> float:
         """Bytes that may still be sent now (may be <= 0)."""
@@ -160,14 +247,19 @@ class Window:
 
     def acked(self, size: int, rtt: float | None) -> None:
         """An ack for a frame of ``size`` bytes; ``rtt`` seconds when it was sent only once
-        (Karn's rule: a resent frame's ack gives no sample), else None."""
+        (Karn's rule: a resent frame's ack gives no sample), else None. Grows the window (slow
+        start below ``ssthresh``, else about a datagram per window); a sample more than
+        ``QDELAY_TARGET`` above ``min_rtt`` ends slow start at once (HyStart's delay
+        increase: a queue-filling burst must not wait for the round's end)."""
         in_flight = self.in_flight - size
         self.in_flight = in_flight if in_flight > 0 else 0
+        cwnd = self.cwnd
         if rtt is not None:
             self.sample(rtt)
-        cwnd = self.cwnd
+            if cwnd < self.ssthresh and rtt - self.min_rtt > QDELAY_TARGET:
+                self.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
         if cwnd < MAX_WINDOW:
-            cwnd += size if cwnd < self.ssthresh else DATAGRAM * size / cwnd  # slow start, AIMD
+            cwnd += size if cwnd < self.ssthresh else self.increase * size / cwnd  # slow start, AIMD
             self.cwnd = cwnd if cwnd < MAX_WINDOW else float(MAX_WINDOW)
 
     def reorder_wait(self) -> float:
@@ -213,21 +305,99 @@ class Window:
         if self.srtt is not None and self.reo_mult * self.min_rtt / 4 < self.srtt:
             self.reo_mult += 1
         self.spurious_resends += 1
+        if self.lost:
+            self.lost -= 1
         if self.round_lost:
             self.round_lost -= 1
 
+    def delay_target(self) -> float:
+        """The standing queue a round may find before it counts as congested, seconds:
+        ``QDELAY_TARGET``, or the time ``2 * MIN_WINDOW`` take at the rate the window gets
+        (``cwnd / round_min_rtt``) if longer (the floor window alone queues that long)."""
+        rtt = self.round_min_rtt
+        if rtt == math.inf or rtt <= 0.0:
+            return QDELAY_TARGET
+        floor = 2 * MIN_WINDOW * rtt / self.cwnd
+        return floor if floor > QDELAY_TARGET else QDELAY_TARGET
+
     def end_round(self) -> None:
         """An ack for a transmission at or after ``round_end`` arrived: the round is over.
-        Shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
-        round's frames were lost (once per round), then start the next round (it ends with
-        the transmissions sent so far)."""
+
+        Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
+        round's frames were lost, or any while the round was congested (once per round).
+        Delay: a congested round (``qdelay`` past :meth:`delay_target`) scales the window
+        towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
+        itself) and ends slow start, unless ``competing``; then the next round is left alone.
+        Then start the next round (it ends with the transmissions sent so far)."""
+        rtt = self.round_min_rtt
+        congested = False
+        if rtt != math.inf:
+            self.qdelay = qdelay = rtt - self.min_rtt
+            target = self.delay_target()
+            congested = qdelay > target
+            if not congested:
+                self.strikes = 0
+                self.streak_qdelay = math.inf
+                if qdelay < target / 2:
+                    self.competing = False
         lost = self.round_lost
-        if lost and lost > LOSS_TOLERANCE * (lost + self.round_acked):
+        if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
             self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
             self.cwnd = self.ssthresh
             self.decreases += 1
+            self.hold = 1
+        elif self.hold:
+            self.hold -= 1
+        elif congested and not self.competing:
+            if qdelay > self.streak_qdelay / 2:  # the last decrease did not drain it: not ours
+                self.strikes += 1
+                if self.strikes >= COMPETE_STRIKES:
+                    self.competing = True
+            self.streak_qdelay = qdelay
+            scale = (self.min_rtt + target / 2) / rtt
+            scale = DELAY_FLOOR if scale < DELAY_FLOOR else DELAY_BETA if scale > DELAY_BETA else scale
+            self.cwnd = max(float(MIN_WINDOW), self.cwnd * scale)
+            self.ssthresh = self.cwnd
+            self.decreases += 1
+            self.hold = 1
+        self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
         self.round_acked = self.round_lost = 0
+        self.round_min_rtt = math.inf
         self.round_end = self.tx
+
+    def pace_allow(self, now: float) -> float:
+        """Bytes of first sends pacing allows at ``now`` (seconds): a token bucket filled at
+        :attr:`pacing_rate` up to ``PACE_QUANTUM`` of it (at least ``PACE_MIN_BURST``);
+        ``inf`` before an RTT sample. May be <= 0: wait until :meth:`pace_next`. Take what
+        was sent off ``pace_tokens``."""
+        rate = self.pacing_rate
+        if rate == math.inf:
+            self.pace_stamp = now
+            return math.inf
+        burst = rate * PACE_QUANTUM
+        if burst < PACE_MIN_BURST:
+            burst = PACE_MIN_BURST
+        elapsed = now - self.pace_stamp
+        tokens = self.pace_tokens + (elapsed if elapsed > 0.0 else 0.0) * rate
+        self.pace_tokens = tokens = tokens if tokens < burst else burst
+        self.pace_stamp = now
+        return tokens
+
+    def pace_next(self) -> float:
+        """When (seconds) the pacing bucket next holds a full datagram's tokens."""
+        rate = self.pacing_rate
+        if rate == math.inf or self.pace_tokens >= DATAGRAM:
+            return self.pace_stamp
+        return self.pace_stamp + (DATAGRAM - self.pace_tokens) / rate
+
+    @property
+    def pacing_rate(self) -> float:
+        """Bytes per second to send at: ``PACING_GAIN * cwnd / srtt`` (twice ``cwnd / srtt``
+        in slow start); ``inf`` before an RTT sample or for a zero RTT."""
+        srtt = self.srtt
+        if not srtt:
+            return math.inf
+        return (2.0 if self.cwnd < self.ssthresh else PACING_GAIN) * self.cwnd / srtt
 
     def forget(self, size: int) -> None:
         """A frame of ``size`` bytes left flight without an ack (its message was dropped)."""
@@ -252,11 +422,14 @@ class Window:
 
     def sample(self, rtt: float) -> None:
         """RFC 6298 section 2: update srtt / rttvar from one measurement and recompute rto
-        (floored by ``floor``); keep the smallest sample in ``min_rtt``."""
+        (floored by ``floor``); keep the smallest sample in ``min_rtt`` and the round's in
+        ``round_min_rtt``."""
         rtt = max(0.0, rtt)
         self.backoff = 1.0
         if rtt < self.min_rtt:
             self.min_rtt = rtt
+        if rtt < self.round_min_rtt:
+            self.round_min_rtt = rtt
         if self.srtt is None or self.rttvar is None:
             self.srtt = rtt
             self.rttvar = rtt / 2

@@ -1,10 +1,70 @@
-"""What an engine counts: frames and bytes in and out, resends, drops by reason, bad input."""
+"""What an engine counts: frames and bytes in and out, resends, drops by reason, bad input;
+and, per SafeDealer peer, the path's congestion state."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
 from ..events import DropReason
 
-__all__ = ["Counters"]
+__all__ = ["Counters", "PathState"]
+
+
+@dataclass(frozen=True, slots=True)
+class PathState:
+    """One SafeDealer peer's path, as its congestion window sees it (a snapshot).
+
+    Attributes:
+        srtt: smoothed round-trip time from acks, seconds (RFC 6298); None before a sample.
+        min_rtt: the smallest round-trip time sampled, seconds; None before a sample.
+        qdelay: the standing queue the last round found (its smallest RTT minus ``min_rtt``),
+            seconds.
+        cwnd: congestion window, bytes. in_flight: bytes sent and not acked.
+        pacing_rate: bytes per second the window is paced at (``inf`` before an RTT sample).
+        transmissions: data frames sent to the peer, resends included.
+        resends: frames sent again (timer, fast resend, tail loss probe).
+        lost: frames found lost (fast resends on loss detection, timeouts).
+        competing: True while a queue-filling flow holds the bottleneck (the window reacts to
+            loss only; see :mod:`nbmq.engine.congestion`).
+    """
+
+    srtt: float | None
+    min_rtt: float | None
+    qdelay: float
+    cwnd: int
+    in_flight: int
+    pacing_rate: float
+    transmissions: int
+    resends: int
+    lost: int
+    competing: bool
+
+    @classmethod
+    def of(cls, win: Any) -> PathState:
+        """The snapshot of a :class:`~nbmq.engine.congestion.Window`."""
+        return cls(
+            srtt=win.srtt,
+            min_rtt=None if win.min_rtt == math.inf else win.min_rtt,
+            qdelay=win.qdelay,
+            cwnd=int(win.cwnd),
+            in_flight=int(win.in_flight),
+            pacing_rate=win.pacing_rate,
+            transmissions=win.tx,
+            resends=win.resends,
+            lost=win.lost,
+            competing=win.competing,
+        )
+
+    @property
+    def loss_rate(self) -> float:
+        """Frames found lost over transmissions (0.0 before any)."""
+        return self.lost / self.transmissions if self.transmissions else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields and ``loss_rate`` as a flat dict."""
+        return {**asdict(self), "loss_rate": self.loss_rate}
 
 
 class Counters:
@@ -53,6 +113,10 @@ class Counters:
     Drops:
         dropped: messages dropped, by :class:`~nbmq.events.DropReason` (a dict; every reason
             present, 0 when none).
+
+    Paths (SafeDealer with ``safe_congestion``):
+        paths: ``{session_id: PathState}``, one per peer with a congestion window, as of the
+            last read of the engine's ``counters`` (not in :meth:`as_dict`).
     """
 
     __slots__ = (
@@ -91,12 +155,14 @@ class Counters:
         "cookies_accepted",
         "cookies_rejected",
         "dropped",
+        "paths",
     )
 
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
         self.dropped: dict[DropReason, int] = {reason: 0 for reason in DropReason}
+        self.paths: dict[int, PathState] = {}
 
     datagrams_in: int
     bytes_in: int
@@ -140,7 +206,7 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         """Every counter as a flat dict; drops as ``dropped_<reason name lower>``."""
-        out = {name: getattr(self, name) for name in self.__slots__ if name != "dropped"}
+        out = {name: getattr(self, name) for name in self.__slots__ if name not in ("dropped", "paths")}
         for reason, count in self.dropped.items():
             out[f"dropped_{reason.name.lower()}"] = count
         return out

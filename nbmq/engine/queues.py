@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import struct
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -474,6 +475,7 @@ class SendQueue:
         "windows",
         "congestion",
         "_blocked",
+        "_paced_until",
     )
 
     def __init__(
@@ -509,6 +511,7 @@ class SendQueue:
         self.fast_resends = 0
         self.windows: dict[Any, Window] = {}
         self._blocked = False  # take() stopped at a full window: not ready until it opens
+        self._paced_until = -math.inf  # take() stopped for pacing: not ready until then
 
     def took(self, rr: int, frames: int, nbytes: int, released: int) -> None:
         """Record what one :meth:`take` handed out (its Python and compiled code alike).
@@ -619,7 +622,18 @@ class SendQueue:
         """True when :meth:`take` would hand out a frame (or drop a message whose peer left):
         frames are queued and either ``have_peer`` or the first message has a fixed peer."""
         queue = self._queue
-        return bool(queue) and not self._blocked and (have_peer or queue[0].peer is not None)
+        return (
+            bool(queue)
+            and not self._blocked
+            and self._paced_until == -math.inf
+            and (have_peer or queue[0].peer is not None)
+        )
+
+    def pace_due(self, now: float) -> None:
+        """Let :meth:`take` run again once the pacing wait it stopped at is over (``now``:
+        seconds)."""
+        if now >= self._paced_until:
+            self._paced_until = -math.inf
 
     def take(self, now: float, limit: int, out: list[Datagram], ring: list[Peer]) -> int:
         """Hand out up to ``limit`` new frames, in order, appending ``(frame, addr)`` to ``out``.
@@ -791,6 +805,13 @@ class SendQueue:
                 if room <= 0 and win.in_flight > 0:
                     self._blocked = True  # until an ack or a timeout opens the window
                     break
+                pace = win.pace_allow(now)
+                if pace <= 0:
+                    self._paced_until = win.pace_next()  # the window has room: pacing waits
+                    break
+                if pace < room:
+                    room = pace
+                sent_bytes = win.in_flight
                 tx = win.tx
                 while j < end and (room > 0 or j == i):
                     view = frames[j]
@@ -806,6 +827,7 @@ class SendQueue:
                     tx += 1
                     j += 1
                 win.tx = tx
+                win.pace_tokens -= win.in_flight - sent_bytes
             msg.unacked += j - i
             n += j - i
             msg.sent = j
@@ -916,6 +938,8 @@ class SendQueue:
             return False
         if lost:
             win.round_lost += 1
+            win.lost += 1
+        win.resends += 1
         flight.fast += 1
         flight.due = now + max(win.rto, self.resend_ivl)  # its timer: its place in win.order
         flight.tx = tx = win.tx
@@ -1013,6 +1037,8 @@ class SendQueue:
                 msg = flight.msg
                 if not msg.dropped and peer._state is _CONNECTED and flight.resends < limit:
                     win.timed_out(now)  # a loss episode: shrink the window, back off the timer
+                    win.resends += 1
+                    win.lost += 1
                     flight.resends += 1
                     flight.due = now + max(win.rto, ivl)
                     flight.tx = tx = win.tx  # its new place in the transmission order
@@ -1045,6 +1071,12 @@ class SendQueue:
             if not order and peer._state is not _CONNECTED:
                 del windows[peer]
         return n
+
+    def next_send(self) -> float | None:
+        """When :meth:`take`, stopped by a peer's pacing, may hand out frames again
+        (seconds), or None when it did not stop for pacing."""
+        paced = self._paced_until
+        return None if paced == -math.inf else paced
 
     def next_resend(self) -> float | None:
         """When :meth:`resend_due` next has work (seconds), or None."""

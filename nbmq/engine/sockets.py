@@ -52,6 +52,7 @@ from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDrop
 from ..options import SocketOptions
 from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
 from .connection import _CONNECTED, MAX_CONTROL_QUEUE, Connection, Datagram
+from .counters import PathState
 from .peers import Peer
 from .queues import PushResult, RecvQueue, SendQueue
 
@@ -397,6 +398,7 @@ class Socket(Connection):
             return
         if self.SAFE:
             self._sendq.resend_due(now, self._ctrl)
+            self._sendq.pace_due(now)
         recvq = self._recvq
         if now >= recvq._next_maint:
             for sid, mid in recvq.maintain(now):
@@ -405,9 +407,10 @@ class Socket(Connection):
     def _queue_deadline(self) -> float | None:
         best = self._recvq.next_deadline()
         if self.SAFE:
-            resend = self._sendq.next_resend()
-            if resend is not None and (best is None or resend < best):
-                best = resend
+            sendq = self._sendq
+            for due in (sendq.next_resend(), sendq.next_send()):
+                if due is not None and (best is None or due < best):
+                    best = due
         return best
 
     # ------------------------------------------------------------------ hooks
@@ -596,6 +599,7 @@ class Socket(Connection):
         counters.datagrams_out = self._ctrl_out + sendq.frames_out + sendq.resends
         counters.bytes_out = self._ctrl_bytes + sendq.bytes_out + sendq.resend_bytes
         counters.duplicate_frames = recvq.duplicates + recvq.reassembler.duplicates
+        counters.paths = {peer._sid: PathState.of(win) for peer, win in sendq.windows.items()}
 
 
 def packed_ranges(offsets: Any, lengths: Any, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,16 +12,21 @@ This module gathers the public names: the client engine lives in :mod:`nbmq.stre
 :class:`ClientConnected`, :class:`Subscribed`, :class:`Removed`, :class:`Deregistered`,
 :class:`SlowConsumer`, :class:`ClientError`, :class:`ClientGone` (each with the driver's
 ``conn``). Our drop-notice extension (off by default) reserves the topic
-:data:`DROP_NOTICE_TOPIC`; its client-side event is :class:`NotificationsDropped`.
+:data:`DROP_NOTICE_TOPIC`; its client-side event is :class:`NotificationsDropped`. Access rules
+(:class:`AccessRules`, off by default) add :class:`Authenticated` and :class:`Denied` on the
+broker side and :class:`DeniedByServer` on the client side.
 """
 
 from __future__ import annotations
 
 from ..events import (
+    Authenticated,
     ClientConnected,
     ClientError,
     ClientGone,
     ConnectionClosed,
+    Denied,
+    DeniedByServer,
     Deregistered,
     Notification,
     NotificationsDropped,
@@ -29,6 +34,7 @@ from ..events import (
     SlowConsumer,
     Subscribed,
 )
+from .rqueue_access import AUTH_TOPIC, DENIED_TOPIC, AccessRules, Grant
 from .rqueue_broker import SLOW_CONSUMER_POLICIES, RqueueBroker
 from .rqueue_client import RqueueClientConnection
 from .rqueue_topics import DROP_NOTICE_TOPIC, Topic
@@ -49,4 +55,11 @@ __all__ = [
     "Topic",
     "NotificationsDropped",
     "DROP_NOTICE_TOPIC",
+    "AccessRules",
+    "Grant",
+    "AUTH_TOPIC",
+    "DENIED_TOPIC",
+    "Authenticated",
+    "Denied",
+    "DeniedByServer",
 ]

@@ -12,11 +12,13 @@ layering: the driver hands it connection objects and bytes, and pulls ``data_to_
 
 Where we differ from the reference server: REMOVE is implemented; a protocol error closes only
 the offending client; a client whose outgoing buffer is full is handled by an explicit
-slow-consumer policy (see :meth:`RqueueBroker.pause_writing`).
+slow-consumer policy (see :meth:`RqueueBroker.pause_writing`); with
+:class:`~nbmq.streams.rqueue_access.AccessRules`, who may publish and subscribe where.
 
 Events (in :mod:`nbmq.events`, each with the driver's ``conn``): :class:`ClientConnected`,
 :class:`Subscribed`, :class:`Removed`, :class:`Deregistered`, :class:`SlowConsumer`,
-:class:`ClientError`, :class:`ClientGone`.
+:class:`ClientError`, :class:`ClientGone`; with access rules, :class:`Authenticated` and
+:class:`Denied`.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from typing import Any
 from .. import codec
 from ..errors import DecodeError, ProtocolError
 from ..events import (
+    Authenticated,
     ClientConnected,
     ClientError,
     ClientGone,
+    Denied,
     Deregistered,
     Event,
     Removed,
@@ -39,6 +43,7 @@ from ..events import (
 )
 from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
 from .receiver import Buffer
+from .rqueue_access import AUTH_TOPIC, DENIED_TOPIC, AccessRules, Grant, encode_denial
 from .rqueue_topics import DROP_NOTICE_TOPIC, Topic, encode_drop_count
 from .rqueue_topics import topic_bytes as _topic_bytes
 
@@ -53,9 +58,22 @@ SLOW_CONSUMER_POLICIES = ("drop", "disconnect")
 
 
 class _Client:
-    __slots__ = ("conn", "decoder", "topics", "out", "paused", "dead", "dropped", "delivered", "gap", "wants_notices")
+    __slots__ = (
+        "conn",
+        "decoder",
+        "topics",
+        "out",
+        "paused",
+        "dead",
+        "dropped",
+        "delivered",
+        "gap",
+        "wants_notices",
+        "identity",
+        "grant",
+    )
 
-    def __init__(self, conn: Hashable, max_payload: int) -> None:
+    def __init__(self, conn: Hashable, max_payload: int, identity: str | None, grant: Grant | None) -> None:
         self.conn = conn
         self.decoder = codec.RqueueDecoder(max_payload)
         self.topics: set[bytes] = set()
@@ -66,6 +84,8 @@ class _Client:
         self.delivered = 0
         self.gap = 0  # dropped since it was last paused: the next drop notice's count
         self.wants_notices = False  # subscribed to DROP_NOTICE_TOPIC (with the extension on)
+        self.identity = identity
+        self.grant = grant  # None: no access rules, everything allowed
 
 
 class RqueueBroker:
@@ -85,6 +105,14 @@ class RqueueBroker:
             is the number of notifications it missed (u64 big-endian), placed in its stream
             where the gap is. Notifications published on that topic are never forwarded
             (counted as ``unrouted``), so nobody can forge one.
+        access: :class:`~nbmq.streams.rqueue_access.AccessRules` (default None: every client may
+            subscribe to and publish on every topic, as in seed 004). With rules, a SUBSCRIBE or
+            NOTIFICATION outside the client's grant is not applied, is counted (``denied``),
+            emits :class:`Denied`, and the client gets a denial notice (a NOTIFICATION on
+            :data:`~nbmq.streams.rqueue_access.DENIED_TOPIC`). A token (a NOTIFICATION on
+            :data:`~nbmq.streams.rqueue_access.AUTH_TOPIC`) proves an identity once; an unknown
+            token, or a second one, closes the client (``auth_failures``). Publishes on either
+            reserved topic are never forwarded, rules or not.
 
     Raises:
         ValueError: an option out of range.
@@ -101,7 +129,11 @@ class RqueueBroker:
     """
 
     def __init__(
-        self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, slow_consumer: str = "drop", drop_notices: bool = False
+        self,
+        max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD,
+        slow_consumer: str = "drop",
+        drop_notices: bool = False,
+        access: AccessRules | None = None,
     ) -> None:
         if not 0 <= max_payload <= RQUEUE_MAX_PAYLOAD:
             raise ValueError("max_payload must be 0..65535")
@@ -110,6 +142,7 @@ class RqueueBroker:
         self.max_payload = max_payload
         self.slow_consumer = slow_consumer
         self.drop_notices = drop_notices
+        self.access = access
         self._clients: dict[Hashable, _Client] = {}
         self._topics: dict[bytes, dict[_Client, None]] = {}  # ordered sets: deterministic fan-out
         self._dirty: dict[_Client, None] = {}
@@ -127,20 +160,39 @@ class RqueueBroker:
         self.slow_consumers = 0  # pause_writing calls
         self.notices_sent = 0  # drop notices queued (extension)
         self.timeouts = 0  # clients the driver closed for a timeout (disconnect())
+        self.denied = 0  # SUBSCRIBEs and NOTIFICATIONs refused by the access rules
+        self.authenticated = 0  # clients that proved an identity (token or certificate)
+        self.auth_failures = 0  # unknown or repeated tokens (the client is closed)
 
     # -- connection lifecycle -----------------------------------------------------------------
 
-    def connection_made(self, conn: Hashable) -> None:
-        """A client connected. Emits :class:`ClientConnected`.
+    def connection_made(self, conn: Hashable, certificate: str | None = None) -> None:
+        """A client connected. Emits :class:`ClientConnected`, then :class:`Authenticated` when
+        the access rules know its certificate.
+
+        Args:
+            conn: the driver's connection object (hashable).
+            certificate: the subject commonName of the client's verified TLS certificate, or None.
 
         Raises:
             ValueError: ``conn`` is already known.
         """
         if conn in self._clients:
             raise ValueError("connection already known")
-        self._clients[conn] = _Client(conn, self.max_payload)
+        access = self.access
+        identity = access.identify_certificate(certificate) if access is not None else None
+        grant = access.grant(identity) if access is not None else None
+        self._clients[conn] = _Client(conn, self.max_payload, identity, grant)
         self.connections += 1
         self._events.append(ClientConnected(conn))
+        if identity is not None:
+            self.authenticated += 1
+            self._events.append(Authenticated(conn, identity))
+
+    def identity(self, conn: Hashable) -> str | None:
+        """The identity ``conn`` proved (None: none, no access rules, or unknown connection)."""
+        client = self._clients.get(conn)
+        return client.identity if client is not None else None
 
     def connection_lost(self, conn: Hashable) -> None:
         """The client's connection ended. Purges its subscriptions and output; emits
@@ -245,6 +297,8 @@ class RqueueBroker:
         run_count = 0
         header = b""  # preamble + topic_len + topic of the last routed notification
         header_len = -1  # its content length
+        checked = self.access is not None
+        run_special = False  # a reserved topic, or a topic the client may not publish on
         notifications = unrouted = 0
         try:
             decoder.feed(data)
@@ -261,7 +315,18 @@ class RqueueBroker:
                         run_topic = bytes(topic)
                         run_subs = topics.get(run_topic)
                         header_len = -1
-                    if run_subs:
+                        run_special = run_topic in (AUTH_TOPIC, DENIED_TOPIC) or (
+                            checked and not client.grant.may_publish(run_topic)  # type: ignore[union-attr]
+                        )
+                    if run_special:
+                        if run_topic == AUTH_TOPIC and checked:
+                            if not self._authenticate(client, content):
+                                return
+                        elif run_topic in (AUTH_TOPIC, DENIED_TOPIC):  # reserved: never forwarded
+                            unrouted += 1
+                        else:
+                            self._deny(client, _NOTIFICATION, run_topic)
+                    elif run_subs:
                         if len(content) != header_len:
                             header_len = len(content)
                             header = (
@@ -311,10 +376,36 @@ class RqueueBroker:
             self.delivered += count
             dirty[sub] = None
 
+    def _authenticate(self, client: _Client, token: memoryview) -> bool:
+        """A token on AUTH_TOPIC: True when the client may go on."""
+        access = self.access
+        assert access is not None
+        identity = access.identify_token(token) if client.identity is None else None
+        if identity is None:  # unknown, or a second identity: refuse it outright
+            self.auth_failures += 1
+            self._kill(client, "authentication failed")
+            self._to_close[client.conn] = None
+            return False
+        client.identity = identity
+        client.grant = access.grant(identity)
+        self.authenticated += 1
+        self._events.append(Authenticated(client.conn, identity))
+        return True
+
+    def _deny(self, client: _Client, kind: int, topic: bytes) -> None:
+        self.denied += 1
+        self._events.append(Denied(client.conn, kind, topic, client.identity))
+        client.out.append(codec.encode_notification(DENIED_TOPIC, encode_denial(kind, topic)))
+        self._dirty[client] = None
+
     def _control(self, client: _Client, kind: int, topic: memoryview) -> None:
         conn = client.conn
         if kind == _SUBSCRIBE:
             topic_b = bytes(topic)
+            grant = client.grant
+            if grant is not None and not grant.may_subscribe(topic_b) and topic_b != DROP_NOTICE_TOPIC:
+                self._deny(client, _SUBSCRIBE, topic_b)
+                return
             if self.drop_notices and topic_b == DROP_NOTICE_TOPIC:
                 client.topics.add(topic_b)  # an opt-in, not a route: no publisher reaches it
                 client.wants_notices = True
@@ -414,7 +505,7 @@ class RqueueBroker:
     def stats(self) -> dict[str, int]:
         """Counters as a dict: clients (now), topics (now), subscriptions (now), connections,
         notifications_in, unrouted, delivered, dropped, bytes_in, bytes_out, protocol_errors,
-        slow_consumers, notices_sent, timeouts."""
+        slow_consumers, notices_sent, timeouts, denied, authenticated, auth_failures."""
         return {
             "clients": len(self._clients),
             "topics": len(self._topics),
@@ -430,4 +521,7 @@ class RqueueBroker:
             "slow_consumers": self.slow_consumers,
             "notices_sent": self.notices_sent,
             "timeouts": self.timeouts,
+            "denied": self.denied,
+            "authenticated": self.authenticated,
+            "auth_failures": self.auth_failures,
         }

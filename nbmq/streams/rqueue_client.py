@@ -4,16 +4,18 @@
 return bytes to write, ``receive_data`` / ``next_event`` for what the server sends). Events:
 :class:`~nbmq.events.Notification` (``topic`` bytes, ``content`` a memoryview into the fed bytes)
 and :class:`~nbmq.events.ConnectionClosed`; with our drop-notice extension,
-:class:`~nbmq.events.NotificationsDropped`.
+:class:`~nbmq.events.NotificationsDropped`; from a server with access rules,
+:class:`~nbmq.events.DeniedByServer`.
 """
 
 from __future__ import annotations
 
 from .. import codec
 from ..errors import DecodeError
-from ..events import ConnectionClosed, Notification, NotificationsDropped
+from ..events import ConnectionClosed, DeniedByServer, Notification, NotificationsDropped
 from ..wire import RQUEUE_SERVER_MAX_PAYLOAD, RqueueType
 from .receiver import Buffer, StreamReceiver
+from .rqueue_access import AUTH_TOPIC, DENIED_TOPIC, decode_denial
 from .rqueue_topics import DROP_NOTICE_TOPIC, Topic, decode_drop_count
 from .rqueue_topics import topic_bytes as _topic_bytes
 
@@ -34,7 +36,8 @@ class RqueueClientConnection(StreamReceiver):
 
     Topics are ``bytes``-like or ``str`` (UTF-8), at most 255 bytes. Counters:
     ``notifications_received``, ``bytes_received``, ``dropped_by_server`` (the sum of the drop
-    notices received, see :meth:`subscribe_drop_notices`).
+    notices received, see :meth:`subscribe_drop_notices`), ``denied_by_server`` (denial notices
+    received).
     """
 
     def __init__(self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD) -> None:
@@ -42,6 +45,7 @@ class RqueueClientConnection(StreamReceiver):
         self.max_payload = max_payload
         self.notifications_received = 0
         self.dropped_by_server = 0
+        self.denied_by_server = 0
         self._drop_notices = False
 
     # send side: each returns the bytes to write; nothing is queued
@@ -62,6 +66,20 @@ class RqueueClientConnection(StreamReceiver):
         as an ordinary topic and send nothing on it unless someone publishes there."""
         self._drop_notices = True
         return codec.encode_subscribe(DROP_NOTICE_TOPIC)
+
+    def authenticate(self, token: Buffer | str) -> bytes:
+        """The message that proves this client's identity to a server with access rules: a
+        NOTIFICATION on :data:`~nbmq.streams.rqueue_access.AUTH_TOPIC` carrying ``token``. Send it
+        once, first. Our server never forwards it; a reference server would forward it to anyone
+        subscribed to that topic, so send tokens only to servers you run with ``--acl``.
+
+        Raises:
+            ValueError: the token is empty or does not fit ``max_payload``.
+        """
+        raw = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+        if not raw:
+            raise ValueError("the token is empty")
+        return self.notify(AUTH_TOPIC, raw)
 
     def deregister(self) -> bytes:
         """A DEREGISTER message (the server purges all of this client's subscriptions)."""
@@ -90,10 +108,10 @@ class RqueueClientConnection(StreamReceiver):
 
     # receive side
 
-    def next_event(self) -> Notification | NotificationsDropped | ConnectionClosed | None:
+    def next_event(self) -> Notification | NotificationsDropped | DeniedByServer | ConnectionClosed | None:
         """The next :class:`Notification`; :class:`NotificationsDropped` for a drop notice (only
-        after :meth:`subscribe_drop_notices`); :class:`ConnectionClosed` once after a clean end
-        of stream; None when more data is needed.
+        after :meth:`subscribe_drop_notices`); :class:`DeniedByServer` for a denial notice;
+        :class:`ConnectionClosed` once after a clean end of stream; None when more data is needed.
 
         Raises:
             ProtocolError: undecodable bytes, a payload over ``max_payload``, a message type the
@@ -115,6 +133,11 @@ class RqueueClientConnection(StreamReceiver):
                 if count is not None:
                     self.dropped_by_server += count
                     return NotificationsDropped(count)
+            elif topic == DENIED_TOPIC:
+                denial = decode_denial(message[2])
+                if denial is not None:
+                    self.denied_by_server += 1
+                    return DeniedByServer(*denial)
             self.notifications_received += 1
             return Notification(topic, message[2])
         return self._end_of_stream("message")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as _ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -90,10 +91,24 @@ class BqspClient(asyncio.Protocol):
         max_in_flight: int = 255,
         max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
         on_packet: Callable[[PacketReceived], None] | None = None,
+        ssl: _ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> BqspClient:
-        """Open a TCP connection. Raises OSError when the connection fails, ValueError on bad options."""
+        """Open a TCP connection (TLS with ``ssl``, a client context; ``server_hostname`` is the name
+        the server's certificate must carry, default ``host``).
+
+        Raises:
+            OSError: the connection fails; ssl.SSLError (an OSError): the TLS handshake fails.
+            ValueError: bad options.
+        """
         loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(lambda: cls(max_in_flight, max_packet_size, on_packet), host, port)
+        _, client = await loop.create_connection(
+            lambda: cls(max_in_flight, max_packet_size, on_packet),
+            host,
+            port,
+            ssl=ssl,
+            server_hostname=server_hostname if ssl is not None else None,
+        )
         return client
 
     @property

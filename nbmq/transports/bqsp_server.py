@@ -16,6 +16,9 @@ from a connection while ``max_concurrency`` handlers run for it or its write buf
 Memory: besides ``max_packet_size`` per packet, ``max_buffered_total`` bounds the bytes held in
 incomplete packets across all connections; the connection that would pass it is closed and
 counted. A connection that breaks the protocol frees what it held at once.
+
+TLS: ``ssl=`` a server context (:func:`nbmq.transports.tls.server_context`; with a client CA for
+mutual TLS). Failed handshakes are counted (``tls_failures``) and logged once per peer host.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import ssl as _ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Union
 
@@ -30,6 +34,7 @@ from ..errors import ProtocolError
 from ..streams.bqsp import BqspConnection, ConnectionClosed, PacketReceived
 from ..wire import BQSP_DEFAULT_MAX_PACKET
 from .bqsp_client import write_packet
+from .tls import DEFAULT_HANDSHAKE_TIMEOUT, TlsAcceptor
 
 __all__ = ["BqspServer", "serve_bqsp", "Handler", "DEFAULT_MAX_BUFFERED_TOTAL"]
 
@@ -54,7 +59,14 @@ class _ServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._server._protocols.add(self)
+        if self._server.tls is not None:
+            self._server.tls.start(transport, self, self._established)  # type: ignore[arg-type]
+            return
         log.debug("BQSP client connected: %s", transport.get_extra_info("peername"))
+
+    def _established(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        log.debug("BQSP client connected over TLS: %s", transport.get_extra_info("peername"))
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
@@ -177,6 +189,8 @@ class BqspServer:
         replies, handler_errors, protocol_errors: counters (int).
         closed_over_budget: connections closed because their incomplete packet would have taken
             ``buffered_total`` past ``max_buffered_total`` (int).
+        tls: the :class:`~nbmq.transports.tls.TlsAcceptor` (None without TLS).
+        tls_failures: failed TLS handshakes (int).
     """
 
     def __init__(
@@ -185,6 +199,7 @@ class BqspServer:
         max_packet_size: int,
         max_concurrency: int,
         max_buffered_total: int = DEFAULT_MAX_BUFFERED_TOTAL,
+        tls: TlsAcceptor | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -194,6 +209,7 @@ class BqspServer:
         self.buffered_total = 0
         self.closed_over_budget = 0
         self.handler = handler
+        self.tls = tls
         self.max_packet_size = max_packet_size
         self.max_concurrency = max_concurrency
         self._is_async = inspect.iscoroutinefunction(handler)
@@ -208,6 +224,10 @@ class BqspServer:
         return tuple(self._server.sockets) if self._server is not None else ()
 
     @property
+    def tls_failures(self) -> int:
+        return self.tls.failures if self.tls is not None else 0
+
+    @property
     def port(self) -> int:
         """The bound TCP port (useful after binding port 0)."""
         return self.sockets[0].getsockname()[1]
@@ -216,6 +236,8 @@ class BqspServer:
         """Stop listening and abort every connection."""
         if self._server is not None:
             self._server.close()
+        if self.tls is not None:
+            self.tls.close()
         for protocol in list(self._protocols):
             if protocol._transport is not None:
                 protocol._transport.abort()
@@ -244,6 +266,8 @@ async def serve_bqsp(
     max_packet_size: int = BQSP_DEFAULT_MAX_PACKET,
     max_concurrency: int = 256,
     max_buffered_total: int = DEFAULT_MAX_BUFFERED_TOTAL,
+    ssl: _ssl.SSLContext | None = None,
+    tls_handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     **kwargs: Any,
 ) -> BqspServer:
     """Listen for BQSP clients and answer each packet with ``handler``.
@@ -262,12 +286,15 @@ async def serve_bqsp(
             (``closed_over_budget``); the others are untouched. Bytes are charged as received,
             not as claimed by a header, and checked after each read, so the
             total can pass the bound by at most one read (256 KiB) before the close.
+        ssl: serve TLS with this context (:func:`~nbmq.transports.tls.server_context`); None: plain TCP.
+        tls_handshake_timeout: seconds a client has to finish its TLS handshake.
         kwargs: passed to ``loop.create_server``.
 
     Raises:
         OSError: the address cannot be bound. ValueError: bad options.
     """
-    server = BqspServer(handler, max_packet_size, max_concurrency, max_buffered_total)
+    tls = TlsAcceptor(ssl, log, tls_handshake_timeout) if ssl is not None else None
+    server = BqspServer(handler, max_packet_size, max_concurrency, max_buffered_total, tls)
     loop = asyncio.get_running_loop()
     server._server = await loop.create_server(lambda: _ServerProtocol(server), host, port, **kwargs)
     return server

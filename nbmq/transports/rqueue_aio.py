@@ -13,16 +13,25 @@ Received notifications wait in a queue of at most ``max_queued``; while it is fu
 stops reading from the socket, so TCP flow control reaches the server (whose slow-consumer
 policy then applies) instead of this process's memory growing. Sending methods wait while the
 socket's write buffer is full.
+
+Against a server with access rules (``nbmq rqueue-server --acl``), identify with a TLS client
+certificate (``ssl=``) or a ``token=``; a SUBSCRIBE or NOTIFICATION the rules refuse makes
+:meth:`RqueueClient.recv` raise :class:`~nbmq.errors.AccessDenied` once, where the server's
+denial notice is in the stream (the connection stays usable)::
+
+    context = ssl.create_default_context(cafile="ca.pem")
+    client = await RqueueClient.connect("broker.example", 6567, ssl=context, token="s3cret")
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 from collections import deque
 from typing import Any
 
-from ..errors import ProtocolError
-from ..streams.rqueue import ConnectionClosed, Notification, RqueueClientConnection, Topic
+from ..errors import AccessDenied, ProtocolError
+from ..streams.rqueue import ConnectionClosed, DeniedByServer, Notification, RqueueClientConnection, Topic
 from ..wire import RQUEUE_SERVER_MAX_PAYLOAD
 
 __all__ = ["RqueueClient", "DEFAULT_PORT"]
@@ -39,15 +48,22 @@ class RqueueClient(asyncio.Protocol):
         drop_notices: opt in to our drop-notice extension (servers run with ``--drop-notices``):
             the notifications the server dropped for this client add up in
             :attr:`dropped_by_server`. Default off.
+        token: sent first thing after connecting, to prove an identity to a server with access
+            rules (bytes or str; see :meth:`RqueueClientConnection.authenticate`).
     """
 
     def __init__(
-        self, max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD, max_queued: int = 10000, drop_notices: bool = False
+        self,
+        max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD,
+        max_queued: int = 10000,
+        drop_notices: bool = False,
+        token: bytes | str | None = None,
     ) -> None:
         if max_queued < 1:
             raise ValueError("max_queued must be at least 1")
         self._conn = RqueueClientConnection(max_payload)
-        self._queue: deque[tuple[bytes, bytes]] = deque()
+        self._hello = self._conn.authenticate(token) if token is not None else b""  # ValueError when bad
+        self._queue: deque[tuple[bytes, bytes] | AccessDenied] = deque()
         self._max_queued = max_queued
         self._transport: asyncio.Transport | None = None
         self._waiters: list[asyncio.Future[None]] = []
@@ -67,10 +83,32 @@ class RqueueClient(asyncio.Protocol):
         max_payload: int = RQUEUE_SERVER_MAX_PAYLOAD,
         max_queued: int = 10000,
         drop_notices: bool = False,
+        ssl: _ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        token: bytes | str | None = None,
     ) -> RqueueClient:
-        """Open a TCP connection to an rqueue server. Raises OSError when it fails."""
+        """Open a TCP connection to an rqueue server.
+
+        Args:
+            host, port: the server.
+            max_payload, max_queued, drop_notices, token: as for the class.
+            ssl: connect with TLS using this context (``ssl.create_default_context(cafile=...)``;
+                load a client certificate into it for mutual TLS). None: plain TCP.
+            server_hostname: the name the server's certificate must carry (default ``host``).
+
+        Raises:
+            OSError: the connection fails; ssl.SSLError (an OSError): the TLS handshake fails
+                (an unknown CA, a wrong name, a refused client certificate).
+            ValueError: bad options.
+        """
         loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(lambda: cls(max_payload, max_queued, drop_notices), host, port)
+        _, client = await loop.create_connection(
+            lambda: cls(max_payload, max_queued, drop_notices, token),
+            host,
+            port,
+            ssl=ssl,
+            server_hostname=server_hostname if ssl is not None else None,
+        )
         return client
 
     # -- sending ------------------------------------------------------------------------------
@@ -116,6 +154,8 @@ class RqueueClient(asyncio.Protocol):
         Raises:
             ConnectionError: the connection ended and every notification was received.
             ProtocolError: the server broke the protocol (after the notifications before it).
+            AccessDenied: the server's access rules refused one of this client's messages
+                (raised once per denial notice, in stream order; later calls go on).
         """
         while not self._queue:
             if self._done:
@@ -130,11 +170,13 @@ class RqueueClient(asyncio.Protocol):
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
         item = self._queue.popleft()
+        if type(item) is AccessDenied:
+            raise item
         if self._read_paused and len(self._queue) <= self._max_queued // 2:
             self._read_paused = False
             if self._transport is not None and not self._transport.is_closing():
                 self._transport.resume_reading()
-        return item
+        return item  # type: ignore[return-value]
 
     def __aiter__(self) -> RqueueClient:
         return self
@@ -154,6 +196,11 @@ class RqueueClient(asyncio.Protocol):
         """Notifications the server reported dropping for this client (drop notices; 0 unless
         ``drop_notices`` and the server has the extension on)."""
         return self._conn.dropped_by_server
+
+    @property
+    def denied_by_server(self) -> int:
+        """Denial notices received (messages the server's access rules refused)."""
+        return self._conn.denied_by_server
 
     @property
     def queued(self) -> int:
@@ -180,6 +227,8 @@ class RqueueClient(asyncio.Protocol):
         self._closed = asyncio.get_running_loop().create_future()
         self._can_write = asyncio.Event()
         self._can_write.set()
+        if self._hello:
+            transport.write(self._hello)  # type: ignore[attr-defined]
         if self._drop_notices:
             transport.write(self._conn.subscribe_drop_notices())  # type: ignore[attr-defined]
 
@@ -192,6 +241,8 @@ class RqueueClient(asyncio.Protocol):
             while event is not None:
                 if type(event) is Notification:
                     queue.append((event.topic, bytes(event.content)))
+                elif type(event) is DeniedByServer:
+                    queue.append(AccessDenied(event.message_type, event.topic))
                 elif type(event) is ConnectionClosed:
                     self._done = True
                 event = conn.next_event()

@@ -29,6 +29,13 @@ mark; ``disconnect`` closes it. Either way a subscriber that never reads holds a
 subscribers are never slowed down by it. ``--drop-notices`` enables our extension: a client
 subscribed to ``$nbmq/dropped`` is told how many notifications it missed (see
 :class:`~nbmq.streams.rqueue.RqueueBroker`).
+
+Who may connect and what they may do: by default anyone who reaches the port may subscribe to
+and publish on any topic (as the reference server). ``--tls-cert``/``--tls-key`` serve TLS
+(failed handshakes are counted in ``tls_failures`` and logged once per peer host);
+``--tls-client-ca`` requires a client certificate signed by that CA (mutual TLS); ``--acl FILE``
+applies :class:`~nbmq.streams.rqueue_access.AccessRules` (identities from client certificates or
+tokens, topic prefixes each may publish on and subscribe to).
 """
 
 from __future__ import annotations
@@ -37,13 +44,17 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..events import Denied
 from ..streams.rqueue import ClientError, ClientGone, RqueueBroker, SlowConsumer
+from ..streams.rqueue_access import AccessRules
 from ..wire import RQUEUE_MAX_PAYLOAD, RQUEUE_SERVER_MAX_PAYLOAD
+from .tls import DEFAULT_HANDSHAKE_TIMEOUT, TlsAcceptor, peer_common_name, server_context
 
 __all__ = [
     "RqueueServer",
@@ -84,11 +95,22 @@ class _ClientProtocol(asyncio.Protocol):
             server.refused += 1  # before the broker sees it: costs no state, no log line each
             transport.abort()
             return
-        high = server.max_buffer
-        transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
         server._protocols.add(self)
-        server.broker.connection_made(self)
-        log.info("client connected: %s", _fmt(self.peer))
+        if server.tls is not None:
+            server.tls.start(transport, self, self._established)  # type: ignore[arg-type]
+        else:
+            self._established(transport)  # type: ignore[arg-type]
+
+    def _established(self, transport: asyncio.Transport) -> None:
+        """The connection is ready (after the TLS handshake when the server has TLS)."""
+        self.transport = transport
+        server = self.server
+        high = server.max_buffer
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        certificate = peer_common_name(transport) if server.tls is not None else None
+        server.broker.connection_made(self, certificate)
+        identity = server.broker.identity(self)
+        log.info("client connected: %s%s", _fmt(self.peer), f" as {identity}" if identity else "")
         if server.idle_timeout:
             loop = asyncio.get_running_loop()
             self.last_active = loop.time()
@@ -170,6 +192,8 @@ class RqueueServer:
         max_buffer: per-client outgoing buffer bound, bytes.
         read_timeout, idle_timeout, max_connections: as given to :func:`serve` (0: off).
         refused: connections closed at once because ``max_connections`` were open (int).
+        tls: the :class:`~nbmq.transports.tls.TlsAcceptor` (None without TLS); its ``failures``
+            are in :meth:`stats` as ``tls_failures``.
     """
 
     def __init__(
@@ -179,8 +203,10 @@ class RqueueServer:
         read_timeout: float = 0.0,
         idle_timeout: float = 0.0,
         max_connections: int = 0,
+        tls: TlsAcceptor | None = None,
     ) -> None:
         self.broker = broker
+        self.tls = tls
         self.max_buffer = max_buffer
         self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
@@ -221,6 +247,13 @@ class RqueueServer:
                 log.info("client disconnected: %s (%s)", _fmt(event.conn.peer), event.reason)
             elif kind is ClientError:
                 log.warning("client %s broke the protocol, closing it: %s", _fmt(event.conn.peer), event.error)
+            elif kind is Denied:
+                log.info(
+                    "denied %s %s to %s",
+                    "subscribe to" if event.message_type == 1 else "publish on",
+                    event.topic,
+                    event.identity or f"anonymous client {_fmt(event.conn.peer)}",
+                )
             elif kind is SlowConsumer:
                 log.warning(
                     "slow consumer %s: write buffer over %d bytes, policy %s",
@@ -231,8 +264,10 @@ class RqueueServer:
             event = broker.next_event()
 
     def stats(self) -> dict[str, int]:
-        """The broker's counters (:meth:`~nbmq.streams.rqueue.RqueueBroker.stats`) and ``refused``."""
-        return {**self.broker.stats(), "refused": self.refused}
+        """The broker's counters (:meth:`~nbmq.streams.rqueue.RqueueBroker.stats`), ``refused`` and
+        ``tls_failures``."""
+        tls_failures = self.tls.failures if self.tls is not None else 0
+        return {**self.broker.stats(), "refused": self.refused, "tls_failures": tls_failures}
 
     def log_stats(self) -> None:
         """Log the counters at INFO."""
@@ -249,6 +284,8 @@ class RqueueServer:
             self._stats_task.cancel()
         if self._server is not None:
             self._server.close()
+        if self.tls is not None:
+            self.tls.close()
         for proto in list(self._protocols):
             if proto.transport is not None:
                 proto.transport.abort()
@@ -277,6 +314,9 @@ async def serve(
     idle_timeout: float = 0.0,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     drop_notices: bool = False,
+    ssl: ssl.SSLContext | None = None,
+    tls_handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    access: AccessRules | None = None,
     **kwargs: Any,
 ) -> RqueueServer:
     """Start an rqueue server on the running loop and return it (listening).
@@ -295,6 +335,10 @@ async def serve(
         max_connections: clients served at once (default 10,000); one more is closed as soon as
             it is accepted and counted (``refused``). 0: no bound.
         drop_notices: enable our drop-notice extension (see :class:`~nbmq.streams.rqueue.RqueueBroker`).
+        ssl: serve TLS with this context (:func:`~nbmq.transports.tls.server_context`); None: plain TCP.
+        tls_handshake_timeout: seconds a client has to finish its TLS handshake.
+        access: :class:`~nbmq.streams.rqueue_access.AccessRules`; None (default): every client may
+            subscribe to and publish on every topic.
         kwargs: passed to ``loop.create_server``.
 
     Raises:
@@ -304,8 +348,14 @@ async def serve(
         raise ValueError("max_buffer must be at least 1 byte")
     if read_timeout < 0 or idle_timeout < 0 or max_connections < 0:
         raise ValueError("read_timeout, idle_timeout and max_connections must be at least 0")
+    tls = TlsAcceptor(ssl, log, tls_handshake_timeout) if ssl is not None else None
     server = RqueueServer(
-        RqueueBroker(max_payload, slow_consumer, drop_notices), max_buffer, read_timeout, idle_timeout, max_connections
+        RqueueBroker(max_payload, slow_consumer, drop_notices, access),
+        max_buffer,
+        read_timeout,
+        idle_timeout,
+        max_connections,
+        tls,
     )
     loop = asyncio.get_running_loop()
     server._loop_time = loop.time
@@ -419,6 +469,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="nbmq extension: tell clients subscribed to $nbmq/dropped how many "
         "notifications they missed while slow (default off)",
     )
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (PEM; default: in --tls-cert)")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by these CAs (mutual TLS; needs --tls-cert)",
+    )
+    parser.add_argument(
+        "--acl",
+        metavar="FILE",
+        help="access rules (TOML): who may publish and subscribe where; default: everyone, everywhere",
+    )
     parser.add_argument(
         "--stats-interval", type=float, default=10.0, help="seconds between counter log lines; 0 disables (default 10)"
     )
@@ -447,6 +509,11 @@ def run_args(args: argparse.Namespace) -> int:
             level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
     try:
+        security = _security_options(args)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        print(f"nbmq rqueue-server: {exc}", file=sys.stderr)
+        return 2
+    try:
         run(
             args.host,
             args.port,
@@ -460,6 +527,7 @@ def run_args(args: argparse.Namespace) -> int:
             idle_timeout=args.idle_timeout,
             max_connections=args.max_connections,
             drop_notices=args.drop_notices,
+            **security,
         )
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, exc)
@@ -468,6 +536,26 @@ def run_args(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     return 0
+
+
+def _security_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``ssl`` and ``access`` for :func:`serve` from the command line's TLS and ACL options.
+
+    Raises:
+        ValueError: a TLS option without ``--tls-cert``, or bad access rules. OSError or
+            ssl.SSLError: a file cannot be read or used.
+    """
+    options: dict[str, Any] = {}
+    if args.tls_cert is None and (args.tls_key or args.tls_client_ca):
+        raise ValueError("--tls-key and --tls-client-ca need --tls-cert")
+    if args.tls_cert is not None:
+        try:
+            options["ssl"] = server_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+        except ssl.SSLError as exc:
+            raise ValueError(f"cannot use {args.tls_cert} / {args.tls_key or args.tls_cert}: {exc.reason}") from None
+    if args.acl is not None:
+        options["access"] = AccessRules.load(args.acl)
+    return options
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 
 from nbmq import codec
 from nbmq.engine import SafeDealer
-from nbmq.engine.congestion import DUPTHRESH, LOSS_TOLERANCE, MIN_WINDOW
+from nbmq.engine.congestion import DATAGRAM, DUPTHRESH, LOSS_TOLERANCE, MIN_WINDOW, Window
 from nbmq.engine.peers import Peer, PeerState
 from nbmq.engine.queues import SendQueue
 from nbmq.options import SocketOptions
@@ -27,6 +27,9 @@ def _sent(frames: int, spacing: float = 0.005, congestion: bool = True):
     q = SendQueue(send_hwm=100, safe=True, resend_ivl=0.2, resend_limit=5, congestion=congestion)
     peer = Peer(SID, ("h", 1), PeerState.CONNECTED, 0.0, False)
     q.push(codec.shard_message([b"m" * (codec.MAX_CHUNK_SIZE * frames)], 0, 1), 1)
+    if congestion:  # a window that takes the whole message, past slow start
+        win = q.windows[peer] = Window(0.2)
+        win.cwnd = win.ssthresh = float(frames * DATAGRAM)
     out: list = []
     for i in range(frames):
         assert q.take(i * spacing, 1, out, [peer]) == 1

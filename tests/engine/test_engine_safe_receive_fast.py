@@ -118,6 +118,13 @@ WINDOW_STATE = (
     "round_end",
     "round_acked",
     "round_lost",
+    "round_min_rtt",
+    "qdelay",
+    "competing",
+    "increase",
+    "pace_tokens",
+    "resends",
+    "lost",
     "decreases",
 )
 

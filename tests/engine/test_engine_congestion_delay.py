@@ -1,0 +1,218 @@
+"""SafeDealer's delay signal and pacing on virtual time: a round whose smallest RTT exceeds
+``min_rtt`` by more than the target shrinks the window once (then a round is left alone) and
+ends slow start; a delayed sample ends slow start at once; a queue that decreases do not drain
+switches the window to loss only (competing) until the queue drains; loss in a congested round
+is congestion; pacing holds first sends to the window's rate; the per-peer path state is in the
+counters."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from nbmq import codec
+from nbmq.engine import SafeDealer
+from nbmq.engine.congestion import (
+    BETA,
+    COMPETE_INCREASE,
+    COMPETE_STRIKES,
+    DATAGRAM,
+    DELAY_BETA,
+    DELAY_FLOOR,
+    INITIAL_WINDOW,
+    PACE_MIN_BURST,
+    PACE_QUANTUM,
+    PACING_GAIN,
+    QDELAY_TARGET,
+    Window,
+)
+from nbmq.engine.peers import Peer, PeerState
+from nbmq.engine.queues import SendQueue
+from nbmq.options import SocketOptions
+from nbmq.testing import Link, connected_pair
+
+BASE = 0.010  # base RTT, seconds
+
+
+def _round(win: Window, rtt: float, acks: int = 20, lost: int = 0) -> None:
+    """One round of ``acks`` acks, every one an RTT sample of ``rtt`` seconds, ``lost`` frames
+    found lost; then the round ends."""
+    for _ in range(acks):
+        win.sent(DATAGRAM)
+        win.acked(DATAGRAM, rtt)
+    win.round_acked = acks
+    win.round_lost = lost
+    win.end_round()
+
+
+def _avoiding(cwnd: float = 100 * DATAGRAM) -> Window:
+    """A window past slow start that has seen the base RTT."""
+    win = Window(floor=0.2)
+    win.cwnd = win.ssthresh = cwnd
+    _round(win, BASE)
+    return win
+
+
+def test_a_round_within_the_target_keeps_growing():
+    win = _avoiding()
+    cwnd = win.cwnd
+    _round(win, BASE + QDELAY_TARGET * 0.9)
+    assert win.decreases == 0 and win.cwnd > cwnd
+    assert win.qdelay == pytest.approx(QDELAY_TARGET * 0.9)
+
+
+def test_a_standing_queue_shrinks_the_window_once_then_holds_a_round():
+    win = _avoiding()
+    cwnd = win.cwnd
+    rtt = BASE + 3 * QDELAY_TARGET
+    _round(win, rtt)
+    # scaled towards min_rtt + target / 2, between DELAY_FLOOR and DELAY_BETA of itself
+    scale = (BASE + QDELAY_TARGET / 2) / rtt
+    assert DELAY_FLOOR < scale < DELAY_BETA
+    grown = cwnd + 20 * DATAGRAM * DATAGRAM / cwnd  # (roughly: the round's acks grew it first)
+    assert win.decreases == 1 and win.cwnd == pytest.approx(grown * scale, rel=0.01)
+    assert win.ssthresh == win.cwnd
+    after = win.cwnd
+    _round(win, rtt)  # the round after a decrease shows its effect: left alone
+    assert win.decreases == 1 and win.cwnd >= after
+    _round(win, rtt)
+    assert win.decreases == 2
+
+
+def test_one_slow_round_cannot_collapse_the_window():
+    win = _avoiding()
+    cwnd = win.cwnd
+    _round(win, BASE + 1.0)  # a stalled receiver: RTT 100x the base
+    assert win.cwnd >= cwnd * DELAY_FLOOR
+
+
+def test_a_delayed_sample_ends_slow_start_at_once():
+    win = Window(floor=0.2)
+    assert win.cwnd == INITIAL_WINDOW and win.ssthresh > win.cwnd
+    win.sent(DATAGRAM)
+    win.acked(DATAGRAM, BASE)
+    grown = win.cwnd
+    assert grown == INITIAL_WINDOW + DATAGRAM  # slow start
+    win.sent(DATAGRAM)
+    win.acked(DATAGRAM, BASE + 2 * QDELAY_TARGET)  # a queue is building
+    assert win.ssthresh == grown and win.cwnd < grown + DATAGRAM  # avoidance from here
+
+
+def test_a_queue_decreases_do_not_drain_is_not_ours_until_it_drains():
+    win = _avoiding(400 * DATAGRAM)
+    rtt = BASE + 10 * QDELAY_TARGET  # someone else's queue: it stays whatever we do
+    for _ in range(2 * (COMPETE_STRIKES + 1)):
+        _round(win, rtt)
+    assert win.competing
+    decreases, cwnd = win.decreases, win.cwnd
+    for _ in range(4):
+        _round(win, rtt)
+    assert win.decreases == decreases and win.cwnd > cwnd  # loss only: delay is ignored
+    _round(win, rtt, lost=1)  # a loss at a full queue is congestion
+    assert win.decreases == decreases + 1
+    _round(win, BASE + QDELAY_TARGET / 4)  # the queue drained: back to yielding to delay
+    assert not win.competing
+
+
+def test_our_own_queue_never_makes_the_window_compete():
+    win = _avoiding(400 * DATAGRAM)
+    bdp = 40 * DATAGRAM  # the path holds this much at the base RTT; the rest queues
+    for _ in range(6 * COMPETE_STRIKES):
+        _round(win, BASE + max(0.0, win.cwnd - bdp) / bdp * BASE)
+    assert not win.competing and win.strikes < COMPETE_STRIKES
+    assert win.qdelay <= QDELAY_TARGET  # drained to within the target
+
+
+def test_loss_in_a_congested_round_is_congestion_whatever_the_tolerance():
+    win = _avoiding()
+    cwnd = win.cwnd
+    _round(win, BASE, acks=40, lost=1)  # 1 of 41: random loss, tolerated
+    assert win.decreases == 0
+    _round(win, BASE + 3 * QDELAY_TARGET, acks=40, lost=1)  # the same with a standing queue
+    assert win.decreases == 1 and win.cwnd == pytest.approx(win.ssthresh)
+    assert win.cwnd <= cwnd * BETA + 2 * DATAGRAM
+
+
+def test_pacing_rate_follows_window_and_rtt():
+    win = Window(floor=0.2)
+    assert win.pacing_rate == math.inf  # no RTT sample yet: not paced
+    win.sample(0.01)
+    assert win.pacing_rate == pytest.approx(2 * win.cwnd / 0.01)  # slow start
+    win.ssthresh = win.cwnd
+    assert win.pacing_rate == pytest.approx(PACING_GAIN * win.cwnd / 0.01)
+
+
+def test_pace_bucket_drains_and_refills_at_the_rate():
+    win = Window(floor=0.2)
+    win.cwnd = win.ssthresh = 10 * DATAGRAM
+    win.sample(0.1)  # 1.25 * 5000 B / 0.1 s = 62.5 kB/s: a datagram per 8 ms
+    rate = win.pacing_rate
+    assert win.pace_allow(1.0) == PACE_MIN_BURST  # the bucket starts full (and stays capped)
+    win.pace_tokens -= PACE_MIN_BURST + 100  # sent past it: in debt
+    assert win.pace_allow(1.0) < 0
+    due = win.pace_next()
+    assert due == pytest.approx(1.0 + (DATAGRAM + 100) / rate)
+    assert win.pace_allow(due) == pytest.approx(DATAGRAM)
+
+
+def test_take_stops_for_pacing_and_says_when_to_come_back():
+    q = SendQueue(send_hwm=100, safe=True, resend_ivl=0.2, resend_limit=5, congestion=True)
+    peer = Peer(7, ("h", 1), PeerState.CONNECTED, 0.0, False)
+    win = q.windows[peer] = Window(0.2)
+    win.cwnd = win.ssthresh = 100 * DATAGRAM  # the window has room for the whole message
+    win.sample(0.1)
+    q.push(codec.shard_message([b"m" * (codec.MAX_CHUNK_SIZE * 40)], 0, 1), 1)
+    out: list = []
+    n = q.take(1.0, 1000, out, [peer])
+    burst = max(PACE_MIN_BURST, win.pacing_rate * PACE_QUANTUM)
+    assert 0 < n < 40 and burst <= sum(len(d) for d, _ in out) <= burst + DATAGRAM  # one burst
+    assert not q.ready(True) and q.next_send() == win.pace_next() > 1.0
+    q.pace_due(q.next_send())
+    assert q.ready(True) and q.next_send() is None
+    assert q.take(win.pace_next(), 1000, out, [peer]) >= 1
+
+
+def test_paced_engine_wakes_for_pacing_and_delivers_everything():
+    opts = SocketOptions(send_hwm=100, safe_congestion=True)
+    link = Link(delay=0.02)
+    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=3, link=link)
+    msgs = [[bytes([i]) * 16384] for i in range(40)]
+    for m in msgs:
+        client.engine.send(m, net.now)
+    got: list = []
+    assert net.run_until(lambda: got.extend(server.recv_all()) or client.engine.pending_messages == 0, 30.0)
+    got.extend(server.recv_all())
+    assert [bytes(p[0])[:1] for p in got] == [m[0][:1] for m in msgs]
+    paths = client.engine.counters.paths
+    assert len(paths) == 1
+    path = next(iter(paths.values()))
+    assert path.min_rtt == pytest.approx(0.04, abs=0.005) and path.srtt >= path.min_rtt
+    assert path.transmissions >= 40 * 36 and path.resends == path.lost == 0 and path.loss_rate == 0.0
+    assert path.cwnd > 0 and path.in_flight == 0 and 0 < path.pacing_rate < math.inf
+    assert set(path.as_dict()) >= {"srtt", "min_rtt", "cwnd", "pacing_rate", "in_flight", "resends", "loss_rate"}
+    assert "paths" not in client.engine.counters.as_dict()
+
+
+def test_path_state_counts_resends_and_losses():
+    opts = SocketOptions(send_hwm=100, safe_congestion=True, safe_resend_limit=30)
+    link = Link(loss=0.05, delay=0.002)
+    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=5, link=link)
+    for i in range(20):
+        client.engine.send([bytes([i]) * 16384], net.now)
+    assert net.run_until(lambda: client.engine.pending_messages == 0, 60.0)
+    path = next(iter(client.engine.counters.paths.values()))
+    assert path.resends == client.engine.counters.resends > 0
+    assert 0 < path.lost <= path.resends and path.loss_rate == pytest.approx(path.lost / path.transmissions)
+
+
+def test_competing_grows_by_a_tcp_segment_per_window():
+    win = _avoiding(400 * DATAGRAM)
+    assert win.increase == DATAGRAM
+    for _ in range(2 * (COMPETE_STRIKES + 1)):
+        _round(win, BASE + 10 * QDELAY_TARGET)
+    assert win.competing and win.increase == COMPETE_INCREASE
+    cwnd = win.cwnd
+    win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
+    assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
