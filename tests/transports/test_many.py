@@ -255,3 +255,28 @@ def test_asyncio_send_packed():
             assert got == sent
 
     asyncio.run(main())
+
+
+def test_send_packed_queues_what_send_queues_in_both_twins():
+    """The compiled ``send_packed`` and the Python one queue the messages ``send`` would, with
+    the same message ids (nonces in order), and stop at the same ``send_hwm``."""
+    from nbmq.engine import Dealer as DealerEngine
+    from nbmq.engine import sockets
+    from nbmq.options import SocketOptions
+
+    messages = [b"q%d" % i * (i % 6) for i in range(40)] + [b"z" * 900]
+    data, offsets, lengths = _pack(messages)
+
+    def queued(fill) -> list[int]:
+        engine = DealerEngine.connecting(("127.0.0.1", 9), 0.0, SocketOptions(send_hwm=30))
+        fill(engine)
+        return [m.message_id for m in engine._sendq._queue]
+
+    def one_by_one(engine) -> None:
+        for m in messages[:30]:
+            engine.send([m], 0.0)
+
+    want = queued(one_by_one)
+    assert len(want) == 30
+    assert queued(lambda e: sockets.Socket.send_packed(e, data, offsets, lengths, 0.0)) == want
+    assert queued(lambda e: e.send_packed(data, offsets, lengths, 0.0)) == want  # compiled when built
