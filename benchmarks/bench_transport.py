@@ -18,8 +18,9 @@ Side by side, in one run, the cases interleaved (run 1 of every case, then run 2
   it forwards in batches (GRO reads, GSO writes, views of its read buffer, drop draws as one
   numpy array per read: 6 ms of CPU per MB forwarded against 23 ms copying each datagram).
   Printed per run: the datagrams it dropped on purpose, the resends, and what the kernel dropped
-  at the relay's own sockets (not part of the loss asked for);
-- pyzmq PUSH/PULL over TCP (if pyzmq is installed).
+  at the relay's own sockets (not part of the loss asked for).
+
+pyzmq, in the same run and with the same user loops: ``bench_vs_pyzmq.py``.
 
 Each case sends for ``--duration`` seconds; the receiver drains (``recv()`` until WouldBlock,
 then waits) until it has been idle for 0.5 s. Reported: delivered messages/s and MB/s (10**6
@@ -283,60 +284,6 @@ def python_floor(size: int, duration: float) -> tuple[float, int, int]:
     )
 
 
-# --- pyzmq ------------------------------------------------------------------------------------
-def _zmq_receiver(conn: Any, deadline: float) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    port = sock.bind_to_random_port("tcp://127.0.0.1")
-    conn.send(f"tcp://127.0.0.1:{port}")
-    count, first, last = 0, 0.0, 0.0
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    while time.monotonic() < deadline:
-        try:
-            sock.recv(zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            if not poller.poll(IDLE * 1000):
-                if count:
-                    break
-            continue
-        last = time.monotonic()
-        if not count:
-            first = last
-        count += 1
-    _report(conn, count, first, last)
-    sock.close(0)
-    ctx.term()
-
-
-def _zmq_sender(address: str, size: int, duration: float, conn: Any) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.PUSH)
-    sock.connect(address)
-    data = b"x" * size
-    sent = 0
-    end = time.monotonic() + duration
-    while time.monotonic() < end:
-        for _ in range(64):
-            sock.send(data, copy=size > 4096)
-        sent += 64
-    sock.close(linger=10_000)
-    ctx.term()
-    conn.send(sent)
-
-
-def zmq_case(size: int, duration: float) -> tuple[float, int, int]:
-    return _run(
-        lambda c, deadline: mp.Process(target=_zmq_receiver, args=(c, deadline)),
-        lambda addr, c: mp.Process(target=_zmq_sender, args=(addr, size, duration, c)),
-        duration,
-    )
-
-
 # --- harness ----------------------------------------------------------------------------------
 def _run(make_receiver: Any, make_sender: Any, duration: float) -> tuple:
     """Returns (seconds from first to last delivered message, delivered, sent, kernel drops,
@@ -396,15 +343,9 @@ def main(argv: list[str] | None = None) -> None:
         f"cpus={os.cpu_count()} load={load} duration={d}s repeat={r}"
     )
     floor = _median_case(lambda: python_floor(500, d), 500, r)
-    try:
-        import zmq  # noqa: F401
-
-        have_zmq = True
-    except ImportError:
-        have_zmq = False
     head = (
         f"{'case':34} {'size':>6} {'msgs/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x baseline':>10} "
-        f"{'x zmq':>6}  kernel drops / our drops (per run)"
+        f"kernel drops / our drops (per run)"
     )
     print(head)
     print("-" * len(head))
@@ -419,21 +360,17 @@ def main(argv: list[str] | None = None) -> None:
             ("nbmq Dealer flush() per ~64 dgrams", lambda: nbmq_case("Dealer", size, d, batched=True)),
             ("nbmq SafeDealer send()", lambda: nbmq_case("SafeDealer", size, d)),
         ]
-        if have_zmq:
-            cases.append(("pyzmq PUSH/PULL tcp", lambda: zmq_case(size, d)))
         runs: dict[str, list[tuple]] = {name: [] for name, _ in cases}
         for _ in range(r):  # interleaved: load changes hit every case alike
             for name, fn in cases:
                 runs[name].append(fn())
         rows = {name: _summary(runs[name], size) for name in runs}
         base = rows["nbmq Dealer send() [pure-Python]"]["msgs"] or 1e-9
-        zmq_rate = rows["pyzmq PUSH/PULL tcp"]["msgs"] if have_zmq else None
         for name, row in rows.items():
-            vs_zmq = f"{row['msgs'] / zmq_rate:>6.2f}" if zmq_rate else f"{'-':>6}"
             lost = f" lost={row['lost']}" if "Safe" in name else ""
             print(
                 f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
-                f"{row['msgs'] / base:>10.2f} {vs_zmq}  {row['kernel']} / {row['ours']}{lost}"
+                f"{row['msgs'] / base:>10.2f}  {row['kernel']} / {row['ours']}{lost}"
             )
     if args.relay_loss > 0:
         size = 65536
@@ -453,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
             name = f"SafeDealer relay cc={'on' if cc else 'off'}"
             print(
                 f"{name:34} {size:>6} {row['msgs']:>10,.0f} {row['mbs']:>8.1f} {row['ratio']:>10.3f} "
-                f"{row['msgs'] / base_rate:>10.2f} {'-':>6}  {row['kernel']} / {row['ours']} lost={row['lost']} {detail}"
+                f"{row['msgs'] / base_rate:>10.2f}  {row['kernel']} / {row['ours']} lost={row['lost']} {detail}"
             )
 
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "rqueue-server": "nbmq.cli.rqueue_server",
     "monitor": "nbmq.cli.monitor",
     "wireshark": "nbmq.cli.wireshark",
+    "perf": "nbmq.cli.perf",
 }
 
 _DESCRIPTION = (

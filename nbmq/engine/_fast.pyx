@@ -31,7 +31,9 @@ tests/engine/test_engine_safe_receive_fast.py).
 
 cimport cython
 cimport numpy as cnp
+import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
@@ -111,22 +113,28 @@ cdef inline SmallMessage _small_message(bytes part, object message_id):
 cdef object _send_py = None
 
 
-def install(socket_send, receive_unacked):
+cdef object _packed_ranges_py = None
+
+
+def install(socket_send, receive_unacked, packed_ranges):
     """Set the functions :func:`send` and :func:`receive_one` hand every other case to
-    (``Socket.send``, ``Socket._receive_unacked``; the engine module calls this once, as it
-    cannot be imported from here without a cycle)."""
-    global _send_py, _receive_one_py
+    (``Socket.send``, ``Socket._receive_unacked``) and the check :func:`send_packed` runs
+    (``sockets.packed_ranges``); the engine module calls this once, as it cannot be imported
+    from here without a cycle."""
+    global _send_py, _receive_one_py, _packed_ranges_py
     _send_py = socket_send
     _receive_one_py = receive_unacked
+    _packed_ranges_py = packed_ranges
 
 
 def send(self, parts, now):
     """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
     compiled.
 
-    A one-part ``bytes`` message of at most 466 bytes (one frame) is queued here as a
-    :class:`SmallMessage`; any other message, a closed engine and ``reference_compat`` go to
-    ``Socket.send`` itself.
+    A one-part ``bytes`` or ``bytearray`` message of at most 466 bytes (one frame) is queued
+    here as a :class:`SmallMessage` (a bytearray copied once into bytes, as ``Socket.send``
+    copies it into its frame); any other message, a closed engine and ``reference_compat`` go
+    to ``Socket.send`` itself.
 
     Args:
         parts: 1..255 bytes-like parts (see ``Socket.send``). now: seconds (monotonic).
@@ -142,6 +150,8 @@ def send(self, parts, now):
     if (type(parts) is not list and type(parts) is not tuple) or len(parts) != 1:
         return _send_py(self, parts, now)
     part = parts[0]
+    if type(part) is bytearray and PyByteArray_GET_SIZE(part) <= MAX_CHUNK:
+        part = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(part), PyByteArray_GET_SIZE(part))  # the one copy
     if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
             or self._opts.reference_compat):
         return _send_py(self, parts, now)
@@ -158,6 +168,51 @@ def send(self, parts, now):
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
+
+
+def send_packed(self, data, offsets, lengths, now):
+    """Queue one-part messages packed in ``data`` (message ``i`` is
+    ``data[offsets[i] : offsets[i] + lengths[i]]``) while under ``send_hwm``:
+    ``Socket.send_packed`` of a Dealer or SafeDealer, compiled (same arguments, return, errors).
+    Messages of at most 466 bytes are queued here as :func:`send` queues them; any other, a
+    closed engine and ``reference_compat`` go through ``Socket.send`` one by one.
+
+    Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+    """
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef Py_ssize_t i, n, off, size, taken = 0
+    cdef uint64_t nonce
+    cdef bytes part
+    cdef int64_t[::1] offs
+    cdef int64_t[::1] lens
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        offs, lens = _packed_ranges_py(offsets, lengths, view.len)  # checked before any is queued
+        n = offs.shape[0]
+        sendq = self._sendq
+        slow = self._closed or self._opts.reference_compat
+        for i in range(n):
+            if sendq.held >= sendq.send_hwm:
+                break
+            off = offs[i]
+            size = lens[i]
+            part = PyBytes_FromStringAndSize(<const char*>(base + off), size)
+            if slow or size > MAX_CHUNK or self._nonce > _U64_MAX:
+                _send_py(self, [part], now)
+                taken += 1
+                continue
+            self._now = now
+            nonce = PyLong_AsUnsignedLongLongMask(self._nonce)
+            sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+            sendq.held += 1
+            sendq.pushed += 1
+            self._nonce = self._nonce + 1
+            taken += 1
+    finally:
+        PyBuffer_Release(&view)
+    return taken
 
 
 def take(sendq, double now, Py_ssize_t limit, list out, list ring):
@@ -332,6 +387,55 @@ cdef inline cnp.ndarray _part(const unsigned char* p, Py_ssize_t length):
     cdef cnp.ndarray part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
     memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, length - DATA_HEADER)
     return part
+
+
+cdef inline cnp.ndarray _int64s(Py_ssize_t n):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>n
+    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+
+
+def pack_ready(ready, Py_ssize_t max_messages):
+    """Compiled twin of ``sockets._pack_ready`` (``Socket.recv_packed``'s packing): pop up to
+    ``max_messages`` one-part messages off ``ready`` and return ``(data, offsets, lengths)``
+    (uint8, int64, int64), or None when the first is multipart (nothing popped)."""
+    cdef list taken = []
+    cdef list message
+    cdef Py_ssize_t n = 0, i, total = 0, size
+    cdef Py_buffer view
+    cdef cnp.ndarray offsets, lengths, data
+    cdef int64_t* off
+    cdef int64_t* lens
+    cdef unsigned char* out
+    while n < max_messages and ready:
+        message = ready[0]
+        if len(message) != 1:
+            break
+        taken.append(message[0])
+        ready.popleft()
+        n += 1
+    if not n:
+        return None
+    offsets = _int64s(n)
+    lengths = _int64s(n)
+    off = <int64_t*>cnp.PyArray_DATA(offsets)
+    lens = <int64_t*>cnp.PyArray_DATA(lengths)
+    for i in range(n):
+        size = len(taken[i])
+        off[i] = total
+        lens[i] = size
+        total += size
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>total
+    data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+    out = <unsigned char*>cnp.PyArray_DATA(data)
+    for i in range(n):
+        PyObject_GetBuffer(taken[i], &view, PyBUF_SIMPLE)
+        try:
+            memcpy(out + off[i], view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+    return data, offsets, lengths
 
 
 cdef object _receive_one_py = None

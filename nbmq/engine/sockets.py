@@ -247,6 +247,40 @@ class Socket(Connection):
             sendq.push(codec.shard_message(parts, 0, message_id), message_id)
         self._nonce = nonce + 1
 
+    def send_packed(self, data: Buffer, offsets: Any, lengths: Any, now: float) -> int:
+        """Queue one-part messages packed back to back in one buffer, in order, while fewer
+        than ``send_hwm`` are held: the batch form of :meth:`send` (the twin of
+        :meth:`recv_packed`). Each message's bytes are copied once, as :meth:`send` copies.
+
+        Args:
+            data: a bytes-like buffer (bytes, bytearray, memoryview, uint8 numpy array).
+            offsets, lengths: integer sequences or arrays of one shape ``(n,)`` (converted to
+                ``int64``): message ``i`` is ``data[offsets[i] : offsets[i] + lengths[i]]``, bytes.
+            now: seconds (monotonic).
+
+        Returns:
+            How many messages were queued (the first ones; 0 when ``send_hwm`` is reached).
+
+        Raises:
+            ValueError: ``offsets``/``lengths`` are not integers, differ in length, or name
+                bytes outside ``data`` (checked before anything is queued).
+            NotSupported: on a Dish. NbmqError: the engine is closed.
+
+        Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
+        """
+        if not self.CAN_SEND:
+            raise NotSupported(f"{type(self).__name__} cannot send")
+        view = memoryview(data).cast("B")
+        offs, lens = packed_ranges(offsets, lengths, len(view))
+        send = self.send
+        taken = 0
+        for off, size in zip(offs.tolist(), lens.tolist()):
+            if not self.send_ready:
+                break
+            send([bytes(view[off : off + size])], now)
+            taken += 1
+        return taken
+
     def recv(self) -> Parts:
         """The oldest completed message.
 
@@ -268,6 +302,39 @@ class Socket(Connection):
         except IndexError:
             raise WouldBlock("no message ready") from None
 
+    def recv_packed(self, max_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The oldest completed one-part messages, at most ``max_messages`` (int >= 1), packed
+        back to back into one buffer: the batch form of :meth:`recv`, one array per call
+        instead of one per message.
+
+        Returns:
+            ``(data, offsets, lengths)``: ``data`` a 1-D ``uint8`` array (owning its memory) of
+            all their bytes, ``offsets`` and ``lengths`` 1-D ``int64`` arrays of shape ``(n,)``:
+            message ``i`` is ``data[offsets[i] : offsets[i] + lengths[i]]`` (n >= 1).
+
+        Raises:
+            WouldBlock: no message is ready. NotSupported: on a Radio. ValueError: the oldest
+            message has several parts (it stays queued: take it with :meth:`recv`); packing
+            stops before a multipart message otherwise.
+
+        Mutates the receive queue; queues no output.
+        """
+        if not self.CAN_RECV:
+            raise NotSupported(f"{type(self).__name__} cannot receive")
+        ready = self._ready
+        if not ready:
+            raise WouldBlock("no message ready")
+        packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+        if _fast is not None:
+            packed = _fast.pack_ready(ready, max_messages)
+        else:
+            packed = _pack_ready(ready, max_messages)
+        if packed is None:
+            raise ValueError(
+                f"the oldest message has {len(ready[0])} parts: recv_packed takes one-part messages, recv() takes it"
+            )
+        return packed
+
     def kernel_dropped(self, count: int) -> None:
         """Record ``count`` datagrams (int > 0) the OS dropped before they reached this engine
         (the transport reads the kernel's count, e.g. Linux ``SO_RXQ_OVFL``): adds to
@@ -282,6 +349,14 @@ class Socket(Connection):
         keeps at most ``max_events`` (the oldest go first): adds to ``counters.events_dropped``,
         so a driver's trimming is counted like the engine's own. Queues nothing."""
         self._counters.events_dropped += count
+
+    @property
+    def ready_queue(self) -> Any:
+        """The completed messages, oldest first: the ``collections.deque`` (of part lists) that
+        :meth:`recv` pops, the same object for the engine's life. A driver may take messages
+        from its left end (``popleft``) instead of calling :meth:`recv` once per message;
+        nothing else may change it. Always empty on a Radio."""
+        return self._ready
 
     def recv_ready(self) -> int:
         """Completed messages waiting for :meth:`recv`."""
@@ -527,6 +602,47 @@ class Socket(Connection):
         counters.paths = {peer._sid: PathState.of(win) for peer, win in sendq.windows.items()}
 
 
+def packed_ranges(offsets: Any, lengths: Any, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``offsets`` and ``lengths`` of messages packed in a buffer of ``size`` bytes, checked
+    (``send_packed``'s check, for both twins): two 1-D ``int64`` arrays of one length.
+
+    Raises:
+        ValueError: not integers, not 1-D, lengths differ, or a range outside the buffer
+            (naming the first such message).
+    """
+    arrays = []
+    for values in (offsets, lengths):
+        try:
+            array = np.ascontiguousarray(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"offsets and lengths must be integers: {exc}") from None
+        if array.ndim != 1:
+            raise ValueError(f"offsets and lengths must be 1-D, got shape {array.shape}")
+        arrays.append(array)
+    offs, lens = arrays
+    if offs.size != lens.size:
+        raise ValueError(f"offsets and lengths differ in length ({offs.size} and {lens.size})")
+    bad = np.flatnonzero((offs < 0) | (lens < 0) | (offs > size - lens))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"message {i} (offset {offs[i]}, length {lens[i]}) lies outside data ({size} bytes)")
+    return offs, lens
+
+
+def _pack_ready(ready: Any, max_messages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Pop up to ``max_messages`` one-part messages off ``ready`` (a deque of part lists) and
+    pack them (see :meth:`Socket.recv_packed`); None when the first is multipart (popped: none)."""
+    parts: list[np.ndarray] = []
+    while ready and len(parts) < max_messages and len(ready[0]) == 1:
+        parts.append(ready.popleft()[0])
+    if not parts:
+        return None
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    offsets = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    return np.concatenate(parts), offsets, lengths
+
+
 def _check_reference_compat(parts: Sequence[Buffer]) -> None:
     """Refuse what the Rust reference (nbmq 0.2.0) would lose: it emits no frame for an empty
     part, so its receiver never completes such a message."""
@@ -551,7 +667,7 @@ def _check_parts(parts: Sequence[Buffer]) -> None:
 
 _fast = _load_fast()
 if _fast is not None:
-    _fast.install(Socket.send, Socket._receive_unacked)
+    _fast.install(Socket.send, Socket._receive_unacked, packed_ranges)
 
 
 class Dealer(Socket):
@@ -566,6 +682,7 @@ class Dealer(Socket):
     receive_datagrams = Socket._receive_batch_unacked
     if _fast is not None:
         send = _fast.send
+        send_packed = _fast.send_packed
         receive_datagram = _fast.receive_one
         receive_datagrams = _fast.receive_batch
 
@@ -714,6 +831,7 @@ class SafeDealer(Socket):
     if _fast is not None:  # the same, compiled
         receive_datagrams = _fast.receive_batch_safe
         send = _fast.send
+        send_packed = _fast.send_packed
 
     def _on_data(self, frame: DataFrame, data: Any, peer: Peer, now: float) -> None:
         result = self._recvq.push(frame, now)

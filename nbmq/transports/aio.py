@@ -343,6 +343,32 @@ class Socket(OptionAttributes):
         defaults to None (wait for ever while it can take none); datagrams are written as
         ``send_nowait``'s. Raises WouldBlock / NoPeer (took none within ``timeout``),
         SocketClosed, or as ``send`` for a bad message."""
+        await self._await_send_room(timeout)
+        taken, unflushed = engine_binding.queue_many(
+            self.engine, iter(messages), self._loop.time(), self._unflushed, AUTO_FLUSH, self._transmit
+        )
+        self._unflushed = unflushed
+        if unflushed and self._soon is None:
+            self._soon = self._loop.call_soon(self._transmit)
+        return taken
+
+    async def send_packed(self, data: Any, offsets: Any, lengths: Any, timeout: float | None = None) -> int:
+        """Queue one-part messages packed in ``data`` (message ``i`` is
+        ``data[offsets[i]:offsets[i] + lengths[i]]``) until ``send_hwm``; returns how many. As
+        the blocking socket's ``send_packed`` (same arguments and errors), but ``timeout``
+        defaults to None (wait for ever while it can take none)."""
+        await self._await_send_room(timeout)
+        taken, datagrams = engine_binding.queue_packed(self.engine, data, offsets, lengths, self._loop.time())
+        self._unflushed += datagrams
+        if self._unflushed >= AUTO_FLUSH:
+            self._transmit()
+        elif self._unflushed and self._soon is None:
+            self._soon = self._loop.call_soon(self._transmit)
+        return taken
+
+    async def _await_send_room(self, timeout: float | None) -> None:
+        """Wait (``timeout`` seconds; None = for ever) until the engine takes a message.
+        WouldBlock / NoPeer when it did not; SocketClosed when closed."""
         self._check_open()
         engine = self.engine
         if not engine.send_ready:
@@ -353,13 +379,6 @@ class Socket(OptionAttributes):
                     self._check_open()
                     raise engine_binding.queue_full(engine, self.options.send_hwm)
                 self._check_open()
-        taken, unflushed = engine_binding.queue_many(
-            engine, iter(messages), self._loop.time(), self._unflushed, AUTO_FLUSH, self._transmit
-        )
-        self._unflushed = unflushed
-        if unflushed and self._soon is None:
-            self._soon = self._loop.call_soon(self._transmit)
-        return taken
 
     def recv_nowait(self) -> list[Any]:
         """The next message (list of uint8 numpy arrays); WouldBlock when none is ready,
@@ -397,9 +416,12 @@ class Socket(OptionAttributes):
             self._maybe_resume()
         return message
 
-    async def _recv_wait(self, timeout: float | None) -> list[Any]:
+    async def _recv_wait(self, timeout: float | None, take: Any = None) -> Any:
+        """Wait up to ``timeout`` seconds for a message, then return ``take()`` (default
+        ``engine.recv()``)."""
         until = None if timeout is None else self._loop.time() + timeout
         engine = self.engine
+        take = engine.recv if take is None else take
         while True:
             self._check_open()
             if self._read_now():
@@ -410,7 +432,7 @@ class Socket(OptionAttributes):
                     self._check_open()
                     raise WouldBlock("no message ready")
             try:
-                return engine.recv()
+                return take()
             except WouldBlock:
                 continue  # another task took it
 
@@ -425,6 +447,21 @@ class Socket(OptionAttributes):
         """
         engine_binding.check_max_messages(max_messages)
         out = engine_binding.take_ready(self.engine, [await self.recv(timeout)], max_messages)
+        if not self.reading:
+            self._maybe_resume()
+        return out
+
+    async def recv_packed(self, max_messages: int, timeout: float | None = None) -> tuple[Any, Any, Any]:
+        """Up to ``max_messages`` one-part messages in one buffer, ``(data, offsets, lengths)``
+        (uint8, int64, int64): the zero-copy batch form of :meth:`recv_many`, as the blocking
+        socket's ``recv_packed`` (same return and errors); waits up to ``timeout`` seconds
+        (None = for ever) for the first."""
+        engine_binding.check_max_messages(max_messages)
+        engine = self.engine
+        try:
+            out = engine.recv_packed(max_messages)
+        except WouldBlock:
+            out = await self._recv_wait(timeout, lambda: engine.recv_packed(max_messages))
         if not self.reading:
             self._maybe_resume()
         return out
@@ -509,8 +546,7 @@ class Socket(OptionAttributes):
         await self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else self.local_address
-        return f"<nbmq.aio.{type(self).__name__} {state} peers={len(self.peers)}>"
+        return engine_binding.describe(f"nbmq.aio.{type(self).__name__}", self.closed, self._link, self.engine)
 
 
 class Dealer(Socket):

@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from .. import engine as _engine
 from ..errors import NoPeer, WouldBlock
 from ..options import SocketOptions
+from .address import format_address
 
 __all__ = [
     "LiveOptions",
@@ -26,6 +29,8 @@ __all__ = [
     "take_ready",
     "check_max_messages",
     "queue_full",
+    "queue_packed",
+    "describe",
 ]
 
 BYTES = (bytes, bytearray, memoryview)
@@ -173,6 +178,21 @@ def queue_many(
     return taken, unflushed
 
 
+def queue_packed(engine: Any, data: Any, offsets: Any, lengths: Any, now: float) -> tuple[int, int]:
+    """``engine.send_packed(data, offsets, lengths, now)`` (see there: one-part messages packed
+    in one buffer, queued while under ``send_hwm``).
+
+    Returns:
+        ``(taken, datagrams)``: messages queued, and about how many datagrams they make (one
+        per message plus one per 466 bytes; the drivers' auto-flush counts these).
+    """
+    taken = engine.send_packed(data, offsets, lengths, now)
+    if not taken:
+        return 0, 0
+    nbytes = int(np.asarray(lengths[:taken], dtype=np.int64).sum())
+    return taken, taken + nbytes // _CHUNK
+
+
 def queue_full(engine: Any, send_hwm: int) -> WouldBlock:
     """The error for a ``send_many`` that could queue nothing: NoPeer (a WouldBlock) when
     ``engine`` has no connected peer to take what is queued, else WouldBlock."""
@@ -197,3 +217,22 @@ def check_max_messages(max_messages: int) -> None:
     """ValueError unless ``max_messages`` is an int >= 1 (``recv_many``'s argument)."""
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise ValueError(f"max_messages must be an int >= 1, got {max_messages!r}")
+
+
+def describe(name: str, closed: bool, link: Any, engine: Any) -> str:
+    """The ``repr()`` of a socket: its class ``name`` (``"nbmq.Dealer"``), its local address,
+    the address it dials (connecting sockets), its state (``connected``, ``handshaking``,
+    ``connecting``, ``listening`` or ``closed``) and how many peers it knows, e.g.
+    ``<nbmq.Dealer 0.0.0.0:41000 -> 127.0.0.1:5555 connected peers=1>``."""
+    if closed:
+        return f"<{name} closed>"
+    local = link.local_address
+    target = link.engine_address
+    dials = "" if target is None else f" -> {format_address(getattr(link, 'family', 0), target, link.scheme)}"
+    if has_connected_peer(engine):
+        state = "connected"
+    elif engine.peers:
+        state = "handshaking"  # peers known, none past the handshake yet
+    else:
+        state = "listening" if target is None else "connecting"
+    return f"<{name} {local}{dials} {state} peers={len(engine.peers)}>"

@@ -51,7 +51,22 @@ class Socket(OptionAttributes):
     attributes of their own declare ``__slots__`` or get a ``__dict__`` by omitting them).
     """
 
-    __slots__ = ("options", "engine", "closed", "_link", "_events", "_unflushed", "_sel", "_mask", "__weakref__")
+    __slots__ = (
+        "options",
+        "engine",
+        "closed",
+        "_link",
+        "_events",
+        "_unflushed",
+        "_sel",
+        "_mask",
+        "_tick_recv",
+        "_recv_hwm",
+        "_tick_send",
+        "_max_events",
+        "_ready",
+        "__weakref__",
+    )
     _kind = ""
 
     def _check_open(self) -> None:
@@ -69,6 +84,8 @@ class Socket(OptionAttributes):
             link.close()
             raise
         self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
+        self._cache_options()
+        self._ready = self.engine.ready_queue
         self._events: deque[Event] = deque()
         self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
         self._sel = selectors.DefaultSelector()
@@ -96,15 +113,25 @@ class Socket(OptionAttributes):
 
     def _option_changed(self, name: str, value: Any) -> None:
         engine_binding.apply_link_option(self._link, self.options, name, value)
+        self._cache_options()
+
+    def _cache_options(self) -> None:
+        """Keep the options every step reads as plain attributes (read through
+        ``LiveOptions`` they cost a lookup in the engine each); refreshed on every change."""
+        options = self.options
+        self._tick_recv = options.max_tick_recv
+        self._recv_hwm = options.recv_hwm
+        self._tick_send = options.max_tick_send
+        self._max_events = options.max_events
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
         engine = self.engine
-        budget = self.options.max_tick_recv
+        budget = self._tick_recv
         if engine.CAN_RECV and not engine.SAFE:  # (a full SafeDealer refuses frames: they come again)
             # Never read more than the receive queue can hold, counting the worst case of one
             # message per datagram: the rest waits in the kernel, not in our drop counter.
-            room = self.options.recv_hwm - engine.recv_ready()
+            room = self._recv_hwm - engine.recv_ready()
             if room < budget:
                 budget = room
                 grain = read_grain(self._link)  # a GRO read needs room for 64, or reads nothing
@@ -114,16 +141,19 @@ class Socket(OptionAttributes):
         if budget > 0:
             self._link.receive(engine, now, budget)
         deadline = engine.next_deadline()
-        if deadline is not None and deadline <= now:
+        if deadline is not None and deadline <= now:  # (also "output waiting": see next_deadline)
             self._link.check_kernel_drops(engine)
             engine.tick(now)
-        self._flush(now)
+            self._flush(now)
+        elif self._link.has_pending or self._unflushed:
+            self._flush(now)
+        else:  # nothing to write: only the events the reads raised
+            engine_binding.collect_events(engine, self._events, self._max_events)
 
     def _flush(self, now: float) -> None:
         self._unflushed = 0
-        options = self.options
-        engine_binding.transmit_due(self.engine, self._link, now, options.max_tick_send)
-        engine_binding.collect_events(self.engine, self._events, options.max_events)
+        engine_binding.transmit_due(self.engine, self._link, now, self._tick_send)
+        engine_binding.collect_events(self.engine, self._events, self._max_events)
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
@@ -217,6 +247,42 @@ class Socket(OptionAttributes):
             connected either). SocketClosed: closed. As ``send`` for a bad message (the
             messages before it stay queued).
         """
+        now = self._await_send_room(timeout)
+        taken, self._unflushed = engine_binding.queue_many(
+            self.engine, iter(messages), now, self._unflushed, AUTO_FLUSH, lambda: self._flush(now)
+        )
+        return taken
+
+    def send_packed(self, data: Any, offsets: Any, lengths: Any, timeout: float | None = 0.0) -> int:
+        """Queue one-part messages packed back to back in ``data``, in order, until ``send_hwm``
+        is reached: the batch form of :meth:`send` (the twin of :meth:`recv_packed`), one
+        call for many messages. Message ``i`` is ``data[offsets[i]:offsets[i] + lengths[i]]``.
+        Waits (up to ``timeout`` seconds: 0, the default, not at all; None = for ever) only
+        while it can take none; datagrams go out as ``send_many``'s.
+
+        Args:
+            data: bytes-like (bytes, bytearray, memoryview, uint8 numpy array); copied once.
+            offsets, lengths: integer sequences or 1-D arrays of one length n (int64), bytes.
+
+        Returns:
+            How many messages were queued, the first ones (send the rest later; 0 only for n = 0).
+
+        Raises:
+            ValueError: bad ``offsets``/``lengths`` (not integers, not 1-D, lengths differ, a
+            range outside ``data``; checked before anything is queued). WouldBlock: none could
+            be queued within ``timeout`` (NoPeer when no peer is connected either).
+            NotSupported: on a Dish. SocketClosed: closed.
+        """
+        now = self._await_send_room(timeout)
+        taken, datagrams = engine_binding.queue_packed(self.engine, data, offsets, lengths, now)
+        self._unflushed += datagrams
+        if self._unflushed >= AUTO_FLUSH:
+            self._flush(now)
+        return taken
+
+    def _await_send_room(self, timeout: float | None) -> float:
+        """Wait (``timeout`` seconds; None = for ever) until the engine takes a message; returns
+        the time (monotonic seconds). WouldBlock / NoPeer when it did not. SocketClosed: closed."""
         self._check_open()
         engine = self.engine
         now = _monotonic()
@@ -228,10 +294,7 @@ class Socket(OptionAttributes):
                     raise engine_binding.queue_full(engine, self.options.send_hwm)
                 self._wait(until)
             now = _monotonic()
-        taken, self._unflushed = engine_binding.queue_many(
-            engine, iter(messages), now, self._unflushed, AUTO_FLUSH, lambda: self._flush(now)
-        )
-        return taken
+        return now
 
     def flush(self) -> None:
         """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""
@@ -250,19 +313,26 @@ class Socket(OptionAttributes):
         """
         if self._unflushed:
             self._flush(_monotonic())
-        try:
-            return self.engine.recv()
-        except WouldBlock:
-            self._check_open()
+        ready = self._ready
+        if ready:  # engine.recv(), inlined: the drain loop's one call per message
+            return ready.popleft()
+        engine = self.engine
+        if not engine.CAN_RECV:
+            return engine.recv()  # NotSupported
+        self._check_open()
+        self._await_message(timeout)
+        return ready.popleft()
+
+    def _await_message(self, timeout: float | None) -> None:
+        """Step, then wait (up to ``timeout`` seconds; None = for ever) until the engine has a
+        message ready. WouldBlock: none within ``timeout``."""
         now = _monotonic()
         self._step(now)
         until = None if timeout is None else now + timeout
-        while True:
-            try:
-                return self.engine.recv()
-            except WouldBlock:
-                if until is not None and _monotonic() >= until:
-                    raise
+        engine = self.engine
+        while not engine.recv_ready():
+            if until is not None and _monotonic() >= until:
+                raise WouldBlock("no message ready")
             self._wait(until)
 
     def recv_many(self, max_messages: int, timeout: float | None = None) -> list[Any]:
@@ -277,6 +347,32 @@ class Socket(OptionAttributes):
         """
         engine_binding.check_max_messages(max_messages)
         return engine_binding.take_ready(self.engine, [self.recv(timeout)], max_messages)
+
+    def recv_packed(self, max_messages: int, timeout: float | None = None) -> tuple[Any, Any, Any]:
+        """Up to ``max_messages`` one-part messages (int >= 1) in one buffer: the zero-copy
+        batch form of :meth:`recv_many` (one array per call, not one per message). Waits as
+        :meth:`recv` for the first (``timeout`` seconds; None, the default, = for ever), then
+        adds those already read, without another read.
+
+        Returns:
+            ``(data, offsets, lengths)``: ``data`` a 1-D ``uint8`` numpy array owning the
+            bytes of all n messages back to back; ``offsets`` and ``lengths`` 1-D ``int64``
+            arrays of shape ``(n,)``: message ``i`` is ``data[offsets[i]:offsets[i] + lengths[i]]``.
+
+        Raises:
+            ValueError: ``max_messages`` is not an int >= 1, or the oldest message has several
+            parts (it stays queued: take it with :meth:`recv`; packing stops before one).
+            WouldBlock: none within ``timeout``. NotSupported: on a Radio. SocketClosed: closed.
+        """
+        engine_binding.check_max_messages(max_messages)
+        if self._unflushed:
+            self._flush(_monotonic())
+        try:
+            return self.engine.recv_packed(max_messages)
+        except WouldBlock:
+            self._check_open()
+        self._await_message(timeout)
+        return self.engine.recv_packed(max_messages)
 
     def tick(self) -> None:
         """Step once without blocking: read what arrived, run due timers (heartbeats,
@@ -379,8 +475,7 @@ class Socket(OptionAttributes):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else self.local_address
-        return f"<nbmq.{type(self).__name__} {state} peers={len(self.peers)}>"
+        return engine_binding.describe(f"nbmq.{type(self).__name__}", self.closed, self._link, self.engine)
 
 
 class Dealer(Socket):

@@ -4,7 +4,11 @@
   message from the iterable only when it can queue it (a generator loses none); WouldBlock
   (NoPeer without a peer) only when it took none;
 - ``recv_many(n, timeout)`` waits for the first message, adds those already read, at most
-  ``n``; WouldBlock when none came; ValueError for a bad ``n``.
+  ``n``; WouldBlock when none came; ValueError for a bad ``n``;
+- ``recv_packed(n, timeout)`` is ``recv_many`` of one-part messages packed into one uint8
+  buffer with int64 offsets and lengths; a multipart message stops it (ValueError when first);
+- ``send_packed(data, offsets, lengths)`` is ``send_many`` of the messages packed that way:
+  takes the first ones up to ``send_hwm``, checks every range before queueing any.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import itertools
 import time
 
+import numpy as np
 import pytest
 
 import nbmq
@@ -109,3 +114,169 @@ def test_asyncio_send_many_waits_only_while_it_can_take_none():
             assert time.monotonic() - started >= 0.09  # it waited for room, then gave up
 
     asyncio.run(asyncio.wait_for(main(), 10.0))
+
+
+def _unpack(packed) -> list[bytes]:
+    data, offsets, lengths = packed
+    assert data.dtype == np.uint8 and offsets.dtype == np.int64 and lengths.dtype == np.int64
+    assert offsets.shape == lengths.shape and data.size == int(lengths.sum())
+    return [bytes(data[o : o + n]) for o, n in zip(offsets.tolist(), lengths.tolist())]
+
+
+@pytest.mark.parametrize("kind", ["Dealer", "SafeDealer"])
+def test_blocking_recv_packed(kind):
+    cls = getattr(nbmq, kind)
+    with cls.bind("127.0.0.1:0", **FAST) as server, cls.connect(server.local_address, **FAST) as client:
+        _pump(server, client, lambda: server.connected and client.connected)
+        sent = [b"p%d" % i * (i % 7) for i in range(200)] + [b"x" * 1000]  # empty ones, a 3-chunk one
+        client.send_many(sent)
+        client.send([b"two", b"parts"])
+        client.send(b"after")
+        client.flush()
+        got: list[bytes] = []
+        end = time.monotonic() + 5.0
+        while len(got) < len(sent) and time.monotonic() < end:
+            packed = server.recv_packed(64, timeout=1.0)
+            assert 1 <= packed[1].size <= 64
+            got += _unpack(packed)
+        assert got == sent
+        with pytest.raises(ValueError, match="2 parts"):  # stays queued for recv()
+            server.recv_packed(10, timeout=1.0)
+        assert [bytes(p) for p in server.recv(timeout=1.0)] == [b"two", b"parts"]
+        assert _unpack(server.recv_packed(10, timeout=1.0)) == [b"after"]
+        with pytest.raises(WouldBlock):
+            server.recv_packed(10, timeout=0.05)
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(ValueError, match="max_messages"):
+                server.recv_packed(bad)
+
+
+def test_asyncio_recv_packed():
+    async def main() -> None:
+        server = await aio.Dealer.bind("127.0.0.1:0", **FAST)
+        client = await aio.Dealer.connect(server.local_address, **FAST)
+        async with server, client:
+            assert await asyncio.wait_for(client.wait_connected(), 5.0)
+            sent = [b"a%d" % i for i in range(100)]
+            assert await client.send_many(sent) == 100
+            got: list[bytes] = []
+            while len(got) < 100:
+                got += _unpack(await server.recv_packed(30, timeout=2.0))
+            assert got == sent
+            with pytest.raises(WouldBlock):
+                await server.recv_packed(5, timeout=0.05)
+
+    asyncio.run(main())
+
+
+def test_compiled_packing_matches_the_python_one():
+    from collections import deque
+
+    from nbmq.engine import sockets
+
+    if sockets._fast is None:
+        pytest.skip("the compiled engine is not loaded")
+
+    def ready():
+        parts = [np.frombuffer(b"m%d" % i * (i % 4), np.uint8).copy() for i in range(20)]
+        return deque([[p] for p in parts] + [[parts[1], parts[2]], [parts[3]]])
+
+    for limit in (1, 7, 20, 50):
+        a, b = ready(), ready()
+        got, want = sockets._fast.pack_ready(a, limit), sockets._pack_ready(b, limit)
+        assert len(a) == len(b)
+        for x, y in zip(got, want):
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+    a, b = deque([[np.zeros(1, np.uint8)] * 2]), deque([[np.zeros(1, np.uint8)] * 2])
+    assert sockets._fast.pack_ready(a, 5) is None and sockets._pack_ready(b, 5) is None and len(a) == len(b) == 1
+
+
+def _pack(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lengths = np.array([len(m) for m in messages], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.frombuffer(b"".join(messages), dtype=np.uint8), offsets, lengths
+
+
+@pytest.mark.parametrize("kind", ["Dealer", "SafeDealer"])
+def test_blocking_send_packed_to_recv_packed(kind):
+    cls = getattr(nbmq, kind)
+    with (
+        cls.bind("127.0.0.1:0", **FAST) as server,
+        cls.connect(server.local_address, send_hwm=150, **FAST) as client,
+    ):
+        _pump(server, client, lambda: server.connected and client.connected)
+        sent = [b"s%d" % i * (i % 5) for i in range(199)] + [b"y" * 1500]  # empty ones, a 4-chunk one
+        data, offsets, lengths = _pack(sent)
+        taken = client.send_packed(data, offsets, lengths)
+        assert taken == 150  # up to send_hwm: the first ones
+        got: list[bytes] = []
+        end = time.monotonic() + 5.0
+        while len(got) < 150 and time.monotonic() < end:
+            got += _unpack(server.recv_packed(64, timeout=1.0))
+        assert got == sent[:150]
+        while taken < len(sent) and time.monotonic() < end:  # the rest, as a caller resumes
+            taken += client.send_packed(data, offsets[taken:], lengths[taken:], timeout=1.0)
+        client.flush()  # under ~64 datagrams wait for the next step or flush, as send_many's
+        while len(got) < len(sent) and time.monotonic() < end:
+            got += _unpack(server.recv_packed(64, timeout=1.0))
+        assert got == sent
+        assert client.send_packed(b"", [], []) == 0
+        for bad, words in (
+            (([0, 5], [3]), "differ in length"),
+            (([0], [4]), "outside data"),
+            (([0, 1, 99], [1, 1, 1]), "message 2 .* outside data"),  # the first two stay unqueued
+            (([-1], [1]), "outside data"),
+            ((["x"], [1]), "must be integers"),
+            (([[0]], [[1]]), "1-D"),
+        ):
+            before = client.engine.counters.messages_out, client.engine.pending_messages
+            with pytest.raises(ValueError, match=words):
+                client.send_packed(b"abc", *bad)
+            assert (client.engine.counters.messages_out, client.engine.pending_messages) == before
+
+
+def test_send_packed_on_a_dish_is_not_supported():
+    with nbmq.Dish.bind("127.0.0.1:0", **FAST) as dish:
+        with pytest.raises(nbmq.errors.NotSupported):
+            dish.send_packed(b"ab", [0], [2])
+
+
+def test_asyncio_send_packed():
+    async def main() -> None:
+        server = await aio.SafeDealer.bind("127.0.0.1:0", **FAST)
+        client = await aio.SafeDealer.connect(server.local_address, **FAST)
+        async with server, client:
+            assert await asyncio.wait_for(client.wait_connected(), 5.0)
+            sent = [b"b%d" % i for i in range(100)]
+            assert await client.send_packed(*_pack(sent)) == 100
+            got: list[bytes] = []
+            while len(got) < 100:
+                got += _unpack(await server.recv_packed(30, timeout=2.0))
+            assert got == sent
+
+    asyncio.run(main())
+
+
+def test_send_packed_queues_what_send_queues_in_both_twins():
+    """The compiled ``send_packed`` and the Python one queue the messages ``send`` would, with
+    the same message ids (nonces in order), and stop at the same ``send_hwm``."""
+    from nbmq.engine import Dealer as DealerEngine
+    from nbmq.engine import sockets
+    from nbmq.options import SocketOptions
+
+    messages = [b"q%d" % i * (i % 6) for i in range(40)] + [b"z" * 900]
+    data, offsets, lengths = _pack(messages)
+
+    def queued(fill) -> list[int]:
+        engine = DealerEngine.connecting(("127.0.0.1", 9), 0.0, SocketOptions(send_hwm=30))
+        fill(engine)
+        return [m.message_id for m in engine._sendq._queue]
+
+    def one_by_one(engine) -> None:
+        for m in messages[:30]:
+            engine.send([m], 0.0)
+
+    want = queued(one_by_one)
+    assert len(want) == 30
+    assert queued(lambda e: sockets.Socket.send_packed(e, data, offsets, lengths, 0.0)) == want
+    assert queued(lambda e: e.send_packed(data, offsets, lengths, 0.0)) == want  # compiled when built

@@ -70,3 +70,30 @@ def test_small_messages_arrive_whole_and_in_order(kind, tmp_path):
         assert client.counters.messages_out == len(messages)
         assert server.counters.messages_in == len(messages)
         assert server.counters.kernel_drops == 0 and server.counters.dropped_total == 0
+
+
+@pytest.mark.parametrize("safe", [False, True])
+def test_a_reused_bytearray_sends_what_it_held_at_send(safe, tmp_path):
+    """The issue's user loop: one bytearray stamped with an index and sent, again and again."""
+    cls = nt.SafeDealer if safe else nt.Dealer
+    with (
+        cls.bind(server_address("udp", tmp_path), **FAST) as server,
+        cls.connect(server.local_address, **FAST) as client,
+    ):
+        assert pump(server, client, until=lambda: client.connected and server.connected)
+        msg = bytearray(100)
+        for i in range(300):
+            msg[:8] = msg[-8:] = i.to_bytes(8, "little")
+            client.send(msg)
+        msg[:] = bytes(100)  # after send returned: none of this may reach the wire
+        client.flush()
+        got = []
+        end = time.monotonic() + 10.0
+        while len(got) < 300 and time.monotonic() < end:
+            try:
+                got.append(bytes(server.recv(timeout=0.2)[0]))
+            except WouldBlock:
+                client.tick()
+        assert [(int.from_bytes(m[:8], "little"), int.from_bytes(m[-8:], "little")) for m in got] == [
+            (i, i) for i in range(300)
+        ]

@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -207,3 +208,39 @@ def test_socket_event_queue_trimming_is_counted():
             events.append(event)
         assert len(events) == 3
         assert server.counters.events_dropped == 17
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_repr_shows_address_state_and_peers(kind, tmp_path):
+    with Dealer.bind(server_address(kind, tmp_path), **FAST) as server:
+        assert repr(server) == f"<nbmq.Dealer {server.local_address} listening peers=0>"
+        with Dealer.connect(server.local_address, **FAST) as client:
+            text = repr(client)
+            assert text.startswith(f"<nbmq.Dealer {client.local_address} -> ")
+            assert text.endswith(("connecting peers=0>", "connected peers=1>"))
+            assert pump(server, client, until=lambda: server.connected and client.connected)
+            assert repr(client) == f"<nbmq.Dealer {client.local_address} -> {server.local_address} connected peers=1>"
+            assert repr(server).endswith(" connected peers=1>")
+        assert repr(client) == "<nbmq.Dealer closed>"  # the with block closed it
+    assert server.closed
+
+
+def test_aio_repr_and_async_with():
+    async def main():
+        async with await nbmq.aio.SafeDealer.bind("127.0.0.1:0", **FAST) as server:
+            assert repr(server) == f"<nbmq.aio.SafeDealer {server.local_address} listening peers=0>"
+        assert repr(server) == "<nbmq.aio.SafeDealer closed>"
+
+    asyncio.run(main())
+
+
+def test_close_with_unacked_messages_to_a_gone_peer_is_bounded_by_linger():
+    server = SafeDealer.bind("127.0.0.1:0", **FAST)
+    client = SafeDealer.connect(server.local_address, **FAST)
+    assert pump(server, client, until=connected(server, client))
+    server.close(linger=0)  # the peer goes: nothing will ack what the client sends now
+    for _ in range(5):
+        client.send([b"unacked"])
+    start = time.monotonic()
+    client.close(linger=0.4)
+    assert time.monotonic() - start < 1.5
