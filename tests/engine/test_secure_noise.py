@@ -1,0 +1,150 @@
+"""Noise IK (nbmq.engine.noise) against the cacophony test vectors, and the secure frame layer
+(nbmq.engine.secure): sealing, opening, the replay window and rekeying."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("cryptography")
+
+from conftest import DATA  # noqa: E402
+
+from nbmq.engine.noise import CipherState, HandshakeError, HandshakeState, generate_keypair, public_key  # noqa: E402
+from nbmq.engine.secure import (  # noqa: E402
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
+    OpenError,
+    ReplayWindow,
+    SessionKeys,
+)
+from nbmq.wire import FrameKind  # noqa: E402
+
+VECTORS = json.loads((DATA / "noise_vectors.json").read_text())["vectors"]
+
+
+def _h(text: str) -> bytes:
+    return bytes.fromhex(text)
+
+
+@pytest.mark.parametrize("case", VECTORS, ids=[v["protocol_name"] for v in VECTORS])
+def test_ik_matches_the_cacophony_vectors(case):
+    init = HandshakeState(
+        True,
+        _h(case["init_static"]),
+        _h(case["init_remote_static"]),
+        _h(case["init_prologue"]),
+        _h(case["init_ephemeral"]),
+    )
+    resp = HandshakeState(False, _h(case["resp_static"]), None, _h(case["resp_prologue"]), _h(case["resp_ephemeral"]))
+    messages = case["messages"]
+    m1, m2 = messages[0], messages[1]
+    assert init.write_message(_h(m1["payload"])) == _h(m1["ciphertext"])
+    assert resp.read_message(_h(m1["ciphertext"])) == _h(m1["payload"])
+    assert resp.remote_static == public_key(_h(case["init_static"]))
+    assert resp.write_message(_h(m2["payload"])) == _h(m2["ciphertext"])
+    assert init.read_message(_h(m2["ciphertext"])) == _h(m2["payload"])
+    assert init.handshake_hash == resp.handshake_hash == _h(case["handshake_hash"])
+    i2r, r2i = init.split()
+    ri2r, rr2i = resp.split()
+    for index, message in enumerate(messages[2:]):
+        send, recv = (i2r, ri2r) if index % 2 == 0 else (rr2i, r2i)
+        assert send.encrypt_with_ad(b"", _h(message["payload"])) == _h(message["ciphertext"])
+        assert recv.decrypt_with_ad(b"", _h(message["ciphertext"])) == _h(message["payload"])
+
+
+def test_a_wrong_server_key_fails_the_handshake_and_a_forgery_leaves_it_open():
+    server_pub, server_sec = generate_keypair()
+    other_pub, _ = generate_keypair()
+    _, client_sec = generate_keypair()
+    wrong = HandshakeState(True, client_sec, other_pub)
+    server = HandshakeState(False, server_sec)
+    with pytest.raises(HandshakeError):
+        server.read_message(wrong.write_message())
+    client = HandshakeState(True, client_sec, server_pub)
+    m1 = client.write_message()
+    server = HandshakeState(False, server_sec)
+    server.read_message(m1)
+    m2 = server.write_message(b"sid")
+    forged = bytearray(m2)
+    forged[-1] ^= 1
+    with pytest.raises(HandshakeError):
+        client.read_message(bytes(forged))
+    assert client.read_message(m2) == b"sid"  # the genuine reply still completes it
+    with pytest.raises(HandshakeError):
+        HandshakeState(False, server_sec).read_message(m1[:40])
+
+
+def _pair(rekey_frames: int = 1 << 16) -> tuple[SessionKeys, SessionKeys]:
+    a, b = CipherState(bytes(range(32))), CipherState(bytes(range(1, 33)))
+    a2, b2 = CipherState(bytes(range(32))), CipherState(bytes(range(1, 33)))
+    return SessionKeys(a, b, b"k" * 32, rekey_frames), SessionKeys(b2, a2, b"k" * 32, rekey_frames)
+
+
+HEARTBEAT = bytes((1, FrameKind.HEARTBEAT)) + (77).to_bytes(8, "big")
+DATA_FRAME = bytes((1, 0)) + (77).to_bytes(8, "big") + bytes(range(24)) + b"chunk"
+
+
+def test_seal_keeps_the_header_readable_and_open_restores_the_frame():
+    alice, bob = _pair()
+    sealed = alice.seal(DATA_FRAME)
+    assert sealed[0] == SECURE_VERSION and sealed[1:34] == DATA_FRAME[1:34]
+    assert len(sealed) == len(DATA_FRAME) + SECURE_OVERHEAD
+    assert b"chunk" not in sealed
+    assert bob.open(sealed) == DATA_FRAME
+    assert bob.open(alice.seal(HEARTBEAT)) == HEARTBEAT
+
+
+@pytest.mark.parametrize("offset", [0, 1, 5, 20, 34, 41, 44, -1])
+def test_every_flipped_bit_fails_authentication(offset):
+    alice, bob = _pair()
+    sealed = bytearray(alice.seal(DATA_FRAME))
+    sealed[offset] ^= 0x10
+    with pytest.raises(OpenError) as info:
+        bob.open(bytes(sealed))
+    assert info.value.reason in ("auth", "malformed")
+    assert bob.open(alice.seal(DATA_FRAME)) == DATA_FRAME  # the window did not move for the forgery
+
+
+def test_replays_and_frames_behind_the_window_are_refused():
+    alice, bob = _pair()
+    frames = [alice.seal(HEARTBEAT) for _ in range(2100)]
+    bob.open(frames[5])
+    with pytest.raises(OpenError, match="replayed") as info:
+        bob.open(frames[5])
+    assert info.value.reason == "replay"
+    bob.open(frames[2099])
+    bob.open(frames[60])  # reordered, inside the window: taken once
+    with pytest.raises(OpenError):
+        bob.open(frames[60])
+    with pytest.raises(OpenError) as info:
+        bob.open(frames[10])  # 2089 behind the top: outside the 2048-frame window
+    assert info.value.reason == "replay"
+
+
+def test_replay_window_slides():
+    window = ReplayWindow(8)
+    for counter in (0, 3, 2, 9):
+        assert window.fresh(counter)
+        window.take(counter)
+    assert not window.fresh(3) and not window.fresh(9) and not window.fresh(1)  # 1 is 8 behind
+    assert window.fresh(4) and window.fresh(100)
+
+
+def test_keys_change_every_rekey_frames_and_both_sides_follow():
+    alice, bob = _pair(rekey_frames=4)
+    frames = [alice.seal(HEARTBEAT) for _ in range(17)]
+    assert alice.rekeys == 4
+    bob.open(frames[0])
+    bob.open(frames[5])  # next key, derived on demand
+    bob.open(frames[3])  # the previous key is kept for frames reordered across the change
+    bob.open(frames[9])
+    assert bob.rekeys == 2
+    with pytest.raises(OpenError) as info:
+        bob.open(frames[16])  # counter 16 is two keys ahead: refused unopened
+    assert info.value.reason == "auth"
+    # sealed under another key but a valid counter: the tag fails
+    other, _ = _pair(rekey_frames=4)
+    with pytest.raises(OpenError):
+        bob.open(b"".join([frames[10][:18], other.seal(HEARTBEAT)[18:]]))
