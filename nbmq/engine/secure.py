@@ -26,6 +26,7 @@ import struct
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from .. import extensions
 from ..wire import CONTROL_HEADER_SIZE, DATA_HEADER_SIZE, MAX_FRAME_SIZE, VERSION, FrameKind
 from .noise import KEY_SIZE, TAG_SIZE, CipherState, HandshakeError, HandshakeState, InvalidTag, public_key
 
@@ -40,6 +41,8 @@ __all__ = [
     "ReplayWindow",
     "SessionKeys",
     "OpenError",
+    "FrameCipher",
+    "COMPILED",
     "SecureLayer",
     "MAX_SEEN_EPHEMERALS",
 ]
@@ -62,6 +65,8 @@ MAX_SEEN_EPHEMERALS = 65536
 PROLOGUE = b"nbmq secure 1"
 
 _COUNTER = struct.Struct(">Q")
+_SECURE_PREFIX = bytes((SECURE_VERSION,))
+_PLAIN_PREFIX = bytes((VERSION,))
 _DATA = FrameKind.DATA
 _CONTROL_KINDS = (FrameKind.DISCONNECTED, FrameKind.HEARTBEAT, FrameKind.ACK)
 _LAST_COUNTER = (1 << 64) - 2  # 2**64 - 1 is REKEY's nonce
@@ -75,6 +80,73 @@ class OpenError(Exception):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+
+
+class FrameCipher:
+    """One key of one direction of a secure session: seals plain frames, or opens sealed ones
+    (the Python twin of ``nbmq.engine._seal.FrameCipher``, which runs when it is built; both
+    give the same bytes and refuse the same frames).
+
+    Args:
+        key: the 32-byte ChaCha20-Poly1305 key.
+        encrypt: True to seal (our sending direction), False to open.
+    """
+
+    __slots__ = ("key", "encrypt", "_cipher")
+
+    def __init__(self, key: bytes, encrypt: bool) -> None:
+        if len(key) != KEY_SIZE:
+            raise ValueError(f"key must be {KEY_SIZE} bytes, got {len(key)}")
+        self.key = bytes(key)
+        self.encrypt = encrypt
+        self._cipher = CipherState(self.key)
+
+    def seal(self, frame: bytes | memoryview, counter: int) -> bytes:
+        """The sealed form of a plain frame under ``counter`` (``len(frame) + SECURE_OVERHEAD``
+        bytes): its header with the version byte 0x81, the counter, then the payload encrypted
+        with the header and counter as associated data.
+
+        Raises:
+            ValueError: this cipher opens, or the frame is shorter than its header.
+        """
+        if not self.encrypt:
+            raise ValueError("this FrameCipher opens frames")
+        size = DATA_HEADER_SIZE if frame[1] == _DATA else CONTROL_HEADER_SIZE
+        if len(frame) < size:
+            raise ValueError("frame shorter than its header")
+        head = _SECURE_PREFIX + bytes(frame[1:size]) + _COUNTER.pack(counter)
+        return head + self._cipher.encrypt_at(counter, head, frame[size:])
+
+    def open(self, datagram: bytes | memoryview, size: int) -> bytes | None:
+        """The plain frame inside a sealed one whose plain header is ``size`` bytes (34 or 10),
+        or None when the tag does not verify. The caller checked the length and the counter.
+
+        Raises:
+            ValueError: this cipher seals, or the datagram is shorter than a sealed frame.
+        """
+        if self.encrypt:
+            raise ValueError("this FrameCipher seals frames")
+        if size not in (DATA_HEADER_SIZE, CONTROL_HEADER_SIZE) or len(datagram) < size + SECURE_OVERHEAD:
+            raise ValueError("datagram shorter than a sealed frame")
+        head_end = size + COUNTER_SIZE
+        view = memoryview(datagram)
+        counter = _COUNTER.unpack_from(view, size)[0]
+        try:
+            plain = self._cipher.decrypt_at(counter, bytes(view[:head_end]), view[head_end:])
+        except InvalidTag:
+            return None
+        return _PLAIN_PREFIX + bytes(view[1:size]) + plain
+
+
+_seal = extensions.load("nbmq.engine._seal")
+#: True when the compiled FrameCipher runs (``nbmq.engine._seal``, OpenSSL's libcrypto).
+COMPILED = _seal is not None
+_Cipher: Any = FrameCipher if _seal is None else _seal.FrameCipher
+
+
+def _rekeyed(key: bytes) -> bytes:
+    """Noise's REKEY(k) (section 11.3), the same for both twins."""
+    return CipherState(key).rekeyed().key  # type: ignore[return-value]
 
 
 class ReplayWindow:
@@ -125,8 +197,8 @@ class SessionKeys:
     ones, with a counter per frame, a replay window and rekeying every ``rekey_frames`` frames.
 
     Args:
-        send: the CipherState for frames we send (from the handshake's split).
-        recv: the CipherState for frames we receive.
+        send_key: the 32-byte key of frames we send (from the handshake's split).
+        recv_key: the 32-byte key of frames we receive.
         remote_static: the peer's 32-byte static public key (authenticated by the handshake).
         rekey_frames: frames per key (> 0); both sides must use the same value.
 
@@ -150,18 +222,18 @@ class SessionKeys:
     )
 
     def __init__(
-        self, send: CipherState, recv: CipherState, remote_static: bytes, rekey_frames: int = REKEY_FRAMES
+        self, send_key: bytes, recv_key: bytes, remote_static: bytes, rekey_frames: int = REKEY_FRAMES
     ) -> None:
         if rekey_frames <= 0:
             raise ValueError(f"rekey_frames must be > 0, got {rekey_frames}")
         self.remote_static = remote_static
         self.rekey_frames = rekey_frames
         self.rekeys = 0  # key changes, both directions
-        self._send = send
+        self._send = _Cipher(send_key, True)
         self._send_counter = 0
         self._send_epoch = 0
-        self._recv = recv
-        self._recv_prev: CipherState | None = None
+        self._recv = _Cipher(recv_key, False)
+        self._recv_prev: Any = None
         self._recv_epoch = 0
         self._window = ReplayWindow()
 
@@ -187,14 +259,11 @@ class SessionKeys:
             raise OverflowError("secure session exhausted its frame counter")
         epoch = counter // self.rekey_frames
         if epoch != self._send_epoch:
-            self._send = self._send.rekeyed()
+            self._send = _Cipher(_rekeyed(self._send.key), True)
             self._send_epoch = epoch
             self.rekeys += 1
         self._send_counter = counter + 1
-        view = memoryview(frame)
-        size = DATA_HEADER_SIZE if view[1] == _DATA else CONTROL_HEADER_SIZE
-        head = bytes((SECURE_VERSION,)) + bytes(view[1:size]) + _COUNTER.pack(counter)
-        return head + self._send.encrypt_at(counter, head, view[size:])
+        return self._send.seal(frame, counter)  # type: ignore[no-any-return]
 
     def open(self, datagram: bytes | memoryview) -> bytes:
         """The plain frame a secure frame carries (version byte 1 again), after its tag and
@@ -212,9 +281,8 @@ class SessionKeys:
                 ``"replay"`` (a counter taken before, or behind the window) or ``"auth"`` (the
                 tag did not verify, or a counter past the next key). Nothing changed then.
         """
-        view = memoryview(datagram)
-        n = len(view)
-        kind = view[1] if n > 1 else -1
+        n = len(datagram)
+        kind = datagram[1] if n > 1 else -1
         if kind == _DATA:
             size = DATA_HEADER_SIZE
         elif kind in _CONTROL_KINDS:
@@ -223,8 +291,7 @@ class SessionKeys:
             raise OpenError("malformed", "secure frame of an unknown or unsealed kind")
         if n < size + SECURE_OVERHEAD:
             raise OpenError("malformed", "secure frame truncated")
-        head_end = size + COUNTER_SIZE
-        counter = _COUNTER.unpack_from(view, size)[0]
+        counter = _COUNTER.unpack_from(datagram, size)[0]
         if not self._window.fresh(counter):
             raise OpenError("replay", "secure frame replayed or too old")
         epoch = counter // self.rekey_frames
@@ -234,21 +301,19 @@ class SessionKeys:
         elif epoch == cur - 1 and self._recv_prev is not None:
             cipher = self._recv_prev
         elif epoch == cur + 1:
-            cipher = self._recv.rekeyed()
+            cipher = _Cipher(_rekeyed(self._recv.key), False)
         else:
             raise OpenError("auth", "secure frame counter outside the current keys")
-        head = bytes(view[:head_end])
-        try:
-            plain = cipher.decrypt_at(counter, head, view[head_end:])
-        except InvalidTag:
-            raise OpenError("auth", "secure frame failed authentication") from None
+        plain = cipher.open(datagram, size)
+        if plain is None:
+            raise OpenError("auth", "secure frame failed authentication")
         if epoch == cur + 1:  # the peer moved to the next key: so do we
             self._recv_prev = self._recv
             self._recv = cipher
             self._recv_epoch = epoch
             self.rekeys += 1
         self._window.take(counter)
-        return bytes((VERSION,)) + head[1:size] + plain
+        return plain  # type: ignore[no-any-return]
 
 
 class SecureLayer:
@@ -348,7 +413,7 @@ class SecureLayer:
         payload is the session id), and install the session's keys."""
         out = hs.write_message(_COUNTER.pack(session_id))
         i2r, r2i = hs.split()
-        self._install(session_id, SessionKeys(r2i, i2r, hs.remote_static, self.rekey_frames))  # type: ignore[arg-type]
+        self._install(session_id, SessionKeys(r2i.key, i2r.key, hs.remote_static, self.rekey_frames))  # type: ignore[arg-type]
         return out
 
     def complete(self, addr: Hashable, session_id: int, payload: bytes | memoryview) -> None:
@@ -368,7 +433,7 @@ class SecureLayer:
         if inner != _COUNTER.pack(session_id):
             raise HandshakeError("session id differs from the handshake's")
         i2r, r2i = hs.split()
-        self._install(session_id, SessionKeys(i2r, r2i, self._server, self.rekey_frames))  # type: ignore[arg-type]
+        self._install(session_id, SessionKeys(i2r.key, r2i.key, self._server, self.rekey_frames))  # type: ignore[arg-type]
 
     def _install(self, session_id: int, keys: SessionKeys) -> None:
         if session_id in self._retired:

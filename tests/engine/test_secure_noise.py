@@ -11,6 +11,7 @@ pytest.importorskip("cryptography")
 
 from conftest import DATA  # noqa: E402
 
+from nbmq.engine import secure  # noqa: E402
 from nbmq.engine.noise import CipherState, HandshakeError, HandshakeState, generate_keypair, public_key  # noqa: E402
 from nbmq.engine.secure import (  # noqa: E402
     SECURE_OVERHEAD,
@@ -76,10 +77,11 @@ def test_a_wrong_server_key_fails_the_handshake_and_a_forgery_leaves_it_open():
         HandshakeState(False, server_sec).read_message(m1[:40])
 
 
+KEY_A, KEY_B = bytes(range(32)), bytes(range(1, 33))
+
+
 def _pair(rekey_frames: int = 1 << 16) -> tuple[SessionKeys, SessionKeys]:
-    a, b = CipherState(bytes(range(32))), CipherState(bytes(range(1, 33)))
-    a2, b2 = CipherState(bytes(range(32))), CipherState(bytes(range(1, 33)))
-    return SessionKeys(a, b, b"k" * 32, rekey_frames), SessionKeys(b2, a2, b"k" * 32, rekey_frames)
+    return SessionKeys(KEY_A, KEY_B, b"k" * 32, rekey_frames), SessionKeys(KEY_B, KEY_A, b"k" * 32, rekey_frames)
 
 
 HEARTBEAT = bytes((1, FrameKind.HEARTBEAT)) + (77).to_bytes(8, "big")
@@ -148,3 +150,45 @@ def test_keys_change_every_rekey_frames_and_both_sides_follow():
     other, _ = _pair(rekey_frames=4)
     with pytest.raises(OpenError):
         bob.open(b"".join([frames[10][:18], other.seal(HEARTBEAT)[18:]]))
+
+
+def _twins() -> list[type]:
+    twins = [secure.FrameCipher]
+    if secure.COMPILED:
+        twins.append(secure._seal.FrameCipher)
+    return twins
+
+
+@pytest.mark.parametrize("frame", [HEARTBEAT, DATA_FRAME, DATA_FRAME[:34], bytes((1, 5)) + bytes(8) + bytes(range(8))])
+@pytest.mark.parametrize("counter", [0, 1, 2**32 + 5, 2**64 - 2])
+def test_both_frame_ciphers_give_the_same_bytes_and_refuse_the_same_frames(frame, counter):
+    sealers = [cls(KEY_A, True) for cls in _twins()]
+    openers = [cls(KEY_A, False) for cls in _twins()]
+    sealed = {s.seal(frame, counter) for s in sealers}
+    assert len(sealed) == 1
+    (one,) = sealed
+    size = 34 if frame[1] == 0 else 10
+    head = one[: size + 8]
+    assert head == bytes((SECURE_VERSION,)) + frame[1:size] + counter.to_bytes(8, "big")
+    # the cryptography package's ChaCha20-Poly1305 under Noise's nonce, header as associated data
+    assert one == head + CipherState(KEY_A).encrypt_at(counter, head, frame[size:])
+    for opener in openers:
+        assert opener.open(one, size) == frame
+        assert opener.open(memoryview(bytearray(one)), size) == frame
+        for offset in (0, 1, size, size + 7, len(one) - 1):
+            bad = bytearray(one)
+            bad[offset] ^= 0x40
+            assert opener.open(bytes(bad), size) is None
+        assert opener.open(one[:-1] + bytes(1), size) is None
+        with pytest.raises(ValueError):
+            opener.open(one[: size + 23], size)
+        with pytest.raises(ValueError):
+            opener.seal(frame, counter)
+    assert all(cls(KEY_B, False).open(one, size) is None for cls in _twins())
+
+
+def test_the_compiled_frame_cipher_runs_when_built():
+    from nbmq import extensions
+
+    if extensions.flag("NBMQ_REQUIRE_EXTENSIONS"):
+        assert secure.COMPILED
