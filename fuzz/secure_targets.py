@@ -10,9 +10,10 @@ datagrams out, events, messages and counters, and these must hold:
 - every datagram is counted: a genuine frame's first delivery is taken, anything else (altered,
   forged, replayed, plain, truncated) adds exactly one to the refusal counters.
 
-Input layout: ``framing.split_operations``; ``op & 3`` the step: 0 a genuine sealed frame from the
-pool (``op >> 2`` picks it), 1 a genuine frame with the body XORed in at offset ``op >> 2``, 2 the
-body as a datagram of its own, 3 the body after a secure header of the session (a forged frame).
+Input layout: ``framing.split_operations``; ``op & 3`` the datagram: 0 a genuine sealed frame from
+the pool (``(op >> 2) & 31`` picks it), 1 a genuine frame with the body XORed in at that offset,
+2 the body as a datagram of its own, 3 the body after a secure header of the session (a forged
+frame). ``op & 0x80`` holds it for a ``receive_datagrams`` batch with the next ones.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import random
 import types
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from .engine_targets import _python_engine, _state
@@ -85,6 +86,7 @@ def _server(python: bool) -> Any:
     server.bind(SERVER)
     if python:
         server._receive_plain = types.MethodType(Socket._receive_unacked, server)
+        server._receive_plain_batch = types.MethodType(Socket._receive_batch_unacked, server)
     return server
 
 
@@ -150,8 +152,11 @@ def secure_frames(data: bytes) -> None:
             engine.receive_datagram(datagram, CLIENT, 0.0)
     now = 0.0
     taken: set[bytes] = set()
-    for step, (op, body) in enumerate(split_operations(data)[:200]):
-        kind, arg = op & 3, op >> 2
+    held: list[bytes] = []  # datagrams held for one receive_datagrams batch
+    expected = 0  # refusals the held datagrams must add
+    steps = split_operations(data)[:200]
+    for step, (op, body) in enumerate(steps):
+        kind, arg = op & 3, (op >> 2) & 31
         if kind == 0:
             datagram = frames[arg % len(frames)]
         elif kind == 1:
@@ -163,33 +168,43 @@ def secure_frames(data: bytes) -> None:
             datagram = body
         else:
             datagram = frames[arg % len(frames)][:18] + body
-        genuine_first = datagram in frames and datagram not in taken
-        now += 0.001
-        states = []
-        for engine, is_python in ((compiled, False), (python, True)):
-            before = _refusals(engine)
-            if is_python:
-                with _python_engine():
-                    engine.receive_datagram(datagram, CLIENT, now)
-                    state = _state(engine, now)
-            else:
-                engine.receive_datagram(datagram, CLIENT, now)
-                state = _state(engine, now)
-            refused = _refusals(engine) - before
-            if refused != (0 if genuine_first else 1):
-                raise Finding(
-                    f"step {step}: {refused} refusals counted for a {'genuine' if genuine_first else 'bad'} datagram"
-                )
-            states.append((state, _recv_all(engine)))
-        check_same(f"step {step}", states[1], states[0])
-        for message in states[0][1]:
-            if message not in _MESSAGES:
-                raise Finding(f"step {step}: a message that was never sent came out: {message!r}")
-        if genuine_first:
+        if datagram in frames and datagram not in taken:
             taken.add(datagram)
+        else:
+            expected += 1
+        held.append(datagram)
+        if op & 0x80 and step + 1 < len(steps):
+            continue  # held: the next steps join the batch
+        now += 0.001
+        _feed_both(compiled, python, held, expected, now, step)
+        held, expected = [], 0
     delivered = compiled.counters.messages_in
     if delivered > len(_MESSAGES):
         raise Finding(f"{delivered} messages delivered from {len(_MESSAGES)} sent")
+
+
+def _feed_both(compiled: Any, python: Any, held: list[bytes], expected: int, now: float, step: int) -> None:
+    """Feed ``held`` to both servers (one datagram: ``receive_datagram``; more: one
+    ``receive_datagrams`` batch), then compare them and check the refusals and messages."""
+    states = []
+    for engine, is_python in ((compiled, False), (python, True)):
+        before = _refusals(engine)
+        with _python_engine() if is_python else nullcontext():
+            if len(held) == 1:
+                engine.receive_datagram(held[0], CLIENT, now)
+            else:
+                lengths = [len(d) for d in held]
+                offsets = [sum(lengths[:i]) for i in range(len(held))]
+                engine.receive_datagrams(memoryview(b"".join(held)), offsets, lengths, [CLIENT] * len(held), now)
+            state = _state(engine, now)
+        refused = _refusals(engine) - before
+        if refused != expected:
+            raise Finding(f"step {step}: {refused} refusals counted for {expected} bad datagrams of {len(held)}")
+        states.append((state, _recv_all(engine)))
+    check_same(f"step {step}", states[1], states[0])
+    for message in states[0][1]:
+        if message not in _MESSAGES:
+            raise Finding(f"step {step}: a message that was never sent came out: {message!r}")
 
 
 def secure_seeds() -> list[bytes]:
@@ -204,4 +219,6 @@ def secure_seeds() -> list[bytes]:
         join_operations([(2, b"\x01\x00" + bytes(8)), (2, b"\x81\x01" + bytes(8) + bytes(96))] + ordered[:2]),
         join_operations([(3, bytes(24)), (3, b"\x00" * 8 + bytes(16))] + ordered[::-1]),  # forged, then reordered
         join_operations([((i << 2) | 1, bytes([1 << (i % 8)])) for i in range(0, 40, 3)]),
+        join_operations([(op | 0x80, body) for op, body in ordered + ordered[:2]] + [(3, bytes(30))]),  # one batch
+        join_operations([((5 << 2) | 1 | 0x80, b"\x04"), (2 | 0x80, b"\x01" + bytes(9))] + ordered),  # mixed batch
     ]

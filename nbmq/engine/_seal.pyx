@@ -161,3 +161,132 @@ cdef class FrameCipher:
             return out
         finally:
             PyBuffer_Release(&view)
+
+
+DEF WINDOW = 2048  # bits of the replay window (nbmq.engine.secure.REPLAY_WINDOW)
+DEF WORDS = WINDOW // 64
+DEF LAST_COUNTER = 0xFFFFFFFFFFFFFFFE  # 2**64 - 1 is REKEY's nonce
+
+
+cdef class SessionKeys:
+    """The transport keys of one secure session, compiled (twin of ``nbmq.engine.secure.SessionKeys``:
+    the same arguments, results and errors; see there). The replay window is a ring of 2048 bits
+    indexed by counter; REKEY goes through ``rekeyed`` (a Python callable, once per 65536 frames)."""
+
+    cdef public object remote_static
+    cdef readonly uint64_t rekey_frames
+    cdef public Py_ssize_t rekeys
+    cdef FrameCipher _send
+    cdef FrameCipher _recv
+    cdef FrameCipher _recv_prev
+    cdef uint64_t _send_counter
+    cdef uint64_t _send_epoch
+    cdef uint64_t _recv_epoch
+    cdef uint64_t _top
+    cdef bint _seen_any
+    cdef uint64_t _bits[WORDS]
+    cdef object _rekeyed
+    cdef object _error
+
+    def __init__(self, send_key, recv_key, remote_static, uint64_t rekey_frames, rekeyed, error):
+        if rekey_frames == 0:
+            raise ValueError("rekey_frames must be > 0, got 0")
+        self.remote_static = remote_static
+        self.rekey_frames = rekey_frames
+        self.rekeys = 0
+        self._send = FrameCipher(send_key, True)
+        self._recv = FrameCipher(recv_key, False)
+        self._recv_prev = None
+        self._send_counter = 0
+        self._send_epoch = 0
+        self._recv_epoch = 0
+        self._top = 0
+        self._seen_any = False
+        memset(self._bits, 0, sizeof(self._bits))
+        self._rekeyed = rekeyed
+        self._error = error
+
+    @property
+    def frames_sealed(self):
+        return self._send_counter
+
+    def seal(self, frame):
+        cdef uint64_t counter = self._send_counter
+        cdef uint64_t epoch
+        if counter > LAST_COUNTER:
+            raise OverflowError("secure session exhausted its frame counter")
+        epoch = counter // self.rekey_frames
+        if epoch != self._send_epoch:
+            self._send = FrameCipher(self._rekeyed(self._send.key), True)
+            self._send_epoch = epoch
+            self.rekeys += 1
+        self._send_counter = counter + 1
+        return self._send.seal(frame, counter)
+
+    cdef bint _fresh(self, uint64_t counter) noexcept:
+        if not self._seen_any or counter > self._top:
+            return True
+        if self._top - counter >= WINDOW:
+            return False
+        cdef uint64_t slot = counter % WINDOW
+        return not (self._bits[slot >> 6] >> (slot & 63)) & 1
+
+    cdef void _take(self, uint64_t counter) noexcept:
+        cdef uint64_t c, slot
+        if not self._seen_any or counter > self._top:
+            if self._seen_any and counter - self._top < WINDOW:
+                c = self._top + 1
+                while c < counter:  # the counters skipped over were never taken
+                    slot = c % WINDOW
+                    self._bits[slot >> 6] &= ~(<uint64_t>1 << (slot & 63))
+                    c += 1
+            else:
+                memset(self._bits, 0, sizeof(self._bits))
+            self._top = counter
+            self._seen_any = True
+        slot = counter % WINDOW
+        self._bits[slot >> 6] |= <uint64_t>1 << (slot & 63)
+
+    def open(self, datagram):
+        cdef Py_buffer view
+        cdef const unsigned char* p
+        cdef Py_ssize_t n, size
+        cdef uint64_t counter, epoch, cur
+        cdef FrameCipher cipher
+        PyObject_GetBuffer(datagram, &view, PyBUF_SIMPLE)
+        try:
+            p = <const unsigned char*>view.buf
+            n = view.len
+            if n > 1 and p[1] == 0:
+                size = DATA_HEADER
+            elif n > 1 and 3 <= p[1] <= 5:
+                size = CONTROL_HEADER
+            else:
+                raise self._error("malformed", "secure frame of an unknown or unsealed kind")
+            if n < size + COUNTER + TAG:
+                raise self._error("malformed", "secure frame truncated")
+            counter = _get_be64(p + size)
+        finally:
+            PyBuffer_Release(&view)
+        if not self._fresh(counter):
+            raise self._error("replay", "secure frame replayed or too old")
+        epoch = counter // self.rekey_frames
+        cur = self._recv_epoch
+        if epoch == cur:
+            cipher = self._recv
+        elif epoch + 1 == cur and self._recv_prev is not None:
+            cipher = self._recv_prev
+        elif epoch == cur + 1:
+            cipher = FrameCipher(self._rekeyed(self._recv.key), False)
+        else:
+            raise self._error("auth", "secure frame counter outside the current keys")
+        plain = cipher.open(datagram, size)
+        if plain is None:
+            raise self._error("auth", "secure frame failed authentication")
+        if epoch == cur + 1:  # the peer moved to the next key: so do we
+            self._recv_prev = self._recv
+            self._recv = cipher
+            self._recv_epoch = epoch
+            self.rekeys += 1
+        self._take(counter)
+        return plain

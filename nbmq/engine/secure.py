@@ -40,6 +40,7 @@ __all__ = [
     "PROLOGUE",
     "ReplayWindow",
     "SessionKeys",
+    "session_keys",
     "OpenError",
     "FrameCipher",
     "COMPILED",
@@ -316,6 +317,16 @@ class SessionKeys:
         return plain  # type: ignore[no-any-return]
 
 
+def session_keys(send_key: bytes, recv_key: bytes, remote_static: bytes, rekey_frames: int = REKEY_FRAMES) -> Any:
+    """A session's keys: the compiled ``nbmq.engine._seal.SessionKeys`` when it is built, else
+    :class:`SessionKeys` (the same arguments, results and errors)."""
+    if _seal is None:
+        return SessionKeys(send_key, recv_key, remote_static, rekey_frames)
+    if rekey_frames <= 0:
+        raise ValueError(f"rekey_frames must be > 0, got {rekey_frames}")
+    return _seal.SessionKeys(send_key, recv_key, remote_static, rekey_frames, _rekeyed, OpenError)
+
+
 class SecureLayer:
     """An engine's secure mode: its static key, the peers' keys it trusts, the handshakes under
     way and the keys of every secure session. The connection layer calls it; it holds no peer
@@ -360,7 +371,7 @@ class SecureLayer:
         self.rekey_frames = REKEY_FRAMES if rekey_frames is None else rekey_frames
         #: session id -> its keys (half-open and connected peers, and peers removed since the
         #: last flush: their last frames, a Disconnected, still go out sealed)
-        self.sessions: dict[int, SessionKeys] = {}
+        self.sessions: dict[int, Any] = {}  # SessionKeys, compiled or not
         self._retired: list[int] = []
         self._dialling: dict[Hashable, HandshakeState] = {}
         self._seen: dict[bytes, None] = {}  # insertion-ordered set of handshake ephemerals
@@ -369,7 +380,8 @@ class SecureLayer:
     @property
     def rekeys(self) -> int:
         """Key changes (REKEY) so far, both directions, every session this layer had."""
-        return self._rekeys_retired + sum(keys.rekeys for keys in self.sessions.values())
+        live: int = sum(keys.rekeys for keys in self.sessions.values())
+        return self._rekeys_retired + live
 
     def connect_payload(self, addr: Hashable) -> bytes:
         """Start a new handshake with the bound socket at ``addr`` (forgetting any earlier one):
@@ -413,7 +425,7 @@ class SecureLayer:
         payload is the session id), and install the session's keys."""
         out = hs.write_message(_COUNTER.pack(session_id))
         i2r, r2i = hs.split()
-        self._install(session_id, SessionKeys(r2i.key, i2r.key, hs.remote_static, self.rekey_frames))  # type: ignore[arg-type]
+        self._install(session_id, session_keys(r2i.key, i2r.key, hs.remote_static, self.rekey_frames))  # type: ignore[arg-type]
         return out
 
     def complete(self, addr: Hashable, session_id: int, payload: bytes | memoryview) -> None:
@@ -433,9 +445,9 @@ class SecureLayer:
         if inner != _COUNTER.pack(session_id):
             raise HandshakeError("session id differs from the handshake's")
         i2r, r2i = hs.split()
-        self._install(session_id, SessionKeys(i2r.key, r2i.key, self._server, self.rekey_frames))  # type: ignore[arg-type]
+        self._install(session_id, session_keys(i2r.key, r2i.key, self._server, self.rekey_frames))  # type: ignore[arg-type]
 
-    def _install(self, session_id: int, keys: SessionKeys) -> None:
+    def _install(self, session_id: int, keys: Any) -> None:
         if session_id in self._retired:
             self._retired.remove(session_id)
         old = self.sessions.get(session_id)
@@ -465,7 +477,7 @@ class SecureLayer:
         count = unsealed = 0
         for data, addr in out:
             if data[0] == VERSION:
-                keys = sessions.get(int.from_bytes(data[2:10], "big"))
+                keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])  # the session id
                 if keys is None:
                     unsealed += 1
                     continue

@@ -264,3 +264,29 @@ def test_secure_options_are_checked_and_fixed():
     engine = Dealer.bound(SERVER, opts)
     with pytest.raises(OptionError, match="secret_key"):
         engine.set_option("secret_key", OTHER_SEC)
+
+
+def test_a_batch_is_taken_as_its_datagrams_one_by_one():
+    wire, server, client = secure_pair()
+    for i in range(3):
+        client.send([b"m%d" % i], wire.now)
+    frames = [bytes(d) for d, _ in client.datagrams_to_send(wire.now)]
+    assert len(frames) == 3
+    flipped = bytearray(frames[1])
+    flipped[-3] ^= 4
+    sid = client.connected_peers[0].session_id
+    plain = codec.encode_control_frame(FrameKind.HEARTBEAT, sid)
+    heartbeat = client._secure.sessions[sid].seal(plain)  # a sealed control frame: the batch's slow path
+    heartbeats = server.counters.heartbeats_in
+    batch = [frames[0], bytes(flipped), heartbeat, frames[1], frames[1], plain, b"", frames[2]]
+    lengths = [len(d) for d in batch]
+    offsets = [sum(lengths[:i]) for i in range(len(batch))]
+    server.receive_datagrams(
+        memoryview(b"".join(batch)), offsets + [-5], lengths + [3], [CLIENT] * (len(batch) + 1), wire.now
+    )
+    assert recv_all(server) == [[b"m0"], [b"m1"], [b"m2"]]
+    c = server.counters
+    assert (c.secure_auth_failed, c.secure_replays, c.secure_downgrades, c.malformed) == (1, 1, 1, 2)
+    assert c.messages_in == 3 and c.data_frames_in == 3 and c.heartbeats_in == heartbeats + 1
+    reasons = [e.reason for e in rejections(server)]
+    assert reasons == [RejectReason.UNAUTHENTICATED] * 3 + [RejectReason.MALFORMED] * 2

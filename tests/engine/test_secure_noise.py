@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -80,16 +81,29 @@ def test_a_wrong_server_key_fails_the_handshake_and_a_forgery_leaves_it_open():
 KEY_A, KEY_B = bytes(range(32)), bytes(range(1, 33))
 
 
-def _pair(rekey_frames: int = 1 << 16) -> tuple[SessionKeys, SessionKeys]:
-    return SessionKeys(KEY_A, KEY_B, b"k" * 32, rekey_frames), SessionKeys(KEY_B, KEY_A, b"k" * 32, rekey_frames)
+def _make(twin: str, send_key: bytes, recv_key: bytes, rekey_frames: int):
+    if twin == "python":
+        return SessionKeys(send_key, recv_key, b"k" * 32, rekey_frames)
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    return secure._seal.SessionKeys(send_key, recv_key, b"k" * 32, rekey_frames, secure._rekeyed, OpenError)
+
+
+@pytest.fixture(params=["python", "compiled"])
+def twin(request):
+    return request.param
+
+
+def _pair(twin: str = "python", rekey_frames: int = 1 << 16):
+    return _make(twin, KEY_A, KEY_B, rekey_frames), _make(twin, KEY_B, KEY_A, rekey_frames)
 
 
 HEARTBEAT = bytes((1, FrameKind.HEARTBEAT)) + (77).to_bytes(8, "big")
 DATA_FRAME = bytes((1, 0)) + (77).to_bytes(8, "big") + bytes(range(24)) + b"chunk"
 
 
-def test_seal_keeps_the_header_readable_and_open_restores_the_frame():
-    alice, bob = _pair()
+def test_seal_keeps_the_header_readable_and_open_restores_the_frame(twin):
+    alice, bob = _pair(twin)
     sealed = alice.seal(DATA_FRAME)
     assert sealed[0] == SECURE_VERSION and sealed[1:34] == DATA_FRAME[1:34]
     assert len(sealed) == len(DATA_FRAME) + SECURE_OVERHEAD
@@ -99,8 +113,8 @@ def test_seal_keeps_the_header_readable_and_open_restores_the_frame():
 
 
 @pytest.mark.parametrize("offset", [0, 1, 5, 20, 34, 41, 44, -1])
-def test_every_flipped_bit_fails_authentication(offset):
-    alice, bob = _pair()
+def test_every_flipped_bit_fails_authentication(offset, twin):
+    alice, bob = _pair(twin)
     sealed = bytearray(alice.seal(DATA_FRAME))
     sealed[offset] ^= 0x10
     with pytest.raises(OpenError) as info:
@@ -109,8 +123,8 @@ def test_every_flipped_bit_fails_authentication(offset):
     assert bob.open(alice.seal(DATA_FRAME)) == DATA_FRAME  # the window did not move for the forgery
 
 
-def test_replays_and_frames_behind_the_window_are_refused():
-    alice, bob = _pair()
+def test_replays_and_frames_behind_the_window_are_refused(twin):
+    alice, bob = _pair(twin)
     frames = [alice.seal(HEARTBEAT) for _ in range(2100)]
     bob.open(frames[5])
     with pytest.raises(OpenError, match="replayed") as info:
@@ -134,8 +148,8 @@ def test_replay_window_slides():
     assert window.fresh(4) and window.fresh(100)
 
 
-def test_keys_change_every_rekey_frames_and_both_sides_follow():
-    alice, bob = _pair(rekey_frames=4)
+def test_keys_change_every_rekey_frames_and_both_sides_follow(twin):
+    alice, bob = _pair(twin, rekey_frames=4)
     frames = [alice.seal(HEARTBEAT) for _ in range(17)]
     assert alice.rekeys == 4
     bob.open(frames[0])
@@ -147,7 +161,7 @@ def test_keys_change_every_rekey_frames_and_both_sides_follow():
         bob.open(frames[16])  # counter 16 is two keys ahead: refused unopened
     assert info.value.reason == "auth"
     # sealed under another key but a valid counter: the tag fails
-    other, _ = _pair(rekey_frames=4)
+    other, _ = _pair(twin, rekey_frames=4)
     with pytest.raises(OpenError):
         bob.open(b"".join([frames[10][:18], other.seal(HEARTBEAT)[18:]]))
 
@@ -192,3 +206,35 @@ def test_the_compiled_frame_cipher_runs_when_built():
 
     if extensions.flag("NBMQ_REQUIRE_EXTENSIONS"):
         assert secure.COMPILED
+
+
+def test_both_session_keys_twins_agree_on_a_hostile_sequence():
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    rng = random.Random(5)
+    pairs = [_pair(t, rekey_frames=16) for t in ("python", "compiled")]
+    sent: list[bytes] = []
+    for step in range(6000):  # past 2048 frames: the compiled window is a ring
+        action = rng.random()
+        if action < 0.5 or not sent:
+            frame = DATA_FRAME if rng.random() < 0.5 else HEARTBEAT
+            sealed = {alice.seal(frame) for alice, _ in pairs}
+            assert len(sealed) == 1, step
+            sent.append(sealed.pop())
+            continue
+        if action < 0.8:  # a recent frame, maybe again (reorder, replay)
+            datagram = sent[-1 - min(len(sent) - 1, int(rng.expovariate(0.05)))]
+        elif action < 0.9:  # an old one, maybe behind the window or two keys back
+            datagram = rng.choice(sent)
+        else:  # an altered one
+            bad = bytearray(rng.choice(sent))
+            bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+            datagram = bytes(bad)
+        results = []
+        for _, bob in pairs:
+            try:
+                results.append(("ok", bob.open(datagram)))
+            except OpenError as exc:
+                results.append((exc.reason, exc.detail))
+        assert results[0] == results[1], step
+    assert pairs[0][1].rekeys == pairs[1][1].rekeys > 10
