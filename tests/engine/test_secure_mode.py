@@ -290,3 +290,27 @@ def test_a_batch_is_taken_as_its_datagrams_one_by_one():
     assert c.messages_in == 3 and c.data_frames_in == 3 and c.heartbeats_in == heartbeats + 1
     reasons = [e.reason for e in rejections(server)]
     assert reasons == [RejectReason.UNAUTHENTICATED] * 3 + [RejectReason.MALFORMED] * 2
+
+
+def test_a_restarted_server_is_found_again_after_the_keepalive():
+    from nbmq.testing import connected_pair
+
+    timers = dict(peer_keepalive=1.0, peer_heartbeat_ivl=0.2, reconnect_wait=0.5)
+    server_opts = SocketOptions(secret_key=SERVER_SEC, **timers)
+    client_opts = SocketOptions(secret_key=CLIENT_SEC, server_public_key=SERVER_PUB, **timers)
+    net, server, client = connected_pair(Dealer(server_opts), Dealer(client_opts), server_addr=SERVER)
+    old = client.engine.connected_peers[0].session_id
+    fresh = Dealer(server_opts)  # the same key, no session: the old session's frames mean nothing
+    fresh.bind(SERVER)
+    restarted = net.replace(server, fresh)
+
+    def again() -> bool:
+        peers = client.engine.connected_peers
+        return restarted.connected and bool(peers) and peers[0].session_id != old
+
+    assert net.run_until(again, 10.0)
+    assert fresh.counters.unknown_session > 0  # heartbeats of the old session, never answered
+    assert client.engine.counters.secure_handshakes == 2 and fresh.counters.secure_handshakes == 1
+    net.send(client, [b"after the restart"])
+    net.step(0.01)
+    assert restarted.recv_all() == [[b"after the restart"]]
