@@ -11,6 +11,7 @@ that both twins give the same bytes and refuse the same frames.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_FromUnsignedLongLong
 from libc.stdint cimport uint64_t
 from libc.string cimport memcpy, memset
 
@@ -91,39 +92,52 @@ cdef class FrameCipher:
             raise RuntimeError("EVP_CipherInit_ex (nonce) failed")
         return 0
 
+    cdef bytes _seal(self, const unsigned char* p, Py_ssize_t n, uint64_t counter):
+        """Seal the plain frame at ``p`` (``n`` bytes, at least its header)."""
+        cdef int outl = 0, finl = 0
+        cdef Py_ssize_t size = DATA_HEADER if p[1] == 0 else CONTROL_HEADER
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, n + COUNTER + TAG)
+        cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+        cdef EVP_CIPHER_CTX* ctx = self._ctx
+        o[0] = SECURE_VERSION
+        memcpy(o + 1, p + 1, size - 1)
+        _put_be64(o + size, counter)
+        self._nonce(counter)
+        if (EVP_CipherUpdate(ctx, NULL, &outl, o, <int>(size + COUNTER)) != 1
+                or EVP_CipherUpdate(ctx, o + size + COUNTER, &outl, p + size, <int>(n - size)) != 1
+                or EVP_CipherFinal_ex(ctx, o + size + COUNTER + outl, &finl) != 1
+                or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, TAG, o + n + COUNTER) != 1):
+            raise RuntimeError("ChaCha20-Poly1305 encryption failed")
+        return out
+
+    cdef object _open(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t size):
+        """The plain frame of the sealed one at ``p`` (``n`` bytes, header ``size``), or None."""
+        cdef int outl = 0, finl = 0
+        cdef Py_ssize_t body = n - size - COUNTER - TAG
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, n - COUNTER - TAG)
+        cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
+        cdef EVP_CIPHER_CTX* ctx = self._ctx
+        o[0] = PLAIN_VERSION
+        memcpy(o + 1, p + 1, size - 1)
+        self._nonce(_get_be64(p + size))
+        if (EVP_CipherUpdate(ctx, NULL, &outl, p, <int>(size + COUNTER)) != 1
+                or EVP_CipherUpdate(ctx, o + size, &outl, p + size + COUNTER, <int>body) != 1
+                or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TAG, <void*>(p + n - TAG)) != 1):
+            raise RuntimeError("ChaCha20-Poly1305 decryption failed")
+        if EVP_CipherFinal_ex(ctx, o + size + outl, &finl) != 1:
+            return None  # the tag did not verify
+        return out
+
     def seal(self, frame, uint64_t counter):
         """The sealed form of a plain frame under ``counter``: bytes, ``len(frame) + 24``."""
         if not self.encrypt:
             raise ValueError("this FrameCipher opens frames")
         cdef Py_buffer view
-        cdef int outl = 0, finl = 0
-        cdef const unsigned char* p
-        cdef unsigned char* o
-        cdef Py_ssize_t n, size
-        cdef EVP_CIPHER_CTX* ctx
-        cdef bytes out
         PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
         try:
-            p = <const unsigned char*>view.buf
-            n = view.len
-            if n < CONTROL_HEADER:
-                raise ValueError("frame shorter than a header")
-            size = DATA_HEADER if p[1] == 0 else CONTROL_HEADER
-            if n < size:
+            if view.len < 2 or view.len < (DATA_HEADER if (<const unsigned char*>view.buf)[1] == 0 else CONTROL_HEADER):
                 raise ValueError("frame shorter than its header")
-            out = PyBytes_FromStringAndSize(NULL, n + COUNTER + TAG)
-            o = <unsigned char*>PyBytes_AS_STRING(out)
-            o[0] = SECURE_VERSION
-            memcpy(o + 1, p + 1, size - 1)
-            _put_be64(o + size, counter)
-            self._nonce(counter)
-            ctx = self._ctx
-            if (EVP_CipherUpdate(ctx, NULL, &outl, o, size + COUNTER) != 1
-                    or EVP_CipherUpdate(ctx, o + size + COUNTER, &outl, p + size, <int>(n - size)) != 1
-                    or EVP_CipherFinal_ex(ctx, o + size + COUNTER + outl, &finl) != 1
-                    or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, TAG, o + n + COUNTER) != 1):
-                raise RuntimeError("ChaCha20-Poly1305 encryption failed")
-            return out
+            return self._seal(<const unsigned char*>view.buf, view.len, counter)
         finally:
             PyBuffer_Release(&view)
 
@@ -133,32 +147,11 @@ cdef class FrameCipher:
         if self.encrypt:
             raise ValueError("this FrameCipher seals frames")
         cdef Py_buffer view
-        cdef int outl = 0, finl = 0
-        cdef const unsigned char* p
-        cdef unsigned char* o
-        cdef Py_ssize_t n, body
-        cdef EVP_CIPHER_CTX* ctx
-        cdef bytes out
         PyObject_GetBuffer(datagram, &view, PyBUF_SIMPLE)
         try:
-            p = <const unsigned char*>view.buf
-            n = view.len
-            if (size != DATA_HEADER and size != CONTROL_HEADER) or n < size + COUNTER + TAG:
+            if (size != DATA_HEADER and size != CONTROL_HEADER) or view.len < size + COUNTER + TAG:
                 raise ValueError("datagram shorter than a sealed frame")
-            body = n - size - COUNTER - TAG
-            out = PyBytes_FromStringAndSize(NULL, n - COUNTER - TAG)
-            o = <unsigned char*>PyBytes_AS_STRING(out)
-            o[0] = PLAIN_VERSION
-            memcpy(o + 1, p + 1, size - 1)
-            self._nonce(_get_be64(p + size))
-            ctx = self._ctx
-            if (EVP_CipherUpdate(ctx, NULL, &outl, p, size + COUNTER) != 1
-                    or EVP_CipherUpdate(ctx, o + size, &outl, p + size + COUNTER, <int>body) != 1
-                    or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TAG, <void*>(p + n - TAG)) != 1):
-                raise RuntimeError("ChaCha20-Poly1305 decryption failed")
-            if EVP_CipherFinal_ex(ctx, o + size + outl, &finl) != 1:
-                return None  # the tag did not verify
-            return out
+            return self._open(<const unsigned char*>view.buf, view.len, size)
         finally:
             PyBuffer_Release(&view)
 
@@ -210,7 +203,7 @@ cdef class SessionKeys:
     def frames_sealed(self):
         return self._send_counter
 
-    def seal(self, frame):
+    cdef bytes _seal_ptr(self, const unsigned char* p, Py_ssize_t n):
         cdef uint64_t counter = self._send_counter
         cdef uint64_t epoch
         if counter > LAST_COUNTER:
@@ -221,7 +214,17 @@ cdef class SessionKeys:
             self._send_epoch = epoch
             self.rekeys += 1
         self._send_counter = counter + 1
-        return self._send.seal(frame, counter)
+        return self._send._seal(p, n, counter)
+
+    def seal(self, frame):
+        cdef Py_buffer view
+        PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+        try:
+            if view.len < 2 or view.len < (DATA_HEADER if (<const unsigned char*>view.buf)[1] == 0 else CONTROL_HEADER):
+                raise ValueError("frame shorter than its header")
+            return self._seal_ptr(<const unsigned char*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
 
     cdef bint _fresh(self, uint64_t counter) noexcept:
         if not self._seen_any or counter > self._top:
@@ -247,46 +250,132 @@ cdef class SessionKeys:
         slot = counter % WINDOW
         self._bits[slot >> 6] |= <uint64_t>1 << (slot & 63)
 
-    def open(self, datagram):
-        cdef Py_buffer view
-        cdef const unsigned char* p
-        cdef Py_ssize_t n, size
-        cdef uint64_t counter, epoch, cur
+    cdef int _prepare(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t* size, uint64_t* counter) noexcept:
+        """0 when the frame at ``p`` may be opened (``size`` and ``counter`` set), else why not:
+        1 an unknown or unsealed kind, 2 truncated, 3 a replay, 4 a counter past the next key."""
+        cdef uint64_t epoch
+        if n > 1 and p[1] == 0:
+            size[0] = DATA_HEADER
+        elif n > 1 and 3 <= p[1] <= 5:
+            size[0] = CONTROL_HEADER
+        else:
+            return 1
+        if n < size[0] + COUNTER + TAG:
+            return 2
+        counter[0] = _get_be64(p + size[0])
+        if not self._fresh(counter[0]):
+            return 3
+        epoch = counter[0] // self.rekey_frames
+        if epoch == self._recv_epoch or epoch == self._recv_epoch + 1:
+            return 0
+        if epoch + 1 == self._recv_epoch and self._recv_prev is not None:
+            return 0
+        return 4
+
+    cdef object _open_ptr(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t size, uint64_t counter):
+        """Decrypt a frame ``_prepare`` let through; the plain frame (the window and keys moved
+        on), or None when the tag failed (nothing changed)."""
+        cdef uint64_t epoch = counter // self.rekey_frames
         cdef FrameCipher cipher
-        PyObject_GetBuffer(datagram, &view, PyBUF_SIMPLE)
-        try:
-            p = <const unsigned char*>view.buf
-            n = view.len
-            if n > 1 and p[1] == 0:
-                size = DATA_HEADER
-            elif n > 1 and 3 <= p[1] <= 5:
-                size = CONTROL_HEADER
-            else:
-                raise self._error("malformed", "secure frame of an unknown or unsealed kind")
-            if n < size + COUNTER + TAG:
-                raise self._error("malformed", "secure frame truncated")
-            counter = _get_be64(p + size)
-        finally:
-            PyBuffer_Release(&view)
-        if not self._fresh(counter):
-            raise self._error("replay", "secure frame replayed or too old")
-        epoch = counter // self.rekey_frames
-        cur = self._recv_epoch
-        if epoch == cur:
+        if epoch == self._recv_epoch:
             cipher = self._recv
-        elif epoch + 1 == cur and self._recv_prev is not None:
-            cipher = self._recv_prev
-        elif epoch == cur + 1:
+        elif epoch == self._recv_epoch + 1:
             cipher = FrameCipher(self._rekeyed(self._recv.key), False)
         else:
-            raise self._error("auth", "secure frame counter outside the current keys")
-        plain = cipher.open(datagram, size)
+            cipher = self._recv_prev
+        plain = cipher._open(p, n, size)
         if plain is None:
-            raise self._error("auth", "secure frame failed authentication")
-        if epoch == cur + 1:  # the peer moved to the next key: so do we
+            return None
+        if epoch == self._recv_epoch + 1:  # the peer moved to the next key: so do we
             self._recv_prev = self._recv
             self._recv = cipher
             self._recv_epoch = epoch
             self.rekeys += 1
         self._take(counter)
         return plain
+
+    def open(self, datagram):
+        cdef Py_buffer view
+        cdef Py_ssize_t size = 0
+        cdef uint64_t counter = 0
+        cdef int why
+        PyObject_GetBuffer(datagram, &view, PyBUF_SIMPLE)
+        try:
+            why = self._prepare(<const unsigned char*>view.buf, view.len, &size, &counter)
+            if why == 0:
+                plain = self._open_ptr(<const unsigned char*>view.buf, view.len, size, counter)
+        finally:
+            PyBuffer_Release(&view)
+        if why == 1:
+            raise self._error("malformed", "secure frame of an unknown or unsealed kind")
+        if why == 2:
+            raise self._error("malformed", "secure frame truncated")
+        if why == 3:
+            raise self._error("replay", "secure frame replayed or too old")
+        if why == 4:
+            raise self._error("auth", "secure frame counter outside the current keys")
+        if plain is None:
+            raise self._error("auth", "secure frame failed authentication")
+        return plain
+
+
+def seal_frames(dict sessions, list out):
+    """Compiled twin of ``nbmq.engine.secure.seal_frames`` (same arguments and result)."""
+    cdef list sealed = []
+    cdef Py_ssize_t count = 0, unsealed = 0
+    cdef Py_buffer view
+    cdef const unsigned char* p
+    for data, addr in out:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            p = <const unsigned char*>view.buf
+            if view.len >= CONTROL_HEADER and p[0] == PLAIN_VERSION:
+                keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + 2)))
+                if keys is None:
+                    unsealed += 1
+                    continue
+                if p[1] == 0 and view.len < DATA_HEADER:
+                    raise ValueError("frame shorter than its header")
+                data = (<SessionKeys?>keys)._seal_ptr(p, view.len)
+                count += 1
+        finally:
+            PyBuffer_Release(&view)
+        sealed.append((data, addr))
+    return sealed, count, unsealed
+
+
+def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, list run, list froms):
+    """Compiled twin of ``nbmq.engine.secure.open_frames`` (same arguments and result)."""
+    cdef Py_buffer view
+    cdef const unsigned char* base
+    cdef const unsigned char* p
+    cdef Py_ssize_t i = start, count, offset, length
+    cdef Py_ssize_t size = 0
+    cdef uint64_t counter = 0
+    count = min(len(offsets), len(lengths), len(addrs))
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        base = <const unsigned char*>view.buf
+        while i < count:
+            try:
+                offset = offsets[i]
+                length = lengths[i]
+            except OverflowError:
+                return i
+            if offset < 0 or length < 0 or offset > view.len or length > view.len - offset:
+                return i
+            p = base + offset
+            if length <= CONTROL_HEADER or p[0] != SECURE_VERSION or p[1] == 1 or p[1] == 2:
+                return i
+            keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + 2)))
+            if keys is None or (<SessionKeys?>keys)._prepare(p, length, &size, &counter) != 0:
+                return i
+            plain = (<SessionKeys>keys)._open_ptr(p, length, size, counter)
+            if plain is None:
+                return i
+            run.append(plain)
+            froms.append(addrs[i])
+            i += 1
+        return i
+    finally:
+        PyBuffer_Release(&view)

@@ -67,7 +67,7 @@ from .cookies import CookieJar
 from .counters import Counters
 from .noise import HandshakeError
 from .peers import Peer, PeerState, addr_text
-from .secure import SECURE_OVERHEAD, SECURE_VERSION, OpenError, SecureLayer
+from .secure import SECURE_OVERHEAD, SECURE_VERSION, OpenError, SecureLayer, active_open_frames
 
 __all__ = ["Connection", "Role"]
 
@@ -388,29 +388,23 @@ class Connection:
         sessions = self._secure.sessions  # type: ignore[union-attr]
         feed = self._receive_secure
         size = len(buffer)
+        count = min(len(offsets), len(lengths), len(addrs))
         run: list[bytes] = []
         froms: list[Hashable] = []
-        for offset, length, addr in zip(offsets, lengths, addrs):
-            if offset < 0 or length < 0 or offset + length > size:
+        i = 0
+        while i < count:
+            if not self._closed:
+                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, run, froms)
                 if run:
                     self._receive_opened(run, froms, now)
+                if i >= count:
+                    return
+            offset, length, addr = offsets[i], lengths[i], addrs[i]
+            if offset < 0 or length < 0 or offset + length > size:
                 self._secure_drop(0, addr, "malformed", "datagram outside the buffer")
-                continue
-            data = buffer[offset : offset + length]
-            if length > _CONTROL_HEADER_SIZE and data[0] == SECURE_VERSION and not self._closed:
-                keys = sessions.get(_unpack_sid(data, 2)[0])
-                if keys is not None and data[1] != _CONNECT and data[1] != _CONNECTED_KIND:
-                    try:
-                        run.append(keys.open(data))
-                        froms.append(addr)
-                        continue
-                    except OpenError:
-                        pass  # counted below, where a single datagram is
-            if run:
-                self._receive_opened(run, froms, now)
-            feed(data, addr, now)
-        if run:
-            self._receive_opened(run, froms, now)
+            else:
+                feed(buffer[offset : offset + length], addr, now)
+            i += 1
 
     def _receive_opened(self, run: list[bytes], froms: list[Hashable], now: float) -> None:
         """Hand opened plain frames to the socket type's batch path, then empty both lists."""

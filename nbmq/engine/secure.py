@@ -23,7 +23,7 @@ secure socket rejects every plain frame (counted as a downgrade). Nothing falls 
 from __future__ import annotations
 
 import struct
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any
 
 from .. import extensions
@@ -41,6 +41,10 @@ __all__ = [
     "ReplayWindow",
     "SessionKeys",
     "session_keys",
+    "seal_frames",
+    "open_frames",
+    "active_seal_frames",
+    "active_open_frames",
     "OpenError",
     "FrameCipher",
     "COMPILED",
@@ -70,6 +74,7 @@ _SECURE_PREFIX = bytes((SECURE_VERSION,))
 _PLAIN_PREFIX = bytes((VERSION,))
 _DATA = FrameKind.DATA
 _CONTROL_KINDS = (FrameKind.DISCONNECTED, FrameKind.HEARTBEAT, FrameKind.ACK)
+_HANDSHAKE_KINDS = (FrameKind.CONNECT, FrameKind.CONNECTED)
 _LAST_COUNTER = (1 << 64) - 2  # 2**64 - 1 is REKEY's nonce
 
 
@@ -327,6 +332,85 @@ def session_keys(send_key: bytes, recv_key: bytes, remote_static: bytes, rekey_f
     return _seal.SessionKeys(send_key, recv_key, remote_static, rekey_frames, _rekeyed, OpenError)
 
 
+def seal_frames(
+    sessions: dict[int, Any], out: list[tuple[Any, Hashable]]
+) -> tuple[list[tuple[Any, Hashable]], int, int]:
+    """Seal every plain frame (version 1) of ``out`` under its session's keys; other datagrams
+    (handshake frames) pass as they are.
+
+    Args:
+        sessions: session id -> :class:`SessionKeys`.
+        out: ``(datagram, addr)`` pairs, as ``datagrams_to_send`` gives them.
+
+    Returns:
+        ``(datagrams, sealed, unsealed)``: the new list to send, how many frames were sealed, and
+        how many were left out because their session has no keys.
+    """
+    sealed: list[tuple[Any, Hashable]] = []
+    count = unsealed = 0
+    for data, addr in out:
+        if len(data) >= CONTROL_HEADER_SIZE and data[0] == VERSION:
+            keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])  # the session id
+            if keys is None:
+                unsealed += 1
+                continue
+            data = keys.seal(data)
+            count += 1
+        sealed.append((data, addr))
+    return sealed, count, unsealed
+
+
+def open_frames(
+    sessions: dict[int, Any],
+    buffer: Any,
+    offsets: Any,
+    lengths: Any,
+    addrs: Any,
+    start: int,
+    run: list[bytes],
+    froms: list[Hashable],
+) -> int:
+    """Open the datagrams of a batch from index ``start`` on while each is a sealed frame (not a
+    handshake) of a session in ``sessions`` that opens; append each plain frame to ``run`` and
+    its address to ``froms``.
+
+    Args:
+        sessions: session id -> :class:`SessionKeys`.
+        buffer, offsets, lengths, addrs: a ``receive_datagrams`` batch (datagram ``i`` is
+            ``buffer[offsets[i] : offsets[i] + lengths[i]]``; the shortest list sets the count).
+        start: the first index to look at.
+
+    Returns:
+        The index of the first datagram not opened (it is left as it was, for the caller's
+        one-by-one path to take and count), or the count when all were.
+    """
+    size = len(buffer)
+    count = min(len(offsets), len(lengths), len(addrs))
+    i = start
+    while i < count:
+        offset, length = offsets[i], lengths[i]
+        if offset < 0 or length < 0 or offset + length > size:
+            return i
+        data = buffer[offset : offset + length]
+        if length <= CONTROL_HEADER_SIZE or data[0] != SECURE_VERSION or data[1] in _HANDSHAKE_KINDS:
+            return i
+        keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])
+        if keys is None:
+            return i
+        try:
+            run.append(keys.open(data))
+        except OpenError:
+            return i
+        froms.append(addrs[i])
+        i += 1
+    return i
+
+
+#: The twins that run: the compiled ones when ``nbmq.engine._seal`` is built.
+active_seal_frames: Any = seal_frames if _seal is None else _seal.seal_frames
+active_open_frames: Any = open_frames if _seal is None else _seal.open_frames
+
+
 class SecureLayer:
     """An engine's secure mode: its static key, the peers' keys it trusts, the handshakes under
     way and the keys of every secure session. The connection layer calls it; it holds no peer
@@ -464,7 +548,7 @@ class SecureLayer:
         """Stop the handshake with ``addr`` (the engine stopped dialling it)."""
         self._dialling.pop(addr, None)
 
-    def seal_all(self, out: Iterable[tuple[Any, Hashable]]) -> tuple[list[tuple[Any, Hashable]], int, int]:
+    def seal_all(self, out: list[tuple[Any, Hashable]]) -> tuple[list[tuple[Any, Hashable]], int, int]:
         """Seal every plain frame of ``out`` under its session's keys (handshake frames pass as
         they are), then drop the keys of retired sessions.
 
@@ -473,17 +557,7 @@ class SecureLayer:
             and how many were dropped because their session has no keys.
         """
         sessions = self.sessions
-        sealed: list[tuple[Any, Hashable]] = []
-        count = unsealed = 0
-        for data, addr in out:
-            if data[0] == VERSION:
-                keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])  # the session id
-                if keys is None:
-                    unsealed += 1
-                    continue
-                data = keys.seal(data)
-                count += 1
-            sealed.append((data, addr))
+        sealed, count, unsealed = active_seal_frames(sessions, out)
         if self._retired:
             for sid in self._retired:
                 keys = sessions.pop(sid, None)

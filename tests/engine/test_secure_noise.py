@@ -238,3 +238,44 @@ def test_both_session_keys_twins_agree_on_a_hostile_sequence():
                 results.append((exc.reason, exc.detail))
         assert results[0] == results[1], step
     assert pairs[0][1].rekeys == pairs[1][1].rekeys > 10
+
+
+def test_both_batch_twins_seal_and_open_alike():
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    sid = 77
+    twins = {
+        "python": (secure.seal_frames, secure.open_frames),
+        "compiled": (secure._seal.seal_frames, secure._seal.open_frames),
+    }
+    results = {}
+    for name, (seal_frames, open_frames) in twins.items():
+        alice, bob = _pair(name)
+        out = [
+            (DATA_FRAME, "b"),
+            (HEARTBEAT, "b"),
+            (b"\x81\x01" + bytes(40), "b"),
+            (DATA_FRAME[:2] + bytes(8) + DATA_FRAME[10:], "c"),
+        ]
+        sealed, count, unsealed = seal_frames({sid: alice}, out)
+        assert (count, unsealed) == (2, 1) and sealed[2][0] == out[2][0]
+        frames = [d for d, _ in sealed]
+        flipped = bytearray(frames[0])
+        flipped[-1] ^= 1
+        batch = [frames[0], frames[0], frames[1], bytes(flipped), frames[2], b"\x81", frames[1]]
+        lengths = [len(d) for d in batch] + [5, 2**40]
+        offsets = [sum(lengths[:i]) for i in range(len(batch))] + [-3, 0]
+        addrs = [("a", i) for i in range(len(lengths))]
+        buffer = memoryview(b"".join(batch))
+        steps = []
+        i = 0
+        for _ in range(20):  # the connection's loop: open a run, skip the first datagram not opened
+            run, froms = [], []
+            i = open_frames({sid: bob}, buffer, offsets, lengths, addrs, i, run, froms)
+            steps.append((i, run, froms))
+            if i >= len(lengths):
+                break
+            i += 1
+        results[name] = (sealed, steps)
+    assert results["python"] == results["compiled"]
+    assert [len(run) for _, run, _ in results["python"][1]] == [1, 1, 0, 0, 0, 0, 0, 0]
