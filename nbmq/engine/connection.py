@@ -35,6 +35,14 @@ Beyond the reference:
   candidates count in ``paths_rejected`` with a ``PathRejected`` event. Threat model: README,
   "Path validation".
 
+Secure mode (``secret_key`` set; ``docs/secure.md``): the handshake above rides in secure
+``Connect``/``Connected`` frames (version byte 0x81) that carry Noise IK's two messages
+(:mod:`nbmq.engine.noise`); the bound side admits the peer exactly as above, after the client's key
+verified and passed ``allowed_public_keys`` (no cookies: the handshake keeps state anyway). Every
+later frame is sealed in :meth:`Connection.datagrams_to_send` and opened before the socket type's
+own receive path sees it (:mod:`nbmq.engine.secure`); plain frames, failed tags, replays and
+unknown sessions are counted and never answered.
+
 All peer-state transitions live in :meth:`Connection._set_state` and :meth:`Connection._remove`.
 """
 
