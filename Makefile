@@ -13,7 +13,7 @@ SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pxd nbmq/*.pyx nbmq/_cython
 
 # Fuzzing (fuzz/, docs/fuzzing.md): every target compares both twins (capture_split: byte
 # ranges against the whole read; engine_twins: the compiled engine against the Python one).
-FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes reassemble_groups engine_twins
+FUZZ_TARGETS ?= parse_frame parse_frames reassembler bqsp_decoder rqueue_decoder capture_twins capture_split ack_hashes reassemble_groups engine_twins secure_frames
 FUZZ_SECONDS ?= 300
 # random-mutation seconds per target on the ASan/UBSan build (make asan; make test runs ASAN_TEST_SECONDS,
 # and replays the grown corpus newest first for at most ASAN_REPLAY_SECONDS a target: its time stays bounded)

@@ -14,7 +14,10 @@ EXTENSIONS = [
     ("nbmq.capture.files._records", ["nbmq/capture/files/_records.pyx"], False),
     ("nbmq.capture.datagrams._decode", ["nbmq/capture/datagrams/_decode.pyx"], False),
     ("nbmq.spark._reassemble", ["nbmq/spark/_reassemble.pyx"], False),
+    ("nbmq.engine._seal", ["nbmq/engine/_seal.pyx"], False),
 ]
+#: C libraries a module links (secure mode's ChaCha20-Poly1305: OpenSSL's libcrypto)
+LIBRARIES = {"nbmq.engine._seal": ["crypto"]}
 
 
 def extensions():
@@ -31,6 +34,7 @@ def extensions():
             name,
             sources,
             include_dirs=[numpy.get_include()],
+            libraries=LIBRARIES.get(name, []),
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
             # NBMQ_OPTIMIZE: the sanitized build (fuzz/asan.py) compiles at -O1, in half the time
             extra_compile_args=[os.environ.get("NBMQ_OPTIMIZE", "-O3")],

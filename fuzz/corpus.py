@@ -14,6 +14,8 @@ Per target (layouts in ``fuzz.framing``):
 - reassemble_groups: frames in fuzz/spark_targets.py's layout (a message whole, with duplicates, losses, hostile sizes).
 - engine_twins: scripts in fuzz/engine_targets.py's layout (peers joining, messages both ways,
   acks, resends, ticks, option changes, leaving) for every socket class and option set.
+- secure_frames: scripts in fuzz/secure_targets.py's layout (every genuine sealed frame, replays,
+  flipped bits, plain and forged frames).
 - capture_twins, capture_split: the head and middle records of every bundled capture (pcap,
   pcapng), and the same datagrams rewritten in other link types, nanosecond and big-endian
   files, a snaplen cut, and IPv6.
@@ -37,6 +39,7 @@ from nbmq.wire import DataFrame
 
 from .engine_targets import engine_seeds
 from .framing import join_operations, join_pieces
+from .secure_targets import secure_seeds
 
 __all__ = ["seeds", "write_seeds", "REGRESSIONS"]
 
@@ -270,6 +273,7 @@ def seeds() -> dict[str, list[bytes]]:
         "ack_hashes": _parse_frames_seeds(grams),  # the same layout (the first byte sets the gap)
         "reassemble_groups": _reassemble_groups_seeds(),
         "engine_twins": engine_seeds(),
+        "secure_frames": secure_seeds(),
     }
 
 

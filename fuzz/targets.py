@@ -25,6 +25,7 @@ TARGETS: dict[str, str] = {
     "ack_hashes": "fuzz.capture_targets:ack_hashes",
     "reassemble_groups": "fuzz.spark_targets:reassemble_groups",
     "engine_twins": "fuzz.engine_targets:engine_twins",
+    "secure_frames": "fuzz.secure_targets:secure_frames",
 }
 
 #: targets whose property fails on main today, with the reason (kept out of DEFAULT)

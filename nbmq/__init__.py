@@ -26,6 +26,7 @@ from .options import SocketOptions
 from .wire import FrameKind
 
 if TYPE_CHECKING:
+    from .engine.noise import generate_keypair
     from .transports import Dealer, Dish, Radio, SafeDealer, Socket
 
 _SOCKETS = ("Socket", "Dealer", "SafeDealer", "Radio", "Dish")
@@ -39,6 +40,11 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module(".aio", __name__)
+    if name == "generate_keypair":  # secure mode's keys (loaded on first use, like the sockets)
+        from .engine.noise import generate_keypair
+
+        globals()[name] = generate_keypair
+        return generate_keypair
     if name in _SOCKETS:
         from . import transports
 
@@ -49,7 +55,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SOCKETS) | {"aio"})
+    return sorted(set(globals()) | set(_SOCKETS) | {"aio", "generate_keypair"})
 
 
 __version__ = "0.3.0"
@@ -67,6 +73,7 @@ __all__ = [
     "Radio",
     "Dish",
     "aio",
+    "generate_keypair",
     "AddressError",
     "CaptureError",
     "NbmqError",

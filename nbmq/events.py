@@ -98,6 +98,9 @@ class RejectReason(Enum):
     #: A valid frame this socket type or role does not take (e.g. data to a Radio,
     #: ``Connected`` to a bound socket, a ``Connect`` refused because the peer table is full).
     UNEXPECTED = "unexpected"
+    #: Secure mode: a plain frame to a secure socket, a sealed frame that failed its tag or
+    #: was replayed, or a handshake that did not verify (a wrong or refused key).
+    UNAUTHENTICATED = "unauthenticated"
 
 
 @dataclass(frozen=True, slots=True)

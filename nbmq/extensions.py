@@ -4,7 +4,8 @@ Every compiled module of nbmq has a Python twin that gives the same results (the
 both): the codec ``nbmq._codec`` (twin ``nbmq._codec_py``), ``nbmq.engine._fast`` (the engine's
 own Python methods), ``nbmq.transports._batch`` (``recvfrom``/``sendto``), the capture walkers
 ``nbmq.capture.files._records`` and ``nbmq.capture.datagrams._decode`` (numpy), and
-``nbmq.spark._reassemble`` (``nbmq.spark._reassemble_py``). :func:`load` is the one place that
+``nbmq.spark._reassemble`` (``nbmq.spark._reassemble_py``), ``nbmq.engine._seal`` (secure mode's
+``FrameCipher``, twin in ``nbmq.engine.secure``). :func:`load` is the one place that
 chooses, for each of them:
 
 - ``NBMQ_NO_EXTENSIONS`` set (to anything but ``""`` or ``"0"``), an interpreter other than

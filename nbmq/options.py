@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from .errors import OptionError
 
-__all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS", "DEFAULTS"]
+__all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS", "DEFAULTS", "FIXED_OPTIONS"]
 
 _U32 = 0xFFFFFFFF
 
@@ -33,8 +33,9 @@ class OptionSpec(NamedTuple):
     """How one option is typed, bounded and documented.
 
     Attributes:
-        kind: ``"count"`` (int), ``"seconds"`` (float), ``"bytes"`` (int) or ``"flag"``
-            (a bool).
+        kind: ``"count"`` (int), ``"seconds"`` (float), ``"bytes"`` (int), ``"flag"``
+            (a bool), ``"key"`` (32 bytes or None) or ``"keys"`` (a frozenset of 32-byte keys, or
+            None).
         default: the default value.
         low: smallest allowed value (inclusive).
         low_open: True when ``low`` itself is not allowed (``> low``).
@@ -44,7 +45,7 @@ class OptionSpec(NamedTuple):
     """
 
     kind: str
-    default: int | float
+    default: int | float | None
     low: int | float
     low_open: bool
     high: int | float | None
@@ -305,20 +306,74 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "seconds close() keeps flushing queued messages (and awaiting SafeDealer acks) before "
         "dropping them; 0 drops at once, inf waits for ever",
     ),
+    "secret_key": OptionSpec(
+        "key",
+        None,
+        0,
+        False,
+        None,
+        "engine",
+        "this socket's 32-byte X25519 secret key (nbmq.generate_keypair()); set, it turns secure "
+        "mode on (Noise IK handshake, every frame encrypted and authenticated); fixed at creation",
+    ),
+    "server_public_key": OptionSpec(
+        "key",
+        None,
+        0,
+        False,
+        None,
+        "engine",
+        "the bound peer's 32-byte public key, pinned: a connecting secure socket talks to no other; fixed at creation",
+    ),
+    "allowed_public_keys": OptionSpec(
+        "keys",
+        None,
+        0,
+        False,
+        None,
+        "engine",
+        "client public keys a bound secure socket accepts (an iterable of 32-byte keys); None "
+        "accepts any client that completes the handshake; fixed at creation",
+    ),
 }
+
+#: Options read once, when the engine is built (secure mode's keys).
+FIXED_OPTIONS = frozenset({"secret_key", "server_public_key", "allowed_public_keys"})
+_KEY_SIZE = 32
 
 #: Every option's default, read off :data:`OPTION_SPECS` (the one place defaults are written):
 #: the engine's queues and the codec's Reassembler take theirs from here.
-DEFAULTS: dict[str, int | float] = {name: spec.default for name, spec in OPTION_SPECS.items()}
+DEFAULTS: dict[str, int | float] = {
+    name: spec.default for name, spec in OPTION_SPECS.items() if spec.default is not None
+}  # (the secure-mode keys default to None: no key, secure mode off)
 
 _INFINITE_OK = {"linger"}
 
 
-def _check(name: str, raw: Any) -> int | float:
+def _check_key(name: str, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) != _KEY_SIZE:
+        raise OptionError(
+            f"{name} must be {_KEY_SIZE} raw bytes (nbmq.generate_keypair()), got {type(raw).__name__}"
+            + (f" of {len(raw)} bytes" if isinstance(raw, (bytes, bytearray, memoryview)) else "")
+        )
+    return bytes(raw)
+
+
+def _check(name: str, raw: Any) -> Any:
     spec = OPTION_SPECS.get(name)
     if spec is None:
         raise OptionError(f"unknown socket option {name!r}")
     value: int | float
+    if spec.kind == "key":
+        return _check_key(name, raw)
+    if spec.kind == "keys":
+        if raw is None:
+            return None
+        if isinstance(raw, (str, bytes, bytearray, memoryview)) or not hasattr(raw, "__iter__"):
+            raise OptionError(f"{name} must be an iterable of {_KEY_SIZE}-byte keys or None, got {type(raw).__name__}")
+        return frozenset(_check_key(name, key) for key in raw)
     if spec.kind == "flag":
         if not isinstance(raw, bool):
             raise OptionError(f"{name} must be True or False, got {raw!r}")
@@ -366,6 +421,11 @@ class SocketOptions:
         gso (bool, True), gro (bool, True), pace_rate (bytes/s per peer, 0 = off), pace_burst
         (bytes, 64 KiB).
 
+    Secure mode (``docs/secure.md``; fixed when the engine is built):
+        secret_key (32 bytes or None: secure mode off), server_public_key (32 bytes or None;
+        a connecting secure socket needs it), allowed_public_keys (iterable of 32-byte keys,
+        stored as a frozenset, or None: any client key). ``repr`` never shows the secret key.
+
     See :data:`OPTION_SPECS` for the bounds and a line on each.
 
     Raises:
@@ -400,8 +460,11 @@ class SocketOptions:
     pace_rate: int
     pace_burst: int
     linger: float
+    secret_key: bytes | None
+    server_public_key: bytes | None
+    allowed_public_keys: frozenset[bytes] | None
 
-    def __init__(self, **options: int | float | bool) -> None:
+    def __init__(self, **options: Any) -> None:
         for name, spec in OPTION_SPECS.items():
             object.__setattr__(self, name, spec.default)
         for name, value in options.items():
@@ -413,7 +476,7 @@ class SocketOptions:
     def __delattr__(self, name: str) -> None:
         raise OptionError(f"socket option {name!r} cannot be deleted")
 
-    def copy(self, **changes: int | float) -> SocketOptions:
+    def copy(self, **changes: Any) -> SocketOptions:
         """A new, independent SocketOptions with these values changed (the changes validated;
         the values copied were validated when they were set)."""
         out = SocketOptions.__new__(SocketOptions)
@@ -423,7 +486,7 @@ class SocketOptions:
             setattr(out, name, value)
         return out
 
-    def as_dict(self) -> dict[str, int | float]:
+    def as_dict(self) -> dict[str, Any]:
         """Every option and its value, in the order of :data:`OPTION_SPECS`."""
         return {name: getattr(self, name) for name in OPTION_SPECS}
 
@@ -436,5 +499,7 @@ class SocketOptions:
 
     def __repr__(self) -> str:
         changed = {name: value for name, value in self.as_dict().items() if value != OPTION_SPECS[name].default}
+        if "secret_key" in changed:
+            changed["secret_key"] = "<secret>"  # a repr ends up in logs
         inner = ", ".join(f"{k}={v!r}" for k, v in changed.items())
         return f"SocketOptions({inner})"

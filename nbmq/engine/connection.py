@@ -35,6 +35,14 @@ Beyond the reference:
   candidates count in ``paths_rejected`` with a ``PathRejected`` event. Threat model: README,
   "Path validation".
 
+Secure mode (``secret_key`` set; ``docs/secure.md``): the handshake above rides in secure
+``Connect``/``Connected`` frames (version byte 0x81) that carry Noise IK's two messages
+(:mod:`nbmq.engine.noise`); the bound side admits the peer exactly as above, after the client's key
+verified and passed ``allowed_public_keys`` (no cookies: the handshake keeps state anyway). Every
+later frame is sealed in :meth:`Connection.datagrams_to_send` and opened before the socket type's
+own receive path sees it (:mod:`nbmq.engine.secure`); plain frames, failed tags, replays and
+unknown sessions are counted and never answered.
+
 All peer-state transitions live in :meth:`Connection._set_state` and :meth:`Connection._remove`.
 """
 
@@ -42,8 +50,10 @@ from __future__ import annotations
 
 import heapq
 import random
+import struct
 from collections import deque
 from collections.abc import Hashable, Mapping
+from itertools import accumulate
 from types import MappingProxyType
 from typing import Any
 
@@ -60,10 +70,12 @@ from ..events import (
     RejectReason,
 )
 from ..options import OPTION_SPECS, SocketOptions
-from ..wire import ControlFrame, DataFrame, FrameKind
+from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
 from .cookies import CookieJar
 from .counters import Counters
+from .noise import HandshakeError
 from .peers import Peer, PeerState, addr_text
+from .secure import SECURE_OVERHEAD, SECURE_VERSION, OpenError, SecureLayer, active_open_frames
 
 __all__ = ["Connection", "Role"]
 
@@ -78,6 +90,10 @@ _DISCONNECTED = FrameKind.DISCONNECTED
 _HEARTBEAT = FrameKind.HEARTBEAT
 _ACK = FrameKind.ACK
 _CONNECT_FRAME = codec.encode_control_frame(FrameKind.CONNECT, 0)
+_CONTROL_HEADER_SIZE = len(_CONNECT_FRAME)
+_unpack_sid = struct.Struct(">Q").unpack_from  # a frame's session id, at offset 2
+_SECURE_CONNECT_HEAD = bytes((SECURE_VERSION,)) + _CONNECT_FRAME[1:]
+_SECURE_CONNECTED_HEAD = bytes((SECURE_VERSION, FrameKind.CONNECTED))
 #: Control frames held for the driver at most; past it they are dropped and counted.
 MAX_CONTROL_QUEUE = 65536
 #: Candidate new addresses held per peer (NAT rebinding); a new one evicts the oldest.
@@ -112,6 +128,14 @@ class Connection:
         options: a :class:`~nbmq.options.SocketOptions` (copied), or None for the defaults.
         rng: a ``random.Random`` for session ids; None uses ``random.SystemRandom()`` (session
             ids are then unpredictable, as they should be on a network).
+
+    Raises:
+        OptionError: ``server_public_key`` or ``allowed_public_keys`` without ``secret_key``.
+        NbmqError: ``secret_key`` set but ``cryptography`` missing (the ``secure`` extra).
+
+    With ``secret_key`` set the engine is in secure mode (``docs/secure.md``,
+    :mod:`nbmq.engine.secure`): the handshake is Noise IK inside secure Connect/Connected frames,
+    every later frame is sealed, and plain frames are refused. Nothing falls back to plain.
     """
 
     def __init__(self, options: SocketOptions | None = None, rng: random.Random | None = None):
@@ -136,6 +160,19 @@ class Connection:
         self._counters = Counters()
         self._ctrl_out = 0
         self._ctrl_bytes = 0
+        self._secure: SecureLayer | None = None
+        self._secure_unopened = 0  # secure datagrams dropped before they were frames
+        opts = self._opts
+        if opts.secret_key is not None:
+            self._secure = SecureLayer(opts.secret_key, opts.server_public_key, opts.allowed_public_keys)
+            # every datagram is opened first; the socket type's own receive path (compiled or
+            # Python) then takes the plain frame
+            self._receive_plain = type(self).receive_datagram.__get__(self)
+            self._receive_plain_batch = type(self).receive_datagrams.__get__(self)
+            self.receive_datagram = self._receive_secure  # type: ignore[method-assign]
+            self.receive_datagrams = self._receive_secure_batch  # type: ignore[method-assign]
+        elif opts.server_public_key is not None or opts.allowed_public_keys is not None:
+            raise OptionError("server_public_key and allowed_public_keys need secret_key (secure mode)")
 
     # ------------------------------------------------------------------ public surface
 
@@ -198,11 +235,16 @@ class Connection:
 
         Dialling an address already dialled does nothing.
 
+        Raises:
+            OptionError: secure mode without ``server_public_key``.
+
         Args:
             remote_addr: where the bound engine is (a ``(host, port)`` tuple for UDP).
             now: seconds (monotonic).
         """
         self._check_open()
+        if self._secure is not None and self._opts.server_public_key is None:
+            raise OptionError("server_public_key is required to connect in secure mode")
         self._now = now
         self._role |= Role.CONNECT
         if remote_addr in self._remotes:
@@ -296,6 +338,156 @@ class Connection:
         for offset, length, addr in zip(offsets, lengths, addrs):
             feed(buffer[offset : offset + length], addr, now)
 
+    # ------------------------------------------------------------------ secure mode
+
+    def _receive_secure(self, data: Any, addr: Hashable, now: float) -> None:
+        """``receive_datagram`` in secure mode: a handshake frame is taken here, a sealed frame
+        is opened and its plain frame handed to the socket type's own receive path; every
+        other datagram is refused and counted (never raises; flush and drain as for
+        :meth:`receive_datagram`)."""
+        n = len(data)
+        first = data[0] if n else -1
+        if first != SECURE_VERSION:
+            if first == VERSION:  # a plain frame to a secure socket: a downgrade, or a plain peer
+                self._secure_drop(n, addr, "secure_downgrades", "plain frame to a secure socket")
+            else:
+                self._receive_plain(data, addr, now)  # counted as malformed there
+            return
+        if self._closed:
+            self._receive_plain(data, addr, now)  # counted, then ignored, as a closed engine does
+            return
+        self._now = now
+        if n < _CONTROL_HEADER_SIZE:
+            self._secure_drop(n, addr, "malformed", "secure frame truncated")
+            return
+        kind = data[1]
+        sid = _unpack_sid(data, 2)[0]
+        if kind == _CONNECT or kind == _CONNECTED_KIND:
+            counters = self._counters
+            counters.datagrams_in += 1
+            counters.bytes_in += n
+            counters.control_frames_in += 1
+            if kind == _CONNECT:
+                self._on_secure_connect(data[_CONTROL_HEADER_SIZE:], addr, now)
+            else:
+                self._on_secure_connected(sid, data[_CONTROL_HEADER_SIZE:], addr, now)
+            return
+        keys = self._secure.sessions.get(sid)  # type: ignore[union-attr]
+        if keys is None:  # no reply: an unauthenticated Disconnected could end any session
+            self._secure_drop(n, addr, "unknown_session", "secure frame of an unknown session")
+            return
+        try:
+            plain = keys.open(data)
+        except OpenError as exc:
+            counter = {"replay": "secure_replays", "auth": "secure_auth_failed"}.get(exc.reason, "malformed")
+            self._secure_drop(n, addr, counter, exc.detail)
+            return
+        self._counters.bytes_in += SECURE_OVERHEAD  # the plain path counts the rest
+        self._receive_plain(plain, addr, now)
+
+    def _receive_secure_batch(
+        self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
+    ) -> None:
+        """``receive_datagrams`` in secure mode: the same as :meth:`_receive_secure` for each
+        datagram in turn. Runs of sealed frames of known sessions are opened here and handed,
+        laid out in one buffer, to the socket type's own batch path (compiled or Python); any
+        other datagram first flushes the run, then goes through :meth:`_receive_secure`, so the
+        order of effects is the datagrams' order."""
+        sessions = self._secure.sessions  # type: ignore[union-attr]
+        feed = self._receive_secure
+        size = len(buffer)
+        count = min(len(offsets), len(lengths), len(addrs))
+        run: list[bytes] = []
+        froms: list[Hashable] = []
+        i = 0
+        while i < count:
+            if not self._closed:
+                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, run, froms)
+                if run:
+                    self._receive_opened(run, froms, now)
+                if i >= count:
+                    return
+            offset, length, addr = offsets[i], lengths[i], addrs[i]
+            if offset < 0 or length < 0 or offset + length > size:
+                self._secure_drop(0, addr, "malformed", "datagram outside the buffer")
+            else:
+                feed(buffer[offset : offset + length], addr, now)
+            i += 1
+
+    def _receive_opened(self, run: list[bytes], froms: list[Hashable], now: float) -> None:
+        """Hand opened plain frames to the socket type's batch path, then empty both lists."""
+        lengths = [len(frame) for frame in run]
+        offsets = list(accumulate(lengths, initial=0))
+        offsets.pop()
+        self._counters.bytes_in += SECURE_OVERHEAD * len(run)  # the batch path counts the rest
+        # the batch paths hand the frames they do not finish to self.receive_datagram: for these
+        # opened frames that must be the plain one, not the secure entry point
+        self.receive_datagram = self._receive_plain  # type: ignore[method-assign]
+        try:
+            self._receive_plain_batch(b"".join(run), offsets, lengths, list(froms), now)
+        finally:
+            self.receive_datagram = self._receive_secure  # type: ignore[method-assign]
+        run.clear()
+        froms.clear()
+
+    def _secure_drop(self, n: int, addr: Hashable, counter: str, detail: str) -> None:
+        counters = self._counters
+        counters.datagrams_in += 1
+        counters.bytes_in += n
+        setattr(counters, counter, getattr(counters, counter) + 1)
+        self._secure_unopened += counter != "malformed"  # (malformed is subtracted already)
+        reason = RejectReason.MALFORMED if counter == "malformed" else RejectReason.UNAUTHENTICATED
+        if counter == "unknown_session":
+            reason = RejectReason.UNKNOWN_SESSION
+        self._emit(FrameRejected(addr, reason, detail))
+
+    def _handshake_refused(self, addr: Hashable, counter: str, detail: str) -> None:
+        counters = self._counters
+        setattr(counters, counter, getattr(counters, counter) + 1)
+        self._emit(FrameRejected(addr, RejectReason.UNAUTHENTICATED, detail))
+
+    def _on_secure_connect(self, payload: Any, addr: Hashable, now: float) -> None:
+        if not self._role & Role.BIND:
+            self._reject(addr, "Connect to a socket that is not bound")
+            return
+        secure = self._secure
+        try:
+            hs = secure.accept(payload)  # type: ignore[union-attr]
+        except HandshakeError as exc:
+            replayed = str(exc).startswith("replayed")
+            self._handshake_refused(addr, "secure_replays" if replayed else "secure_handshakes_failed", str(exc))
+            return
+        old = self._by_addr.get(addr)
+        if old is not None:  # the client starts over (its Connected was lost, or it restarted)
+            keys = secure.sessions.get(old._sid)  # type: ignore[union-attr]
+            if keys is not None and keys.remote_static != hs.remote_static:
+                self._handshake_refused(addr, "secure_handshakes_failed", "another key from a live peer's address")
+                return
+        sid = self._admit(addr, now)
+        if not sid:  # full: no cookies here, the handshake keeps state whatever we do
+            self._counters.connects_refused += 1
+            self._reject(addr, "Connect refused: peer table full")
+            return
+        frame = _SECURE_CONNECTED_HEAD + sid.to_bytes(8, "big") + secure.connected_payload(hs, sid)  # type: ignore[union-attr]
+        self._counters.secure_handshakes += 1
+        self._queue_ctrl(frame, addr)
+
+    def _on_secure_connected(self, sid: int, payload: Any, addr: Hashable, now: float) -> None:
+        remote = self._remotes.get(addr)
+        if remote is None:
+            self._reject(addr, "Connected from an address this socket does not dial")
+            return
+        if remote.peer is not None or sid == 0 or sid in self._peers:
+            self._reject(addr, "Connected while connected, or with an unusable session id")
+            return
+        try:
+            self._secure.complete(addr, sid, payload)  # type: ignore[union-attr]
+        except HandshakeError as exc:
+            self._handshake_refused(addr, "secure_handshakes_failed", str(exc))
+            return
+        self._counters.secure_handshakes += 1
+        self._on_connected(sid, addr, now)
+
     def _malformed(self, addr: Hashable, exc: DecodeError) -> None:
         self._counters.malformed += 1
         self._emit(FrameRejected(addr, RejectReason.MALFORMED, exc.reason))
@@ -353,16 +545,9 @@ class Connection:
         if not self._role & Role.BIND:
             self._reject(addr, "Connect to a socket that is not bound")
             return
-        peer = self._by_addr.get(addr)
-        if peer is not None:  # a lost Connected or a duplicated Connect: same session
-            peer.heard(now)
-            peer.sent(now)
-            self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
-            return
-        if len(self._peers) < self._opts.max_peers:
-            peer = Peer(self._new_session_id(addr), addr, _HALF_OPEN, now, False)
-            self._add(peer)
-            self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, peer._sid), addr)
+        sid = self._admit(addr, now)
+        if sid:
+            self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, sid), addr)
             return
         if not self._half_open:
             self._counters.connects_refused += 1
@@ -379,6 +564,21 @@ class Connection:
             return
         self._counters.cookies_sent += 1
         self._queue_ctrl(codec.encode_control_frame(_CONNECTED_KIND, sid), addr)
+
+    def _admit(self, addr: Hashable, now: float) -> int:
+        """The session a ``Connect`` from ``addr`` gets: the peer's there already (a lost
+        Connected or a duplicated Connect), else a new half-open peer's; 0 when the table is
+        full (the caller decides)."""
+        peer = self._by_addr.get(addr)
+        if peer is not None:
+            peer.heard(now)
+            peer.sent(now)
+            return peer._sid
+        if len(self._peers) < self._opts.max_peers:
+            peer = Peer(self._new_session_id(addr), addr, _HALF_OPEN, now, False)
+            self._add(peer)
+            return peer._sid
+        return 0
 
     def _cookie_peer(self, sid: int, addr: Hashable, now: float) -> Peer | None:
         """The peer a frame with an unknown session creates when ``sid`` is the cookie we sent
@@ -540,6 +740,8 @@ class Connection:
         else:
             self._ring.remove(peer)
             self._emit(PeerDisconnected(peer._sid, peer._addr, reason))
+        if self._secure is not None:
+            self._secure.retire(peer._sid)
         for remote in self._remotes.values():
             if remote.peer is peer:
                 remote.peer = None
@@ -638,9 +840,10 @@ class Connection:
             now: seconds (monotonic); stamps ``last_sent`` of the peers written to.
 
         Returns:
-            A new list of ``(datagram, addr)``. A datagram is ``bytes`` (control frames) or a
-            ``memoryview`` into a message buffer the engine never reuses (data frames); the
-            transport may keep or send it as it likes. Mutates engine state.
+            A new list of ``(datagram, addr)``. A datagram is ``bytes`` (control frames, and
+            every frame in secure mode, sealed here) or a ``memoryview`` into a message buffer
+            the engine never reuses (data frames); the transport may keep or send it as it
+            likes. Mutates engine state.
         """
         self._now = now
         out = self._ctrl
@@ -649,6 +852,11 @@ class Connection:
             self._disc_pending.clear()
         if not self._closed:
             self._take_data(now, out)
+        secure = self._secure
+        if secure is not None and out:
+            out, sealed, unsealed = secure.seal_all(out)
+            self._ctrl_bytes += sealed * SECURE_OVERHEAD
+            self._counters.secure_unsealed += unsealed
         return out
 
     def _queue_ctrl(self, frame: bytes, addr: Hashable) -> None:
@@ -661,7 +869,11 @@ class Connection:
         self._ctrl_bytes += len(frame)
 
     def _send_connect(self, remote: _Remote, now: float) -> None:
-        self._queue_ctrl(_CONNECT_FRAME, remote.addr)
+        secure = self._secure
+        if secure is None:
+            self._queue_ctrl(_CONNECT_FRAME, remote.addr)
+        else:  # a new handshake each time: a fresh ephemeral key
+            self._queue_ctrl(_SECURE_CONNECT_HEAD + secure.connect_payload(remote.addr), remote.addr)
         self._counters.connects_out += 1
         remote.next_connect = now + self._opts.reconnect_wait
 
@@ -708,9 +920,13 @@ class Connection:
 
     def _sync_counters(self) -> None:
         counters = self._counters
+        if self._secure is not None:
+            counters.secure_rekeys = self._secure.rekeys
         counters.datagrams_out = self._ctrl_out
         counters.bytes_out = self._ctrl_bytes
-        counters.data_frames_in = counters.datagrams_in - counters.malformed - counters.control_frames_in
+        counters.data_frames_in = (
+            counters.datagrams_in - counters.malformed - counters.control_frames_in - self._secure_unopened
+        )
 
 
 _parse_frame = codec.parse_frame

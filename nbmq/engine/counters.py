@@ -110,6 +110,19 @@ class Counters:
         cookies_rejected: frames with an unknown session, checked against the cookie while
             cookies were out, that did not verify (forged or stale); also in unknown_session.
 
+    Secure mode (``docs/secure.md``; all 0 with it off):
+        secure_handshakes: Noise handshakes completed (a bound socket counts the Connects it
+            answered, a connecting one the Connected it verified).
+        secure_handshakes_failed: handshake frames that did not verify (a wrong server key, a
+            forged or altered message) or named a client key not allowed.
+        secure_auth_failed: sealed frames whose tag did not verify (altered, forged, or sealed
+            under other keys) or whose counter lay past the next key.
+        secure_replays: sealed frames whose counter was taken before or fell behind the replay
+            window, and Connects whose handshake was seen before.
+        secure_downgrades: plain (version 1) frames to a secure socket, Connect included.
+        secure_unsealed: outbound frames dropped because their session had no keys left.
+        secure_rekeys: key changes after ``REKEY_FRAMES`` frames, both directions.
+
     Drops:
         dropped: messages dropped, by :class:`~nbmq.events.DropReason` (a dict; every reason
             present, 0 when none).
@@ -154,6 +167,13 @@ class Counters:
         "cookies_sent",
         "cookies_accepted",
         "cookies_rejected",
+        "secure_handshakes",
+        "secure_handshakes_failed",
+        "secure_auth_failed",
+        "secure_replays",
+        "secure_downgrades",
+        "secure_unsealed",
+        "secure_rekeys",
         "dropped",
         "paths",
     )
@@ -198,6 +218,13 @@ class Counters:
     cookies_sent: int
     cookies_accepted: int
     cookies_rejected: int
+    secure_handshakes: int
+    secure_handshakes_failed: int
+    secure_auth_failed: int
+    secure_replays: int
+    secure_downgrades: int
+    secure_unsealed: int
+    secure_rekeys: int
 
     @property
     def dropped_total(self) -> int:

@@ -47,9 +47,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import codec, extensions
-from ..errors import DecodeError, InteropError, NotSupported, WouldBlock
+from ..errors import DecodeError, InteropError, NotSupported, OptionError, WouldBlock
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
-from ..options import SocketOptions
+from ..options import FIXED_OPTIONS, SocketOptions
 from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
 from .connection import _CONNECTED, MAX_CONTROL_QUEUE, Connection, Datagram
 from .counters import PathState
@@ -141,8 +141,11 @@ class Socket(Connection):
         it only refuses more until the count falls. Queues nothing.
 
         Raises:
-            OptionError: an unknown name or a bad value (the engine is unchanged).
+            OptionError: an unknown name, a bad value, or a secure-mode key (fixed at creation);
+                the engine is then unchanged.
         """
+        if name in FIXED_OPTIONS:
+            raise OptionError(f"{name} is fixed when the socket is made (pass it to bind or connect)")
         opts = self._opts
         setattr(opts, name, value)
         value = getattr(opts, name)

@@ -16,6 +16,7 @@ import time
 import warnings
 from typing import Any
 
+from ..engine.secure import MAX_SEALED_FRAME_SIZE
 from ..errors import AddressError
 from .address import Address, format_address
 from .batch import BatchIO, batch_io
@@ -89,7 +90,9 @@ class DatagramLink:
         if options is not None and sock.family != socket.AF_UNIX:
             # GRO only when a full coalesced read (64 datagrams) fits under recv_hwm.
             gso, gro = options.gso, options.gro and options.recv_hwm >= 64
-        self.io = batch_io(sock, native=native, gso=gso, gro=gro)
+        # a receive slot holds a whole frame: 500 bytes plain, 524 sealed (secure mode)
+        slot = 512 if options is None or options.secret_key is None else MAX_SEALED_FRAME_SIZE
+        self.io = batch_io(sock, slot=slot, native=native, gso=gso, gro=gro)
         self.pending: list[tuple[Any, Any]] = []
         self.has_pending = False
         self._os_pending = False  # True while the OS refused output (EAGAIN): wait, retry

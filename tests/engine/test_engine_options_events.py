@@ -49,7 +49,7 @@ def test_reference_defaults_and_types():
 
 def test_every_option_is_documented():
     for name, spec in OPTION_SPECS.items():
-        assert spec.doc and spec.kind in ("count", "seconds", "bytes", "flag"), name
+        assert spec.doc and spec.kind in ("count", "seconds", "bytes", "flag", "key", "keys"), name
         assert spec.layer in ("engine", "transport")
         assert name in SocketOptions.__doc__
 

@@ -1,0 +1,170 @@
+"""What secure mode costs: the secure Dealer against the plain one, in the same run, 100 B and 64 KiB.
+
+    python benchmarks/bench_secure.py [--repeat 5] [--duration 1.5] [--sizes 100,65536]
+    python -m pytest benchmarks/bench_secure.py      # pytest-benchmark table (engines alone)
+
+Two measurements, each case interleaved with its plain twin (plain run 1, secure run 1, plain run
+2, ...), medians reported with the ratio secure / plain:
+
+- **UDP over 127.0.0.1**, sender and receiver in separate processes: ``bench_transport.py``'s
+  Dealer case (default ``send()``), the secure one given keys (``secret_key``,
+  ``server_public_key``, ``allowed_public_keys``). Delivered messages per second at the receiver.
+- **Engines alone** (``bench_engine.py --direct``'s loop): each flush fed to the other engine as
+  one ``receive_datagrams`` batch, both engines on one core, CPU time. Here nothing hides the
+  sealing and opening behind a system call, so it is the harder ratio.
+
+The engine path in use (compiled or ``NBMQ_NO_EXTENSIONS=1``'s Python twin) and whether the
+compiled ``FrameCipher`` runs are printed. Importing this module runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing as mp
+import random
+import statistics
+import time
+from typing import Any
+
+import bench_engine  # a sibling: the script's folder is on sys.path, and pytest puts it there
+import bench_transport
+
+SIZES = (100, 65536)
+#: messages per engines-alone round
+BATCH = {100: 5000, 65536: 60}
+
+
+def keys() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(bound side's options, connecting side's options) of a fresh secure pair."""
+    import nbmq
+
+    server_public, server_secret = nbmq.generate_keypair()
+    client_public, client_secret = nbmq.generate_keypair()
+    return (
+        {"secret_key": server_secret, "allowed_public_keys": [client_public]},
+        {"secret_key": client_secret, "server_public_key": server_public},
+    )
+
+
+class _SentOnly:
+    """The sender's pipe end, passing on the sent count alone (``bench_transport``'s sender
+    reports resends beside it when it is given extra options)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def send(self, value: Any) -> None:
+        self.conn.send(value[0] if isinstance(value, tuple) else value)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def udp_case(size: int, duration: float, secure: bool) -> tuple:
+    """One run of Dealer -> Dealer over loopback UDP (separate processes): bench_transport's row
+    (seconds, delivered, sent, kernel drops, our drops)."""
+    server_extra, client_extra = keys() if secure else (None, None)
+    return bench_transport._run(
+        lambda c, deadline: mp.Process(
+            target=bench_transport._nbmq_receiver, args=("Dealer", size, c, deadline, server_extra)
+        ),
+        lambda addr, c: mp.Process(
+            target=bench_transport._nbmq_sender,
+            args=("Dealer", addr, size, duration, False, _SentOnly(c), client_extra),
+        ),
+        duration,
+    )
+
+
+def engine_pair(secure: bool) -> tuple[Any, Any]:
+    """(server, client) Dealer engines, connected on the simulator, options as bench_engine's."""
+    from nbmq.engine import Dealer
+    from nbmq.options import SocketOptions
+    from nbmq.testing import Link, connected_pair
+
+    server_extra, client_extra = keys() if secure else ({}, {})
+    big = dict(send_hwm=10_000, recv_hwm=100_000, max_tick_send=10_000)
+    _, server, client = connected_pair(
+        Dealer(SocketOptions(**big, **server_extra), random.Random(1)),
+        Dealer(SocketOptions(**big, **client_extra)),
+        link=Link(delay=0.0001),
+    )
+    return server.engine, client.engine
+
+
+def engine_rate(size: int, secure: bool, batch: int) -> float:
+    """Messages per second (CPU time) of one round of bench_engine's direct loop."""
+    server, client = engine_pair(secure)
+    message = [bytes(range(256)) * (size // 256) + bytes(size % 256)]
+    bench_engine.run_direct(server, client, message, min(batch, 200))  # warm-up
+    gc.collect()
+    t0 = time.process_time()
+    got = bench_engine.run_direct(server, client, message, batch)
+    return got / (time.process_time() - t0)
+
+
+def _row(name: str, size: int, plain: list[float], secure: list[float], unit: str) -> str:
+    p, s = statistics.median(plain), statistics.median(secure)
+    return f"{name:<14} {size:>7} {unit:<7} {p:>12,.0f} {s:>12,.0f} {s / p:>7.2f}x"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each case (medians)")
+    parser.add_argument("--duration", type=float, default=1.5, help="seconds a UDP run sends")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
+    parser.add_argument("--no-udp", action="store_true", help="engines alone only")
+    args = parser.parse_args(argv)
+    from nbmq import codec
+    from nbmq.engine import secure
+
+    print(
+        f"engine: {'compiled' if codec.COMPILED else 'python'}; FrameCipher: "
+        f"{'compiled (OpenSSL)' if secure.COMPILED else 'python (cryptography)'}; medians of {args.repeat}, interleaved"
+    )
+    print(f"{'case':<14} {'size':>7} {'unit':<7} {'plain':>12} {'secure':>12} {'ratio':>8}")
+    for size in (int(x) for x in args.sizes.split(",")):
+        batch = BATCH.get(size, max(20, 500_000 // max(size, 1)))
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(args.repeat):
+            for on in (False, True):
+                rates[on].append(engine_rate(size, on, batch))
+        print(_row("engines alone", size, rates[False], rates[True], "msg/s"))
+        if args.no_udp:
+            continue
+        runs: dict[bool, list[tuple]] = {False: [], True: []}
+        for _ in range(args.repeat):
+            for on in (False, True):
+                runs[on].append(udp_case(size, args.duration, on))
+        plain, sealed = (bench_transport._summary(runs[on], size) for on in (False, True))
+        rate = {on: [d / span for span, d, *_ in runs[on]] for on in (False, True)}
+        print(_row("UDP loopback", size, rate[False], rate[True], "msg/s"))
+        print(
+            f"{'':<14} {'':>7} delivered/sent plain {plain['ratio']:.3f}, secure {sealed['ratio']:.3f}; "
+            f"kernel drops {plain['kernel']} / {sealed['kernel']}"
+        )
+
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the script mode needs no pytest
+    pytest = None  # type: ignore[assignment]
+
+if pytest is not None:
+
+    @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s}B")
+    @pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
+    def test_secure_dealer_engines(benchmark, size, secure):
+        pytest.importorskip("cryptography")
+        server, client = engine_pair(secure)
+        message = [bytes(size)]
+        batch = BATCH[size]
+        bench_engine.run_direct(server, client, message, min(batch, 200))
+        result = benchmark.pedantic(bench_engine.run_direct, args=(server, client, message, batch), rounds=5)
+        assert result == batch
+        benchmark.extra_info["msgs_per_s"] = round(batch / benchmark.stats.stats.median)
+
+
+if __name__ == "__main__":
+    main()
