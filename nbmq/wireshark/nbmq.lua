@@ -5,11 +5,14 @@
 --                          | part_index u8 | message_size u32 | part_size u32 | chunk_size u16
 --                          | chunk_offset u32 | chunk (chunk_size bytes, at most 466)
 --   ControlFrame (1..5):   version u8 | kind u8 | session_id u64 | payload
+-- Secure mode (docs/secure.md) sets the version byte to 0x81: Connect and Connected carry a Noise
+-- IK handshake message as payload; every other frame keeps its plain header, then a counter u64
+-- and the encrypted chunk or payload with its 16-byte tag. Headers are shown; content is not.
 -- Claiming: with Decode As (udp.port) every datagram is dissected and any frame the codec
 -- rejects gets an expert-info error in the codec's words (nbmq.wire.FRAME_ERROR_REASONS, as
 -- DecodeError prints them: "<reason> (at byte <offset>)"). Without it the heuristic claims
--- datagrams that start with version 1 and a kind 0..5 and hold at least a control header (10
--- bytes): valid frames, and malformed ones worth flagging, so other UDP traffic is left alone.
+-- datagrams that start with version 1 (or 0x81, secure) and a kind 0..5 and hold at least a
+-- control header (10 bytes): valid frames, and malformed ones worth flagging, so other UDP traffic is left alone.
 -- Reassembly: chunks are collected per (sender, session, message id); the frame that completes
 -- a message shows it whole (id, part sizes, parts, a "Reassembled nbmq message" tab) and every
 -- other frame of it links there (nbmq.reassembled_in). A message is complete when the sizes
@@ -24,6 +27,8 @@ local nbmq = Proto("nbmq", "nbmq messaging (UDP)")
 local KINDS = { [0] = "Data", [1] = "Connect", [2] = "Connected", [3] = "Disconnected",
                 [4] = "Heartbeat", [5] = "Ack" }
 local VERSION, DATA_HEADER, CONTROL_HEADER, MAX_FRAME = 1, 34, 10, 500
+local SECURE_VERSION, COUNTER, TAG = 0x81, 8, 16
+local SEAL = COUNTER + TAG  -- bytes a sealed frame adds to its plain frame
 
 local f = {
   version      = ProtoField.uint8("nbmq.version", "Version", base.DEC),
@@ -38,6 +43,11 @@ local f = {
   chunk_offset = ProtoField.uint32("nbmq.chunk_offset", "Chunk offset", base.DEC),
   chunk        = ProtoField.bytes("nbmq.chunk", "Chunk"),
   payload      = ProtoField.bytes("nbmq.payload", "Payload"),
+  secure       = ProtoField.bool("nbmq.secure", "Secure mode (content encrypted)"),
+  counter      = ProtoField.uint64("nbmq.counter", "Frame counter (nonce)", base.DEC),
+  ciphertext   = ProtoField.bytes("nbmq.ciphertext", "Encrypted content"),
+  tag          = ProtoField.bytes("nbmq.tag", "Authentication tag (Poly1305)"),
+  handshake    = ProtoField.bytes("nbmq.handshake", "Noise IK handshake message"),
   ack_hash     = ProtoField.uint64("nbmq.ack_hash", "Acked frame hash (FNV-1a 64)", base.HEX),
   reassembled_in = ProtoField.framenum("nbmq.reassembled_in", "Message reassembled in frame", base.NONE),
   msg_id       = ProtoField.uint64("nbmq.message.id", "Message ID", base.HEX),
@@ -49,10 +59,11 @@ local f = {
 }
 nbmq.fields = f
 
--- One expert field per codec reason (nbmq.wire.FrameError order), plus the short Ack.
+-- One expert field per codec reason (nbmq.wire.FrameError order), plus secure mode's size rule
+-- and the short Ack.
 local REASONS = {
   truncated = "truncated header", version = "wrong version", kind = "unknown kind",
-  too_large = "datagram over 500 bytes", part_count = "part_count is 0",
+  too_large = "datagram over 500 bytes", sealed_too_large = "sealed frame over 524 bytes", part_count = "part_count is 0",
   part_index = "part_index >= part_count", part_size = "part larger than its message",
   chunk_size = "chunk_size disagrees with the bytes present", chunk_bounds = "chunk past its part",
 }
@@ -67,14 +78,19 @@ expert_list[#expert_list + 1] = e_short_ack
 nbmq.experts = expert_list
 
 -- The codec's check_frame (nbmq/_codec_py/frames.py), rule for rule and in the same order:
--- nil when the datagram is a valid frame, else (code, offset of the field at fault).
+-- nil when the datagram is a valid frame, else (code, offset of the field at fault). A secure
+-- frame is checked as its plain frame would be, its counter and tag (SEAL) set aside; a
+-- handshake frame carries no counter or tag.
 local function check(tvb)
   local n = tvb:len()
   if n < 2 then return "truncated", n end
-  if tvb(0, 1):uint() ~= VERSION then return "version", 0 end
+  local version = tvb(0, 1):uint()
+  if version ~= VERSION and version ~= SECURE_VERSION then return "version", 0 end
   local kind = tvb(1, 1):uint()
   if kind > 5 then return "kind", 1 end
-  if n > MAX_FRAME then return "too_large", MAX_FRAME end
+  local seal = (version == SECURE_VERSION and kind ~= 1 and kind ~= 2) and SEAL or 0
+  if n > MAX_FRAME + seal then return seal > 0 and "sealed_too_large" or "too_large", MAX_FRAME + seal end
+  n = n - seal
   if kind == 0 then
     if n < DATA_HEADER then return "truncated", n end
     local part_count, part_index = tvb(18, 1):uint(), tvb(19, 1):uint()
@@ -183,8 +199,10 @@ local function dissect(tvb, pinfo, tree)
   add_if(t, f.kind, tvb, 1, 1)
   add_if(t, f.session_id, tvb, 2, 8)
   local sid = n >= 10 and string.format("0x%s", tvb(2, 8):bytes():tohex():lower()) or "?"
+  local secure = n >= 1 and tvb(0, 1):uint() == SECURE_VERSION
+  if secure then t:add(f.secure, true) end
   if code ~= nil then
-    if kind == 0 and n <= MAX_FRAME then
+    if kind == 0 and n <= MAX_FRAME + SEAL then
       add_if(t, f.message_id, tvb, 10, 8); add_if(t, f.part_count, tvb, 18, 1); add_if(t, f.part_index, tvb, 19, 1)
       add_if(t, f.message_size, tvb, 20, 4); add_if(t, f.part_size, tvb, 24, 4); add_if(t, f.chunk_size, tvb, 28, 2)
       add_if(t, f.chunk_offset, tvb, 30, 4)
@@ -193,6 +211,30 @@ local function dissect(tvb, pinfo, tree)
     local where = at < n and tvb(at) or tvb()
     t:add_tvb_expert_info(experts[code], where, text)
     pinfo.cols.info = string.format("Malformed nbmq %s: %s", KINDS[kind] or "frame", text)
+    return n
+  end
+  if secure then
+    local what = KINDS[kind]
+    if kind == 1 or kind == 2 then
+      if n > CONTROL_HEADER then t:add(f.handshake, tvb(CONTROL_HEADER)) end
+      pinfo.cols.info = string.format("%s (secure handshake) session=%s", what, sid)
+      return n
+    end
+    local head = kind == 0 and DATA_HEADER or CONTROL_HEADER
+    if kind == 0 then
+      t:add(f.message_id, tvb(10, 8)); t:add(f.part_count, tvb(18, 1)); t:add(f.part_index, tvb(19, 1))
+      t:add(f.message_size, tvb(20, 4)); t:add(f.part_size, tvb(24, 4)); t:add(f.chunk_size, tvb(28, 2))
+      t:add(f.chunk_offset, tvb(30, 4))
+    end
+    t:add(f.counter, tvb(head, COUNTER))
+    if n - head - SEAL > 0 then t:add(f.ciphertext, tvb(head + COUNTER, n - head - SEAL)) end
+    t:add(f.tag, tvb(n - TAG, TAG))
+    if kind == 0 then
+      pinfo.cols.info = string.format("Data (encrypted) session=%s message=0x%s part %d/%d offset %d len %d", sid,
+        tvb(10, 8):bytes():tohex():lower(), tvb(19, 1):uint() + 1, tvb(18, 1):uint(), tvb(30, 4):uint(), tvb(28, 2):uint())
+    else
+      pinfo.cols.info = string.format("%s (encrypted) session=%s", what, sid)
+    end
     return n
   end
   if kind == 0 then
@@ -227,7 +269,9 @@ end
 
 local function heuristic(tvb, pinfo, tree)
   local n = tvb:len()
-  if n < CONTROL_HEADER or tvb(0, 1):uint() ~= VERSION or tvb(1, 1):uint() > 5 then return false end
+  if n < CONTROL_HEADER or tvb(1, 1):uint() > 5 then return false end
+  local version = tvb(0, 1):uint()
+  if version ~= VERSION and version ~= SECURE_VERSION then return false end
   dissect(tvb, pinfo, tree)
   pinfo.conversation = nbmq
   return true

@@ -266,3 +266,33 @@ def test_reassembly_matches_the_codec(name, codec):
         n: last for key, numbers in members.items() for last in done.intersection(numbers) for n in numbers if n < last
     }
     assert links == expected_links
+
+
+def test_secure_frames_show_their_headers_and_say_the_content_is_encrypted(tmp_path, codec):
+    """Secure mode's frames (version byte 0x81; docs/secure.md): the handshake's Connect and
+    Connected, a sealed data frame (its plain header, a counter, the encrypted chunk and a tag)
+    and a sealed heartbeat are claimed by the heuristic, show their header fields and counter,
+    are never reassembled, and carry no expert error; a sealed frame over 524 bytes is flagged."""
+    from nbmq.capture import write_pcap
+
+    plain = bytes(codec.shard_message([b"x" * 40], session_id=0x1234, message_id=0xABC).frames()[0])
+    sealed_data = b"\x81" + plain[1:34] + (7).to_bytes(8, "big") + bytes(range(40)) + b"\xee" * 16
+    frames = [
+        b"\x81\x01" + bytes(8) + b"\x11" * 96,  # Connect: Noise IK message 1
+        b"\x81\x02" + (0x1234).to_bytes(8, "big") + b"\x22" * 56,  # Connected: message 2
+        sealed_data,
+        b"\x81\x04" + (0x1234).to_bytes(8, "big") + (8).to_bytes(8, "big") + b"\xee" * 16,  # heartbeat
+        b"\x81\x04" + (0x1234).to_bytes(8, "big") + bytes(515),  # 525 bytes: over a sealed frame's 524
+    ]
+    path = tmp_path / "secure.pcap"
+    write_pcap(path, [(1.0 + i, "10.0.0.1", 40000, "10.0.0.2", 7000, d) for i, d in enumerate(frames)])
+    fields = ["frame.number", "nbmq.secure", "nbmq.kind", "nbmq.session_id", "nbmq.message_id", "nbmq.chunk_size"]
+    fields += ["nbmq.counter", "nbmq.ciphertext", "nbmq.handshake", "nbmq.reassembled_in", "_ws.expert.message"]
+    rows = {int(r[0]): r[1:] for r in tshark(path, fields, args=("-2",))}
+    assert [rows[n][:2] for n in range(1, 6)] == [["1", "1"], ["1", "2"], ["1", "0"], ["1", "4"], ["1", "4"]]
+    assert rows[1][7] == "11" * 96 and rows[2][7] == "22" * 56  # the handshake messages, as bytes
+    assert rows[3][2:7] == ["0x0000000000001234", "0x0000000000000abc", "40", "7", bytes(range(40)).hex()]
+    assert rows[4][5:7] == ["8", ""]  # a heartbeat: its counter, no content
+    assert [rows[n][8] for n in range(1, 6)] == ["", "", "", "", ""]  # never reassembled
+    assert [rows[n][9] for n in range(1, 5)] == ["", "", "", ""]
+    assert rows[5][9] == "sealed frame over 524 bytes (at byte 524)"
