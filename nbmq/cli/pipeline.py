@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MB",
         help="split classic pcap files larger than this into byte ranges (default: one range per core for the "
-        "largest file, at least 64; 0: never)",
+        "largest file, between 64 and 128; 0: never)",
     )
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration (repeatable)"

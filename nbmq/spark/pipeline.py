@@ -109,8 +109,15 @@ SMALL_INPUT_CONF = {
 _MESSAGES_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
+#: The largest byte range one task decodes by default: a frames file holds at most one range's
+#: rows, and the driver's passes read a file per thread, so their memory (and a decoding task's)
+#: stays bounded whatever the capture's size.
+MAX_SPLIT_BYTES = 128 * 1024 * 1024
+
+
 def _split_for(files: Sequence[str], cores: int) -> int:
-    """Split size giving the largest capture one byte range per core (never under 64 MiB).
+    """Split size giving the largest capture one byte range per core, between 64 MiB and
+    :data:`MAX_SPLIT_BYTES` (more ranges than cores past ``cores * MAX_SPLIT_BYTES``).
 
     Each Spark task of the frames job has a fixed cost (a Python runner, its first batch
     decoded before the JVM gets rows), so on 2 cores two ranges of a 442 MB capture read in
@@ -121,7 +128,7 @@ def _split_for(files: Sequence[str], cores: int) -> int:
     from .inputs import file_size, splittable
 
     largest = max((file_size(f) for f in files if splittable(f)), default=0)
-    return max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores)))
+    return min(MAX_SPLIT_BYTES, max(DEFAULT_SPLIT_BYTES, -(-largest // max(1, cores))))
 
 
 def _small_input(files: Sequence[str], split_bytes: int) -> bool:
@@ -303,7 +310,7 @@ def run(
         pcapng: with no ``captures``, also read the bundled ``dealer.pcapng`` (same packets as
             ``dealer.pcap``, so its messages and sessions appear twice under another name).
         split_bytes: byte-range split size for large classic pcap files (default: one range per
-            core for the largest file, at least 64 MiB; see ``_split_for``).
+            core for the largest file, 64 to 128 MiB; see ``_split_for``).
         conf: extra Spark configuration for a new session.
         report: write ``report.html``.
         progress: show progress on stderr (rich).

@@ -90,6 +90,20 @@ def test_pipeline_driver_steps_take_uris(nested, monkeypatch):
     assert has_tcp_traffic(inputs.capture_source(f"{uri}/a/rqueue.pcap"), [6567])
 
 
+def test_default_split_is_a_range_per_core_within_bounds(monkeypatch):
+    """One byte range per core for the largest capture, never under 64 MiB nor over 128 MiB: a
+    capture past cores x 128 MiB gets more ranges, so no frames file (and no driver pass over
+    one) grows with the capture."""
+    from nbmq.spark import pipeline
+
+    sizes = {"small.pcap": 10 << 20, "mid.pcap": 200 << 20, "big.pcap": 2 << 30}
+    monkeypatch.setattr(inputs, "file_size", lambda path: sizes[path])
+    monkeypatch.setattr(inputs, "splittable", lambda path: True)
+    assert pipeline._split_for(["small.pcap"], cores=2) == 64 << 20
+    assert pipeline._split_for(["mid.pcap"], cores=2) == 100 << 20
+    assert pipeline._split_for(["mid.pcap", "big.pcap"], cores=2) == pipeline.MAX_SPLIT_BYTES == 128 << 20
+
+
 def test_capture_names_tell_same_named_files_apart():
     names = inputs.capture_names(["/d/a/x.pcap", "/d/b/x.pcap", "/d/b/y.pcap", "hdfs://nn/d/c/a/x.pcap"])
     assert names == {
