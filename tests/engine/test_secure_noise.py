@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("cryptography")
-
-from conftest import DATA  # noqa: E402
 
 from nbmq.engine import secure  # noqa: E402
 from nbmq.engine.noise import CipherState, HandshakeError, HandshakeState, generate_keypair, public_key  # noqa: E402
@@ -23,6 +22,7 @@ from nbmq.engine.secure import (  # noqa: E402
 )
 from nbmq.wire import FrameKind  # noqa: E402
 
+DATA = Path(__file__).resolve().parents[1] / "data"
 VECTORS = json.loads((DATA / "noise_vectors.json").read_text())["vectors"]
 
 
