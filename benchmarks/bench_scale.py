@@ -24,7 +24,7 @@ per role. The pipeline's own per-step seconds come from its ``summary.json`` (``
 Run (prints a table; ``--json`` also writes the figures)::
 
     python benchmarks/bench_scale.py --datagrams 500000,1000000 --workdir /tmp
-    python benchmarks/bench_scale.py                      # the issue's sizes, ~15 min at low load
+    python benchmarks/bench_scale.py                      # every size with a target, ~15 min at low load
 
 Importing this module runs nothing.
 """

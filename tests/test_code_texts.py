@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("nbmq", "tests", "benchmarks", "fuzz", "examples")
 SUFFIXES = {".py", ".pyx", ".pxi", ".pxd", ".lua", ".js"}
-#: "issue 14", "Issue #3", "issues 11 and 12", and the working branches of past sessions
+#: the word issue (or issues) followed by a number, with or without "#", and the working
+#: branches of past sessions (spelled apart, so this file names none itself)
 HISTORY = re.compile(
     r"\bissues?\s+#?\d+|\b(?:big" r"take|safe" r"compiled|relay" r"50|report" r"fast|find" r"fast|mem" r"safety)\b",
     re.I,

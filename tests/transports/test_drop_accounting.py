@@ -35,7 +35,7 @@ BURSTS, BURST = 20, 2000  # messages of 100 B: one datagram each
 
 
 async def _two_loops(gro: bool, kind: type = aio.Dealer) -> tuple[int, int, int, list, bool]:
-    """The issue's program in one loop: a sender task that floods bursts without yielding
+    """A flooding program in one loop: a sender task that floods bursts without yielding
     (``await send`` returns at once under ``send_hwm``), a receiver task that drains."""
     server = await kind.bind("127.0.0.1:0", rcvbuf=64 << 10, gro=gro, **FAST)
     client = await kind.connect(server.local_address, send_hwm=BURST, **FAST)

@@ -106,7 +106,7 @@ def test_a_draining_receiver_loses_nothing_to_recv_hwm(gro):
             time.sleep(0.01)
             idle_until = time.monotonic() + 0.2
             while time.monotonic() < idle_until:
-                while True:  # drain, then step: the receiver the issue describes
+                while True:  # drain, then step: a receiver that falls behind
                     try:
                         server.recv()
                         delivered += 1

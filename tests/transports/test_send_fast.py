@@ -74,7 +74,7 @@ def test_small_messages_arrive_whole_and_in_order(kind, tmp_path):
 
 @pytest.mark.parametrize("safe", [False, True])
 def test_a_reused_bytearray_sends_what_it_held_at_send(safe, tmp_path):
-    """The issue's user loop: one bytearray stamped with an index and sent, again and again."""
+    """A common user loop: one bytearray stamped with an index and sent, again and again."""
     cls = nt.SafeDealer if safe else nt.Dealer
     with (
         cls.bind(server_address("udp", tmp_path), **FAST) as server,
