@@ -42,9 +42,23 @@ from .schema import messages_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KEY", "build_messages", "reassemble_batches", "addr_port"]
+__all__ = ["KEY", "FRAME_COLUMNS", "build_messages", "reassemble_batches", "addr_port"]
 
 KEY = ["capture", "session_id", "src", "message_id"]
+#: A data frame's columns as reassembly reads them after its peer's (capture, session_id, src):
+#: the columns the stateful streaming step keeps, and the local pass's input after the peer's.
+FRAME_COLUMNS = [
+    "message_id",
+    "dst",
+    "part_count",
+    "part_index",
+    "message_size",
+    "part_size",
+    "chunk_offset",
+    "payload",
+    "ts_ns",
+    "frame_number",
+]
 #: Order of the values in a messages row tuple (:func:`message_row`), the table's columns.
 MESSAGE_ROW_FIELDS = [
     "capture",

@@ -39,7 +39,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .messages import _MAX_U32, _Group, _key_starts, _Output, _u64, addr_port, group_rows, message_row
+from .messages import (
+    _MAX_U32,
+    FRAME_COLUMNS,
+    KEY,
+    _Group,
+    _key_starts,
+    _Output,
+    _u64,
+    addr_port,
+    group_rows,
+    message_row,
+)
 from .schema import messages_schema
 
 if TYPE_CHECKING:
@@ -179,21 +190,7 @@ def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
             c("ts_ns"),
             c("frame_number"),
         ],
-        names=[
-            "capture",
-            "session_id",
-            "src",
-            "message_id",
-            "dst",
-            "part_count",
-            "part_index",
-            "message_size",
-            "part_size",
-            "chunk_offset",
-            "payload",
-            "ts_ns",
-            "frame_number",
-        ],
+        names=[*KEY[:3], *FRAME_COLUMNS],
     )
 
 

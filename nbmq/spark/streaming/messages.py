@@ -51,7 +51,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ...options import DEFAULTS
-from ..messages import MESSAGE_ROW_FIELDS
+from ..messages import FRAME_COLUMNS, MESSAGE_ROW_FIELDS  # frames kept with ids as signed int64
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -67,20 +67,6 @@ __all__ = [
 _TWO64 = 1 << 64
 _DATA_FIELDS = ["part_count", "part_index", "message_size", "part_size", "chunk_offset"]
 _MAX_U32 = 0xFFFFFFFF
-
-#: columns of a frame as the stateful step keeps it (ids as signed int64 two's complement)
-FRAME_COLUMNS = [
-    "message_id",
-    "dst",
-    "part_count",
-    "part_index",
-    "message_size",
-    "part_size",
-    "chunk_offset",
-    "payload",
-    "ts_ns",
-    "frame_number",
-]
 
 
 @dataclass(frozen=True)
