@@ -16,6 +16,7 @@ Importing this module has no side effects.
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import shutil
@@ -25,9 +26,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from nbmq.testing import rqueue_server
+
 TOPIC = b"bench"
 PAYLOAD = 2048  # the seed's cap: topic_len + topic + content
 CONTENT_SIZE = PAYLOAD - 1 - len(TOPIC)
@@ -161,30 +162,6 @@ def run_case(system: str, port: int, subscribers: int, duration: float, window: 
 # -- servers -------------------------------------------------------------------------------------
 
 
-def start_nbmq(no_uvloop: bool = False) -> tuple[subprocess.Popen, int]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    args = [
-        sys.executable,
-        "-m",
-        "nbmq.transports.rqueue_server",
-        "--port",
-        "0",
-        "--stats-interval",
-        "0",
-        "--log-level",
-        "WARNING",
-    ]
-    if no_uvloop:
-        args.append("--no-uvloop")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, env=env)
-    line = proc.stdout.readline().decode()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"rqueue server did not start: {line!r}")
-    return proc, int(line.rsplit(":", 1)[1])
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -271,14 +248,19 @@ def main(argv: list[str] | None = None) -> int:
         print("(redis-server not on PATH or --no-redis: Redis skipped)")
     results: dict[tuple[str, int], dict] = {}
     for system in systems:
-        proc, port = start_redis() if system == "redis" else start_nbmq(args.no_uvloop)
+        if system == "redis":
+            proc, port = start_redis()
+            stop = functools.partial(stop_server, proc)
+        else:
+            server = rqueue_server(*(["--no-uvloop"] if args.no_uvloop else []))
+            port, stop = server.port, server.stop
         try:
             for n in counts:
                 runs = [run_case(system, port, n, args.duration, args.window) for _ in range(args.repeats)]
                 totals = [r["total"] for r in runs]
                 results[(system, n)] = {"total": statistics.median(totals), "runs": totals}
         finally:
-            stop_server(proc)
+            stop()
     header = f"{'server':<7}{'subs':>5}{'msg/s per sub':>16}{'msg/s total':>14}{'MB/s total':>12}{'runs (total msg/s)':>34}{'vs redis':>10}"
     print(header)
     print("-" * len(header))

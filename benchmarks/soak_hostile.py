@@ -27,16 +27,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import resource
-import selectors
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from nbmq.testing import ServerProcess, rqueue_server
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -45,66 +44,7 @@ ATTACK_RATE = 20_000.0  # hostile datagrams/s (--attack-rate)
 BQSP_BUDGET = 256 * MIB  # the BQSP server's max_buffered_total (--bqsp-budget), its default
 
 
-# -- server subprocesses --------------------------------------------------------------------------
-
-
-class Server:
-    """A server subprocess that prints ``listening on HOST:PORT`` once bound."""
-
-    def __init__(self, argv: list[str]) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(
-            [sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT
-        )
-        line = self._readline(20.0)
-        if not line.startswith("listening on "):
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {line!r}")
-        host, port = line.split()[-1].rsplit(":", 1)
-        self.host, self.port = host, int(port)
-        self.start_rss = self.status("VmRSS")
-
-    def _readline(self, timeout: float) -> str:
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        if sel.select(timeout):
-            return self.proc.stdout.readline().decode()
-        return ""
-
-    def status(self, field: str) -> int:
-        """A /proc/PID/status size field, bytes (VmRSS now, VmHWM the peak)."""
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self) -> str:
-        """SIGTERM; returns what the server printed after its listening line."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = self.proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-        return out.decode()
-
-
-def rqueue_server(*flags: str) -> Server:
-    return Server(
-        [
-            "-m",
-            "nbmq.transports.rqueue_server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--stats-interval",
-            "0",
-            "--log-level",
-            "ERROR",
-            *flags,
-        ]
-    )
+# -- server subprocesses (started with nbmq.testing.ServerProcess) ---------------------------------
 
 
 def serve_bqsp_main(max_buffered_total: int) -> None:
@@ -287,7 +227,8 @@ def run_udp(seconds: float, attack, good_first: bool = True) -> dict:
     """The good peer connects before the attack starts (``good_first``) or 0.2 s into it."""
     import threading
 
-    server = Server([__file__, "--serve", "udp"])
+    server = ServerProcess([__file__, "--serve", "udp"], cwd=ROOT)
+    start_rss = server.rss()
     address = f"{server.host}:{server.port}"
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("attack", attack(address, seconds)))
@@ -299,13 +240,13 @@ def run_udp(seconds: float, attack, good_first: bool = True) -> dict:
     time.sleep(0.3)
     peak = server.status("VmHWM")
     drops = kernel_drops(server.port)
-    out = json.loads(server.stop().strip().splitlines()[-1])
+    out = json.loads(server.stop()[1].strip().splitlines()[-1])
     out["counters"]["kernel_rcvbuf_drops"] = drops
     return {
         "sent": sent,
         "delivered": out["good"],
         "peak": peak,
-        "start": server.start_rss,
+        "start": start_rss,
         "attack": result.get("attack"),
         "counters": out["counters"],
     }
@@ -389,7 +330,8 @@ async def _garbage_clients(host: str, port: int, seconds: float, clients: int = 
 
 
 def garbage_rqueue(seconds: float) -> dict:
-    server = rqueue_server()
+    server = rqueue_server(log_level="ERROR")
+    start_rss = server.rss()
 
     async def main() -> tuple[tuple[int, int], int]:
         attack = asyncio.ensure_future(_garbage_clients(server.host, server.port, seconds))
@@ -399,12 +341,13 @@ def garbage_rqueue(seconds: float) -> dict:
     (sent, received), attack = asyncio.run(main())
     peak = server.status("VmHWM")
     server.stop()
-    return {"sent": sent, "delivered": received, "peak": peak, "start": server.start_rss, "attack": attack, "budget": 0}
+    return {"sent": sent, "delivered": received, "peak": peak, "start": start_rss, "attack": attack, "budget": 0}
 
 
 def stalled_rqueue(seconds: float) -> dict:
     read_timeout = max(1.0, seconds / 4)
-    server = rqueue_server("--read-timeout", str(read_timeout), "--max-connections", "2000")
+    server = rqueue_server("--read-timeout", str(read_timeout), "--max-connections", "2000", log_level="ERROR")
+    start_rss = server.rss()
 
     async def main() -> tuple[tuple[int, int], int, int]:
         conns = []
@@ -427,7 +370,7 @@ def stalled_rqueue(seconds: float) -> dict:
         "sent": sent,
         "delivered": received,
         "peak": peak,
-        "start": server.start_rss,
+        "start": start_rss,
         "attack": f"stalled closed {stalled_closed}/500 (read timeout {read_timeout:g} s), idle open {idle_open}/500",
         "budget": 1000 * 2048,
     }
@@ -435,7 +378,8 @@ def stalled_rqueue(seconds: float) -> dict:
 
 def hog_bqsp(seconds: float) -> dict:
     budget = BQSP_BUDGET
-    server = Server([__file__, "--serve", "bqsp", "--max-buffered-total", str(budget)])
+    server = ServerProcess([__file__, "--serve", "bqsp", "--max-buffered-total", str(budget)], cwd=ROOT)
+    start_rss = server.rss()
 
     async def hog(header: bytes, body: int) -> None:
         try:
@@ -483,12 +427,12 @@ def hog_bqsp(seconds: float) -> dict:
 
     (sent, received), rounds = asyncio.run(main())
     peak = server.status("VmHWM")
-    counters = json.loads(server.stop().strip().splitlines()[-1])
+    counters = json.loads(server.stop()[1].strip().splitlines()[-1])
     return {
         "sent": sent,
         "delivered": received,
         "peak": peak,
-        "start": server.start_rss,
+        "start": start_rss,
         "attack": f"{rounds} rounds of 6 x 59 MiB, {counters}",
         "budget": budget,
     }

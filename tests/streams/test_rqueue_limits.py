@@ -8,8 +8,9 @@ import socket
 import time
 
 import pytest
-from streamutil import ServerProcess, run
+from streamutil import run
 
+from nbmq import testing
 from nbmq.streams.rqueue import RqueueClientConnection
 from nbmq.transports.rqueue_aio import RqueueClient
 from nbmq.transports.rqueue_server import build_parser, serve
@@ -155,7 +156,7 @@ def test_command_line_flags() -> None:
         10_000,
         False,
     )
-    server = ServerProcess("--read-timeout", "0.3", "--max-connections", "1")
+    server = testing.rqueue_server("--read-timeout", "0.3", "--max-connections", "1")
     try:
         with socket.create_connection((server.host, server.port), timeout=5) as first:
             first.sendall(b"\x08\x00\x07")  # starts a message and stalls
@@ -167,5 +168,5 @@ def test_command_line_flags() -> None:
                 pass
             assert time.monotonic() - start < 4
     finally:
-        code, err = server.stop()
+        code, _, err = server.stop()
     assert code == 0, err

@@ -9,9 +9,11 @@ import struct
 import subprocess
 
 import pytest
-from streamutil import ServerProcess, run
+from streamutil import run
 
+from nbmq import testing
 from nbmq.streams.rqueue import RqueueClientConnection
+from nbmq.testing import ServerProcess
 from nbmq.transports.rqueue_aio import RqueueClient
 from nbmq.transports.rqueue_server import serve
 
@@ -182,7 +184,7 @@ def test_slow_subscriber_bounded_while_fast_get_everything() -> None:
     """A subscriber that never reads: the server drops its share past --max-buffer, its memory
     stays bounded, and the fast subscribers (paced by the publisher) receive every message."""
     max_buffer = 256 * 1024
-    server = ServerProcess("--max-buffer", str(max_buffer))
+    server = testing.rqueue_server("--max-buffer", str(max_buffer))
     try:
         slow = socket.socket()
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -229,7 +231,7 @@ def test_slow_subscriber_bounded_while_fast_get_everything() -> None:
         assert received % per_message == 0  # whole notifications only
         assert 0 < received // per_message < 16000 // 2
     finally:
-        code, err = server.stop()
+        code, _, err = server.stop()
     assert code == 0, err
     assert "slow consumer" in err
 
@@ -278,7 +280,7 @@ def test_server_cli_rejects_bad_options() -> None:
 def test_logs_and_clean_sigint() -> None:
     import signal
 
-    server = ServerProcess("--log-level", "INFO", "--stats-interval", "0.1", "--threads", "8")
+    server = testing.rqueue_server("--log-level", "INFO", "--stats-interval", "0.1", "--threads", "8")
 
     async def main() -> None:
         client = await RqueueClient.connect(server.host, server.port)
@@ -296,7 +298,7 @@ def test_logs_and_clean_sigint() -> None:
         except subprocess.TimeoutExpired:
             pass
     finally:
-        code, err = server.stop()
+        code, _, err = server.stop()
     assert code == 0, err
     assert "client connected: 127.0.0.1:" in err
     assert "client disconnected: 127.0.0.1:" in err

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from streamutil import ROOT, ServerProcess, run
+from streamutil import ROOT, run
 
+from nbmq import testing
 from nbmq.errors import AccessDenied
 from nbmq.streams.rqueue import AccessRules
 from nbmq.transports.bqsp_client import BqspClient
@@ -114,7 +115,7 @@ def test_mutual_tls_with_access_rules_in_process(pki: dict[str, Path], caplog: p
 def test_rqueue_server_command_serves_tls_and_rules(pki: dict[str, Path]) -> None:
     """``nbmq rqueue-server --tls-cert --acl``, clients proving themselves with tokens: an
     ACL-denied subscription is never served, an allowed one is."""
-    server = ServerProcess("--tls-cert", str(pki["server"]), "--acl", str(pki["acl"]))
+    server = testing.rqueue_server("--tls-cert", str(pki["server"]), "--acl", str(pki["acl"]))
     try:
 
         async def main() -> None:
@@ -135,7 +136,7 @@ def test_rqueue_server_command_serves_tls_and_rules(pki: dict[str, Path]) -> Non
 
         run(main(), timeout=30)
     finally:
-        code, err = server.stop()
+        code, _, err = server.stop()
     assert code == 0, err
 
 

@@ -36,8 +36,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import WouldBlock
-from .events import Event
+from ..errors import WouldBlock
+from ..events import Event
 
 __all__ = ["Link", "Node", "Network", "LivelockError", "connected_pair"]
 
