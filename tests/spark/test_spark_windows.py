@@ -118,4 +118,6 @@ def test_windowed_read_keeps_memory_bounded(tmp_path, window):
     if window:
         assert peak < 24 << 20  # about a window's payload, Arrow copy and mapped pages
     else:
-        assert peak > 58 << 20  # the whole range at once: what the windows avoid
+        # The whole range at once (53 MiB of payload), what the windows avoid; the margin leaves room for
+        # pages the kernel reclaims from the mapped capture under memory pressure.
+        assert peak > 40 << 20
