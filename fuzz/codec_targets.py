@@ -12,7 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from nbmq.errors import DecodeError
-from nbmq.wire import FRAME_ERROR_REASONS, SECURE_OVERHEAD, SECURE_VERSION, VERSION, DataFrame, FrameError, FrameKind
+from nbmq.wire import (
+    FRAME_ERROR_REASONS,
+    SEALED_KINDS,
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
+    VERSION,
+    DataFrame,
+    FrameError,
+)
 
 from .framing import split_operations, split_pieces
 from .twins import Finding, check_same, load_twins, norm, outcome
@@ -65,9 +73,6 @@ def parse_frame(data: bytes) -> None:
                 )
 
 
-_SEALED_KINDS = (FrameKind.DATA, FrameKind.DISCONNECTED, FrameKind.HEARTBEAT, FrameKind.ACK)
-
-
 def as_plain(datagram: bytes) -> tuple[bytes, bool]:
     """The plain datagram ``parse_frames`` checks a secure one as (docs/secure.md): version byte 1
     and, unless it is a handshake frame, the counter and tag's bytes left out (the checks read the
@@ -79,7 +84,7 @@ def as_plain(datagram: bytes) -> tuple[bytes, bool]:
     """
     if len(datagram) < 2 or datagram[0] != SECURE_VERSION:
         return datagram, False
-    sealed = datagram[1] in _SEALED_KINDS
+    sealed = datagram[1] in SEALED_KINDS
     body = datagram[: max(0, len(datagram) - SECURE_OVERHEAD)] if sealed else datagram
     return bytes((VERSION,)) + body[1:] if body else body, sealed
 

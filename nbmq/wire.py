@@ -36,6 +36,7 @@ __all__ = [
     "FNV_OFFSET_BASIS",
     "FNV_PRIME",
     "FrameKind",
+    "SEALED_KINDS",
     "FrameError",
     "FRAME_ERROR_REASONS",
     "FRAME_DTYPE",
@@ -80,6 +81,11 @@ class FrameKind(IntEnum):
     DISCONNECTED = 3
     HEARTBEAT = 4
     ACK = 5
+
+
+#: Kinds whose frames secure mode seals (counter, ciphertext, tag); its Connect and Connected
+#: carry the Noise handshake instead.
+SEALED_KINDS = frozenset((FrameKind.DATA, FrameKind.DISCONNECTED, FrameKind.HEARTBEAT, FrameKind.ACK))
 
 
 class FrameError(IntEnum):

@@ -14,6 +14,7 @@ from ..wire import (
     CONTROL_HEADER_SIZE,
     DATA_HEADER_SIZE,
     FRAME_DTYPE,
+    SEALED_KINDS,
     SECURE_COUNTER_SIZE,
     SECURE_OVERHEAD,
     SECURE_VERSION,
@@ -21,8 +22,6 @@ from ..wire import (
     FrameKind,
 )
 from .frames import check_frame
-
-_HANDSHAKE_KINDS = (FrameKind.CONNECT, FrameKind.CONNECTED)
 
 
 def check_rows(offsets: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +100,7 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
             else:
                 row["session_id"] = fields[2]
                 header = CONTROL_HEADER_SIZE
-            if datagram[0] == SECURE_VERSION and datagram[1] not in _HANDSHAKE_KINDS:
+            if datagram[0] == SECURE_VERSION and datagram[1] in SEALED_KINDS:
                 # a sealed frame: its payload is the ciphertext between the counter and the tag
                 row["payload_offset"] = start + header + SECURE_COUNTER_SIZE
                 row["payload_length"] = length - header - SECURE_OVERHEAD

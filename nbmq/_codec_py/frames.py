@@ -20,6 +20,7 @@ from ..wire import (
     MAX_CHUNK_SIZE,
     MAX_FRAME_SIZE,
     MAX_PARTS,
+    SEALED_KINDS,
     SECURE_OVERHEAD,
     SECURE_VERSION,
     VERSION,
@@ -34,7 +35,6 @@ Buffer = bytes | bytearray | memoryview
 DATA_HEADER = struct.Struct(">BBQQBBIIHI")
 CONTROL_HEADER = struct.Struct(">BBQ")
 _KINDS = tuple(FrameKind)
-_HANDSHAKE_KINDS = (FrameKind.CONNECT, FrameKind.CONNECTED)
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
 
@@ -71,7 +71,7 @@ def check_frame(view: memoryview, sealed: bool = False) -> tuple[FrameError, int
     kind = view[1]
     if kind > FrameKind.ACK:
         return FrameError.KIND, 1, None
-    seal = SECURE_OVERHEAD if version == SECURE_VERSION and kind not in _HANDSHAKE_KINDS else 0
+    seal = SECURE_OVERHEAD if version == SECURE_VERSION and kind in SEALED_KINDS else 0
     if n > MAX_FRAME_SIZE + seal:
         return (FrameError.SEALED_TOO_LARGE if seal else FrameError.TOO_LARGE), MAX_FRAME_SIZE + seal, None
     n -= seal
