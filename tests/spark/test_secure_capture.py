@@ -99,3 +99,30 @@ def test_spark_reassembly_leaves_sealed_frames_out(spark, secure_run):
     frames = spark.read.parquet(str(out / "frames"))
     messages = build_messages_local(frames).toPandas()
     assert SECURE.name not in set(messages["capture"]) and len(messages) > 0
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_streamed_messages_leave_sealed_frames_out(spark, tmp_path):
+    """The streaming reassembly reads the same frames as the batch one: none of secure mode's."""
+    import shutil
+
+    from nbmq.spark.streaming import register
+    from nbmq.spark.streaming.messages import StreamMessageOptions, build_stream_messages
+
+    register(spark)
+    folder = tmp_path / "ring"
+    folder.mkdir()
+    shutil.copy(SECURE, folder / SECURE.name)
+    source = spark.readStream.format("nbmq").option("end_row", "true").load(str(folder))
+    opts = StreamMessageOptions(uncompleted_message_ttl=1.0, watermark="1 second")
+    query = (
+        build_stream_messages(source, opts)
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 0
