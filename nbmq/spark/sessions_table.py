@@ -333,9 +333,7 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
     out = []
     for sid, s in info.items():
         client, server = s["client"], s["server"]
-        row: dict[str, Any] = {
-            c: 0 for c in columns if c.endswith(("_c2s", "_s2c")) or c in ("connects", "connecteds", "sealed_frames")
-        }
+        row = _counts(columns)
         row["secure"] = False  # from its own frames: the Connected and everything after it
         first = []
         last = []
@@ -382,7 +380,7 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
         )
         out.append(row)
     for (client, server), hits in orphans.items():
-        row = {c: 0 for c in columns if c.endswith(("_c2s", "_s2c")) or c in ("connects", "connecteds", "sealed_frames")}
+        row = _counts(columns)
         row["secure"] = (client, server) in secure_pairs
         times = [t for t, _ in hits]
         row.update(
@@ -401,6 +399,11 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
         )
         out.append(row)
     return _finalise(out, columns)
+
+
+def _counts(columns: list[str]) -> dict[str, Any]:
+    """A session row's counters, all 0: the directional ones, connects, connecteds, sealed_frames."""
+    return {c: 0 for c in columns if c.endswith(("_c2s", "_s2c")) or c in ("connects", "connecteds", "sealed_frames")}
 
 
 def _finalise(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbmq.errors import DecodeError
 from fuzz.codec_targets import as_plain
+from nbmq.errors import DecodeError
 from nbmq.wire import FRAME_DTYPE, FRAME_ERROR_REASONS, SECURE_COUNTER_SIZE, SECURE_OVERHEAD, DataFrame, FrameError
 
 HEADER = ("session_id", "message_id", "part_count", "part_index", "message_size", "part_size", "chunk_offset")

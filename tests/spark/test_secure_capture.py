@@ -61,7 +61,9 @@ def secure_run(spark, tmp_path_factory):
     from nbmq.spark.pipeline import run
 
     out = tmp_path_factory.mktemp("secure") / "out"
-    summary = run([str(SECURE), str(CAPTURE_DIR / "dealer.pcap")], out, spark=spark, progress=False, print_summary=False)
+    summary = run(
+        [str(SECURE), str(CAPTURE_DIR / "dealer.pcap")], out, spark=spark, progress=False, print_summary=False
+    )
     return summary, out
 
 
