@@ -5,6 +5,8 @@ secure, its sealed frames are counted and neither reassembled nor called malform
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -46,6 +48,30 @@ def test_sealed_frames_keep_their_clear_headers():
     assert data["part_index"].to_pylist()[3:7] == [0, 0, 0, 1]
     assert len(set(data["message_id"].to_pylist())) == 5
     assert frames["ack_hash"].null_count == 25  # sealed: no Ack can be matched to its frame
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (apt-get install tshark)")
+def test_dissector_shows_the_same_headers_and_ciphertext():
+    """The Lua dissector under tshark and the frames table agree frame by frame: secure, kind,
+    session, message id, chunk size, and the encrypted content (the frames table's payload)."""
+    from nbmq.wireshark import LUA_DIR
+
+    fields = ["nbmq.secure", "nbmq.kind", "nbmq.session_id", "nbmq.message_id", "nbmq.chunk_size", "nbmq.ciphertext"]
+    cmd = ["tshark", "-n", "-2", "-r", str(SECURE), "-X", f"lua_script:{LUA_DIR / 'nbmq.lua'}", "-T", "fields"]
+    proc = subprocess.run(
+        [*cmd, *(a for f in [*fields, "_ws.expert"] for a in ("-e", f))], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
+    lines = [line.split("\t") for line in proc.stdout.splitlines()]
+    frames = _frames()
+    assert len(lines) == frames.num_rows
+    for (secure, kind, sid, mid, chunk, ciphertext, expert), row in zip(lines, frames.to_pylist()):
+        assert secure in ("1", "True") and not expert  # nothing flagged malformed
+        assert (int(kind), int(sid, 16)) == (row["kind"], row["session_id"])
+        if row["kind"] == 0:
+            assert (int(mid, 16), int(chunk)) == (row["message_id"], row["chunk_size"])
+        if row["kind"] not in (1, 2):  # the handshake carries no ciphertext of ours
+            assert bytes.fromhex(ciphertext.replace(":", "")) == row["payload"]
 
 
 def test_sealed_data_frames_are_not_reassembled():
@@ -107,8 +133,6 @@ def test_spark_reassembly_leaves_sealed_frames_out(spark, secure_run):
 @pytest.mark.timeout(600)
 def test_streamed_messages_leave_sealed_frames_out(spark, tmp_path):
     """The streaming reassembly reads the same frames as the batch one: none of secure mode's."""
-    import shutil
-
     from nbmq.spark.streaming import register
     from nbmq.spark.streaming.messages import StreamMessageOptions, build_stream_messages
 
