@@ -12,12 +12,20 @@ from __future__ import annotations
 import numpy as np
 
 from nbmq.errors import DecodeError
-from nbmq.wire import FRAME_ERROR_REASONS, DataFrame
+from nbmq.wire import (
+    FRAME_ERROR_REASONS,
+    SEALED_KINDS,
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
+    VERSION,
+    DataFrame,
+    FrameError,
+)
 
 from .framing import split_operations, split_pieces
 from .twins import Finding, check_same, load_twins, norm, outcome
 
-__all__ = ["parse_frame", "parse_frames", "reassembler", "bqsp_decoder", "rqueue_decoder"]
+__all__ = ["parse_frame", "parse_frames", "reassembler", "bqsp_decoder", "rqueue_decoder", "as_plain"]
 
 PY, C = load_twins()
 TWINS = (PY, C)
@@ -65,11 +73,28 @@ def parse_frame(data: bytes) -> None:
                 )
 
 
+def as_plain(datagram: bytes) -> tuple[bytes, bool]:
+    """The plain datagram ``parse_frames`` checks a secure one as (docs/secure.md): version byte 1
+    and, unless it is a handshake frame, the counter and tag's bytes left out (the checks read the
+    header and the length only, so which 24 bytes go does not matter; the last ones do).
+
+    Returns:
+        ``(plain, sealed)``: ``sealed`` is True when 24 bytes were set aside (then ``parse_frame``'s
+        TOO_LARGE is ``parse_frames``' SEALED_TOO_LARGE).
+    """
+    if len(datagram) < 2 or datagram[0] != SECURE_VERSION:
+        return datagram, False
+    sealed = datagram[1] in SEALED_KINDS
+    body = datagram[: max(0, len(datagram) - SECURE_OVERHEAD)] if sealed else datagram
+    return bytes((VERSION,)) + body[1:] if body else body, sealed
+
+
 def parse_frames(data: bytes) -> None:
     """Datagrams laid out as ``framing.split_pieces``; one buffer, exact rows, then an odd row.
 
     Also checks, on the Python twin, that each row's error code names the reason ``parse_frame``
-    raises for that datagram (the FRAME_DTYPE contract).
+    raises for that datagram, or for a secure one's plain twin (:func:`as_plain`; the FRAME_DTYPE
+    contract).
     """
     grams = split_pieces(data[1:])
     buffer = np.frombuffer(b"".join(grams), np.uint8)
@@ -80,8 +105,11 @@ def parse_frames(data: bytes) -> None:
     if rows[0][0] == "ok":
         table = PY.parse_frames(buffer, offsets, lengths)
         for i, g in enumerate(grams):
-            single = outcome(PY.parse_frame, g)
+            plain, sealed = as_plain(g)
+            single = outcome(PY.parse_frame, plain)
             code = int(table["error"][i])
+            if sealed and code == FrameError.SEALED_TOO_LARGE:
+                code = FrameError.TOO_LARGE
             if (single[0] == "ok") != (code == 0) or (code and single[3] != FRAME_ERROR_REASONS[code]):
                 raise Finding(f"parse_frames row {i} has error {code}, parse_frame gives {single!r}")
     if data[:1] and data[0] & 1 and len(data) >= 9:  # one more row from the last 8 bytes, anywhere

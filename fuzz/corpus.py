@@ -6,11 +6,12 @@ hand-made cases) go into ``fuzz/corpus/<target>/``, which every run also reads.
 
 Per target (layouts in ``fuzz.framing``):
 - parse_frame: datagrams of every kind / part count / size class of the nbmq captures.
-- parse_frames, reassembler: runs of consecutive datagrams; whole messages with their
-  frames added, duplicated, batched, expired and dropped.
+- parse_frames, reassembler: runs of consecutive datagrams (parse_frames: of the secure capture
+  in tests/data too); whole messages with their frames added, duplicated, batched, expired and
+  dropped.
 - bqsp_decoder, rqueue_decoder: each TCP direction of ``examples/streams/*.pcap`` fed segment by
   segment, whole, and in 7-byte feeds.
-- ack_hashes: as parse_frames (SafeDealer data frames and their Acks among them).
+- ack_hashes: as parse_frames (SafeDealer data frames and their Acks among them, sealed ones too).
 - reassemble_groups: frames in fuzz/spark_targets.py's layout (a message whole, with duplicates, losses, hostile sizes).
 - engine_twins: scripts in fuzz/engine_targets.py's layout (peers joining, messages both ways,
   acks, resends, ticks, option changes, leaving) for every socket class and option set.
@@ -46,6 +47,8 @@ __all__ = ["seeds", "write_seeds", "REGRESSIONS"]
 #: committed inputs (findings, hand-made cases), one folder per target
 REGRESSIONS = Path(__file__).parent / "corpus"
 SEED_BYTES = 4096  # libFuzzer's default max_len: seeds fit it
+#: a real capture of secure mode's traffic (tests/data/VECTORS.md)
+SECURE_CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "secure_safe_dealer.pcap"
 
 
 def _datagrams() -> dict[str, list[bytes]]:
@@ -262,15 +265,17 @@ def seeds() -> dict[str, list[bytes]]:
     """Seed inputs per target name, built from the bundled captures."""
     grams = _datagrams()
     captures = _capture_seeds()
+    # secure mode's frames (version 0x81): parse_frames reads their clear headers, parse_frame refuses them
+    sealed = {**grams, SECURE_CAPTURE.name: _payloads(SECURE_CAPTURE)}
     return {
         "parse_frame": _parse_frame_seeds(grams),
-        "parse_frames": _parse_frames_seeds(grams),
+        "parse_frames": _parse_frames_seeds(sealed),
         "reassembler": _reassembler_seeds(grams),
         "bqsp_decoder": _stream_seeds("bqsp"),
         "rqueue_decoder": _stream_seeds("rqueue"),
         "capture_twins": captures,
         "capture_split": captures,
-        "ack_hashes": _parse_frames_seeds(grams),  # the same layout (the first byte sets the gap)
+        "ack_hashes": _parse_frames_seeds(sealed),  # the same layout (the first byte sets the gap)
         "reassemble_groups": _reassemble_groups_seeds(),
         "engine_twins": engine_seeds(),
         "secure_frames": secure_seeds(),

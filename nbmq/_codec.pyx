@@ -14,7 +14,18 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memmove
 
-from nbmq._wire cimport CONTROL_HEADER, DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
+from nbmq._wire cimport (
+    CONTROL_HEADER,
+    DATA_HEADER,
+    FNV_BASIS,
+    MAX_CHUNK,
+    MAX_FRAME,
+    SECURE_COUNTER,
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
+    VERSION,
+    fnv1a64 as _fnv,
+)
 
 import operator
 from collections import deque

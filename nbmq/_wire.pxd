@@ -12,6 +12,9 @@ cdef enum:
     MAX_FRAME = 500         # wire.MAX_FRAME_SIZE
     MAX_CHUNK = 466         # wire.MAX_CHUNK_SIZE: MAX_FRAME - DATA_HEADER
     MAX_PARTS = 255         # wire.MAX_PARTS
+    SECURE_VERSION = 0x81   # wire.SECURE_VERSION
+    SECURE_COUNTER = 8      # wire.SECURE_COUNTER_SIZE
+    SECURE_OVERHEAD = 24    # wire.SECURE_OVERHEAD: counter + Poly1305 tag
 
 cdef extern from *:
     """

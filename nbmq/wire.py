@@ -29,9 +29,14 @@ __all__ = [
     "MAX_CHUNK_SIZE",
     "MAX_PARTS",
     "MAX_MESSAGE_SIZE",
+    "SECURE_VERSION",
+    "SECURE_COUNTER_SIZE",
+    "SECURE_OVERHEAD",
+    "MAX_SEALED_FRAME_SIZE",
     "FNV_OFFSET_BASIS",
     "FNV_PRIME",
     "FrameKind",
+    "SEALED_KINDS",
     "FrameError",
     "FRAME_ERROR_REASONS",
     "FRAME_DTYPE",
@@ -57,6 +62,14 @@ MAX_PARTS = 255  # part_count is a u8 (the reference's "256 parts" message is of
 MAX_MESSAGE_SIZE = 0xFFFFFFFF  # message_size is a u32
 FNV_OFFSET_BASIS = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
+#: Secure mode's version byte (docs/secure.md): the high bit marks it, the low bits are VERSION.
+#: Connect and Connected carry a Noise handshake message as their payload; every other sealed
+#: frame is its plain header, a u64 counter, the encrypted chunk or payload and a 16-byte tag.
+SECURE_VERSION = 0x80 | VERSION
+SECURE_COUNTER_SIZE = 8
+#: Bytes sealing adds to a plain frame: the counter and the Poly1305 tag.
+SECURE_OVERHEAD = SECURE_COUNTER_SIZE + 16
+MAX_SEALED_FRAME_SIZE = MAX_FRAME_SIZE + SECURE_OVERHEAD  # 524
 
 
 class FrameKind(IntEnum):
@@ -68,6 +81,11 @@ class FrameKind(IntEnum):
     DISCONNECTED = 3
     HEARTBEAT = 4
     ACK = 5
+
+
+#: Kinds whose frames secure mode seals (counter, ciphertext, tag); its Connect and Connected
+#: carry the Noise handshake instead.
+SEALED_KINDS = frozenset((FrameKind.DATA, FrameKind.DISCONNECTED, FrameKind.HEARTBEAT, FrameKind.ACK))
 
 
 class FrameError(IntEnum):
@@ -88,6 +106,7 @@ class FrameError(IntEnum):
     CHUNK_SIZE = 8
     CHUNK_BOUNDS = 9
     OUT_OF_BUFFER = 10
+    SEALED_TOO_LARGE = 11
 
 
 FRAME_ERROR_REASONS: dict[int, str] = {
@@ -102,6 +121,7 @@ FRAME_ERROR_REASONS: dict[int, str] = {
     FrameError.CHUNK_SIZE: "chunk_size disagrees with the bytes present",
     FrameError.CHUNK_BOUNDS: "chunk past its part",
     FrameError.OUT_OF_BUFFER: "datagram outside the buffer",
+    FrameError.SEALED_TOO_LARGE: "sealed frame over 524 bytes",
 }
 
 #: One row per datagram from ``parse_frames``: every header field, where the payload (chunk of a

@@ -287,3 +287,13 @@ def test_decode_damaged_capture_is_counted_not_raised(tmp_path: Path) -> None:
     messages = int(line.split("rqueue (TCP port 6567): ")[1].split(" messages")[0])
     assert 0 < messages < _manifest_rqueue_messages()
     assert "damaged records" in line or " 0 error rows" not in line
+
+
+def test_decode_counts_secure_frames_as_decoded(codec) -> None:
+    """Secure mode's capture: every frame decodes (headers in clear), none is malformed."""
+    secure = Path(__file__).resolve().parent / "data" / "secure_safe_dealer.pcap"
+    result = _nbmq("decode", str(secure), pure_python=codec.__name__ == "nbmq._codec_py")
+    assert result.returncode == 0, result.stderr
+    assert f"{secure}: 25 datagrams, 0 malformed, 25 secure; data 8, " in result.stdout
+    plain = _nbmq("decode", str(CAPTURE_DIR / "dealer.pcap"))
+    assert " secure" not in plain.stdout

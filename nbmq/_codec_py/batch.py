@@ -10,7 +10,17 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..wire import CONTROL_HEADER_SIZE, DATA_HEADER_SIZE, FRAME_DTYPE, FrameError, FrameKind
+from ..wire import (
+    CONTROL_HEADER_SIZE,
+    DATA_HEADER_SIZE,
+    FRAME_DTYPE,
+    SEALED_KINDS,
+    SECURE_COUNTER_SIZE,
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
+    FrameError,
+    FrameKind,
+)
 from .frames import check_frame
 
 
@@ -46,6 +56,13 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
         :class:`~nbmq.wire.FrameError` code, the same rule ``parse_frame`` raises for. Fields
         never reached are 0. A row outside ``buffer`` gets ``OUT_OF_BUFFER``.
 
+        Secure mode's frames (``version`` 0x81, docs/secure.md) decode too, since their
+        headers are in clear (``parse_frame`` refuses them): a sealed frame's fields are its
+        plain header's, its payload is the ciphertext between the u64 counter and the 16-byte
+        tag (``payload_length`` = length - header - 24), and over 524 bytes it is
+        ``SEALED_TOO_LARGE``; a secure Connect or Connected decodes as a plain control frame
+        (its payload is the Noise handshake message).
+
     Raises:
         ValueError: ``offsets`` and ``lengths`` differ in shape or are not 1-D.
         TypeError: ``offsets`` or ``lengths`` is not an integer array (an empty one may be of
@@ -61,7 +78,7 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
             row["error"] = FrameError.OUT_OF_BUFFER
             continue
         datagram = view[start : start + length]
-        code, _, fields = check_frame(datagram)
+        code, _, fields = check_frame(datagram, sealed=True)
         if length >= 2:
             row["version"] = datagram[0]
             row["kind"] = datagram[1]
@@ -83,7 +100,12 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
             else:
                 row["session_id"] = fields[2]
                 header = CONTROL_HEADER_SIZE
-            row["payload_offset"] = start + header
-            row["payload_length"] = length - header
+            if datagram[0] == SECURE_VERSION and datagram[1] in SEALED_KINDS:
+                # a sealed frame: its payload is the ciphertext between the counter and the tag
+                row["payload_offset"] = start + header + SECURE_COUNTER_SIZE
+                row["payload_length"] = length - header - SECURE_OVERHEAD
+            else:
+                row["payload_offset"] = start + header
+                row["payload_length"] = length - header
         row["error"] = code
     return out

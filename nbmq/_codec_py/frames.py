@@ -20,6 +20,9 @@ from ..wire import (
     MAX_CHUNK_SIZE,
     MAX_FRAME_SIZE,
     MAX_PARTS,
+    SEALED_KINDS,
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
     VERSION,
     ControlFrame,
     DataFrame,
@@ -41,9 +44,18 @@ def _fail(code: FrameError, offset: int) -> DecodeError:
     return cls(offset, FRAME_ERROR_REASONS[code])
 
 
-def check_frame(view: memoryview) -> tuple[FrameError, int, tuple[int, ...] | None]:
+def check_frame(view: memoryview, sealed: bool = False) -> tuple[FrameError, int, tuple[int, ...] | None]:
     """Validate one datagram; the single source of the rules both ``parse_frame`` and
-    ``parse_frames`` apply.
+    ``parse_frames`` apply (and the dissector's ``check``, rule for rule).
+
+    Args:
+        view: the datagram, a byte memoryview.
+        sealed: also take secure mode's frames (version byte
+            :data:`~nbmq.wire.SECURE_VERSION`, docs/secure.md): a sealed frame is checked as
+            its plain frame would be, its counter and tag (:data:`~nbmq.wire.SECURE_OVERHEAD`
+            bytes) set aside; a handshake frame (Connect, Connected) carries neither.
+            ``parse_frames`` takes them (headers are in clear), ``parse_frame`` does not (a
+            plain peer must refuse them).
 
     Returns:
         ``(code, offset, fields)``: the :class:`FrameError` (OK when valid), the offset of the
@@ -53,13 +65,16 @@ def check_frame(view: memoryview) -> tuple[FrameError, int, tuple[int, ...] | No
     n = len(view)
     if n < 2:
         return FrameError.TRUNCATED, n, None
-    if view[0] != VERSION:
+    version = view[0]
+    if version != VERSION and not (sealed and version == SECURE_VERSION):
         return FrameError.VERSION, 0, None
     kind = view[1]
     if kind > FrameKind.ACK:
         return FrameError.KIND, 1, None
-    if n > MAX_FRAME_SIZE:
-        return FrameError.TOO_LARGE, MAX_FRAME_SIZE, None
+    seal = SECURE_OVERHEAD if version == SECURE_VERSION and kind in SEALED_KINDS else 0
+    if n > MAX_FRAME_SIZE + seal:
+        return (FrameError.SEALED_TOO_LARGE if seal else FrameError.TOO_LARGE), MAX_FRAME_SIZE + seal, None
+    n -= seal
     if kind == FrameKind.DATA:
         if n < DATA_HEADER_SIZE:
             return FrameError.TRUNCATED, n, None

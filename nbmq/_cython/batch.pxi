@@ -68,13 +68,16 @@ cdef inline void _put_row(unsigned char* r, const unsigned char* base, Py_ssize_
     cdef Py_ssize_t off
     cdef int code
     cdef const unsigned char* p
+    cdef Py_ssize_t seal
     memset(&h, 0, sizeof(Hdr))
     memset(r, 0, ROW_SIZE)
     if start < 0 or length < 0 or <uint64_t>start + <uint64_t>length > <uint64_t>total:
         r[46] = E_OUT_OF_BUFFER
         return
     p = base + start
-    code = _check(p, <Py_ssize_t>length, &h, &off)
+    code = _check(p, <Py_ssize_t>length, &h, &off, True)
+    # a sealed frame's payload is the ciphertext between the counter and the tag
+    seal = SECURE_OVERHEAD if length >= 2 and p[0] == SECURE_VERSION and p[1] != 1 and p[1] != 2 else 0
     if length >= 2:
         r[0] = p[0]
         r[1] = p[1]
@@ -88,11 +91,11 @@ cdef inline void _put_row(unsigned char* r, const unsigned char* base, Py_ssize_
             nbmq_put_le32(r + 24, h.psize)
             nbmq_put_le16(r + 28, h.csize)
             nbmq_put_le32(r + 30, h.coff)
-            nbmq_put_le64(r + 34, <uint64_t>(start + DATA_HEADER))
-            nbmq_put_le32(r + 42, <uint32_t>(length - DATA_HEADER))
+            nbmq_put_le64(r + 34, <uint64_t>(start + DATA_HEADER + (SECURE_COUNTER if seal else 0)))
+            nbmq_put_le32(r + 42, <uint32_t>(length - DATA_HEADER - seal))
         else:
-            nbmq_put_le64(r + 34, <uint64_t>(start + CONTROL_HEADER))
-            nbmq_put_le32(r + 42, <uint32_t>(length - CONTROL_HEADER))
+            nbmq_put_le64(r + 34, <uint64_t>(start + CONTROL_HEADER + (SECURE_COUNTER if seal else 0)))
+            nbmq_put_le32(r + 42, <uint32_t>(length - CONTROL_HEADER - seal))
     r[46] = <unsigned char>code
 
 

@@ -23,33 +23,40 @@ cdef enum:
     E_CHUNK_SIZE = 8
     E_CHUNK_BOUNDS = 9
     E_OUT_OF_BUFFER = 10
+    E_SEALED_TOO_LARGE = 11
 
-# DATA_HEADER, CONTROL_HEADER, MAX_FRAME and MAX_CHUNK: nbmq/_wire.pxd.
+# DATA_HEADER, CONTROL_HEADER, MAX_FRAME, MAX_CHUNK and secure mode's sizes: nbmq/_wire.pxd.
 
-cdef list _REASONS = [FRAME_ERROR_REASONS[FrameError(i)] for i in range(11)]
+cdef list _REASONS = [FRAME_ERROR_REASONS[code] for code in FrameError]
 cdef tuple _KINDS = tuple(FrameKind)
 
 
-cdef inline int _check(const unsigned char* p, Py_ssize_t n, Hdr* h, Py_ssize_t* off) noexcept nogil:
+cdef inline int _check(const unsigned char* p, Py_ssize_t n, Hdr* h, Py_ssize_t* off,
+                       bint sealed=False) noexcept nogil:
     """The twin's check_frame: a FrameError code, the offset at fault, and the header in h.
 
     The header fields in h are valid when the code is OK or PART_COUNT..CHUNK_BOUNDS (data) or
-    OK (control: only sid).
+    OK (control: only sid). ``sealed``: take secure mode's frames too (checked as their plain
+    frame, the counter and tag set aside).
     """
     cdef uint8_t kind
+    cdef Py_ssize_t seal = 0
     if n < 2:
         off[0] = n
         return E_TRUNCATED
-    if p[0] != 1:
+    if p[0] != VERSION and not (sealed and p[0] == SECURE_VERSION):
         off[0] = 0
         return E_VERSION
     kind = p[1]
     if kind > 5:
         off[0] = 1
         return E_KIND
-    if n > MAX_FRAME:
-        off[0] = MAX_FRAME
-        return E_TOO_LARGE
+    if p[0] == SECURE_VERSION and kind != 1 and kind != 2:
+        seal = SECURE_OVERHEAD
+    if n > MAX_FRAME + seal:
+        off[0] = MAX_FRAME + seal
+        return E_SEALED_TOO_LARGE if seal else E_TOO_LARGE
+    n -= seal
     if kind == 0:
         if n < DATA_HEADER:
             off[0] = n

@@ -84,6 +84,7 @@ def _udp_line(path: str, codec: Any) -> str:
     import numpy as np
 
     from ..capture import read_datagrams
+    from ..wire import SECURE_VERSION
 
     batch = read_datagrams(path)
     rows = codec.parse_frames(batch.payload, batch.offsets, batch.lengths)
@@ -91,6 +92,9 @@ def _udp_line(path: str, codec: Any) -> str:
     kinds = np.bincount(rows["kind"][ok], minlength=len(codec.FrameKind))
     counts = ", ".join(f"{k.name.lower()} {kinds[k]}" for k in codec.FrameKind if kinds[k])
     line = f"{len(rows)} datagrams, {int((~ok).sum())} malformed"
+    secure = int((ok & (rows["version"] == SECURE_VERSION)).sum())
+    if secure:  # secure mode's frames: headers decoded, content encrypted
+        line += f", {secure} secure"
     if batch.errors:
         line += f", {batch.errors} damaged records"
     return line + (f"; {counts}" if counts else "")

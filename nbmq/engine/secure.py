@@ -27,7 +27,16 @@ from collections.abc import Hashable
 from typing import Any
 
 from .. import extensions
-from ..wire import CONTROL_HEADER_SIZE, DATA_HEADER_SIZE, MAX_FRAME_SIZE, VERSION, FrameKind
+from ..wire import (
+    CONTROL_HEADER_SIZE,
+    DATA_HEADER_SIZE,
+    MAX_SEALED_FRAME_SIZE,
+    SECURE_COUNTER_SIZE,
+    SECURE_OVERHEAD,
+    SECURE_VERSION,
+    VERSION,
+    FrameKind,
+)
 from .noise import KEY_SIZE, TAG_SIZE, CipherState, HandshakeError, HandshakeState, InvalidTag, public_key
 
 __all__ = [
@@ -52,14 +61,12 @@ __all__ = [
     "MAX_SEEN_EPHEMERALS",
 ]
 
-#: Version byte of secure frames: the high bit marks them, the low bits are the plain version.
-SECURE_VERSION = 0x80 | VERSION
-COUNTER_SIZE = 8
-#: Bytes a sealed frame adds to its plain frame (counter and tag): a 500-byte plain frame is sent
-#: as 524 bytes, which only secure peers read.
-SECURE_OVERHEAD = COUNTER_SIZE + TAG_SIZE
-#: The largest sealed frame, bytes (a full data frame sealed).
-MAX_SEALED_FRAME_SIZE = MAX_FRAME_SIZE + SECURE_OVERHEAD
+# SECURE_VERSION (0x81), COUNTER_SIZE, SECURE_OVERHEAD (counter and tag: a 500-byte plain frame
+# is sent as 524 bytes, which only secure peers read) and MAX_SEALED_FRAME_SIZE are wire facts
+# (nbmq.wire), which the codec reads too.
+COUNTER_SIZE = SECURE_COUNTER_SIZE
+if SECURE_OVERHEAD != COUNTER_SIZE + TAG_SIZE:  # pragma: no cover - a wire fact changed
+    raise ImportError("nbmq.wire.SECURE_OVERHEAD is not the counter and Noise's tag")
 #: Counters accepted behind the highest seen (bits of the sliding window).
 REPLAY_WINDOW = 2048
 #: Frames sent under one key before both sides move to the next (Noise's REKEY).

@@ -451,7 +451,7 @@ def frames_batches(
         batch_rows: rows per record batch.
     """
     from .. import codec
-    from ..wire import FRAME_ERROR_REASONS, FrameError, FrameKind
+    from ..wire import FRAME_ERROR_REASONS, SECURE_VERSION, FrameError, FrameKind
 
     n = len(batch)
     if n == 0:
@@ -472,6 +472,7 @@ def frames_batches(
         ok = error == FrameError.OK
         kind = r["kind"]
         data = ok & (kind == FrameKind.DATA)
+        secure = r["version"] == SECURE_VERSION
         lengths = np.asarray(batch.lengths[lo:hi])
         has_kind = lengths >= 2
         cols: dict[str, Any] = {}
@@ -530,4 +531,6 @@ def frames_batches(
             from ..capture.datagrams.ack_hashes import ack_hashes
 
             cols["ack_hash"] = _masked(*ack_hashes(buffer, r), pa.int64())
+        if want("secure"):
+            cols["secure"] = pa.array(secure)
         yield pa.RecordBatch.from_arrays([cols[f.name] for f in arrow_schema], schema=arrow_schema)

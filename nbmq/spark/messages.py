@@ -42,7 +42,7 @@ from .schema import messages_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KEY", "FRAME_COLUMNS", "build_messages", "reassemble_batches", "addr_port"]
+__all__ = ["KEY", "FRAME_COLUMNS", "build_messages", "reassemble_batches", "addr_port", "reassembled_frames"]
 
 KEY = ["capture", "session_id", "src", "message_id"]
 #: A data frame's columns as reassembly reads them after its peer's (capture, session_id, src):
@@ -101,8 +101,16 @@ def addr_port(addr_col: str, port_col: str) -> Any:
     )
 
 
+def reassembled_frames(frames: DataFrame) -> DataFrame:
+    """The frames reassembly reads: valid data frames, secure mode's left out (their chunks are
+    ciphertext; the sessions table and the summary count them as ``sealed_frames``)."""
+    from pyspark.sql import functions as F
+
+    return frames.where(F.col("error").isNull() & (F.col("kind") == 0) & ~F.col("secure"))
+
+
 def build_messages(frames: DataFrame, *, parts: bool = False, max_message_size: int = _MAX_U32) -> DataFrame:
-    """Reassemble the valid data frames of a frames table into the messages table.
+    """Reassemble the valid data frames of a frames table (not secure mode's) into the messages table.
 
     Args:
         frames: a frames table (the ``nbmq`` source or its Parquet copy) with ``payload``.
@@ -116,7 +124,7 @@ def build_messages(frames: DataFrame, *, parts: bool = False, max_message_size: 
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = messages_schema(parts)
-    data = frames.where((F.col("error").isNull()) & (F.col("kind") == 0)).select(
+    data = reassembled_frames(frames).select(
         "capture",
         "session_id",
         addr_port("src_addr", "src_port").alias("src"),

@@ -50,6 +50,7 @@ from .messages import (
     addr_port,
     group_rows,
     message_row,
+    reassembled_frames,
 )
 from .schema import messages_schema
 
@@ -65,9 +66,7 @@ _ORDER = ["_t0", "_f0"]
 
 
 def _data(frames: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    return frames.where((F.col("error").isNull()) & (F.col("kind") == 0)).select(
+    return reassembled_frames(frames).select(
         "capture",
         "session_id",
         addr_port("src_addr", "src_port").alias("src"),
@@ -103,6 +102,7 @@ _READ_COLS = [
     "frame_number",
     "kind",
     "error",
+    "secure",
 ]
 
 
@@ -166,11 +166,13 @@ def _addr_port_arrow(addr: pa.Array, port: pa.Array) -> pa.Array:
 
 def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
     """A frames-table batch (at least :data:`_READ_COLS`) -> its valid data frames (``error``
-    null, ``kind`` 0) with the columns ``_data`` selects, ``src``/``dst`` as ``addr:port``:
-    the local pass's input. Zero rows when there is none."""
+    null, ``kind`` 0, not ``secure``: :func:`~nbmq.spark.messages.reassembled_frames`' rule)
+    with the columns ``_data`` selects, ``src``/``dst`` as ``addr:port``: the local pass's
+    input. Zero rows when there is none."""
     import pyarrow.compute as pc
 
     keep = pc.and_(pc.is_null(b.column("error")), pc.fill_null(pc.equal(b.column("kind"), 0), False))
+    keep = pc.and_(keep, pc.invert(pc.fill_null(b.column("secure"), False)))
     if keep.false_count:
         b = b.filter(keep)
     c = b.column

@@ -73,6 +73,8 @@ SUMMARY_COLUMNS = [
     "duplicates",
     "rejected",
     "sessions",
+    "secure_sessions",  # secure mode's sessions (docs/secure.md)
+    "sealed_frames",  # their frames whose content is encrypted: not reassembled, not malformed
 ]
 
 #: Default TCP service ports of the stream tables (BQSP names no port: decoded only when given).

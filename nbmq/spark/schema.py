@@ -70,6 +70,9 @@ _FRAME_FIELDS: list[tuple[str, DataType]] = [
     # row names: a data frame's FNV-1a 64 over its whole datagram (what an Ack for it carries), an
     # Ack's 8-byte payload; the u64's bits as signed; null on other rows (nbmq.capture.datagrams.ack_hashes).
     ("ack_hash", LongType()),
+    # Secure mode (docs/secure.md): the version byte is 0x81. The header is in clear; a sealed
+    # frame's payload is ciphertext (its data frames are not reassembled, its Acks match nothing).
+    ("secure", BooleanType()),
 ]
 
 FRAMES_SCHEMA = _fields(_FRAME_FIELDS)
@@ -153,6 +156,8 @@ _SESSION_FIELDS: list[tuple[str, DataType]] = [
     ("message_bytes_c2s", LongType()),  # bytes of complete messages
     ("message_bytes_s2c", LongType()),
     ("throughput_bytes_per_s", DoubleType()),  # (bytes_c2s + bytes_s2c) / duration_s; null if 0 s
+    ("secure", BooleanType()),  # its frames are secure mode's (version 0x81)
+    ("sealed_frames", LongType()),  # frames whose content is encrypted (all but the handshake)
 ]
 
 SESSIONS_SCHEMA = _fields(_SESSION_FIELDS)

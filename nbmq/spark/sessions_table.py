@@ -16,6 +16,10 @@ capture's aggregates are then cogrouped into one pandas step that decides who is
 - A frame is client-to-server (``_c2s``) when its source is the client, else ``_s2c``.
 - ``bytes_*`` count UDP payload bytes of every valid frame; ``throughput_bytes_per_s`` is their
   sum over ``duration_s`` (last minus first frame), null for a zero duration.
+- A session is ``secure`` when its frames are secure mode's (version 0x81, docs/secure.md);
+  ``sealed_frames`` counts those whose content is encrypted (every kind but the handshake's
+  Connect and Connected). Their data frames are not reassembled, so they are in ``data_*`` but
+  in no ``messages_*`` count.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..wire import SEALED_KINDS
 from .schema import SESSIONS_SCHEMA
 
 if TYPE_CHECKING:
@@ -63,6 +68,7 @@ def build_sessions(frames: DataFrame, messages: DataFrame) -> DataFrame:
             F.sum("length").alias("bytes"),
             F.min("ts_ns").alias("first_ns"),
             F.max("ts_ns").alias("last_ns"),
+            F.sum(F.col("secure").cast("long")).alias("secure"),
         )
         .join(connect_ns, keys, "left")
         .select(
@@ -75,6 +81,7 @@ def build_sessions(frames: DataFrame, messages: DataFrame) -> DataFrame:
             "bytes",
             "first_ns",
             "last_ns",
+            "secure",
             F.coalesce("connect_ns", F.array().cast("array<bigint>")).alias("connect_ns"),
         )
     )
@@ -115,7 +122,8 @@ def sessions_from_groups(
 
     Args:
         frame_groups: columns capture, session_id (Decimal), src, dst, kind, reason (null for a
-            decoded frame), frames, bytes, first_ns, last_ns, any number of rows per key.
+            decoded frame), secure (bool), frames, bytes, first_ns, last_ns, any number of rows
+            per key.
         connects: columns capture, session_id, src, dst, connect_ns (the Connect frames' times).
         message_groups: columns capture, session_id, src, messages (complete), incomplete,
             message_bytes (of the complete ones), any number of rows per key.
@@ -138,8 +146,9 @@ def sessions_from_groups(
             "bytes": g["bytes"],
             "first_ns": g["first_ns"],
             "last_ns": g["last_ns"],
+            "secure": g["frames"].where(g["secure"].astype(bool), 0),
         },
-        columns=keys + ["frames", "bytes", "first_ns", "last_ns"],
+        columns=keys + ["frames", "bytes", "first_ns", "last_ns", "secure"],
     )
     kinds = (
         kinds.groupby(keys, dropna=False, sort=False)
@@ -148,6 +157,7 @@ def sessions_from_groups(
             bytes=("bytes", "sum"),
             first_ns=("first_ns", "min"),
             last_ns=("last_ns", "max"),
+            secure=("secure", "sum"),
         )
         .reset_index()
     )
@@ -244,7 +254,8 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
 
     Args:
         kinds: columns capture, session_id (decimal text), src, dst, kind, frames, bytes,
-            first_ns, last_ns, connect_ns (sorted Connect times for kind 1, else empty).
+            first_ns, last_ns, secure (how many of the frames are secure mode's), connect_ns
+            (sorted Connect times for kind 1, else empty).
         senders: columns capture, session_id, src, complete, incomplete, message_bytes.
 
     Returns:
@@ -301,6 +312,7 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
     for cands in candidates_by_pair.values():
         cands.sort()
     orphans: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)  # (ts, bytes)
+    secure_pairs = {(r["src"], r["dst"]) for r in connects if r.get("secure")}
     for r in connects:
         times = [int(t) for t in r["connect_ns"]]
         per_frame = int(r["bytes"]) // max(1, int(r["frames"]))
@@ -321,7 +333,8 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
     out = []
     for sid, s in info.items():
         client, server = s["client"], s["server"]
-        row: dict[str, Any] = {c: 0 for c in columns if c.endswith(("_c2s", "_s2c")) or c in ("connects", "connecteds")}
+        row = _counts(columns)
+        row["secure"] = False  # from its own frames: the Connected and everything after it
         first = []
         last = []
         for r in s["rows"]:
@@ -334,6 +347,9 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
                 row[f"{_DIRECTIONAL[kind]}_{way}"] += n
             elif kind == _CONNECTED:
                 row["connecteds"] += n
+            secure = int(r.get("secure") or 0)
+            row["secure"] = row["secure"] or secure > 0
+            row["sealed_frames"] += secure if kind in SEALED_KINDS else 0
             first.append(int(r["first_ns"]))
             last.append(int(r["last_ns"]))
         for t, nbytes in s["connects"]:
@@ -364,7 +380,8 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
         )
         out.append(row)
     for (client, server), hits in orphans.items():
-        row = {c: 0 for c in columns if c.endswith(("_c2s", "_s2c")) or c in ("connects", "connecteds")}
+        row = _counts(columns)
+        row["secure"] = (client, server) in secure_pairs
         times = [t for t, _ in hits]
         row.update(
             capture=capture,
@@ -382,6 +399,11 @@ def summarise_capture(kinds: pd.DataFrame, senders: pd.DataFrame) -> pd.DataFram
         )
         out.append(row)
     return _finalise(out, columns)
+
+
+def _counts(columns: list[str]) -> dict[str, Any]:
+    """A session row's counters, all 0: the directional ones, connects, connecteds, sealed_frames."""
+    return {c: 0 for c in columns if c.endswith(("_c2s", "_s2c")) or c in ("connects", "connecteds", "sealed_frames")}
 
 
 def _finalise(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fuzz.codec_targets import as_plain
 from nbmq.errors import DecodeError
-from nbmq.wire import FRAME_DTYPE, FRAME_ERROR_REASONS, DataFrame, FrameError
+from nbmq.wire import FRAME_DTYPE, FRAME_ERROR_REASONS, SECURE_COUNTER_SIZE, SECURE_OVERHEAD, DataFrame, FrameError
 
 HEADER = ("session_id", "message_id", "part_count", "part_index", "message_size", "part_size", "chunk_offset")
 
@@ -22,10 +23,15 @@ def expected_row(codec, buffer: bytes, start: int, length: int) -> dict:
         return {"error": FrameError.OUT_OF_BUFFER}
     raw = buffer[start : start + length]
     row = {"version": raw[0], "kind": raw[1]} if length >= 2 else {}
+    plain, sealed = as_plain(raw)  # a secure frame is read as its plain twin, payload inside the seal
+    skip, length = (SECURE_COUNTER_SIZE, length - SECURE_OVERHEAD) if sealed else (0, length)
+    start += skip
     try:
-        frame = codec.parse_frame(raw)
+        frame = codec.parse_frame(plain)
     except DecodeError as e:
         code = next(c for c, r in FRAME_ERROR_REASONS.items() if r == e.reason and c)
+        if sealed and code == FrameError.TOO_LARGE:
+            code = FrameError.SEALED_TOO_LARGE
         row["error"] = code
         if FrameError.PART_COUNT <= code <= FrameError.CHUNK_BOUNDS:  # header read, then refused
             row.update(
@@ -64,6 +70,10 @@ def check_rows(codec, buffer: bytes, offsets, lengths):
     return rows
 
 
+#: plain frames and secure mode's (docs/secure.md)
+VERSIONS = st.sampled_from([1, 0x81])
+
+
 @st.composite
 def batches(draw):
     datagrams = []
@@ -73,14 +83,15 @@ def batches(draw):
             datagrams.append(draw(st.binary(max_size=60)))
         elif choice == 1:  # a data header of random fields, then a random body
             datagrams.append(
-                bytes([1, draw(st.integers(0, 6))])
+                bytes([draw(VERSIONS), draw(st.integers(0, 6))])
                 + draw(st.binary(min_size=32, max_size=32))
                 + bytes(draw(st.integers(0, 40)))
             )
         else:
             chunk = draw(st.binary(max_size=50))
+            raw_sealed = draw(st.booleans())  # counter and tag after the chunk (version 0x81 reads them)
             raw = bytearray(
-                bytes([1, 0])
+                bytes([draw(VERSIONS), 0])
                 + draw(st.binary(min_size=16, max_size=16))
                 + bytes([2, 1])
                 + (200).to_bytes(4, "big")
@@ -88,6 +99,7 @@ def batches(draw):
                 + len(chunk).to_bytes(2, "big")
                 + draw(st.integers(0, 60)).to_bytes(4, "big")
                 + chunk
+                + draw(st.binary(min_size=24, max_size=24) if raw_sealed else st.just(b""))
             )
             for _ in range(draw(st.integers(0, 2))):
                 raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
@@ -149,3 +161,32 @@ def test_argument_errors(codec):
         codec.parse_frames(b"", [0], np.array([True]))
     with pytest.raises(TypeError):
         codec.parse_frames("text", [0], [1])
+
+
+def test_sealed_frames_decode_their_clear_headers(codec):
+    """Secure mode's frames as the engine seals them: the header fields in clear, the payload
+    the ciphertext between counter and tag; a secure handshake frame is a control frame."""
+    pytest.importorskip("cryptography")
+    from nbmq.engine.secure import session_keys
+
+    keys = session_keys(bytes(range(32)), bytes(32), bytes(32))
+    sharded = codec.shard_message([bytes(1000), b"xyz"], 7, 11)
+    plain = [sharded.buffer[o : o + n].tobytes() for o, n in zip(sharded.offsets, sharded.lengths)]
+    plain.append(codec.encode_control_frame(4, 7))  # a heartbeat
+    sealed = [keys.seal(f) for f in plain]
+    sealed.append(bytes((0x81, 1)) + bytes(8) + bytes(96))  # Connect: a Noise message, no seal
+    oversized = bytearray(sealed[0]) + bytes(1)  # 525 bytes
+    sealed.append(bytes(oversized))
+    rows = check_rows(codec, b"".join(sealed), np.cumsum([0] + [len(g) for g in sealed[:-1]]), [len(g) for g in sealed])
+    # four data frames (466 + 466 + 68 bytes, then b"xyz"), a heartbeat, a Connect, one too large
+    assert rows["version"].tolist() == [0x81] * 7
+    assert rows["error"].tolist() == [0] * 6 + [FrameError.SEALED_TOO_LARGE]
+    assert rows["session_id"][:6].tolist() == [7] * 5 + [0]
+    assert rows["message_id"][:4].tolist() == [11] * 4
+    assert rows["chunk_size"][:4].tolist() == rows["payload_length"][:4].tolist() == [466, 466, 68, 3]
+    assert rows["payload_length"][4:6].tolist() == [0, 96]  # a heartbeat has no payload
+    first = rows["payload_offset"][0]
+    assert first == 34 + 8 and b"".join(sealed)[first : first + 466] == sealed[0][42:-16]
+    assert codec.parse_frames(b"".join(sealed[:1]), [0], [500])["error"].tolist() == [FrameError.CHUNK_SIZE]
+    with pytest.raises(DecodeError, match="wrong version"):  # a plain peer refuses them
+        codec.parse_frame(sealed[0])

@@ -15,12 +15,13 @@ from nbmq.spark.schema import FRAMES_SCHEMA, frames_schema
 SAFE = CAPTURE_DIR / "safe_dealer.pcap"
 
 
-def test_ack_hash_is_the_last_frames_column():
-    """Appended: every column before it keeps its position (readers by position, old tables)."""
+def test_ack_hash_and_secure_are_the_last_frames_columns():
+    """Appended: every column before them keeps its position (readers by position, old tables)."""
     for schema in (FRAMES_SCHEMA, frames_schema(payload=False)):
-        assert schema.fieldNames()[-2:] == ["error", "ack_hash"]
+        assert schema.fieldNames()[-3:] == ["error", "ack_hash", "secure"]
         assert schema["ack_hash"].dataType == LongType() and schema["ack_hash"].nullable
-    assert FRAMES_SCHEMA.fieldNames()[:-1] == [f for f in FRAMES_SCHEMA.fieldNames() if f != "ack_hash"]
+    names = FRAMES_SCHEMA.fieldNames()
+    assert names[:-2] == [f for f in names if f not in ("ack_hash", "secure")]
 
 
 def _table(path, payload: bool) -> pa.Table:

@@ -100,31 +100,32 @@ def test_local_reassembly_reads_parquet_frames_itself(spark, tmp_path):
 
 
 def test_parquet_read_keeps_data_frames_and_the_addr_port_rule(tmp_path):
-    """``_read_pieces``: only valid data frames, ``addr:port`` and ``[addr]:port`` for IPv6,
-    as the Spark path's ``addr_port``."""
+    """``_read_pieces``: only valid data frames, secure mode's left out, ``addr:port`` and
+    ``[addr]:port`` for IPv6, as the Spark path's ``addr_port``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from nbmq.spark.messages_local import _READ_COLS, _read_pieces
 
-    n = 4
+    n = 5
     cols = {c: pa.array([1] * n, pa.int64()) for c in _READ_COLS}
     cols.update(
         capture=pa.array(["c"] * n),
-        src_addr=pa.array(["10.0.0.1", "::1", "fe80::2", "10.0.0.9"]),
-        dst_addr=pa.array(["::2", "10.0.0.2", "10.0.0.2", "10.0.0.2"]),
-        src_port=pa.array([40000, 1, 2, 3], pa.int32()),
+        src_addr=pa.array(["10.0.0.1", "::1", "fe80::2", "10.0.0.9", "10.0.0.1"]),
+        dst_addr=pa.array(["::2", "10.0.0.2", "10.0.0.2", "10.0.0.2", "::2"]),
+        src_port=pa.array([40000, 1, 2, 3, 40000], pa.int32()),
         dst_port=pa.array([5555] * n, pa.int32()),
-        kind=pa.array([0, 0, 1, None], pa.int32()),
-        error=pa.array([None, None, None, None], pa.string()),
+        kind=pa.array([0, 0, 1, None, 0], pa.int32()),
+        error=pa.array([None] * n, pa.string()),
+        secure=pa.array([False, False, False, False, True]),  # a sealed chunk: ciphertext
         payload=pa.array([b"x"] * n),
-        frame_number=pa.array([1, 2, 3, 4], pa.int64()),
+        frame_number=pa.array([1, 2, 3, 4, 5], pa.int64()),
     )
     path = tmp_path / "f.parquet"
     pq.write_table(pa.table(cols), path)
     task = pa.RecordBatch.from_pydict({"path": [str(path)], "row_group": [0]})
     got = pa.Table.from_batches(list(_read_pieces(iter([task]))))
-    assert got.column("frame_number").to_pylist() == [1, 2]  # control frame and null kind left out
+    assert got.column("frame_number").to_pylist() == [1, 2]  # control frame, null kind, sealed left out
     assert got.column("src").to_pylist() == ["10.0.0.1:40000", "[::1]:1"]
     assert got.column("dst").to_pylist() == ["[::2]:5555", "10.0.0.2:5555"]
 

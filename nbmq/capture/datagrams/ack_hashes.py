@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...wire import DATA_HEADER_SIZE, FNV_OFFSET_BASIS, FNV_PRIME, FrameError, FrameKind
+from ...wire import DATA_HEADER_SIZE, FNV_OFFSET_BASIS, FNV_PRIME, SECURE_VERSION, FrameError, FrameKind
 from .decode_fast import _decode
 
 __all__ = ["ack_hashes", "fnv1a64_ranges", "COMPILED"]
@@ -93,9 +93,11 @@ def ack_hashes(buffer: np.ndarray, rows: np.ndarray, compiled: bool | None = Non
         ``(values, valid)``: int64 (n,) and bool (n,). For a valid data frame, the hash an Ack
         for it carries (``codec.ack_hash`` of the whole datagram); for a valid Ack with an 8-byte
         payload, the hash it carries; the u64's bits read as signed (Spark has no u64; the value
-        is only compared). ``valid`` is False (and the value 0) on every other row.
+        is only compared). ``valid`` is False (and the value 0) on every other row, secure mode's
+        frames included (version 0x81: a sealed Ack's hash is encrypted, and a sealed data
+        frame's Ack hashes the plain frame, which the capture does not hold).
     """
-    ok = rows["error"] == FrameError.OK
+    ok = (rows["error"] == FrameError.OK) & (rows["version"] != SECURE_VERSION)
     kind = rows["kind"]
     values = np.zeros(rows.shape[0], np.uint64)
     data = np.flatnonzero(ok & (kind == FrameKind.DATA))

@@ -353,6 +353,14 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
                 ("malformed datagrams", count(totals.get("error_rows", 0))),
                 ("duplicates", count(totals.get("duplicates", 0))),
             ]
+            + [  # secure mode: headers shown, content encrypted (docs/secure.md)
+                (label, count(totals[key]))
+                for label, key in (
+                    ("secure sessions", "secure_sessions"),
+                    ("sealed frames (content encrypted)", "sealed_frames"),
+                )
+                if totals.get(key)
+            ]
             + [
                 (f"{k} {'packets' if k == 'bqsp' else 'messages'}", count(v["rows"] - v["error_rows"]))
                 for k, v in summary.get("streams", {}).items()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...wire import SEALED_KINDS
 from .units import nice_bin_width
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ FRAME_GROUPS = [
     "reason",
     "bin",
     "unreadable",
+    "secure",
     "frames",
     "bytes",
     "first_ns",
@@ -195,9 +197,20 @@ MESSAGE_GROUPS = [
     "missing_bytes",
 ]
 _ENDPOINTS = ["src_addr", "src_port", "dst_addr", "dst_port"]
-_GROUP_KEYS = ["capture", "session_id", *_ENDPOINTS, "kind", "kind_name", "reason", "bin", "unreadable"]
+_GROUP_KEYS = ["capture", "session_id", *_ENDPOINTS, "kind", "kind_name", "reason", "bin", "unreadable", "secure"]
 #: Columns of ``frames/`` the frames pass reads.
-FRAME_COLUMNS = ["capture", "frame_number", "ts_ns", *_ENDPOINTS, "length", "kind", "kind_name", "session_id", "error"]
+FRAME_COLUMNS = [
+    "capture",
+    "frame_number",
+    "ts_ns",
+    *_ENDPOINTS,
+    "length",
+    "kind",
+    "kind_name",
+    "session_id",
+    "error",
+    "secure",
+]
 #: Columns of ``messages/`` the messages pass reads.
 MESSAGE_COLUMNS = [
     "capture",
@@ -270,6 +283,7 @@ def _frames_piece(caps: dict[str, tuple[float, float, float]], table: pa.Table) 
     )
     keyed = keyed.append_column("bin", _bins(seconds, width))
     keyed = keyed.append_column("unreadable", pc.is_null(table["frame_number"]))
+    keyed = keyed.append_column("secure", pc.fill_null(table["secure"], False))
     keyed = keyed.append_column("length", table["length"]).append_column("ts_ns", table["ts_ns"])
     groups = keyed.group_by(_GROUP_KEYS).aggregate(
         [([], "count_all"), ("length", "sum"), ("ts_ns", "min"), ("ts_ns", "max")]
@@ -532,7 +546,7 @@ class Passes:
             "session_id": groups["session_id"],
             "src": _addr_port(groups["src_addr"], groups["src_port"]),
             "dst": _addr_port(groups["dst_addr"], groups["dst_port"]),
-            **{k: groups[k] for k in ("kind", "kind_name", "reason", "bin", "unreadable")},
+            **{k: groups[k] for k in ("kind", "kind_name", "reason", "bin", "unreadable", "secure")},
             "frames": groups["count_all_sum"],
             "bytes": groups["length_sum_sum"],
             "first_ns": groups["ts_ns_min_min"],
@@ -597,9 +611,10 @@ class Passes:
 
     def frame_groups(self) -> pd.DataFrame:
         """The frames table per (capture, session_id, src, dst, kind, kind_name, reason, bin,
-        unreadable): frames, bytes (UDP payload), first_ns, last_ns. ``reason`` is the error with
-        digits as N (null: a decoded frame); ``bin`` is null without a timestamp or axis;
-        ``unreadable``: the capture record could not be read (no frame number)."""
+        unreadable, secure): frames, bytes (UDP payload), first_ns, last_ns. ``reason`` is the
+        error with digits as N (null: a decoded frame); ``bin`` is null without a timestamp or
+        axis; ``unreadable``: the capture record could not be read (no frame number);
+        ``secure``: secure mode's frames (version 0x81)."""
         return self._frame_groups
 
     def message_groups(self) -> pd.DataFrame:
@@ -627,7 +642,9 @@ class Passes:
         for r in g.itertuples(index=False):
             c = out.setdefault(
                 r.capture,
-                dict.fromkeys(("datagrams", "error_rows", "capture_errors", "data_frames", "control_frames"), 0),
+                dict.fromkeys(
+                    ("datagrams", "error_rows", "capture_errors", "data_frames", "control_frames", "sealed_frames"), 0
+                ),
             )
             n = int(r.frames)
             ok = pd.isna(r.reason)  # a decoded frame
@@ -638,6 +655,7 @@ class Passes:
                 c["error_rows"] += 0 if ok else n
             if ok and not pd.isna(r.kind):
                 c["data_frames" if int(r.kind) == 0 else "control_frames"] += n
+                c["sealed_frames"] += n if r.secure and int(r.kind) in SEALED_KINDS else 0
         for r in m.itertuples(index=False):
             if r.capture in out:
                 c = out[r.capture]
@@ -649,6 +667,9 @@ class Passes:
         for capture, n in s.groupby("capture").size().items():
             if capture in out:
                 out[capture]["sessions"] = int(n)
+        for capture, n in s.groupby("capture")["secure"].sum().items():
+            if capture in out:
+                out[capture]["secure_sessions"] = int(n)
         cols = columns
         rows = [{c: (capture if c == "capture" else int(v.get(c, 0))) for c in cols} for capture, v in out.items()]
         for name in names:  # a capture without a single row (no UDP datagram in it)

@@ -310,8 +310,10 @@ def frames_for_messages(frames: DataFrame) -> DataFrame:
         return F.when(c >= _dec(1 << 63), c - _dec(_TWO64)).otherwise(c).cast("long").alias(name)
 
     # Control frames come too (zeros in the data columns, dropped by the step): they move the
-    # watermark, so a peer's incomplete messages expire while only heartbeats flow.
-    return frames.where(_decoded_or_end()).select(
+    # watermark, so a peer's incomplete messages expire while only heartbeats flow. Secure
+    # mode's data frames do not: their chunks are ciphertext (reassembled_frames' rule).
+    sealed_data = F.coalesce((F.col("kind") == 0) & F.col("secure"), F.lit(False))
+    return frames.where(_decoded_or_end() & ~sealed_data).select(
         "capture",
         signed("session_id"),
         addr_port("src_addr", "src_port").alias("src"),

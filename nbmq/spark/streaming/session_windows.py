@@ -158,7 +158,7 @@ class SessionWindows:
                 self.last_seen[src] = max(t_ns, self.last_seen.get(src, t_ns))
                 if kind == _DISCONNECTED:
                     self.disconnected.add(src)
-            data = frames[frames["kind"] == 0]
+            data = frames[(frames["kind"] == 0) & ~frames["secure"].astype(bool)]  # sealed chunks: ciphertext
             senders = {str(s): g for s, g in data.groupby("src", sort=False)}
         in_flight = 0
         for src in sorted(set(self.peers) | set(senders)):
@@ -317,6 +317,7 @@ def frames_for_sessions(frames: DataFrame) -> DataFrame:
         "ts_ns",
         "frame_number",
         "timestamp",
+        F.coalesce(F.col("secure"), F.lit(False)).alias("secure"),
     )
 
 
