@@ -78,6 +78,16 @@ cdef inline void _put_be(unsigned char* p, uint64_t v, int n) noexcept nogil:
         v >>= 8
 
 
+cdef inline tuple _pair(object first, object second):
+    """``(first, second)``, not tracked by the cycle collector: a datagram and its address, or
+    a transmission number and its :class:`Flight`, which never lead back to the pair. Tens of
+    thousands of them live while frames are in flight or acks wait; tracked, each young
+    collection walked them and promoted them into the old generation's full collections."""
+    cdef tuple pair = (first, second)
+    PyObject_GC_UnTrack(<void*>pair)
+    return pair
+
+
 cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
     """codec.message_id([part], nonce): FNV-1a 64 over the part, then the nonce (8 bytes BE)."""
     cdef unsigned char b[8]
@@ -281,7 +291,7 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
             (<SmallMessage>msg).peer = peer
         else:
             msg.peer = peer
-        out.append((frame, addr))
+        out.append(_pair(frame, addr))
         nbytes += DATA_HEADER + size
         n += 1
         popleft()
@@ -746,7 +756,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                                 del dedup[key]
                             dedup[key] = now + ttl
                             if len(ctrl) < MAX_CTRL:
-                                ctrl.append((_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
+                                ctrl.append(_pair(_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
                                 queued += 1
                             else:
                                 counters.control_dropped += 1
@@ -789,9 +799,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                                 del dedup[key]
                             dedup[key] = now + ttl
                         if len(ctrl) < MAX_CTRL:
-                            ctrl.append((_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
-                                                    PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
-                                         addr))
+                            ctrl.append(_pair(_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
+                                                         PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
+                                              addr))
                             queued += 1
                         else:
                             counters.control_dropped += 1
@@ -1327,14 +1337,14 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 else:
                     rest = True  # (not made by _frames_of: the twin hashes it)
                     break
-                out.append((view, addr))
+                out.append(_pair(view, addr))
                 nbytes += size
                 room -= size
                 in_flight += size
                 h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
                 flight = _flight(h, view, msg, due_c, now, win, tx)
                 inflight[h] = flight
-                order.append((tx, flight))
+                order.append(_pair(tx, flight))
                 tx += 1
                 j += 1
             msg.unacked += j - i
@@ -1356,14 +1366,14 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 msg.peer = peer
                 msg.frames = [frame]
         size = PyBytes_GET_SIZE(frame)
-        out.append((frame, addr))
+        out.append(_pair(frame, addr))
         nbytes += size
         in_flight += size
         h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size,
                                              FNV_BASIS))
         flight = _flight(h, frame, msg, due_c, now, win, tx)  # tx: its place in win.order
         inflight[h] = flight
-        order.append((tx, flight))
+        order.append(_pair(tx, flight))
         tx += 1
         if type(msg) is SmallMessage:
             sm.unacked += 1
