@@ -41,9 +41,9 @@ def install(send_py, recv_py, Py_ssize_t auto_flush):
 def send(self, parts, timeout=0.0, flush=None):
     """``Socket.send(parts, timeout=0.0, flush=None)``, compiled (same arguments, effects,
     errors). A one-part message of ``bytes`` or ``bytearray`` of at most 466 bytes (a bare
-    part, or a list / tuple of one) that the engine takes at once, on an open socket
-    auto-batching (``flush=None``), is queued here; the flush runs when about 64 datagrams
-    wait. Anything else is ``Socket.send`` itself.
+    part, or a list / tuple of one) that the engine takes at once, on an open socket, is
+    queued here, and flushed as ``flush`` says (None: when about 64 datagrams wait; true: at
+    once; false: never here). Anything else is ``Socket.send`` itself.
 
     Raises:
         As ``Socket.send``: WouldBlock (NoPeer) at ``send_hwm`` after ``timeout`` seconds,
@@ -51,7 +51,7 @@ def send(self, parts, timeout=0.0, flush=None):
     """
     cdef Py_ssize_t size, unflushed
     cdef object part = parts
-    if flush is not None or self.closed:
+    if self.closed:
         return _send_py(self, parts, timeout, flush)
     if type(parts) is list or type(parts) is tuple:
         if len(parts) != 1:
@@ -73,9 +73,12 @@ def send(self, parts, timeout=0.0, flush=None):
         self.engine.send(parts, _monotonic())
     except WouldBlock:  # (nothing was queued) the Python method waits, then queues it
         return _send_py(self, parts, timeout, flush)
-    unflushed = self._unflushed + 1 + size // CHUNK  # (engine_binding.datagrams_of)
-    if unflushed < _auto_flush:
-        self._unflushed = unflushed
+    if flush is None:
+        unflushed = self._unflushed + 1 + size // CHUNK  # (engine_binding.datagrams_of)
+        if unflushed < _auto_flush:
+            self._unflushed = unflushed
+            return
+    elif not flush:
         return
     self._flush(_monotonic())
 

@@ -38,6 +38,8 @@ def _shapes() -> list:
         (b"l" * 40, True),
         (b"m" * 40, False),
         (b"n" * 40, 0),
+        ([b"o" * 40], 1),
+        ((b"p" * 40,), False),
         ([], None),
         ("text", None),
     ]
@@ -69,7 +71,7 @@ def _script(kind: type[Socket]) -> list:
                     _call(log, client.send, parts, flush=flush)
                 log.append(("unflushed", client._unflushed, client.counters.data_frames_out))
         _call(log, client.flush)
-        expected = AUTO_FLUSH + 5 + 5 * 14
+        expected = AUTO_FLUSH + 5 + 5 * 16
         assert pump(server, client, until=lambda: server.engine.recv_ready() >= expected)
         for _ in range(expected + 1):
             _call(log, server.recv)
