@@ -191,11 +191,12 @@ def send_packed(self, data, offsets, lengths, now):
     """
     cdef Py_buffer view
     cdef const unsigned char* base
-    cdef Py_ssize_t i, n, off, size, taken = 0
-    cdef uint64_t nonce
+    cdef Py_ssize_t i, n, off, size, taken = 0, queued = 0, held, hwm
+    cdef uint64_t nonce = 0
     cdef bytes part
     cdef int64_t[::1] offs
     cdef int64_t[::1] lens
+    cdef bint fast
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char*>view.buf
@@ -203,26 +204,53 @@ def send_packed(self, data, offsets, lengths, now):
         n = offs.shape[0]
         sendq = self._sendq
         slow = self._closed or self._opts.reference_compat
+        # the queue's count and the nonce live in C for the run of small messages, written
+        # back before any other message goes through Socket.send and at the end
+        append = sendq._queue.append
+        hwm = sendq.send_hwm
+        held = sendq.held
+        fast = False
         for i in range(n):
-            if sendq.held >= sendq.send_hwm:
+            if held >= hwm:
                 break
             off = offs[i]
             size = lens[i]
             part = PyBytes_FromStringAndSize(<const char*>(base + off), size)
-            if slow or size > MAX_CHUNK or self._nonce > _U64_MAX:
+            if not fast:
+                py_nonce = self._nonce
+                fast = not slow and py_nonce <= _U64_MAX - n  # (no nonce of the run wraps)
+                if fast:
+                    nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
+            if not fast or size > MAX_CHUNK:
+                if fast:
+                    _write_back(self, sendq, held, queued, nonce)
+                    fast = False
+                    queued = 0
                 _send_py(self, [part], now)
+                held = sendq.held
                 taken += 1
                 continue
-            self._now = now
-            nonce = PyLong_AsUnsignedLongLongMask(self._nonce)
-            sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
-            sendq.held += 1
-            sendq.pushed += 1
-            self._nonce = self._nonce + 1
+            append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+            nonce += 1
+            held += 1
+            queued += 1
             taken += 1
+        if fast:
+            _write_back(self, sendq, held, queued, nonce)
+            self._now = now
     finally:
         PyBuffer_Release(&view)
     return taken
+
+
+cdef inline void _write_back(object self, object sendq, Py_ssize_t held, Py_ssize_t queued,
+                             uint64_t nonce) except *:
+    """End a run of :func:`send_packed`: ``queued`` small messages were appended (the queue
+    now holds ``held``) and the next nonce is ``nonce``."""
+    if queued:
+        sendq.held = held
+        sendq.pushed += queued
+        self._nonce = PyLong_FromUnsignedLongLong(nonce)
 
 
 def take(sendq, double now, Py_ssize_t limit, list out, list ring):
