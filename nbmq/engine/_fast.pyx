@@ -41,6 +41,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
 from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
+from nbmq.engine._queue_state cimport SendQueueState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -166,7 +167,7 @@ def send(self, parts, now):
             or self._opts.reference_compat):
         return _send_py(self, parts, now)
     self._now = now
-    sendq = self._sendq
+    cdef SendQueueState sendq = <SendQueueState?>self._sendq
     if sendq.held >= sendq.send_hwm:
         raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
     py_nonce = self._nonce
@@ -197,12 +198,13 @@ def send_packed(self, data, offsets, lengths, now):
     cdef int64_t[::1] offs
     cdef int64_t[::1] lens
     cdef bint fast
+    cdef SendQueueState sendq
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char*>view.buf
         offs, lens = _packed_ranges_py(offsets, lengths, view.len)  # checked before any is queued
         n = offs.shape[0]
-        sendq = self._sendq
+        sendq = <SendQueueState?>self._sendq
         slow = self._closed or self._opts.reference_compat
         # the queue's count and the nonce live in C for the run of small messages, written
         # back before any other message goes through Socket.send and at the end
@@ -243,7 +245,7 @@ def send_packed(self, data, offsets, lengths, now):
     return taken
 
 
-cdef inline void _write_back(object self, object sendq, Py_ssize_t held, Py_ssize_t queued,
+cdef inline void _write_back(object self, SendQueueState sendq, Py_ssize_t held, Py_ssize_t queued,
                              uint64_t nonce) except *:
     """End a run of :func:`send_packed`: ``queued`` small messages were appended (the queue
     now holds ``held``) and the next nonce is ``nonce``."""
@@ -253,7 +255,7 @@ cdef inline void _write_back(object self, object sendq, Py_ssize_t held, Py_ssiz
         self._nonce = PyLong_FromUnsignedLongLong(nonce)
 
 
-def take(sendq, double now, Py_ssize_t limit, list out, list ring):
+def take(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue.take(now, limit, out, ring)`` (same arguments, return and effects).
 
     Runs the leading small messages (``push_small``, no fixed peer, not dropped) of a queue
@@ -1231,7 +1233,7 @@ cdef inline bint _one_bytes_frame(object frames):
     return type(frames) is list and len(<list>frames) == 1 and type((<list>frames)[0]) is bytes
 
 
-def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
+def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
 
     Runs the leading messages of a safe queue under congestion control while the peer's

@@ -38,11 +38,11 @@ import struct
 from collections import deque
 from collections.abc import Callable, Hashable
 from enum import IntEnum
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .. import codec
+from .. import codec, extensions
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
 from ..options import DEFAULTS
@@ -50,7 +50,7 @@ from ..wire import DataFrame
 from .congestion import DUPTHRESH, Window
 from .peers import Peer, PeerState
 
-__all__ = ["PushResult", "RecvQueue", "SendQueue", "OutMessage"]
+__all__ = ["PushResult", "RecvQueue", "SendQueue", "SendQueueStatePy", "OutMessage"]
 
 _SID = struct.Struct(">Q")
 _CONNECTED = PeerState.CONNECTED
@@ -427,7 +427,40 @@ def _frames_of(sharded: Any, session_id: int | None) -> list[memoryview]:
     return frames
 
 
-class SendQueue:
+class SendQueueStatePy:
+    """The fields of :class:`SendQueue` that compiled code reads and writes (the pure-Python
+    twin of ``nbmq.engine._queue_state.SendQueueState``, which holds them as C fields):
+    counts ``held``, ``send_hwm``, ``pushed``, ``frames_out``, ``bytes_out``, ``_rr`` (ints),
+    flags ``safe``, ``congestion``, ``_blocked``, ``resend_ivl`` (seconds) and the containers
+    ``_queue``, ``_inflight``, ``windows``. Meanings: see :class:`SendQueue`."""
+
+    __slots__ = (
+        "held",
+        "send_hwm",
+        "pushed",
+        "frames_out",
+        "bytes_out",
+        "_rr",
+        "safe",
+        "congestion",
+        "_blocked",
+        "resend_ivl",
+        "_queue",
+        "_inflight",
+        "windows",
+    )
+
+
+_compiled_state = extensions.load("nbmq.engine._queue_state")
+#: True when :class:`SendQueue`'s fields are the compiled ``SendQueueState``'s C fields.
+COMPILED = _compiled_state is not None
+if TYPE_CHECKING:
+    _SendQueueState = SendQueueStatePy
+else:  # one module chooses: the compiled fields, or the twin's slots
+    _SendQueueState = SendQueueStatePy if _compiled_state is None else _compiled_state.SendQueueState
+
+
+class SendQueue(_SendQueueState):
     """The socket's one send queue (per socket, not per peer: the OMQ lesson).
 
     Args:
@@ -451,30 +484,17 @@ class SendQueue:
     (fast retransmit: see :mod:`~.congestion`); the timer stays the backstop.
     """
 
-    __slots__ = (
-        "send_hwm",
-        "safe",
-        "resend_ivl",
+    __slots__ = (  # (and those of SendQueueStatePy)
         "resend_limit",
         "on_drop",
-        "held",
-        "_queue",
-        "_inflight",
         "_resend",
         "_seq",
-        "_rr",
-        "pushed",
-        "frames_out",
-        "bytes_out",
         "resends",
         "resend_bytes",
         "acked",
         "acks_unknown",
         "dropped",
         "fast_resends",
-        "windows",
-        "congestion",
-        "_blocked",
         "_paced_until",
     )
 
@@ -1122,5 +1142,5 @@ class SendQueue:
             win.order.clear()
 
     def __del__(self) -> None:
-        if hasattr(self, "windows"):  # (not when __init__ failed before setting it)
+        if getattr(self, "windows", None) is not None:  # (not when __init__ failed before it)
             self._break_cycles()  # also when a forgotten engine's cycle is collected

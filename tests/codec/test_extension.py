@@ -37,6 +37,7 @@ _CHOOSERS = {
     "nbmq.codec": "COMPILED",
     "nbmq.transports.batch": "COMPILED",
     "nbmq.transports.socket": "COMPILED",
+    "nbmq.engine.queues": "COMPILED",
     "nbmq.capture.files.records": "COMPILED",
     "nbmq.capture.datagrams.decode_fast": "COMPILED",
     "nbmq.capture.datagrams.ack_hashes": "COMPILED",
