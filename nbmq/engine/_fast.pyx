@@ -461,7 +461,8 @@ def pack_ready(ready, Py_ssize_t max_messages):
     off = <int64_t*>cnp.PyArray_DATA(offsets)
     lens = <int64_t*>cnp.PyArray_DATA(lengths)
     for i in range(n):
-        size = len(taken[i])
+        part = taken[i]
+        size = cnp.PyArray_DIM(<cnp.ndarray>part, 0) if _flat_array(part) else len(part)
         off[i] = total
         lens[i] = size
         total += size
@@ -470,12 +471,24 @@ def pack_ready(ready, Py_ssize_t max_messages):
     data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
     out = <unsigned char*>cnp.PyArray_DATA(data)
     for i in range(n):
-        PyObject_GetBuffer(taken[i], &view, PyBUF_SIMPLE)
+        part = taken[i]
+        if _flat_array(part):  # (the reassembler's parts: no buffer request per message)
+            memcpy(out + off[i], cnp.PyArray_DATA(<cnp.ndarray>part), lens[i])
+            continue
+        PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
         try:
             memcpy(out + off[i], view.buf, view.len)
         finally:
             PyBuffer_Release(&view)
     return data, offsets, lengths
+
+
+cdef inline bint _flat_array(object obj):
+    """A 1-D C-contiguous numpy array of single bytes (what ``_part`` and the reassembler
+    make): its length is its size in bytes and its data pointer its first byte."""
+    return (type(obj) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
+            and cnp.PyArray_ITEMSIZE(<cnp.ndarray>obj) == 1
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
 
 
 cdef object _receive_one_py = None
