@@ -41,7 +41,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
 from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
-from nbmq.engine._queue_state cimport SendQueueState
+from nbmq.engine._queue_state cimport RecvQueueState, SendQueueState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -504,7 +504,7 @@ def receive_one(self, data, addr, now):
     cdef Py_buffer view
     cdef const unsigned char* p
     cdef int64_t room
-    recvq = self._recvq
+    cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
             or not _flat_bytes(data)):
         return _receive_one_py(self, data, addr, now)
@@ -560,7 +560,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef uint64_t noted_sid = 0
     cdef object addr, peer, reassembler, ready
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
-    recvq = self._recvq
+    cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
             or not _flat_bytes(buffer)):
         return _receive_py(self, buffer, offsets, lengths, addrs, now)
@@ -651,7 +651,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
         PyBuffer_Release(&view)
 
 
-cdef inline void _flush(object counters, object recvq, object reassembler, Py_ssize_t count,
+cdef inline void _flush(object counters, RecvQueueState recvq, object reassembler, Py_ssize_t count,
                         Py_ssize_t nbytes, Py_ssize_t whole, Py_ssize_t completed) except *:
     """Bring the counters up to date with what the loop summed: ``count`` datagrams of
     ``nbytes`` bytes taken, ``whole`` one-frame messages completed here (the reassembler's
@@ -734,7 +734,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef object addr, peer, key, until, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
-    recvq = self._recvq
+    cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     dedup = recvq._dedup
     if self._closed or dedup is None or not _flat_bytes(buffer):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
@@ -868,7 +868,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         PyBuffer_Release(&view)
 
 
-cdef inline void _flush_safe(object self, object counters, object recvq, object reassembler,
+cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq, object reassembler,
                              Py_ssize_t count, Py_ssize_t nbytes, Py_ssize_t whole,
                              Py_ssize_t completed, Py_ssize_t acks_out, Py_ssize_t queued,
                              Py_ssize_t acks_in) except *:

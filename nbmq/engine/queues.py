@@ -50,7 +50,7 @@ from ..wire import DataFrame
 from .congestion import DUPTHRESH, Window
 from .peers import Peer, PeerState
 
-__all__ = ["PushResult", "RecvQueue", "SendQueue", "SendQueueStatePy", "OutMessage"]
+__all__ = ["PushResult", "RecvQueue", "RecvQueueStatePy", "SendQueue", "SendQueueStatePy", "OutMessage"]
 
 _SID = struct.Struct(">Q")
 _CONNECTED = PeerState.CONNECTED
@@ -81,7 +81,61 @@ class PushResult(IntEnum):
 ACKED_RESULTS = frozenset({PushResult.INCOMPLETE, PushResult.COMPLETE, PushResult.DUPLICATE})
 
 
-class RecvQueue:
+class SendQueueStatePy:
+    """The fields of :class:`SendQueue` that compiled code reads and writes (the pure-Python
+    twin of ``nbmq.engine._queue_state.SendQueueState``, which holds them as C fields):
+    counts ``held``, ``send_hwm``, ``pushed``, ``frames_out``, ``bytes_out``, ``_rr`` (ints),
+    flags ``safe``, ``congestion``, ``_blocked``, ``resend_ivl`` (seconds) and the containers
+    ``_queue``, ``_inflight``, ``windows``. Meanings: see :class:`SendQueue`."""
+
+    __slots__ = (
+        "held",
+        "send_hwm",
+        "pushed",
+        "frames_out",
+        "bytes_out",
+        "_rr",
+        "safe",
+        "congestion",
+        "_blocked",
+        "resend_ivl",
+        "_queue",
+        "_inflight",
+        "windows",
+    )
+
+
+class RecvQueueStatePy:
+    """The fields of :class:`RecvQueue` that compiled code reads and writes (the pure-Python
+    twin of ``nbmq.engine._queue_state.RecvQueueState``): counts ``recv_hwm``, ``completed``,
+    ``dropped_hwm`` (ints), the flag ``refuse_when_full``, ``dedup_ttl`` (seconds or None), and
+    ``reassembler``, ``_ready`` (deque of messages), ``_dedup`` (dict or None). Meanings: see
+    :class:`RecvQueue`."""
+
+    __slots__ = (
+        "recv_hwm",
+        "completed",
+        "dropped_hwm",
+        "refuse_when_full",
+        "dedup_ttl",
+        "reassembler",
+        "_ready",
+        "_dedup",
+    )
+
+
+_compiled_state = extensions.load("nbmq.engine._queue_state")
+#: True when the queues' fields are the compiled ``SendQueueState`` / ``RecvQueueState`` C fields.
+COMPILED = _compiled_state is not None
+if TYPE_CHECKING:
+    _SendQueueState = SendQueueStatePy
+    _RecvQueueState = RecvQueueStatePy
+else:  # one module chooses: the compiled fields, or the twins' slots
+    _SendQueueState = SendQueueStatePy if _compiled_state is None else _compiled_state.SendQueueState
+    _RecvQueueState = RecvQueueStatePy if _compiled_state is None else _compiled_state.RecvQueueState
+
+
+class RecvQueue(_RecvQueueState):
     """Completed messages in arrival order, built on ``codec.Reassembler``.
 
     Args:
@@ -112,20 +166,12 @@ class RecvQueue:
     Nothing here raises on network input; only :meth:`pull` raises (WouldBlock).
     """
 
-    __slots__ = (
-        "recv_hwm",
+    __slots__ = (  # (and those of RecvQueueStatePy)
         "ttl",
         "maint_ivl",
-        "dedup_ttl",
-        "refuse_when_full",
-        "reassembler",
-        "_ready",
-        "_dedup",
         "_dedup_half",
         "_next_maint",
-        "completed",
         "_cleared",
-        "dropped_hwm",
         "refused",
         "duplicates",
         "expired",
@@ -425,39 +471,6 @@ def _frames_of(sharded: Any, session_id: int | None) -> list[memoryview]:
         for frame in frames:
             pack(frame, 2, session_id)
     return frames
-
-
-class SendQueueStatePy:
-    """The fields of :class:`SendQueue` that compiled code reads and writes (the pure-Python
-    twin of ``nbmq.engine._queue_state.SendQueueState``, which holds them as C fields):
-    counts ``held``, ``send_hwm``, ``pushed``, ``frames_out``, ``bytes_out``, ``_rr`` (ints),
-    flags ``safe``, ``congestion``, ``_blocked``, ``resend_ivl`` (seconds) and the containers
-    ``_queue``, ``_inflight``, ``windows``. Meanings: see :class:`SendQueue`."""
-
-    __slots__ = (
-        "held",
-        "send_hwm",
-        "pushed",
-        "frames_out",
-        "bytes_out",
-        "_rr",
-        "safe",
-        "congestion",
-        "_blocked",
-        "resend_ivl",
-        "_queue",
-        "_inflight",
-        "windows",
-    )
-
-
-_compiled_state = extensions.load("nbmq.engine._queue_state")
-#: True when :class:`SendQueue`'s fields are the compiled ``SendQueueState``'s C fields.
-COMPILED = _compiled_state is not None
-if TYPE_CHECKING:
-    _SendQueueState = SendQueueStatePy
-else:  # one module chooses: the compiled fields, or the twin's slots
-    _SendQueueState = SendQueueStatePy if _compiled_state is None else _compiled_state.SendQueueState
 
 
 class SendQueue(_SendQueueState):

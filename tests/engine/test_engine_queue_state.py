@@ -1,8 +1,8 @@
-"""The send queue's fields as C fields (``nbmq.engine._queue_state.SendQueueState``, cimported
-by the compiled engine) and their pure-Python twin (``queues.SendQueueStatePy``): the same
-names, the one chosen by the extension policy, and values that behave as Python attributes
-either way (the rest of the engine suite runs on whichever is built, and again with
-NBMQ_NO_EXTENSIONS=1)."""
+"""The queues' fields as C fields (``nbmq.engine._queue_state.SendQueueState`` and
+``RecvQueueState``, cimported by the compiled engine) and their pure-Python twins
+(``queues.SendQueueStatePy``, ``RecvQueueStatePy``): the same names, the ones chosen by the
+extension policy, and values that behave as Python attributes either way (the rest of the
+engine suite runs on whichever is built, and again with NBMQ_NO_EXTENSIONS=1)."""
 
 from __future__ import annotations
 
@@ -11,31 +11,35 @@ import os
 import pytest
 
 from nbmq.engine import queues
-from nbmq.engine.queues import SendQueue, SendQueueStatePy
+from nbmq.engine.queues import RecvQueue, RecvQueueStatePy, SendQueue, SendQueueStatePy
+
+PAIRS = [(SendQueue, SendQueueStatePy, "SendQueueState"), (RecvQueue, RecvQueueStatePy, "RecvQueueState")]
 
 
-def _compiled_class():
+def _compiled_class(name: str):
     from nbmq.engine import _queue_state
 
-    return _queue_state.SendQueueState
+    return getattr(_queue_state, name)
 
 
-def test_the_queue_derives_from_the_chosen_fields_class():
-    base = SendQueue.__mro__[1]
+@pytest.mark.parametrize("queue, twin, compiled", PAIRS)
+def test_the_queue_derives_from_the_chosen_fields_class(queue, twin, compiled):
+    base = queue.__mro__[1]
     if queues.COMPILED:
-        assert base is _compiled_class()
+        assert base is _compiled_class(compiled)
     else:
-        assert base is SendQueueStatePy
+        assert base is twin
     if os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0"):
         assert queues.COMPILED
 
 
 @pytest.mark.skipif(not queues.COMPILED, reason="nbmq.engine._queue_state is not built")
-def test_compiled_fields_are_the_twins_slots():
-    cls = _compiled_class()
+@pytest.mark.parametrize("queue, twin, compiled", PAIRS)
+def test_compiled_fields_are_the_twins_slots(queue, twin, compiled):
+    cls = _compiled_class(compiled)
     names = {name for name, value in vars(cls).items() if type(value).__name__ == "getset_descriptor"}
-    assert names == set(SendQueueStatePy.__slots__)
-    assert not set(SendQueue.__slots__) & names  # each field declared once
+    assert names == set(twin.__slots__)
+    assert not set(queue.__slots__) & names  # each field declared once
 
 
 def test_fields_read_and_write_as_attributes():
@@ -51,3 +55,14 @@ def test_fields_read_and_write_as_attributes():
     assert (q._rr, q.held, q.frames_out, q.bytes_out) == (5, 1, 2, 80)
     with pytest.raises((TypeError, AttributeError)):
         q.not_a_field = 1  # slots on both: no stray attributes
+
+
+def test_receive_fields_read_and_write_as_attributes():
+    q = RecvQueue(recv_hwm=2, dedup_ttl=1.5, refuse_when_full=True)
+    assert (q.recv_hwm, q.completed, q.dropped_hwm, q.refuse_when_full, q.dedup_ttl) == (2, 0, 0, True, 1.5)
+    assert len(q._ready) == 0 and q._dedup == {} and q.reassembler is not None
+    assert RecvQueue().dedup_ttl is None and RecvQueue()._dedup is None
+    q._ready.append([b"m"])
+    q.completed += 1
+    assert (len(q), q.pulled, q.pull()) == (1, 0, [b"m"])
+    assert q.pulled == 1
