@@ -35,6 +35,7 @@ import heapq
 import itertools
 import math
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable, Hashable
 from enum import IntEnum
@@ -50,7 +51,7 @@ from ..wire import DataFrame
 from .congestion import DUPTHRESH, Window
 from .peers import Peer, PeerState
 
-__all__ = ["PushResult", "RecvQueue", "RecvQueueStatePy", "SendQueue", "SendQueueStatePy", "OutMessage"]
+__all__ = ["PushResult", "RecvQueue", "RecvQueueStatePy", "SendQueue", "SendQueueStatePy", "OutMessage", "hwm_count"]
 
 _SID = struct.Struct(">Q")
 _CONNECTED = PeerState.CONNECTED
@@ -79,6 +80,12 @@ class PushResult(IntEnum):
 
 #: Results after which a SafeDealer receiver acks the frame.
 ACKED_RESULTS = frozenset({PushResult.INCOMPLETE, PushResult.COMPLETE, PushResult.DUPLICATE})
+
+
+def hwm_count(value: int) -> int:
+    """A high-water mark (messages) as the queues hold it: ``value`` capped at ``sys.maxsize``,
+    a count no queue can reach (the same as no cap), so that it fits the compiled fields."""
+    return min(int(value), sys.maxsize)
 
 
 class SendQueueStatePy:
@@ -194,7 +201,7 @@ class RecvQueue(_RecvQueueState):
         max_peer_incomplete_bytes: int | None = None,
         on_drop: DropCallback | None = None,
     ) -> None:
-        self.recv_hwm = recv_hwm
+        self.recv_hwm = hwm_count(recv_hwm)
         self.ttl = uncompleted_message_ttl
         self.maint_ivl = queue_maint_ivl
         self.dedup_ttl = dedup_ttl
@@ -520,7 +527,7 @@ class SendQueue(_SendQueueState):
         on_drop: DropCallback | None = None,
         congestion: bool = False,
     ) -> None:
-        self.send_hwm = send_hwm
+        self.send_hwm = hwm_count(send_hwm)
         self.congestion = congestion
         self.safe = safe
         self.resend_ivl = resend_ivl

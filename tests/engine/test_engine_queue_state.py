@@ -66,3 +66,21 @@ def test_receive_fields_read_and_write_as_attributes():
     q.completed += 1
     assert (len(q), q.pulled, q.pull()) == (1, 0, [b"m"])
     assert q.pulled == 1
+
+
+def test_high_water_marks_past_a_machine_word_mean_no_bound_in_both_twins():
+    from nbmq.engine import Dealer, SafeDealer
+    from nbmq.options import SocketOptions
+
+    huge = 2**70  # the options accept any count >= 1
+    for kind in (Dealer, SafeDealer):
+        engine = kind.connecting(("127.0.0.1", 9), 0.0, SocketOptions(send_hwm=huge, recv_hwm=huge))
+        for i in range(50):
+            engine.send([b"m%d" % i], 0.0)  # no peer: all held, none refused
+        assert engine.send_ready and engine.pending_messages == 50
+        engine.set_option("send_hwm", 2)
+        assert not engine.send_ready
+        engine.set_option("recv_hwm", huge)
+        engine.set_option("send_hwm", huge)
+        assert engine.send_ready
+        assert engine.option("send_hwm") == huge  # the option keeps the value given
