@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pxd nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/engine/*.pyx nbmq/capture/*/*.pyx nbmq/spark/*.pyx)
+SOURCES := pyproject.toml setup.py $(wildcard nbmq/*.pxd nbmq/*.pyx nbmq/_cython/*.pxi nbmq/transports/*.pyx nbmq/engine/*.pyx nbmq/engine/*.pxd nbmq/capture/*/*.pyx nbmq/spark/*.pyx)
 
 .PHONY: run test install bench clean fuzz asan test-tools lint
 

@@ -10,6 +10,8 @@ from setuptools import setup
 EXTENSIONS = [
     ("nbmq._codec", ["nbmq/_codec.pyx"], False),
     ("nbmq.transports._batch", ["nbmq/transports/_batch.pyx"], True),
+    ("nbmq.transports._socket", ["nbmq/transports/_socket.pyx"], False),
+    ("nbmq.engine._queue_state", ["nbmq/engine/_queue_state.pyx"], False),
     ("nbmq.engine._fast", ["nbmq/engine/_fast.pyx"], False),
     ("nbmq.capture.files._records", ["nbmq/capture/files/_records.pyx"], False),
     ("nbmq.capture.datagrams._decode", ["nbmq/capture/datagrams/_decode.pyx"], False),

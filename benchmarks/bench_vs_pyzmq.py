@@ -4,7 +4,10 @@
 
 Throughput (``--count`` messages of ``--size`` bytes, default 100 B): the sender stamps a u64
 index into the first and last 8 bytes of each message and sends it; the receiver polls, then
-drains until empty, and measures from its first to its last message. Cases:
+drains until empty, and measures from its first to its last message. Each side also reports
+its process CPU time per message (µs, all threads: pyzmq's I/O thread included; the sender's
+from its first send to its close, the receiver's from its first wait to its last message and
+idle end), a figure the other jobs on a shared machine move far less than the rates. Cases:
 
 - ``zmq-tcp``, ``zmq-ipc``: pyzmq PUSH/PULL over tcp / ipc (``send`` / ``poll`` + ``recv(NOBLOCK)``);
 - ``dealer``, ``safedealer``: nbmq, one ``send()`` / ``recv()`` per message (``poll`` + drain);
@@ -77,6 +80,7 @@ def _zmq_receiver(transport: str, conn: Any) -> None:
     conn.send(address)
     count = conn.recv()
     received, first, last = 0, 0.0, 0.0
+    cpu = time.process_time()
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     end = time.monotonic() + TIMEOUT
@@ -94,7 +98,7 @@ def _zmq_receiver(transport: str, conn: Any) -> None:
         if received and not first:
             first = now
         last = now
-    conn.send((received, first, last, 0))
+    conn.send((received, first, last, 0, time.process_time() - cpu))
     sock.close(0)
     ctx.term()
 
@@ -107,11 +111,12 @@ def _zmq_sender(address: str, size: int, count: int, conn: Any) -> None:
     sock.connect(address)
     msg = bytearray(size)
     send = sock.send
+    cpu = time.process_time()
     for i in range(count):
         send(_stamp(msg, i))
     sock.close(linger=10_000)
     ctx.term()
-    conn.send(count)
+    conn.send((count, time.process_time() - cpu))
 
 
 def _zmq_echo(conn: Any) -> None:
@@ -166,6 +171,7 @@ def _nbmq_receiver(case: str, conn: Any) -> None:
     conn.send(sock.local_address)
     count = conn.recv()
     received, first, last = 0, 0.0, 0.0
+    cpu = time.process_time()
     end = time.monotonic() + TIMEOUT
     poll, recv = sock.poll, sock.recv
     many, packed = case.endswith("-many"), case.endswith("-packed")
@@ -191,8 +197,9 @@ def _nbmq_receiver(case: str, conn: Any) -> None:
         if not first:
             first = now
         last = now
+    cpu = time.process_time() - cpu
     counters = sock.counters
-    conn.send((received, first, last, counters.kernel_drops + counters.dropped_total))
+    conn.send((received, first, last, counters.kernel_drops + counters.dropped_total, cpu))
     sock.close(linger=0)
 
 
@@ -204,6 +211,7 @@ def _nbmq_sender(case: str, address: str, size: int, count: int, conn: Any) -> N
         conn.send(0)
         return
     msg = bytearray(size)
+    cpu = time.process_time()
     if case.endswith("-packed"):  # the user stamps the indices into one buffer, sends it in slices
         import numpy as np
 
@@ -229,7 +237,7 @@ def _nbmq_sender(case: str, address: str, size: int, count: int, conn: Any) -> N
         for i in range(count):
             send(_stamp(msg, i), timeout=None)
     sock.close(linger=30.0)  # a SafeDealer waits here for its last acks
-    conn.send(count)
+    conn.send((count, time.process_time() - cpu))
 
 
 def _nbmq_echo(case: str, conn: Any) -> None:
@@ -303,10 +311,17 @@ def throughput(case: str, size: int, count: int) -> dict[str, float]:
     else:
         sent, got = _pair(_nbmq_receiver, (case,), _nbmq_sender, lambda a: (case, a, size, count), count)
     if not sent or not got or got[0] < 2:
-        return {"msgs": 0.0, "mbs": 0.0, "ratio": 0.0, "counted": 0}
-    received, first, last, counted = got
+        return {"msgs": 0.0, "mbs": 0.0, "ratio": 0.0, "counted": 0, "tx_cpu": 0.0, "rx_cpu": 0.0}
+    (sent, tx_cpu), (received, first, last, counted, rx_cpu) = sent, got
     rate = (received - 1) / max(last - first, 1e-9)
-    return {"msgs": rate, "mbs": rate * size / 1e6, "ratio": received / sent, "counted": counted}
+    return {
+        "msgs": rate,
+        "mbs": rate * size / 1e6,
+        "ratio": received / sent,
+        "counted": counted,
+        "tx_cpu": tx_cpu / sent * 1e6,
+        "rx_cpu": rx_cpu / received * 1e6,
+    }
 
 
 def latency(case: str, size: int, rounds: int) -> dict[str, float]:
@@ -362,12 +377,18 @@ def main(argv: list[str] | None = None) -> None:
     med = {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for c, rs in runs.items()}
     zmq_rate = med.get("zmq-tcp", {}).get("msgs")
     print(f"throughput, {args.size} B, {args.count} messages, medians of {args.repeat}")
-    print(f"{'case':20} {'msg/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x zmq-tcp':>9}  counted drops per run")
+    print(
+        f"{'case':20} {'msg/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x zmq-tcp':>9} "
+        f"{'tx µs/msg':>9} {'rx µs/msg':>9}  counted drops per run"
+    )
     for case in (c for c in cases if c in THROUGHPUT):
         m = med[case]
         vs = f"{m['msgs'] / zmq_rate:>9.2f}" if zmq_rate else f"{'-':>9}"
         drops = "/".join(str(int(r["counted"])) for r in runs[case])
-        print(f"{case:20} {m['msgs']:>10,.0f} {m['mbs']:>8.1f} {m['ratio']:>10.4f} {vs}  {drops}")
+        print(
+            f"{case:20} {m['msgs']:>10,.0f} {m['mbs']:>8.1f} {m['ratio']:>10.4f} {vs} "
+            f"{m['tx_cpu']:>9.2f} {m['rx_cpu']:>9.2f}  {drops}"
+        )
     zmq_lat = med.get("zmq-lat")
     print(f"round trips, {args.size} B, {args.rounds} (+{WARMUP} warm-up), medians of {args.repeat}, µs")
     print(f"{'case':20} {'p50':>8} {'p99':>8} {'p99.9':>8} {'p50 x zmq':>10} {'p99 x zmq':>10}")

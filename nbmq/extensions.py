@@ -2,10 +2,12 @@
 
 Every compiled module of nbmq has a Python twin that gives the same results (the tests run
 both): the codec ``nbmq._codec`` (twin ``nbmq._codec_py``), ``nbmq.engine._fast`` (the engine's
-own Python methods), ``nbmq.transports._batch`` (``recvfrom``/``sendto``), the capture walkers
+own Python methods), ``nbmq.transports._batch`` (``recvfrom``/``sendto``), ``nbmq.transports._socket`` (the
+blocking socket's ``send``/``recv`` methods), the capture walkers
 ``nbmq.capture.files._records`` and ``nbmq.capture.datagrams._decode`` (numpy), and
 ``nbmq.spark._reassemble`` (``nbmq.spark._reassemble_py``), ``nbmq.engine._seal`` (secure mode's
-``FrameCipher``, twin in ``nbmq.engine.secure``). :func:`load` is the one place that
+``FrameCipher``, twin in ``nbmq.engine.secure``), ``nbmq.engine._queue_state`` (the send queue's
+fields, twin ``queues.SendQueueStatePy``). :func:`load` is the one place that
 chooses, for each of them:
 
 - ``NBMQ_NO_EXTENSIONS`` set (to anything but ``""`` or ``"0"``), an interpreter other than

@@ -24,6 +24,10 @@ through :func:`take`), whose frames awaiting acks are :class:`Flight` records (t
 ``queues._Flight``). :class:`SmallMessage` and :class:`Flight` are not tracked by the cycle
 collector (its collections were a quarter of the 100 B sender's time).
 
+The queues' hot fields are C fields of their shared compiled bases
+(``nbmq.engine._queue_state``, declared in its ``.pxd``): the queues' own Python code and this
+module read and write the same fields.
+
 Counters, events, output and the order of everything are those of the Python code
 (tests/engine/test_engine_send_fast.py, tests/engine/test_engine_receive_fast.py,
 tests/engine/test_engine_safe_receive_fast.py).
@@ -41,6 +45,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
 from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
+from nbmq.engine._queue_state cimport RecvQueueState, SendQueueState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -76,6 +81,16 @@ cdef inline void _put_be(unsigned char* p, uint64_t v, int n) noexcept nogil:
     for i in range(n - 1, -1, -1):
         p[i] = <unsigned char>(v & 0xFF)
         v >>= 8
+
+
+cdef inline tuple _pair(object first, object second):
+    """``(first, second)``, not tracked by the cycle collector: a datagram and its address, or
+    a transmission number and its :class:`Flight`, which never lead back to the pair. Tens of
+    thousands of them live while frames are in flight or acks wait; tracked, each young
+    collection walked them and promoted them into the old generation's full collections."""
+    cdef tuple pair = (first, second)
+    PyObject_GC_UnTrack(<void*>pair)
+    return pair
 
 
 cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
@@ -156,7 +171,7 @@ def send(self, parts, now):
             or self._opts.reference_compat):
         return _send_py(self, parts, now)
     self._now = now
-    sendq = self._sendq
+    cdef SendQueueState sendq = <SendQueueState?>self._sendq
     if sendq.held >= sendq.send_hwm:
         raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
     py_nonce = self._nonce
@@ -181,41 +196,70 @@ def send_packed(self, data, offsets, lengths, now):
     """
     cdef Py_buffer view
     cdef const unsigned char* base
-    cdef Py_ssize_t i, n, off, size, taken = 0
-    cdef uint64_t nonce
+    cdef Py_ssize_t i, n, off, size, taken = 0, queued = 0, held, hwm
+    cdef uint64_t nonce = 0
     cdef bytes part
     cdef int64_t[::1] offs
     cdef int64_t[::1] lens
+    cdef bint fast
+    cdef SendQueueState sendq
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char*>view.buf
         offs, lens = _packed_ranges_py(offsets, lengths, view.len)  # checked before any is queued
         n = offs.shape[0]
-        sendq = self._sendq
+        sendq = <SendQueueState?>self._sendq
         slow = self._closed or self._opts.reference_compat
+        # the queue's count and the nonce live in C for the run of small messages, written
+        # back before any other message goes through Socket.send and at the end
+        append = sendq._queue.append
+        hwm = sendq.send_hwm
+        held = sendq.held
+        fast = False
         for i in range(n):
-            if sendq.held >= sendq.send_hwm:
+            if held >= hwm:
                 break
             off = offs[i]
             size = lens[i]
             part = PyBytes_FromStringAndSize(<const char*>(base + off), size)
-            if slow or size > MAX_CHUNK or self._nonce > _U64_MAX:
+            if not fast:
+                py_nonce = self._nonce
+                fast = not slow and py_nonce <= _U64_MAX - n  # (no nonce of the run wraps)
+                if fast:
+                    nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
+            if not fast or size > MAX_CHUNK:
+                if fast:
+                    _write_back(self, sendq, held, queued, nonce)
+                    fast = False
+                    queued = 0
                 _send_py(self, [part], now)
+                held = sendq.held
                 taken += 1
                 continue
-            self._now = now
-            nonce = PyLong_AsUnsignedLongLongMask(self._nonce)
-            sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
-            sendq.held += 1
-            sendq.pushed += 1
-            self._nonce = self._nonce + 1
+            append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+            nonce += 1
+            held += 1
+            queued += 1
             taken += 1
+        if fast:
+            _write_back(self, sendq, held, queued, nonce)
+            self._now = now
     finally:
         PyBuffer_Release(&view)
     return taken
 
 
-def take(sendq, double now, Py_ssize_t limit, list out, list ring):
+cdef inline void _write_back(object self, SendQueueState sendq, Py_ssize_t held, Py_ssize_t queued,
+                             uint64_t nonce) except *:
+    """End a run of :func:`send_packed`: ``queued`` small messages were appended (the queue
+    now holds ``held``) and the next nonce is ``nonce``."""
+    if queued:
+        sendq.held = held
+        sendq.pushed += queued
+        self._nonce = PyLong_FromUnsignedLongLong(nonce)
+
+
+def take(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue.take(now, limit, out, ring)`` (same arguments, return and effects).
 
     Runs the leading small messages (``push_small``, no fixed peer, not dropped) of a queue
@@ -281,7 +325,7 @@ def take(sendq, double now, Py_ssize_t limit, list out, list ring):
             (<SmallMessage>msg).peer = peer
         else:
             msg.peer = peer
-        out.append((frame, addr))
+        out.append(_pair(frame, addr))
         nbytes += DATA_HEADER + size
         n += 1
         popleft()
@@ -421,7 +465,8 @@ def pack_ready(ready, Py_ssize_t max_messages):
     off = <int64_t*>cnp.PyArray_DATA(offsets)
     lens = <int64_t*>cnp.PyArray_DATA(lengths)
     for i in range(n):
-        size = len(taken[i])
+        part = taken[i]
+        size = cnp.PyArray_DIM(<cnp.ndarray>part, 0) if _flat_array(part) else len(part)
         off[i] = total
         lens[i] = size
         total += size
@@ -430,12 +475,24 @@ def pack_ready(ready, Py_ssize_t max_messages):
     data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
     out = <unsigned char*>cnp.PyArray_DATA(data)
     for i in range(n):
-        PyObject_GetBuffer(taken[i], &view, PyBUF_SIMPLE)
+        part = taken[i]
+        if _flat_array(part):  # (the reassembler's parts: no buffer request per message)
+            memcpy(out + off[i], cnp.PyArray_DATA(<cnp.ndarray>part), lens[i])
+            continue
+        PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
         try:
             memcpy(out + off[i], view.buf, view.len)
         finally:
             PyBuffer_Release(&view)
     return data, offsets, lengths
+
+
+cdef inline bint _flat_array(object obj):
+    """A 1-D C-contiguous numpy array of single bytes (what ``_part`` and the reassembler
+    make): its length is its size in bytes and its data pointer its first byte."""
+    return (type(obj) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
+            and cnp.PyArray_ITEMSIZE(<cnp.ndarray>obj) == 1
+            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
 
 
 cdef object _receive_one_py = None
@@ -451,7 +508,7 @@ def receive_one(self, data, addr, now):
     cdef Py_buffer view
     cdef const unsigned char* p
     cdef int64_t room
-    recvq = self._recvq
+    cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
             or not _flat_bytes(data)):
         return _receive_one_py(self, data, addr, now)
@@ -507,7 +564,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef uint64_t noted_sid = 0
     cdef object addr, peer, reassembler, ready
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
-    recvq = self._recvq
+    cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
             or not _flat_bytes(buffer)):
         return _receive_py(self, buffer, offsets, lengths, addrs, now)
@@ -598,7 +655,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
         PyBuffer_Release(&view)
 
 
-cdef inline void _flush(object counters, object recvq, object reassembler, Py_ssize_t count,
+cdef inline void _flush(object counters, RecvQueueState recvq, object reassembler, Py_ssize_t count,
                         Py_ssize_t nbytes, Py_ssize_t whole, Py_ssize_t completed) except *:
     """Bring the counters up to date with what the loop summed: ``count`` datagrams of
     ``nbytes`` bytes taken, ``whole`` one-frame messages completed here (the reassembler's
@@ -681,7 +738,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef object addr, peer, key, until, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
-    recvq = self._recvq
+    cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     dedup = recvq._dedup
     if self._closed or dedup is None or not _flat_bytes(buffer):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
@@ -746,7 +803,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                                 del dedup[key]
                             dedup[key] = now + ttl
                             if len(ctrl) < MAX_CTRL:
-                                ctrl.append((_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
+                                ctrl.append(_pair(_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
                                 queued += 1
                             else:
                                 counters.control_dropped += 1
@@ -789,9 +846,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                                 del dedup[key]
                             dedup[key] = now + ttl
                         if len(ctrl) < MAX_CTRL:
-                            ctrl.append((_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
-                                                    PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
-                                         addr))
+                            ctrl.append(_pair(_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
+                                                         PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
+                                              addr))
                             queued += 1
                         else:
                             counters.control_dropped += 1
@@ -815,7 +872,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         PyBuffer_Release(&view)
 
 
-cdef inline void _flush_safe(object self, object counters, object recvq, object reassembler,
+cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq, object reassembler,
                              Py_ssize_t count, Py_ssize_t nbytes, Py_ssize_t whole,
                              Py_ssize_t completed, Py_ssize_t acks_out, Py_ssize_t queued,
                              Py_ssize_t acks_in) except *:
@@ -1193,7 +1250,7 @@ cdef inline bint _one_bytes_frame(object frames):
     return type(frames) is list and len(<list>frames) == 1 and type((<list>frames)[0]) is bytes
 
 
-def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
+def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
 
     Runs the leading messages of a safe queue under congestion control while the peer's
@@ -1327,14 +1384,14 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 else:
                     rest = True  # (not made by _frames_of: the twin hashes it)
                     break
-                out.append((view, addr))
+                out.append(_pair(view, addr))
                 nbytes += size
                 room -= size
                 in_flight += size
                 h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
                 flight = _flight(h, view, msg, due_c, now, win, tx)
                 inflight[h] = flight
-                order.append((tx, flight))
+                order.append(_pair(tx, flight))
                 tx += 1
                 j += 1
             msg.unacked += j - i
@@ -1356,14 +1413,14 @@ def take_safe(sendq, double now, Py_ssize_t limit, list out, list ring):
                 msg.peer = peer
                 msg.frames = [frame]
         size = PyBytes_GET_SIZE(frame)
-        out.append((frame, addr))
+        out.append(_pair(frame, addr))
         nbytes += size
         in_flight += size
         h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size,
                                              FNV_BASIS))
         flight = _flight(h, frame, msg, due_c, now, win, tx)  # tx: its place in win.order
         inflight[h] = flight
-        order.append((tx, flight))
+        order.append(_pair(tx, flight))
         tx += 1
         if type(msg) is SmallMessage:
             sm.unacked += 1

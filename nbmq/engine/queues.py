@@ -35,14 +35,15 @@ import heapq
 import itertools
 import math
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable, Hashable
 from enum import IntEnum
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .. import codec
+from .. import codec, extensions
 from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
 from ..options import DEFAULTS
@@ -50,7 +51,7 @@ from ..wire import DataFrame
 from .congestion import DUPTHRESH, Window
 from .peers import Peer, PeerState
 
-__all__ = ["PushResult", "RecvQueue", "SendQueue", "OutMessage"]
+__all__ = ["PushResult", "RecvQueue", "RecvQueueStatePy", "SendQueue", "SendQueueStatePy", "OutMessage", "hwm_count"]
 
 _SID = struct.Struct(">Q")
 _CONNECTED = PeerState.CONNECTED
@@ -81,7 +82,67 @@ class PushResult(IntEnum):
 ACKED_RESULTS = frozenset({PushResult.INCOMPLETE, PushResult.COMPLETE, PushResult.DUPLICATE})
 
 
-class RecvQueue:
+def hwm_count(value: int) -> int:
+    """A high-water mark (messages) as the queues hold it: ``value`` capped at ``sys.maxsize``,
+    a count no queue can reach (the same as no cap), so that it fits the compiled fields."""
+    return min(int(value), sys.maxsize)
+
+
+class SendQueueStatePy:
+    """The fields of :class:`SendQueue` that compiled code reads and writes (the pure-Python
+    twin of ``nbmq.engine._queue_state.SendQueueState``, which holds them as C fields):
+    counts ``held``, ``send_hwm``, ``pushed``, ``frames_out``, ``bytes_out``, ``_rr`` (ints),
+    flags ``safe``, ``congestion``, ``_blocked``, ``resend_ivl`` (seconds) and the containers
+    ``_queue``, ``_inflight``, ``windows``. Meanings: see :class:`SendQueue`."""
+
+    __slots__ = (
+        "held",
+        "send_hwm",
+        "pushed",
+        "frames_out",
+        "bytes_out",
+        "_rr",
+        "safe",
+        "congestion",
+        "_blocked",
+        "resend_ivl",
+        "_queue",
+        "_inflight",
+        "windows",
+    )
+
+
+class RecvQueueStatePy:
+    """The fields of :class:`RecvQueue` that compiled code reads and writes (the pure-Python
+    twin of ``nbmq.engine._queue_state.RecvQueueState``): counts ``recv_hwm``, ``completed``,
+    ``dropped_hwm`` (ints), the flag ``refuse_when_full``, ``dedup_ttl`` (seconds or None), and
+    ``reassembler``, ``_ready`` (deque of messages), ``_dedup`` (dict or None). Meanings: see
+    :class:`RecvQueue`."""
+
+    __slots__ = (
+        "recv_hwm",
+        "completed",
+        "dropped_hwm",
+        "refuse_when_full",
+        "dedup_ttl",
+        "reassembler",
+        "_ready",
+        "_dedup",
+    )
+
+
+_compiled_state = extensions.load("nbmq.engine._queue_state")
+#: True when the queues' fields are the compiled ``SendQueueState`` / ``RecvQueueState`` C fields.
+COMPILED = _compiled_state is not None
+if TYPE_CHECKING:
+    _SendQueueState = SendQueueStatePy
+    _RecvQueueState = RecvQueueStatePy
+else:  # one module chooses: the compiled fields, or the twins' slots
+    _SendQueueState = SendQueueStatePy if _compiled_state is None else _compiled_state.SendQueueState
+    _RecvQueueState = RecvQueueStatePy if _compiled_state is None else _compiled_state.RecvQueueState
+
+
+class RecvQueue(_RecvQueueState):
     """Completed messages in arrival order, built on ``codec.Reassembler``.
 
     Args:
@@ -112,20 +173,12 @@ class RecvQueue:
     Nothing here raises on network input; only :meth:`pull` raises (WouldBlock).
     """
 
-    __slots__ = (
-        "recv_hwm",
+    __slots__ = (  # (and those of RecvQueueStatePy)
         "ttl",
         "maint_ivl",
-        "dedup_ttl",
-        "refuse_when_full",
-        "reassembler",
-        "_ready",
-        "_dedup",
         "_dedup_half",
         "_next_maint",
-        "completed",
         "_cleared",
-        "dropped_hwm",
         "refused",
         "duplicates",
         "expired",
@@ -148,7 +201,7 @@ class RecvQueue:
         max_peer_incomplete_bytes: int | None = None,
         on_drop: DropCallback | None = None,
     ) -> None:
-        self.recv_hwm = recv_hwm
+        self.recv_hwm = hwm_count(recv_hwm)
         self.ttl = uncompleted_message_ttl
         self.maint_ivl = queue_maint_ivl
         self.dedup_ttl = dedup_ttl
@@ -427,7 +480,7 @@ def _frames_of(sharded: Any, session_id: int | None) -> list[memoryview]:
     return frames
 
 
-class SendQueue:
+class SendQueue(_SendQueueState):
     """The socket's one send queue (per socket, not per peer: the OMQ lesson).
 
     Args:
@@ -451,30 +504,17 @@ class SendQueue:
     (fast retransmit: see :mod:`~.congestion`); the timer stays the backstop.
     """
 
-    __slots__ = (
-        "send_hwm",
-        "safe",
-        "resend_ivl",
+    __slots__ = (  # (and those of SendQueueStatePy)
         "resend_limit",
         "on_drop",
-        "held",
-        "_queue",
-        "_inflight",
         "_resend",
         "_seq",
-        "_rr",
-        "pushed",
-        "frames_out",
-        "bytes_out",
         "resends",
         "resend_bytes",
         "acked",
         "acks_unknown",
         "dropped",
         "fast_resends",
-        "windows",
-        "congestion",
-        "_blocked",
         "_paced_until",
     )
 
@@ -487,7 +527,7 @@ class SendQueue:
         on_drop: DropCallback | None = None,
         congestion: bool = False,
     ) -> None:
-        self.send_hwm = send_hwm
+        self.send_hwm = hwm_count(send_hwm)
         self.congestion = congestion
         self.safe = safe
         self.resend_ivl = resend_ivl
@@ -1122,5 +1162,5 @@ class SendQueue:
             win.order.clear()
 
     def __del__(self) -> None:
-        if hasattr(self, "windows"):  # (not when __init__ failed before setting it)
+        if getattr(self, "windows", None) is not None:  # (not when __init__ failed before it)
             self._break_cycles()  # also when a forgotten engine's cycle is collected

@@ -54,7 +54,7 @@ from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
 from .connection import _CONNECTED, MAX_CONTROL_QUEUE, Connection, Datagram
 from .counters import PathState
 from .peers import Peer
-from .queues import PushResult, RecvQueue, SendQueue
+from .queues import PushResult, RecvQueue, SendQueue, hwm_count
 
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 
@@ -152,9 +152,9 @@ class Socket(Connection):
         sendq = self._sendq
         recvq = self._recvq
         if name == "send_hwm":
-            sendq.send_hwm = int(value)
+            sendq.send_hwm = hwm_count(int(value))
         elif name == "recv_hwm":
-            recvq.recv_hwm = int(value)
+            recvq.recv_hwm = hwm_count(int(value))
         elif name == "max_tick_send":
             self._max_tick_send = int(value)
         elif name == "safe_resend_ivl":

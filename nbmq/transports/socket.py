@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from .. import extensions
 from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
@@ -26,6 +27,9 @@ from .links import open_link, read_grain
 __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
 
 _monotonic = time.monotonic
+_compiled = extensions.load("nbmq.transports._socket")
+#: True when ``Socket.send`` / ``Socket.recv`` are the compiled twins (``nbmq.transports._socket``).
+COMPILED = _compiled is not None
 _BYTES = engine_binding.BYTES
 _RETRY = 0.001  # seconds between retries of output a Unix/inproc peer refused (queue full)
 #: ``send()`` flushes on its own once about this many datagrams wait: one sendmmsg's worth.
@@ -322,6 +326,13 @@ class Socket(OptionAttributes):
         self._check_open()
         self._await_message(timeout)
         return ready.popleft()
+
+    _send_py = send  # the reference, and what the compiled twins hand every other call to
+    _recv_py = recv
+    if _compiled is not None:  # the same, compiled: a message loop's calls without a Python frame
+        _compiled.install(send, recv, AUTO_FLUSH)
+        send = _compiled.send
+        recv = _compiled.recv
 
     def _await_message(self, timeout: float | None) -> None:
         """Step, then wait (up to ``timeout`` seconds; None = for ever) until the engine has a

@@ -36,6 +36,8 @@ def test_no_extensions_selects_the_twin(monkeypatch):
 _CHOOSERS = {
     "nbmq.codec": "COMPILED",
     "nbmq.transports.batch": "COMPILED",
+    "nbmq.transports.socket": "COMPILED",
+    "nbmq.engine.queues": "COMPILED",
     "nbmq.capture.files.records": "COMPILED",
     "nbmq.capture.datagrams.decode_fast": "COMPILED",
     "nbmq.capture.datagrams.ack_hashes": "COMPILED",

@@ -259,24 +259,33 @@ def test_asyncio_send_packed():
 
 def test_send_packed_queues_what_send_queues_in_both_twins():
     """The compiled ``send_packed`` and the Python one queue the messages ``send`` would, with
-    the same message ids (nonces in order), and stop at the same ``send_hwm``."""
+    the same message ids (nonces in order), and stop at the same ``send_hwm``; larger messages
+    among small ones (each goes through ``send``) leave the queue's counts, the nonce and the
+    engine's time as ``send`` leaves them."""
     from nbmq.engine import Dealer as DealerEngine
     from nbmq.engine import sockets
     from nbmq.options import SocketOptions
 
-    messages = [b"q%d" % i * (i % 6) for i in range(40)] + [b"z" * 900]
+    messages = [b"z" * 900 if i % 7 == 3 else b"q%d" % i * (i % 6) for i in range(40)] + [b"z" * 900]
     data, offsets, lengths = _pack(messages)
 
-    def queued(fill) -> list[int]:
-        engine = DealerEngine.connecting(("127.0.0.1", 9), 0.0, SocketOptions(send_hwm=30))
-        fill(engine)
-        return [m.message_id for m in engine._sendq._queue]
+    def queued(fill, hwm: int = 30) -> tuple:
+        engine = DealerEngine.connecting(("127.0.0.1", 9), 0.0, SocketOptions(send_hwm=hwm))
+        taken = fill(engine)
+        sendq = engine._sendq
+        ids = [m.message_id for m in sendq._queue]
+        return taken, ids, sendq.held, sendq.pushed, engine._nonce, engine._now
 
-    def one_by_one(engine) -> None:
-        for m in messages[:30]:
-            engine.send([m], 0.0)
+    def one_by_one(engine) -> int:
+        for i, m in enumerate(messages):
+            if not engine.send_ready:
+                return i
+            engine.send([m], 2.5)
+        return len(messages)
 
-    want = queued(one_by_one)
-    assert len(want) == 30
-    assert queued(lambda e: sockets.Socket.send_packed(e, data, offsets, lengths, 0.0)) == want
-    assert queued(lambda e: e.send_packed(data, offsets, lengths, 0.0)) == want  # compiled when built
+    for hwm in (30, 100):
+        want = queued(one_by_one, hwm)
+        assert want[0] == min(hwm, len(messages)) and want[4] == 1 + want[0] and want[5] == 2.5
+        python = queued(lambda e: sockets.Socket.send_packed(e, data, offsets, lengths, 2.5), hwm)
+        assert python == want
+        assert queued(lambda e: e.send_packed(data, offsets, lengths, 2.5), hwm) == want  # compiled when built

@@ -1,0 +1,86 @@
+"""The queues' fields as C fields (``nbmq.engine._queue_state.SendQueueState`` and
+``RecvQueueState``, cimported by the compiled engine) and their pure-Python twins
+(``queues.SendQueueStatePy``, ``RecvQueueStatePy``): the same names, the ones chosen by the
+extension policy, and values that behave as Python attributes either way (the rest of the
+engine suite runs on whichever is built, and again with NBMQ_NO_EXTENSIONS=1)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from nbmq.engine import queues
+from nbmq.engine.queues import RecvQueue, RecvQueueStatePy, SendQueue, SendQueueStatePy
+
+PAIRS = [(SendQueue, SendQueueStatePy, "SendQueueState"), (RecvQueue, RecvQueueStatePy, "RecvQueueState")]
+
+
+def _compiled_class(name: str):
+    from nbmq.engine import _queue_state
+
+    return getattr(_queue_state, name)
+
+
+@pytest.mark.parametrize("queue, twin, compiled", PAIRS)
+def test_the_queue_derives_from_the_chosen_fields_class(queue, twin, compiled):
+    base = queue.__mro__[1]
+    if queues.COMPILED:
+        assert base is _compiled_class(compiled)
+    else:
+        assert base is twin
+    if os.environ.get("NBMQ_REQUIRE_EXTENSIONS", "") not in ("", "0"):
+        assert queues.COMPILED
+
+
+@pytest.mark.skipif(not queues.COMPILED, reason="nbmq.engine._queue_state is not built")
+@pytest.mark.parametrize("queue, twin, compiled", PAIRS)
+def test_compiled_fields_are_the_twins_slots(queue, twin, compiled):
+    cls = _compiled_class(compiled)
+    names = {name for name, value in vars(cls).items() if type(value).__name__ == "getset_descriptor"}
+    assert names == set(twin.__slots__)
+    assert not set(queue.__slots__) & names  # each field declared once
+
+
+def test_fields_read_and_write_as_attributes():
+    q = SendQueue(send_hwm=3, safe=True, resend_ivl=0.25, congestion=True)
+    assert (q.held, q.send_hwm, q.pushed, q.safe, q.congestion, q.resend_ivl) == (0, 3, 0, True, True, 0.25)
+    assert len(q._queue) == 0 and q._inflight == {} and q.windows == {}
+    q.push_small(b"x", 1)
+    q.push_small(b"y", 2)
+    assert (q.held, q.pushed, len(q)) == (2, 2, 2)
+    q.send_hwm = 2
+    assert q.full()
+    q.took(5, 2, 80, 1)
+    assert (q._rr, q.held, q.frames_out, q.bytes_out) == (5, 1, 2, 80)
+    with pytest.raises((TypeError, AttributeError)):
+        q.not_a_field = 1  # slots on both: no stray attributes
+
+
+def test_receive_fields_read_and_write_as_attributes():
+    q = RecvQueue(recv_hwm=2, dedup_ttl=1.5, refuse_when_full=True)
+    assert (q.recv_hwm, q.completed, q.dropped_hwm, q.refuse_when_full, q.dedup_ttl) == (2, 0, 0, True, 1.5)
+    assert len(q._ready) == 0 and q._dedup == {} and q.reassembler is not None
+    assert RecvQueue().dedup_ttl is None and RecvQueue()._dedup is None
+    q._ready.append([b"m"])
+    q.completed += 1
+    assert (len(q), q.pulled, q.pull()) == (1, 0, [b"m"])
+    assert q.pulled == 1
+
+
+def test_high_water_marks_past_a_machine_word_mean_no_bound_in_both_twins():
+    from nbmq.engine import Dealer, SafeDealer
+    from nbmq.options import SocketOptions
+
+    huge = 2**70  # the options accept any count >= 1
+    for kind in (Dealer, SafeDealer):
+        engine = kind.connecting(("127.0.0.1", 9), 0.0, SocketOptions(send_hwm=huge, recv_hwm=huge))
+        for i in range(50):
+            engine.send([b"m%d" % i], 0.0)  # no peer: all held, none refused
+        assert engine.send_ready and engine.pending_messages == 50
+        engine.set_option("send_hwm", 2)
+        assert not engine.send_ready
+        engine.set_option("recv_hwm", huge)
+        engine.set_option("send_hwm", huge)
+        assert engine.send_ready
+        assert engine.option("send_hwm") == huge  # the option keeps the value given
