@@ -548,10 +548,12 @@ def _write_report(
     """Write ``report.html``; a report bug costs the report only, never the tables and
     ``summary.json`` (its reason goes to ``summary["report_error"]`` and stderr)."""
     from .report import collect, write_report
+    from .report.aggregate import round_trip_rows
 
     started = time.perf_counter()
     try:
         data = collect(spark, tables, passes=passes)
+        summary["round_trips"] = round_trip_rows(data.round_trips)
         if output.local:
             write_report(output.path("report.html"), summary, data, started=started, findings=tables.get("findings"))
         else:  # rendered locally, then copied to the store
