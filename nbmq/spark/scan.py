@@ -35,7 +35,7 @@ __all__ = ["scan", "scan_files", "scan_shuffled", "merge", "ROWS_PER_BUCKET"]
 Piece = dict[str, "pa.Table"]
 #: Rows of the scanned table per hash bucket of :func:`scan_shuffled` on the driver: a bucket
 #: holds what at most this many rows keep, so its memory stays flat whatever the table's size.
-ROWS_PER_BUCKET = 1_000_000
+ROWS_PER_BUCKET = 250_000
 
 
 def scan_files(
