@@ -331,8 +331,9 @@ def run(
         "severity", "kind"}}`` (steps: start, frames, messages, findings, sessions, streams,
         summary, report), plus ``"streams": {"bqsp"|"rqueue":
         {"files", "rows", "error_rows", "connections"}}`` when a stream table was written, and
-        for a local ``out_dir`` ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; also
-        written to ``summary.json``.
+        for a local ``out_dir`` ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; with
+        the report, ``"round_trips"``: SafeDealer round trips per peer
+        (:func:`nbmq.spark.report.aggregate.round_trip_rows`); also written to ``summary.json``.
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).

@@ -22,6 +22,7 @@ the table that shrinks as the table grows) instead of the whole table's rows::
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["scan", "scan_files", "scan_shuffled", "merge", "ROWS_PER_BUCKET"]
+__all__ = ["scan", "scan_files", "scan_shuffled", "merge", "release_freed", "ROWS_PER_BUCKET"]
 
 #: Output of a piece: named pyarrow tables (the same names and schemas from every piece).
 Piece = dict[str, "pa.Table"]
@@ -71,7 +72,28 @@ def scan_files(
     if row_groups:
         fragments = [g for f in fragments for g in f.split_by_row_group()]
     with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
-        return list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
+        out = list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
+    release_freed()
+    return out
+
+
+def release_freed() -> None:
+    """Give the memory a pass has freed back to the operating system: glibc keeps freed heap
+    pages (numpy's and pandas' arrays, in one arena per reading thread) and pyarrow's pool keeps
+    its own, so without this the next pass's peak adds to the last one's leftovers. A few
+    milliseconds; nothing to do where glibc is absent."""
+    import ctypes
+    import ctypes.util
+
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if name:
+        try:
+            ctypes.CDLL(name).malloc_trim(0)
+        except (OSError, AttributeError):  # another C library (musl): no malloc_trim
+            pass
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -248,6 +270,7 @@ def scan_shuffled(
                     parts.append(pa.ipc.open_file(source).read_all())
             out.append(reduce(pa.concat_tables(parts)))
             del parts
+            release_freed()
             for f in files:
                 os.remove(os.path.join(tmp, f))
         return out

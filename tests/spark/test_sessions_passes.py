@@ -138,7 +138,7 @@ def test_ack_matching_is_the_same_in_any_number_of_buckets(hostile_run, monkeypa
     trips, resends = passes.acks(acked, True)
     monkeypatch.setattr(scan, "ROWS_PER_BUCKET", 7)  # hundreds of buckets
     trips2, resends2 = passes.acks(acked, True)
-    key = ["capture", "session_id", "src", "fine"]
+    key = ["capture", "session_id", "direction", "fine"]
     assert len(trips) and trips.sort_values(key).reset_index(drop=True).equals(
         trips2.sort_values(key).reset_index(drop=True)
     )

@@ -326,7 +326,7 @@ def _udp(data: ReportData, passes: Passes) -> None:
     data.traffic = _with_direction(traffic, clients)
     data.messages = _with_direction(msg, clients)
     if trips is not None:
-        data.round_trips = _peer_round_trips(trips, clients)
+        data.round_trips = _peer_round_trips(trips)
 
     # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
     data.control = passes.control()
@@ -393,32 +393,29 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     )
 
 
-def _peer_round_trips(trips: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
-    """:data:`ROUND_TRIP_COLUMNS` rows from :meth:`Passes.acks`'s per-sender fine histograms:
-    the matched acks, the minimum (exact) and the median and p99 (:func:`_ranked`), seconds;
-    sorted by capture, session and direction."""
-    import numpy as np
+def _peer_round_trips(trips: pd.DataFrame) -> pd.DataFrame:
+    """:data:`ROUND_TRIP_COLUMNS` rows from :meth:`Passes.acks`'s fine histograms per session and
+    direction: the matched acks, the minimum (exact) and the median and p99 (:func:`_ranked`),
+    seconds; sorted by capture, session and direction."""
     import pandas as pd
 
     rows = []
-    for (capture, session_id, src), g in trips.groupby(["capture", "session_id", "src"], sort=False):
+    for (capture, session_id, direction), g in trips.groupby(["capture", "session_id", "direction"], sort=False):
         g = g.sort_values("fine")
         n = g["n"].to_numpy(dtype=float)
         lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
         rows.append(
             {
                 "capture": capture,
-                "session_id": session_id,
-                "src": src,
+                "session_id": int(session_id),
+                "direction": direction,
                 "acks": int(n.sum()),
                 "min_s": float(lo[0]),
                 "p50_s": _ranked(n, lo, hi, 0.5),
                 "p99_s": _ranked(n, lo, hi, 0.99),
             }
         )
-    table = pd.DataFrame(rows, columns=["capture", "session_id", "src", "acks", "min_s", "p50_s", "p99_s"])
-    out = _with_direction(table, clients)[ROUND_TRIP_COLUMNS]
-    out["acks"] = out["acks"].astype(np.int64)
+    out = pd.DataFrame(rows, columns=ROUND_TRIP_COLUMNS)
     return out.sort_values(["capture", "session_id", "direction"], kind="stable").reset_index(drop=True)
 
 

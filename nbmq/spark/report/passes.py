@@ -372,15 +372,14 @@ def _fine_groups(capture: Any, v: np.ndarray) -> pa.Table:
 _ACK_KEY = ["capture", "session_id", "h"]
 
 
-def _ack_piece(acked: Any, has_hash: bool, table: pa.Table) -> pa.Table:
+def _ack_piece(acked: Any, clients: pd.DataFrame, has_hash: bool, table: pa.Table) -> pa.Table:
     """One piece of ``frames/``: its data frames of the ``acked`` sessions (uint64 ids) and its
     Acks, grouped by (capture, session_id, ack hash ``h``): ``sent_ns`` and ``last_ns`` (first
-    and last send), ``sends``, ``acked_ns`` (first Ack), ``src`` (the data frame's sender,
-    ``addr:port``, the least when several)."""
+    and last send), ``sends``, ``acked_ns`` (first Ack), ``c2s`` (1 when a data frame of it came
+    from its session's client in ``clients``: capture, sid (uint64), addr, port)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..findings import _addr_port
     from ..messages import _u64
 
     kind = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False)
@@ -401,24 +400,48 @@ def _ack_piece(acked: Any, has_hash: bool, table: pa.Table) -> pa.Table:
             hashes[ack] = np.frombuffer(body, ">u8").astype(np.uint64).view(np.int64)
         if data.any():
             hashes[data] = _frame_hashes(table.filter(pa.array(data)))
-    keep = pa.array(data | ack)
-    is_ack = pa.array(ack[data | ack])
-    ts = table["ts_ns"].filter(keep)
-    src = _addr_port(table["src_addr"].filter(keep), table["src_port"].filter(keep))
+    keep = data | ack
+    is_ack = pa.array(ack[keep])
+    ts = table["ts_ns"].filter(pa.array(keep))
     rows = pa.table(
         {
-            "capture": table["capture"].filter(keep),
-            "session_id": table["session_id"].filter(keep),
-            "h": pa.array(hashes[data | ack], pa.int64()),
+            "capture": table["capture"].filter(pa.array(keep)),
+            "session_id": table["session_id"].filter(pa.array(keep)),
+            "h": pa.array(hashes[keep], pa.int64()),
             "data_ns": pc.if_else(is_ack, pa.scalar(None, pa.int64()), ts),
             "ack_ns": pc.if_else(is_ack, ts, pa.scalar(None, pa.int64())),
-            "src": pc.if_else(is_ack, pa.scalar(None, pa.string()), src),
+            "c2s": pa.array(_from_client(clients, table, sid, data)[keep], mask=ack[keep]),
         }
     )
     g = rows.group_by(_ACK_KEY).aggregate(
-        [("data_ns", "min"), ("data_ns", "max"), ("data_ns", "count"), ("ack_ns", "min"), ("src", "min")]
+        [("data_ns", "min"), ("data_ns", "max"), ("data_ns", "count"), ("ack_ns", "min"), ("c2s", "max")]
     )
-    return _ack_rows(g, ("data_ns_min", "data_ns_max", "data_ns_count", "ack_ns_min", "src_min"))
+    return _ack_rows(g, ("data_ns_min", "data_ns_max", "data_ns_count", "ack_ns_min", "c2s_max"))
+
+
+def _from_client(clients: pd.DataFrame, table: pa.Table, sid: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int8 per row of ``table``: 1 where ``rows`` is set and the row's source is its session's
+    client in ``clients`` (capture, sid as uint64, addr, port), else 0."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = np.zeros(table.num_rows, np.int8)
+    at = np.flatnonzero(rows)
+    if not at.size or not len(clients):
+        return out
+    picked = pa.array(at)
+    known = pd.MultiIndex.from_arrays([clients["capture"], clients["sid"].to_numpy(np.uint64)])
+    which = known.get_indexer(
+        pd.MultiIndex.from_arrays([table["capture"].take(picked).to_numpy(zero_copy_only=False), sid[at]])
+    )
+    found = which >= 0
+    port = np.where(found, clients["port"].to_numpy(np.int64)[which], -1)
+    same = port == table["src_port"].take(picked).fill_null(-1).to_numpy(zero_copy_only=False)
+    addr = pa.array(clients["addr"].tolist(), pa.string()).take(pa.array(np.where(found, which, 0)))
+    same &= pc.fill_null(pc.equal(table["src_addr"].take(picked), addr), False).to_numpy(zero_copy_only=False)
+    out[at] = (found & same).astype(np.int8)
+    return out
 
 
 def _ack_rows(g: pa.Table, names: tuple[str, str, str, str, str]) -> pa.Table:
@@ -428,7 +451,7 @@ def _ack_rows(g: pa.Table, names: tuple[str, str, str, str, str]) -> pa.Table:
     return pa.table(
         {
             **{k: g[k] for k in _ACK_KEY},
-            **{k: g[v] for k, v in zip(("sent_ns", "last_ns", "sends", "acked_ns", "src"), names)},
+            **{k: g[v] for k, v in zip(("sent_ns", "last_ns", "sends", "acked_ns", "c2s"), names)},
         }
     )
 
@@ -438,15 +461,15 @@ def _ack_reduce(caps: dict[str, tuple[float, float, float]], rows: pa.Table) -> 
     capture with an axis, its round trip (first send -> first Ack, seconds, when acked and not
     before the send) and its resends (sends after the first, at the last send's time bin).
 
-    Returns ``round_trips`` (capture, session_id, src, fine, n, lo, hi: the fine histogram per
-    sender, :func:`fine_bucket`) and ``resends`` (capture, bin, resends)."""
+    Returns ``round_trips`` (capture, session_id, c2s, fine, n, lo, hi: the fine histogram per
+    session and direction, :func:`fine_bucket`) and ``resends`` (capture, bin, resends)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     g = rows.group_by(_ACK_KEY).aggregate(
-        [("sent_ns", "min"), ("last_ns", "max"), ("sends", "sum"), ("acked_ns", "min"), ("src", "min")]
+        [("sent_ns", "min"), ("last_ns", "max"), ("sends", "sum"), ("acked_ns", "min"), ("c2s", "max")]
     )
-    g = _ack_rows(g, ("sent_ns_min", "last_ns_max", "sends_sum", "acked_ns_min", "src_min"))
+    g = _ack_rows(g, ("sent_ns_min", "last_ns_max", "sends_sum", "acked_ns_min", "c2s_max"))
     t0, width, _ = _axis(caps, g["capture"])
     sends = g["sends"].fill_null(0).to_numpy(zero_copy_only=False)
     sent = (sends > 0) & ~np.isnan(t0)  # hashes only acked (their data frame not seen) drop out
@@ -459,12 +482,12 @@ def _ack_reduce(caps: dict[str, tuple[float, float, float]], rows: pa.Table) -> 
         {
             "capture": g["capture"].filter(pa.array(ok)),
             "session_id": g["session_id"].filter(pa.array(ok)),
-            "src": g["src"].filter(pa.array(ok)),
+            "c2s": g["c2s"].filter(pa.array(ok)),
             "fine": pa.array(fine_bucket(v[ok])),
             "v": pa.array(v[ok], pa.float64()),
         }
     )
-    trips = keyed.group_by(["capture", "session_id", "src", "fine"]).aggregate(
+    trips = keyed.group_by(["capture", "session_id", "c2s", "fine"]).aggregate(
         [([], "count_all"), ("v", "min"), ("v", "max")]
     )
     again = sends > 1
@@ -483,7 +506,7 @@ def _ack_reduce(caps: dict[str, tuple[float, float, float]], rows: pa.Table) -> 
     return {
         "round_trips": pa.table(
             {
-                **{k: trips[k] for k in ("capture", "session_id", "src", "fine")},
+                **{k: trips[k] for k in ("capture", "session_id", "c2s", "fine")},
                 "n": trips["count_all"],
                 "lo": trips["v_min"],
                 "hi": trips["v_max"],
@@ -869,8 +892,9 @@ class Passes:
         frames table for a large one): memory holds a bucket, not the capture.
 
         Returns:
-            ``(round_trips, resends)``: per sender (capture, session_id as Decimal, src
-            ``addr:port``) and fine bucket (:func:`fine_bucket`) ``n``, ``lo``, ``hi`` of the
+            ``(round_trips, resends)``: per session and direction (capture, session_id as
+            Decimal, ``direction``: c2s when the data frames came from the session's client in
+            :meth:`sessions`, else s2c) and fine bucket (:func:`fine_bucket`) ``n``, ``lo``, ``hi`` of the
             round trips (first send -> first Ack, seconds, capture point to capture point), of
             hashes sent by a capture with an axis; and per (capture, time bin) the ``resends``
             (data frames sent again, at the last send's bin).
@@ -886,20 +910,31 @@ class Passes:
         extra = ["ack_hash"] if has_hash else [c for c in COLUMNS if c not in ("kind", "session_id")]
         columns = ["capture", "session_id", "kind", "ts_ns", "error", *_ENDPOINTS[:2], *extra]
         ids = np.array(sorted(acked), np.uint64)
+        sessions = self.sessions()
+        sessions = sessions[sessions["client"].notna()]
+        addr_port = sessions["client"].astype(str).str.rsplit(":", n=1, expand=True)
+        clients = pd.DataFrame(
+            {
+                "capture": sessions["capture"].to_numpy(),
+                "sid": np.array([int(s) for s in sessions["session_id"]], np.uint64),
+                "addr": addr_port[0].str.strip("[]").to_numpy() if len(sessions) else [],
+                "port": addr_port[1].astype(np.int64).to_numpy() if len(sessions) else [],
+            }
+        )
         frames = self.tables["frames"]
         pieces = scan_shuffled(
             self.spark,
             frames,
-            partial(_ack_piece, ids, has_hash),
+            partial(_ack_piece, ids, clients, has_hash),
             columns,
             "h",
             partial(_ack_reduce, self.axis),
             self.on_driver,
             str(Path(local_path(frames)).parent) if is_local(frames) else None,
         )
-        empty = _ack_reduce({}, _ack_piece(ids, has_hash, _empty("frames", columns)))
+        empty = _ack_reduce({}, _ack_piece(ids, clients, has_hash, _empty("frames", columns)))
         trips = merge(pieces, "round_trips", empty["round_trips"].schema)
-        trips = trips.group_by(["capture", "session_id", "src", "fine"]).aggregate(
+        trips = trips.group_by(["capture", "session_id", "c2s", "fine"]).aggregate(
             [("n", "sum"), ("lo", "min"), ("hi", "max")]
         )
         resends = merge(pieces, "resends", empty["resends"].schema)
@@ -911,7 +946,8 @@ class Passes:
         return (
             pd.DataFrame(
                 {
-                    **{k: trips[k].to_pylist() for k in ("capture", "session_id", "src")},
+                    **{k: trips[k].to_pylist() for k in ("capture", "session_id")},
+                    "direction": np.where(trips["c2s"].to_numpy(zero_copy_only=False) == 1, "c2s", "s2c"),
                     "fine": trips["fine"].to_numpy(),
                     "n": trips["n_sum"].to_numpy(),
                     "lo": trips["lo_min"].to_numpy(),
