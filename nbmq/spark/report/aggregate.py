@@ -273,7 +273,6 @@ def _udp(data: ReportData, passes: Passes) -> None:
     acked = data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0) if len(data.sessions) else None
     has_acks = acked is not None and bool(acked.sum() > 0)
     columns = _frames_schema(passes.tables["frames"]) if has_acks else []
-    trips = None
     if has_acks and ("ack_hash" in columns or "payload" in columns):
         # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame, in the
         # sessions with an Ack (all of them when the report's sessions were cut at _MAX_SESSIONS).
@@ -281,6 +280,7 @@ def _udp(data: ReportData, passes: Passes) -> None:
         if len(data.sessions) < _MAX_SESSIONS:
             every = data.sessions[acked > 0]
         trips, resends = passes.acks([int(s) for s in every["session_id"]], "ack_hash" in columns)
+        data.round_trips = _peer_round_trips(trips)
         if len(trips):
             per_capture = trips.groupby(["capture", "fine"], as_index=False).agg(
                 n=("n", "sum"), lo=("lo", "min"), hi=("hi", "max")
@@ -325,8 +325,6 @@ def _udp(data: ReportData, passes: Passes) -> None:
     )
     data.traffic = _with_direction(traffic, clients)
     data.messages = _with_direction(msg, clients)
-    if trips is not None:
-        data.round_trips = _peer_round_trips(trips)
 
     # Control frames for the flow graph; heartbeats summarised; silences between heartbeats.
     data.control = passes.control()
