@@ -21,6 +21,7 @@ the table that shrinks as the table grows) instead of the whole table's rows::
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -82,18 +83,25 @@ def release_freed() -> None:
     pages (numpy's and pandas' arrays, in one arena per reading thread) and pyarrow's pool keeps
     its own, so without this the next pass's peak adds to the last one's leftovers. A few
     milliseconds; nothing to do where glibc is absent."""
-    import ctypes
-    import ctypes.util
-
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
-    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    if name:
-        try:
-            ctypes.CDLL(name).malloc_trim(0)
-        except (OSError, AttributeError):  # another C library (musl): no malloc_trim
-            pass
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (not Linux, or another C library such as musl)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None  # runs ldconfig: once
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -193,6 +201,7 @@ def scan_shuffled(
     reduce: Callable[[Any], Piece],
     on_driver: bool | None = None,
     spill_dir: str | None = None,
+    where: Any = None,
 ) -> list[Piece]:
     """``reduce`` over each hash bucket of ``key`` of the rows ``per_piece`` keeps from the Parquet
     table at ``path``: every row with the same ``key`` value meets in one bucket.
@@ -210,15 +219,17 @@ def scan_shuffled(
         on_driver: read with pyarrow here (True) or in Spark's executors (False); None: here
             when ``path`` is local.
         spill_dir: an existing local directory for the driver's bucket files (default: the
-            system's temporary directory); each file is removed once its bucket is reduced.
+            system's temporary directory); they are removed when the scan ends.
+        where: on the driver, a pyarrow dataset filter expression: ``per_piece`` sees only the
+            rows matching it (a shortcut: ``per_piece`` must keep the same rows without it).
 
     Returns:
         One dict of named tables per non-empty bucket.
 
     On the driver the table's row count (Parquet footers) sets the buckets, one per
     :data:`ROWS_PER_BUCKET` rows: a table within one bucket is reduced in memory (no file
-    written); a larger one spills each piece's rows into a file per bucket (Arrow IPC) and
-    reduces the buckets one after the other. In Spark the rows are repartitioned by ``key``
+    written); a larger one spills each piece's rows into a file (Arrow IPC, one record batch
+    per bucket) and reduces the buckets a thread each, reading its batch of every file. In Spark the rows are repartitioned by ``key``
     (a shuffle into as many partitions as the table's read) and reduced in ``mapInArrow``.
     """
     from .inputs import is_local, local_path
@@ -236,43 +247,45 @@ def scan_shuffled(
     rows = ds.dataset(local_path(path), format="parquet").count_rows()
     buckets = max(1, -(-rows // ROWS_PER_BUCKET))
     if buckets == 1:
-        kept = [t for t in scan_files(path, per_piece, columns, row_groups=True) if t.num_rows]
+        kept = [t for t in scan_files(path, per_piece, columns, where, row_groups=True) if t.num_rows]
         return [reduce(pa.concat_tables(kept))] if kept else []
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
 
     with tempfile.TemporaryDirectory(prefix="nbmq-buckets-", dir=spill_dir) as tmp:
         counter = itertools.count()  # next() on it is atomic under the GIL: a unique name per piece
 
-        def spill(table: pa.Table) -> None:
+        def spill(table: pa.Table) -> str | None:
+            """The piece's kept rows sorted by bucket into one file, a record batch per bucket."""
             kept = per_piece(table)
             if not kept.num_rows:
-                return
+                return None
             which = _bucket_of(kept, key, buckets)
             order = np.argsort(which, kind="stable")
             starts = np.searchsorted(which[order], np.arange(buckets + 1))
-            piece = next(counter)
-            for b in range(buckets):
-                if starts[b + 1] > starts[b]:
-                    part = kept.take(pa.array(order[starts[b] : starts[b + 1]]))
-                    with pa.OSFile(os.path.join(tmp, f"{b}-{piece}.arrow"), "wb") as sink:
-                        with pa.ipc.new_file(sink, part.schema) as writer:
-                            writer.write_table(part)
+            (rows,) = kept.take(pa.array(order)).combine_chunks().to_batches()
+            name = os.path.join(tmp, f"{next(counter)}.arrow")
+            with pa.OSFile(name, "wb") as sink, pa.ipc.new_file(sink, kept.schema) as writer:
+                for b in range(buckets):  # empty batches too: batch b is bucket b in every file
+                    writer.write_batch(rows.slice(starts[b], starts[b + 1] - starts[b]))
+            return name
 
-        scan_files(path, spill, columns, row_groups=True)
-        out: list[Piece] = []
-        for b in range(buckets):
-            files = sorted(f for f in os.listdir(tmp) if f.startswith(f"{b}-"))
-            if not files:
-                continue
+        files = [f for f in scan_files(path, spill, columns, where, row_groups=True) if f is not None]
+
+        def reduce_bucket(b: int) -> Piece | None:
             parts = []
-            for f in files:
-                with pa.memory_map(os.path.join(tmp, f)) as source:
-                    parts.append(pa.ipc.open_file(source).read_all())
-            out.append(reduce(pa.concat_tables(parts)))
-            del parts
-            release_freed()
-            for f in files:
-                os.remove(os.path.join(tmp, f))
+            for name in files:
+                with pa.memory_map(name) as source:
+                    batch = pa.ipc.open_file(source).get_batch(b)
+                    if batch.num_rows:
+                        parts.append(batch)
+            return reduce(pa.Table.from_batches(parts)) if parts else None
+
+        # a bucket per thread: memory holds as many buckets as there are threads
+        with ThreadPoolExecutor(max_workers=max(1, min(buckets, os.cpu_count() or 1))) as pool:
+            out = [r for r in pool.map(reduce_bucket, range(buckets)) if r is not None]
+        release_freed()
         return out
 
 

@@ -26,7 +26,7 @@ def _count(table):
     return {"counts": g}
 
 
-@pytest.mark.parametrize("rows_per_bucket", [10**9, 1000, 1])
+@pytest.mark.parametrize("rows_per_bucket", [10**9, 1000, 50])
 def test_every_key_meets_in_one_bucket(tmp_path, monkeypatch, rows_per_bucket):
     from nbmq.spark import scan
 

@@ -902,6 +902,8 @@ class Passes:
         from functools import partial
 
         import pandas as pd
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
         from ..inputs import is_local, local_path
         from ..scan import merge, scan_shuffled
@@ -931,6 +933,9 @@ class Passes:
             partial(_ack_reduce, self.axis),
             self.on_driver,
             str(Path(local_path(frames)).parent) if is_local(frames) else None,
+            # only Acks and the acked sessions' frames leave the Parquet reader
+            (pc.field("kind") == _ACK)
+            | pc.field("session_id").isin(pa.array(ids, pa.uint64()).cast(pa.decimal128(20, 0))),
         )
         empty = _ack_reduce({}, _ack_piece(ids, clients, has_hash, _empty("frames", columns)))
         trips = merge(pieces, "round_trips", empty["round_trips"].schema)
