@@ -52,6 +52,9 @@ SIZES = ("bundled", "300000hb", "1000000hb", "5000000")
 TARGET_RATIOS = {300_000: 1.2, 1_000_000: 2.0, 5_000_000: 3.0}
 #: at most this many times a bare Spark session's time on the bundled captures
 TARGET_BARE_RATIO = 2.0
+#: the driver's peak RSS at most this multiple of its peak on a capture half the size: the
+#: driver's passes hold a split's rows (a frames file, a hash bucket), not the capture's
+TARGET_DRIVER_GROWTH = 1.1
 #: the report step at most this share of the run at every size
 TARGET_REPORT_SHARE = 0.10
 #: tshark fields of the frames table that tshark knows without the nbmq dissector.
@@ -465,6 +468,13 @@ def _print(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
             f"nbmq peak at {last['datagrams']:,} / at {first['datagrams']:,} datagrams: {growth:.2f} "
             f"(flat means ~1; the capture grew {last['bytes'] / first['bytes']:.1f}x)"
         )  # type: ignore[operator]
+        before = rows[-2]
+        driver = last["nbmq"]["roles"]["driver"] / max(1, before["nbmq"]["roles"]["driver"])  # type: ignore[index]
+        console.print(
+            f"driver peak at {last['datagrams']:,} / at {before['datagrams']:,} datagrams: {driver:.2f} "
+            f"(the capture grew {last['bytes'] / before['bytes']:.1f}x; target at most "
+            f"{TARGET_DRIVER_GROWTH:g} when it doubles)"
+        )
     for r in rows:
         target = target_ratio(int(r["datagrams"]))  # type: ignore[arg-type]
         if "tshark" in r and target is not None:

@@ -333,8 +333,9 @@ def run(
         "severity", "kind"}}`` (steps: start, frames, messages, findings, sessions, streams,
         summary, report), plus ``"streams": {"bqsp"|"rqueue":
         {"files", "rows", "error_rows", "connections"}}`` when a stream table was written, and
-        for a local ``out_dir`` ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; also
-        written to ``summary.json``.
+        for a local ``out_dir`` ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; with
+        the report, ``"round_trips"``: SafeDealer round trips per peer
+        (:func:`nbmq.spark.report.aggregate.round_trip_rows`); also written to ``summary.json``.
 
     Raises:
         FileNotFoundError: a capture path matches nothing (checked before Spark starts).
@@ -550,10 +551,12 @@ def _write_report(
     """Write ``report.html``; a report bug costs the report only, never the tables and
     ``summary.json`` (its reason goes to ``summary["report_error"]`` and stderr)."""
     from .report import collect, write_report
+    from .report.aggregate import round_trip_rows
 
     started = time.perf_counter()
     try:
         data = collect(spark, tables, passes=passes)
+        summary["round_trips"] = round_trip_rows(data.round_trips)
         if output.local:
             write_report(output.path("report.html"), summary, data, started=started, findings=tables.get("findings"))
         else:  # rendered locally, then copied to the store

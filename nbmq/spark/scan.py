@@ -10,11 +10,20 @@ thread: pyarrow reads and computes without the GIL, memory holds a file per thre
 job is scheduled (a job's fixed cost is most of a small pass's time). A table on a
 Hadoop-compatible store (``hdfs://``, ``s3a://``, ...) is read by Spark's executors, the same
 function run in ``mapInArrow`` on each partition, its tables sent back as Arrow IPC bytes.
+
+A pass whose rows must meet by a key wherever they sit in the table (a SafeDealer data frame
+and its Ack in two files) is :func:`scan_shuffled`: each piece's rows are cut into hash
+buckets of the key, and each bucket is reduced alone, so memory holds a bucket (a share of
+the table that shrinks as the table grows) instead of the whole table's rows::
+
+    pieces = scan_shuffled(spark, "out/frames", keep_rows, ["kind", "ts_ns"], "h", reduce_bucket)
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +31,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["scan", "scan_files", "merge"]
+__all__ = ["scan", "scan_files", "scan_shuffled", "merge", "release_freed", "ROWS_PER_BUCKET"]
 
 #: Output of a piece: named pyarrow tables (the same names and schemas from every piece).
 Piece = dict[str, "pa.Table"]
+#: Rows of the scanned table per hash bucket of :func:`scan_shuffled` on the driver: a bucket
+#: holds what at most this many rows keep, so its memory stays flat whatever the table's size.
+ROWS_PER_BUCKET = 250_000
 
 
 def scan_files(
@@ -61,7 +73,35 @@ def scan_files(
     if row_groups:
         fragments = [g for f in fragments for g in f.split_by_row_group()]
     with ThreadPoolExecutor(max_workers=max(1, min(len(fragments), os.cpu_count() or 1))) as pool:
-        return list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
+        out = list(pool.map(lambda f: per_file(f.to_table(columns=list(columns), filter=where)), fragments))
+    release_freed()
+    return out
+
+
+def release_freed() -> None:
+    """Give the memory a pass has freed back to the operating system: glibc keeps freed heap
+    pages (numpy's and pandas' arrays, in one arena per reading thread) and pyarrow's pool keeps
+    its own, so without this the next pass's peak adds to the last one's leftovers. A few
+    milliseconds; nothing to do where glibc is absent."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None (not Linux, or another C library such as musl)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None  # runs ldconfig: once
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -114,7 +154,6 @@ def scan(
         on_driver = is_local(path)
     if on_driver:
         return scan_files(path, per_piece, columns, row_groups=True)
-    import pyarrow as pa
 
     assert spark is not None, "a Spark session reads a table the driver does not"
     from functools import partial
@@ -125,6 +164,13 @@ def scan(
         .mapInArrow(partial(_in_spark, per_piece), "name string, data binary")
         .collect()
     )
+    return _pieces(rows)
+
+
+def _pieces(rows: list[Any]) -> list[Piece]:
+    """The pieces of :func:`_in_spark`'s collected rows (name, Arrow IPC data)."""
+    import pyarrow as pa
+
     pieces: list[Piece] = []
     current: Piece = {}
     for r in rows:  # a partition's rows come together, names sorted: a repeated name starts the next
@@ -135,6 +181,147 @@ def scan(
     if current:
         pieces.append(current)
     return pieces
+
+
+def _bucket_of(table: pa.Table, key: str, buckets: int) -> Any:
+    """Each row's bucket (int64 numpy) of the integer column ``key`` (nulls in bucket 0):
+    the key's 64 bits modulo ``buckets`` (an FNV-1a hash is spread well enough as it is)."""
+    import numpy as np
+
+    bits = table[key].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return (bits.view(np.uint64) % np.uint64(buckets)).astype(np.int64)
+
+
+def scan_shuffled(
+    spark: SparkSession | None,
+    path: str,
+    per_piece: Callable[[Any], Any],
+    columns: Sequence[str],
+    key: str,
+    reduce: Callable[[Any], Piece],
+    on_driver: bool | None = None,
+    spill_dir: str | None = None,
+    where: Any = None,
+) -> list[Piece]:
+    """``reduce`` over each hash bucket of ``key`` of the rows ``per_piece`` keeps from the Parquet
+    table at ``path``: every row with the same ``key`` value meets in one bucket.
+
+    Args:
+        spark: the session (used only for a table the driver does not read itself).
+        path: the table (a local path, ``file:`` URI or Hadoop-compatible URI).
+        per_piece: called with a pyarrow Table of ``columns`` (a row group, or a Spark
+            partition); returns one pyarrow Table (the same schema from every piece), best
+            already grouped by ``key`` within the piece.
+        columns: the columns the pass reads.
+        key: an integer column of ``per_piece``'s tables (a hash): the rows that must meet.
+        reduce: called with all of one bucket's rows (a pyarrow Table); returns named tables,
+            small (aggregates); their merge must not depend on how keys were cut into buckets.
+        on_driver: read with pyarrow here (True) or in Spark's executors (False); None: here
+            when ``path`` is local.
+        spill_dir: an existing local directory for the driver's bucket files (default: the
+            system's temporary directory); they are removed when the scan ends.
+        where: on the driver, a pyarrow dataset filter expression: ``per_piece`` sees only the
+            rows matching it (a shortcut: ``per_piece`` must keep the same rows without it).
+
+    Returns:
+        One dict of named tables per non-empty bucket.
+
+    On the driver the table's row count (Parquet footers) sets the buckets, one per
+    :data:`ROWS_PER_BUCKET` rows: a table within one bucket is reduced in memory (no file
+    written); a larger one spills each piece's rows into a file (Arrow IPC, one record batch
+    per bucket) and reduces the buckets a thread each, reading its batch of every file. In Spark the rows are repartitioned by ``key``
+    (a shuffle into as many partitions as the table's read) and reduced in ``mapInArrow``.
+    """
+    from .inputs import is_local, local_path
+
+    if on_driver is None:
+        on_driver = is_local(path)
+    if not on_driver:
+        return _shuffled_in_spark(spark, path, per_piece, columns, key, reduce)
+    import itertools
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(local_path(path), format="parquet").count_rows()
+    buckets = max(1, -(-rows // ROWS_PER_BUCKET))
+    if buckets == 1:
+        kept = [t for t in scan_files(path, per_piece, columns, where, row_groups=True) if t.num_rows]
+        return [reduce(pa.concat_tables(kept))] if kept else []
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="nbmq-buckets-", dir=spill_dir) as tmp:
+        counter = itertools.count()  # next() on it is atomic under the GIL: a unique name per piece
+
+        def spill(table: pa.Table) -> str | None:
+            """The piece's kept rows sorted by bucket into one file, a record batch per bucket."""
+            kept = per_piece(table)
+            if not kept.num_rows:
+                return None
+            which = _bucket_of(kept, key, buckets)
+            order = np.argsort(which, kind="stable")
+            starts = np.searchsorted(which[order], np.arange(buckets + 1))
+            (rows,) = kept.take(pa.array(order)).combine_chunks().to_batches()
+            name = os.path.join(tmp, f"{next(counter)}.arrow")
+            with pa.OSFile(name, "wb") as sink, pa.ipc.new_file(sink, kept.schema) as writer:
+                for b in range(buckets):  # empty batches too: batch b is bucket b in every file
+                    writer.write_batch(rows.slice(starts[b], starts[b + 1] - starts[b]))
+            return name
+
+        files = [f for f in scan_files(path, spill, columns, where, row_groups=True) if f is not None]
+
+        def reduce_bucket(b: int) -> Piece | None:
+            parts = []
+            for name in files:
+                with pa.memory_map(name) as source:
+                    batch = pa.ipc.open_file(source).get_batch(b)
+                    if batch.num_rows:
+                        parts.append(batch)
+            return reduce(pa.Table.from_batches(parts)) if parts else None
+
+        # a bucket per thread: memory holds as many buckets as there are threads
+        with ThreadPoolExecutor(max_workers=max(1, min(buckets, os.cpu_count() or 1))) as pool:
+            out = [r for r in pool.map(reduce_bucket, range(buckets)) if r is not None]
+        release_freed()
+        return out
+
+
+def _shuffled_in_spark(
+    spark: SparkSession | None,
+    path: str,
+    per_piece: Callable[[Any], Any],
+    columns: Sequence[str],
+    key: str,
+    reduce: Callable[[Any], Piece],
+) -> list[Piece]:
+    """:func:`scan_shuffled` in Spark's executors: ``per_piece`` per partition, a shuffle by
+    ``key``, ``reduce`` per partition after it."""
+    from functools import partial
+
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    assert spark is not None, "a Spark session reads a table the driver does not"
+    frames = spark.read.parquet(path).select(*columns)
+    schema = per_piece(to_arrow_schema(frames.schema, timezone="UTC").empty_table()).schema
+    kept = frames.mapInArrow(partial(_kept_in_spark, per_piece), from_arrow_schema(schema))
+    rows = (
+        kept.repartition(max(1, frames.rdd.getNumPartitions()), key)
+        .mapInArrow(partial(_in_spark, reduce), "name string, data binary")
+        .collect()
+    )
+    return _pieces(rows)
+
+
+def _kept_in_spark(per_piece: Callable[[Any], Any], batches: Iterator[Any]) -> Iterator[Any]:
+    """``per_piece`` over one Spark partition (``mapInArrow``): its kept rows."""
+    import pyarrow as pa
+
+    batches = list(batches)
+    if batches:
+        yield from per_piece(pa.Table.from_batches(batches)).to_batches()
 
 
 def merge(pieces: Sequence[Piece], name: str, empty: pa.Schema) -> pa.Table:

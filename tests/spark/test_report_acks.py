@@ -68,6 +68,23 @@ def test_ack_latencies(acks_run):
     assert "resent data frames/s (same ack hash)" in page  # the health chart's resend series
 
 
+def test_round_trips_per_peer(acks_run):
+    summary, data, page = acks_run
+    # A: first send 0.1 s, Ack 0.55 s; B: 0.2 -> 0.25 s; C never acked; D's session has no Acks
+    (row,) = summary["round_trips"]
+    assert row == {
+        "capture": "acks.pcap",
+        "session_id": f"0x{SAFE:016x}",
+        "direction": "c2s",
+        "acks": 2,
+        "min_s": pytest.approx(0.05, abs=1e-6),
+        "p50_s": pytest.approx(0.05, abs=1e-6),  # nearest rank: the first of two
+        "p99_s": pytest.approx(0.45, abs=1e-6),
+    }
+    assert data.round_trips[["acks", "direction"]].values.tolist() == [[2, "c2s"]]
+    assert "SafeDealer round trips per peer" in page
+
+
 def test_duplicate_counted_in_the_plain_session(acks_run):
     summary, data, _ = acks_run
     assert summary["totals"]["duplicates"] >= 1  # D's repeat

@@ -119,5 +119,29 @@ def test_executor_passes_equal_driver_passes(spark, hostile_run):
     assert len(pairs) and same(pairs, pairs2) and same(gaps, gaps2)
     assert len(gaps) and list(here.busy(gaps)) == list(there.busy(gaps))
     acked = [int(s) for s in here.sessions()["session_id"]]
-    a, b = here.ack_groups(acked, True), there.ack_groups(acked, True)
-    assert len(a) and same(a, b)
+    (trips, resends), (trips2, resends2) = here.acks(acked, True), there.acks(acked, True)
+    assert len(trips) and same(trips, trips2) and same(resends, resends2)
+
+
+def test_ack_matching_is_the_same_in_any_number_of_buckets(hostile_run, monkeypatch):
+    """A large frames table's ack matching spills its rows into hash buckets beside the table and
+    reduces them one by one: the same round trips and resends as one bucket in memory, and
+    nothing left behind."""
+    from pathlib import Path
+
+    from nbmq.spark import scan
+    from nbmq.spark.report.passes import Passes
+
+    tables = hostile_run["tables"]
+    passes = Passes(None, tables, on_driver=True)
+    acked = [int(s) for s in passes.sessions()["session_id"]]
+    trips, resends = passes.acks(acked, True)
+    monkeypatch.setattr(scan, "ROWS_PER_BUCKET", 7)  # hundreds of buckets
+    trips2, resends2 = passes.acks(acked, True)
+    key = ["capture", "session_id", "direction", "fine"]
+    assert len(trips) and trips.sort_values(key).reset_index(drop=True).equals(
+        trips2.sort_values(key).reset_index(drop=True)
+    )
+    assert resends.equals(resends2)
+    out = Path(tables["frames"]).parent
+    assert not [p.name for p in out.iterdir() if p.name.startswith("nbmq-buckets-")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .passes import (
     ACK_LATENCY,
@@ -28,6 +28,7 @@ from .passes import (
 from .units import nice_bin_width
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
@@ -38,6 +39,10 @@ _MAX_SESSIONS = 5000
 #: log10 histogram buckets per decade for the latency distributions (the quantiles are read
 #: from FINE_PER_DECADE buckets, merged into these for the chart).
 _PER_DECADE = 5
+
+
+#: Columns of :attr:`ReportData.round_trips` (and of the summary's ``round_trips`` rows).
+ROUND_TRIP_COLUMNS = ["capture", "session_id", "direction", "acks", "min_s", "p50_s", "p99_s"]
 
 
 @dataclass
@@ -60,6 +65,8 @@ class ReportData:
         heartbeats: capture, session_id, src, dst, n, first_s, last_s.
         streams: {"bqsp"|"rqueue": frames} from :func:`_streams` (connections, rates, sizes,
             topics or queues).
+        round_trips: capture, session_id, direction (of the acked data frames), acks (matched),
+            min_s, p50_s, p99_s: SafeDealer round trips per peer, data frame -> its Ack.
         notes: strings shown under the report's title (what could not be computed and why).
     """
 
@@ -77,6 +84,30 @@ class ReportData:
     heartbeats: pd.DataFrame
     streams: dict[str, dict[str, pd.DataFrame]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    round_trips: pd.DataFrame = field(default_factory=lambda: _frame(ROUND_TRIP_COLUMNS))
+
+
+def round_trip_rows(trips: pd.DataFrame) -> list[dict[str, Any]]:
+    """:attr:`ReportData.round_trips` as the summary's ``round_trips`` rows (JSON values:
+    session_id as the u64's hex text, seconds as floats)."""
+    from .units import hex_id
+
+    return [
+        {
+            "capture": r["capture"],
+            "session_id": hex_id(r["session_id"]),
+            "direction": r["direction"],
+            "acks": int(r["acks"]),
+            **{k: float(r[k]) for k in ("min_s", "p50_s", "p99_s")},
+        }
+        for r in trips.to_dict("records")
+    ]
+
+
+def _frame(columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(columns=columns)
 
 
 def collect(spark: SparkSession, tables: dict[str, str], passes: Passes | None = None) -> ReportData:
@@ -231,7 +262,6 @@ def _udp(data: ReportData, passes: Passes) -> None:
     """Fill ``data``'s nbmq tables from ``passes``: traffic, errors and messages from its
     groups; latencies, control frames, heartbeats and their silent gaps; the SafeDealer ack
     matching and resends (one more read of ``frames/`` when some session acks)."""
-    import numpy as np
     import pandas as pd
 
     names = {c["capture"] for c in passes.caps}
@@ -243,37 +273,21 @@ def _udp(data: ReportData, passes: Passes) -> None:
     acked = data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0) if len(data.sessions) else None
     has_acks = acked is not None and bool(acked.sum() > 0)
     columns = _frames_schema(passes.tables["frames"]) if has_acks else []
-    matched = False
     if has_acks and ("ack_hash" in columns or "payload" in columns):
         # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame, in the
         # sessions with an Ack (all of them when the report's sessions were cut at _MAX_SESSIONS).
         every = passes.sessions()
         if len(data.sessions) < _MAX_SESSIONS:
             every = data.sessions[acked > 0]
-        sent = passes.ack_groups([int(s) for s in every["session_id"]], "ack_hash" in columns)
-        t0 = np.array([passes.axis[c][0] for c in sent["capture"]], np.float64)
-        width = np.array([passes.axis[c][1] for c in sent["capture"]], np.float64)
-
-        def at(column: str) -> np.ndarray:
-            return sent[column].to_numpy(dtype=np.float64, na_value=np.nan) / 1e9 - t0
-
-        v = at("acked_ns") - at("sent_ns")
-        ok = ~np.isnan(v) & (v >= 0)
-        values.append(pd.DataFrame({"capture": sent["capture"][ok].to_numpy(), "metric": ACK_LATENCY, "v": v[ok]}))
-        again = sent["sends"].to_numpy(dtype=np.int64) > 1
-        resends = pd.DataFrame(
-            {
-                "capture": sent["capture"][again].to_numpy(),
-                "bin": np.floor(at("last_ns")[again] / width[again]).astype(np.int64),
-                "resends": sent["sends"][again].to_numpy(dtype=np.int64) - 1,
-            }
-        )
-        data.resends = (
-            resends.groupby(["capture", "bin"], as_index=False)["resends"].sum()
-            if len(resends)
-            else pd.DataFrame(columns=["capture", "bin", "resends"])
-        )
-        matched = True
+        trips, resends = passes.acks([int(s) for s in every["session_id"]], "ack_hash" in columns)
+        data.round_trips = _peer_round_trips(trips)
+        if len(trips):
+            per_capture = trips.groupby(["capture", "fine"], as_index=False).agg(
+                n=("n", "sum"), lo=("lo", "min"), hi=("hi", "max")
+            )
+            partial = pd.concat([partial, per_capture.assign(metric=ACK_LATENCY)], ignore_index=True)
+        if len(resends):
+            data.resends = resends
     elif has_acks:
         data.notes.append(
             "SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
@@ -281,7 +295,6 @@ def _udp(data: ReportData, passes: Passes) -> None:
         )
     hist = _fine_histogram(pd.concat(values, ignore_index=True), partial)
     data.latency, data.histograms = _quantiles(hist)
-    del matched
 
     # Traffic and error reasons, from the frames' groups (the rows with a time or an error).
     g = groups[groups["capture"].isin(names) & (groups["bin"].notna() | groups["reason"].notna())]
@@ -339,10 +352,23 @@ def _udp(data: ReportData, passes: Passes) -> None:
             table["session_id"] = _attribute_session(table, clients)
 
 
+def _ranked(n: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of a fine histogram (buckets in order: counts ``n``, each bucket's
+    min ``lo`` and max ``hi``) by nearest rank, interpolated linearly inside the bucket holding
+    the rank between its own min and max (exact when the bucket holds one value; at most one
+    bucket, ~2.3%, off otherwise)."""
+    import numpy as np
+
+    cum = np.cumsum(n)
+    rank = max(1.0, float(np.ceil(q * cum[-1])))  # nearest rank, 1-based
+    i = int(np.searchsorted(cum, rank))
+    before = cum[i - 1] if i else 0.0
+    frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
+    return float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
+
+
 def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(latency rows, chart histogram) from the fine histogram: p50/p90/p99 by nearest rank,
-    interpolated linearly inside the bucket holding the rank between that bucket's own min and
-    max (exact when the bucket holds one value; at most one bucket, ~2.3%, off otherwise)."""
+    """(latency rows, chart histogram) from the fine histogram: p50/p90/p99 (:func:`_ranked`)."""
     import numpy as np
     import pandas as pd
 
@@ -351,15 +377,9 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         g = g.sort_values("fine")
         n = g["n"].to_numpy(dtype=float)
         lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
-        cum = np.cumsum(n)
-        total = cum[-1]
-        row = {"capture": capture, "metric": metric, "n": int(total), "max": float(hi[-1])}
+        row = {"capture": capture, "metric": metric, "n": int(n.sum()), "max": float(hi[-1])}
         for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
-            rank = max(1.0, float(np.ceil(q * total)))  # nearest rank, 1-based
-            i = int(np.searchsorted(cum, rank))
-            before = cum[i - 1] if i else 0.0
-            frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
-            row[name] = float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
+            row[name] = _ranked(n, lo, hi, q)
         rows.append(row)
         positive = g[g["fine"] > -(10**6)]
         coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / FINE_PER_DECADE).astype(int)
@@ -369,6 +389,32 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         pd.DataFrame(rows, columns=["capture", "metric", "n", "p50", "p90", "p99", "max"]),
         pd.DataFrame(hist, columns=["capture", "metric", "bucket", "n"]),
     )
+
+
+def _peer_round_trips(trips: pd.DataFrame) -> pd.DataFrame:
+    """:data:`ROUND_TRIP_COLUMNS` rows from :meth:`Passes.acks`'s fine histograms per session and
+    direction: the matched acks, the minimum (exact) and the median and p99 (:func:`_ranked`),
+    seconds; sorted by capture, session and direction."""
+    import pandas as pd
+
+    rows = []
+    for (capture, session_id, direction), g in trips.groupby(["capture", "session_id", "direction"], sort=False):
+        g = g.sort_values("fine")
+        n = g["n"].to_numpy(dtype=float)
+        lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
+        rows.append(
+            {
+                "capture": capture,
+                "session_id": int(session_id),
+                "direction": direction,
+                "acks": int(n.sum()),
+                "min_s": float(lo[0]),
+                "p50_s": _ranked(n, lo, hi, 0.5),
+                "p99_s": _ranked(n, lo, hi, 0.99),
+            }
+        )
+    out = pd.DataFrame(rows, columns=ROUND_TRIP_COLUMNS)
+    return out.sort_values(["capture", "session_id", "direction"], kind="stable").reset_index(drop=True)
 
 
 def _attribute_session(table: pd.DataFrame, clients: pd.DataFrame) -> pd.Series:

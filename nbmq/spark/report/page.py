@@ -178,6 +178,23 @@ def _latency_table(lat: Any) -> str:
     return _table(rows, cols, "no latency samples (no handshakes, acks or complete messages)")
 
 
+def _round_trip_table(trips: Any) -> str:
+    rows = [
+        {**r, "session": f"<span class=id>{hex_id(r['session_id'])}</span>"}
+        for r in trips.sort_values(["capture", "session_id", "direction"], kind="stable").to_dict("records")
+    ]
+    cols: list[Column] = [
+        ("capture", "capture", _e, True),
+        ("session", "session", lambda v: v, True),
+        ("data frames", "direction", _e, False),
+        ("matched acks", "acks", _num, False),
+        ("min", "min_s", duration, False),
+        ("p50", "p50_s", duration, False),
+        ("p99", "p99_s", duration, False),
+    ]
+    return _table(rows, cols, "no data frame matched to its Ack")
+
+
 def _timing(summary: dict[str, Any], started: float | None) -> tuple[float, str]:
     """(the run's seconds, every step included, and a line naming each step's seconds)."""
     steps = {k: float(v) for k, v in (summary.get("steps") or {}).items()}
@@ -269,6 +286,14 @@ def render(summary: dict[str, Any], data: ReportData, findings: Any = None, star
         _latency_table(data.latency),
         figures.add_all(charts.latency(data.histograms, list(nbmq_caps["capture"]))),
     ]
+    if len(data.round_trips):
+        p += [
+            "<h3 id=round-trips>SafeDealer round trips per peer</h3>",
+            "<p>Per session and direction of the data frames: from a data frame's first copy to the first Ack "
+            "carrying its hash, capture point to capture point (a capture on the sender's host gives the full "
+            "round trip; one on the receiver's, its turnaround).</p>",
+            _round_trip_table(data.round_trips),
+        ]
 
     clients = (
         {(r["capture"], int(r["session_id"])): r["client"] for r in data.sessions.to_dict("records")}

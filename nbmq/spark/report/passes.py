@@ -14,7 +14,7 @@ control frames and the heartbeats' times; one read of each messages file groups 
 merged here: sums, minima and maxima of groups are the same in any order, so the rows equal the
 Spark SQL aggregations they replace (``tests/spark/test_sessions_passes.py`` compares the
 sessions table and the summary with Spark's). The report adds two conditional reads
-(:meth:`Passes.ack_groups` for SafeDealer captures, :meth:`Passes.busy` when heartbeats have
+(:meth:`Passes.acks` for SafeDealer captures, :meth:`Passes.busy` when heartbeats have
 long gaps). No Spark job runs for a local table: Spark's fixed cost is paid once, at start-up.
 
 The time axis (first and last frame of each capture, which the bins need before the pass) is read
@@ -382,9 +382,15 @@ def _fine_groups(capture: Any, v: np.ndarray) -> pa.Table:
     )
 
 
-def _ack_piece(acked: Any, has_hash: bool, table: pa.Table) -> dict[str, pa.Table]:
+#: Columns of :func:`_ack_piece`'s rows: a (capture, session, ack hash) group of one piece.
+_ACK_KEY = ["capture", "session_id", "h"]
+
+
+def _ack_piece(acked: Any, clients: pd.DataFrame, has_hash: bool, table: pa.Table) -> pa.Table:
     """One piece of ``frames/``: its data frames of the ``acked`` sessions (uint64 ids) and its
-    Acks, grouped by (capture, session_id, ack hash): first and last send, sends, first Ack."""
+    Acks, grouped by (capture, session_id, ack hash ``h``): ``sent_ns`` and ``last_ns`` (first
+    and last send), ``sends``, ``acked_ns`` (first Ack), ``c2s`` (1 when a data frame of it came
+    from its session's client in ``clients``: capture, sid (uint64), addr, port)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -408,24 +414,119 @@ def _ack_piece(acked: Any, has_hash: bool, table: pa.Table) -> dict[str, pa.Tabl
             hashes[ack] = np.frombuffer(body, ">u8").astype(np.uint64).view(np.int64)
         if data.any():
             hashes[data] = _frame_hashes(table.filter(pa.array(data)))
-    keep = pa.array(data | ack)
-    is_ack = ack[data | ack]
-    ts = table["ts_ns"].filter(keep)
+    keep = data | ack
+    is_ack = pa.array(ack[keep])
+    ts = table["ts_ns"].filter(pa.array(keep))
     rows = pa.table(
         {
-            "capture": table["capture"].filter(keep),
-            "session_id": table["session_id"].filter(keep),
-            "h": pa.array(hashes[data | ack]),
-            "data_ns": pc.if_else(pa.array(is_ack), pa.scalar(None, pa.int64()), ts),
-            "ack_ns": pc.if_else(pa.array(is_ack), ts, pa.scalar(None, pa.int64())),
+            "capture": table["capture"].filter(pa.array(keep)),
+            "session_id": table["session_id"].filter(pa.array(keep)),
+            "h": pa.array(hashes[keep], pa.int64()),
+            "data_ns": pc.if_else(is_ack, pa.scalar(None, pa.int64()), ts),
+            "ack_ns": pc.if_else(is_ack, ts, pa.scalar(None, pa.int64())),
+            "c2s": pa.array(_from_client(clients, table, sid, data)[keep], mask=ack[keep]),
         }
     )
-    g = rows.group_by(["capture", "session_id", "h"]).aggregate(
-        [("data_ns", "min"), ("data_ns", "max"), ("data_ns", "count"), ("ack_ns", "min")]
+    g = rows.group_by(_ACK_KEY).aggregate(
+        [("data_ns", "min"), ("data_ns", "max"), ("data_ns", "count"), ("ack_ns", "min"), ("c2s", "max")]
     )
-    names = {"sent_ns": "data_ns_min", "last_ns": "data_ns_max", "sends": "data_ns_count", "acked_ns": "ack_ns_min"}
+    return _ack_rows(g, ("data_ns_min", "data_ns_max", "data_ns_count", "ack_ns_min", "c2s_max"))
+
+
+def _from_client(clients: pd.DataFrame, table: pa.Table, sid: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int8 per row of ``table``: 1 where ``rows`` is set and the row's source is its session's
+    client in ``clients`` (capture, sid as uint64, addr, port), else 0."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = np.zeros(table.num_rows, np.int8)
+    at = np.flatnonzero(rows)
+    if not at.size or not len(clients):
+        return out
+    picked = pa.array(at)
+    known = pd.MultiIndex.from_arrays([clients["capture"], clients["sid"].to_numpy(np.uint64)])
+    which = known.get_indexer(
+        pd.MultiIndex.from_arrays([table["capture"].take(picked).to_numpy(zero_copy_only=False), sid[at]])
+    )
+    found = which >= 0
+    port = np.where(found, clients["port"].to_numpy(np.int64)[which], -1)
+    same = port == table["src_port"].take(picked).fill_null(-1).to_numpy(zero_copy_only=False)
+    addr = pa.array(clients["addr"].tolist(), pa.string()).take(pa.array(np.where(found, which, 0)))
+    same &= pc.fill_null(pc.equal(table["src_addr"].take(picked), addr), False).to_numpy(zero_copy_only=False)
+    out[at] = (found & same).astype(np.int8)
+    return out
+
+
+def _ack_rows(g: pa.Table, names: tuple[str, str, str, str, str]) -> pa.Table:
+    """The key and ``names`` columns of the grouped table ``g`` under :func:`_ack_piece`'s names."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            **{k: g[k] for k in _ACK_KEY},
+            **{k: g[v] for k, v in zip(("sent_ns", "last_ns", "sends", "acked_ns", "c2s"), names)},
+        }
+    )
+
+
+def _ack_reduce(caps: dict[str, tuple[float, float, float]], rows: pa.Table) -> dict[str, pa.Table]:
+    """Every :func:`_ack_piece` row of some ack hashes (all rows of each hash): per hash sent by a
+    capture with an axis, its round trip (first send -> first Ack, seconds, when acked and not
+    before the send) and its resends (sends after the first, at the last send's time bin).
+
+    Returns ``round_trips`` (capture, session_id, c2s, fine, n, lo, hi: the fine histogram per
+    session and direction, :func:`fine_bucket`) and ``resends`` (capture, bin, resends)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    g = rows.group_by(_ACK_KEY).aggregate(
+        [("sent_ns", "min"), ("last_ns", "max"), ("sends", "sum"), ("acked_ns", "min"), ("c2s", "max")]
+    )
+    g = _ack_rows(g, ("sent_ns_min", "last_ns_max", "sends_sum", "acked_ns_min", "c2s_max"))
+    t0, width, _ = _axis(caps, g["capture"])
+    sends = g["sends"].fill_null(0).to_numpy(zero_copy_only=False)
+    sent = (sends > 0) & ~np.isnan(t0)  # hashes only acked (their data frame not seen) drop out
+    g, t0, width, sends = g.filter(pa.array(sent)), t0[sent], width[sent], sends[sent]
+    # the nanosecond difference (NaN without an Ack): a difference of seconds since t0 would
+    # carry the epoch-sized doubles' rounding, ~0.1 us
+    v = _seconds_since(pc.subtract(g["acked_ns"], g["sent_ns"]), np.zeros(g.num_rows))
+    ok = ~np.isnan(v) & (v >= 0)
+    keyed = pa.table(
+        {
+            "capture": g["capture"].filter(pa.array(ok)),
+            "session_id": g["session_id"].filter(pa.array(ok)),
+            "c2s": g["c2s"].filter(pa.array(ok)),
+            "fine": pa.array(fine_bucket(v[ok])),
+            "v": pa.array(v[ok], pa.float64()),
+        }
+    )
+    trips = keyed.group_by(["capture", "session_id", "c2s", "fine"]).aggregate(
+        [([], "count_all"), ("v", "min"), ("v", "max")]
+    )
+    again = sends > 1
+    bins = np.floor(_seconds_since(g["last_ns"], t0)[again] / width[again]).astype(np.int64)
+    resends = (
+        pa.table(
+            {
+                "capture": g["capture"].filter(pa.array(again)),
+                "bin": pa.array(bins),
+                "resends": pa.array(sends[again] - 1),
+            }
+        )
+        .group_by(["capture", "bin"])
+        .aggregate([("resends", "sum")])
+    )
     return {
-        "acks": pa.table({**{k: g[k] for k in ("capture", "session_id", "h")}, **{k: g[v] for k, v in names.items()}})
+        "round_trips": pa.table(
+            {
+                **{k: trips[k] for k in ("capture", "session_id", "c2s", "fine")},
+                "n": trips["count_all"],
+                "lo": trips["v_min"],
+                "hi": trips["v_max"],
+            }
+        ),
+        "resends": pa.table({"capture": resends["capture"], "bin": resends["bin"], "resends": resends["resends_sum"]}),
     }
 
 
@@ -803,46 +904,87 @@ class Passes:
         out[hit] = True
         return out
 
-    def ack_groups(self, acked: list[int], has_hash: bool) -> pd.DataFrame:
-        """SafeDealer matching: the data frames of the ``acked`` sessions and every Ack, grouped
-        by (capture, session_id, ack hash): ``sent_ns``, ``last_ns`` (first and last send),
-        ``sends``, ``acked_ns`` (first Ack, null when none), for hashes sent at least once by a
-        capture with an axis. Reads ``frames/`` again (``ack_hash``, or with ``has_hash`` False
-        the header fields and ``payload`` of a table written before that column)."""
+    def acks(self, acked: list[int], has_hash: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """SafeDealer matching: each data frame of the ``acked`` sessions and the first Ack
+        carrying its hash (same capture and session), by one more read of ``frames/``
+        (``ack_hash``, or with ``has_hash`` False the header fields and ``payload`` of a table
+        written before that column). A frame and its Ack may sit in different files, so the
+        rows meet in hash buckets (:func:`nbmq.spark.scan.scan_shuffled`, spilled beside the
+        frames table for a large one): memory holds a bucket, not the capture.
+
+        Returns:
+            ``(round_trips, resends)``: per session and direction (capture, session_id as
+            Decimal, ``direction``: c2s when the data frames came from the session's client in
+            :meth:`sessions`, else s2c) and fine bucket (:func:`fine_bucket`) ``n``, ``lo``, ``hi`` of the
+            round trips (first send -> first Ack, seconds, capture point to capture point), of
+            hashes sent by a capture with an axis; and per (capture, time bin) the ``resends``
+            (data frames sent again, at the last send's bin).
+        """
         from functools import partial
 
         import pandas as pd
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        from ..scan import merge, scan
+        from ..inputs import is_local, local_path
+        from ..scan import merge, scan_shuffled
         from .ackhash import COLUMNS
 
         extra = ["ack_hash"] if has_hash else [c for c in COLUMNS if c not in ("kind", "session_id")]
-        columns = ["capture", "session_id", "kind", "ts_ns", "error", *extra]
+        columns = ["capture", "session_id", "kind", "ts_ns", "error", *_ENDPOINTS[:2], *extra]
         ids = np.array(sorted(acked), np.uint64)
-        pieces = scan(self.spark, self.tables["frames"], partial(_ack_piece, ids, has_hash), columns, self.on_driver)
-        empty = pa.schema(
-            [
-                ("capture", pa.string()),
-                ("session_id", pa.decimal128(20, 0)),
-                ("h", pa.int64()),
-                ("sent_ns", pa.int64()),
-                ("last_ns", pa.int64()),
-                ("sends", pa.int64()),
-                ("acked_ns", pa.int64()),
-            ]
-        )
-        g = merge(pieces, "acks", empty)
-        g = g.group_by(["capture", "session_id", "h"]).aggregate(
-            [("sent_ns", "min"), ("last_ns", "max"), ("sends", "sum"), ("acked_ns", "min")]
-        )
-        out = pa.table(
+        sessions = self.sessions()
+        sessions = sessions[sessions["client"].notna()]
+        addr_port = sessions["client"].astype(str).str.rsplit(":", n=1, expand=True)
+        clients = pd.DataFrame(
             {
-                "capture": g["capture"],
-                "sent_ns": g["sent_ns_min"],
-                "last_ns": g["last_ns_max"],
-                "sends": g["sends_sum"],
-                "acked_ns": g["acked_ns_min"],
+                "capture": sessions["capture"].to_numpy(),
+                "sid": np.array([int(s) for s in sessions["session_id"]], np.uint64),
+                "addr": addr_port[0].str.strip("[]").to_numpy() if len(sessions) else [],
+                "port": addr_port[1].astype(np.int64).to_numpy() if len(sessions) else [],
             }
-        ).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-        return out[(out["sends"] > 0) & out["capture"].isin(self.axis)].reset_index(drop=True)
+        )
+        frames = self.tables["frames"]
+        pieces = scan_shuffled(
+            self.spark,
+            frames,
+            partial(_ack_piece, ids, clients, has_hash),
+            columns,
+            "h",
+            partial(_ack_reduce, self.axis),
+            self.on_driver,
+            str(Path(local_path(frames)).parent) if is_local(frames) else None,
+            # only Acks and the acked sessions' frames leave the Parquet reader
+            (pc.field("kind") == _ACK)
+            | pc.field("session_id").isin(pa.array(ids, pa.uint64()).cast(pa.decimal128(20, 0))),
+        )
+        empty = _ack_reduce({}, _ack_piece(ids, clients, has_hash, _empty("frames", columns)))
+        trips = merge(pieces, "round_trips", empty["round_trips"].schema)
+        trips = trips.group_by(["capture", "session_id", "c2s", "fine"]).aggregate(
+            [("n", "sum"), ("lo", "min"), ("hi", "max")]
+        )
+        resends = merge(pieces, "resends", empty["resends"].schema)
+        resends = (
+            resends.group_by(["capture", "bin"])
+            .aggregate([("resends", "sum")])
+            .sort_by([("capture", "ascending"), ("bin", "ascending")])
+        )
+        return (
+            pd.DataFrame(
+                {
+                    **{k: trips[k].to_pylist() for k in ("capture", "session_id")},
+                    "direction": np.where(trips["c2s"].to_numpy(zero_copy_only=False) == 1, "c2s", "s2c"),
+                    "fine": trips["fine"].to_numpy(),
+                    "n": trips["n_sum"].to_numpy(),
+                    "lo": trips["lo_min"].to_numpy(),
+                    "hi": trips["hi_max"].to_numpy(),
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "capture": resends["capture"].to_pylist(),
+                    "bin": resends["bin"].to_numpy(),
+                    "resends": resends["resends_sum"].to_numpy(),
+                }
+            ),
+        )
