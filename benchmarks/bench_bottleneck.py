@@ -11,7 +11,8 @@ in the same run:
   steady part (after 1 s) over the link rate; ``wire``: what tbf sent in that part over the link
   rate (headers and resends included); ``resends``: of the frames sent; ``lost``: messages sent
   and never delivered; ``qdelay``: the median of srtt - min_rtt over the steady samples of the
-  sender's path state, as a fraction of the queue's capacity (``queue`` ms).
+  sender's path state, as a fraction of the queue's capacity (``queue`` ms); ``CPU``: what
+  the sender and the receiver used, in cores (near 1.0: the process, not the link, is the limit).
   With ``--baseline DIR`` (another nbmq source tree, extensions built in place) the same case
   runs first with that tree's engine (``base``).
 - ``tcp``: one TCP flow (CUBIC, ``send`` of 64 KiB blocks), ``goodput`` and ``wire`` as above.
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bottleneck_link import BIN, Bottleneck, unavailable  # noqa: E402
 
 WARMUP = 1.0  #: seconds before the steady part of a run
+LEAD = 2.0  #: seconds the flows' processes get to start and connect (more under load) before the run
 PORT = 7000
 TCP_PORT = 7100
 
@@ -62,7 +64,7 @@ def single(rate: float, queue: float, seconds: float, size: int, baseline: str |
     """One SafeDealer flow (see the module docstring); returns the row's figures.
     ``baseline``: a source tree whose nbmq both ends import instead (built in place)."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         recv = link.start("b", "safe_recv", pythonpath=baseline, port=PORT, seconds=seconds + 10, epoch=start)
         send = link.start(
             "a",
@@ -88,13 +90,14 @@ def single(rate: float, queue: float, seconds: float, size: int, baseline: str |
         "lost": s["sent"] - r["delivered"],
         "qdelay": statistics.median(delays) / (queue / 1000) if delays else float("nan"),
         "tbf_drops": q1["dropped"],
+        "busy": (s["busy"], r["busy"]),
     }
 
 
 def tcp(rate: float, queue: float, seconds: float) -> dict[str, Any]:
     """One TCP flow on the same link: the baseline."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         recv = link.start("b", "tcp_recv", port=TCP_PORT, seconds=seconds + 10, epoch=start)
         time.sleep(0.3)
         send = link.start("a", "tcp_send", dest=f"{link.addr_b}:{TCP_PORT}", seconds=seconds, start_at=start)
@@ -117,7 +120,7 @@ def fair(rate: float, queue: float, seconds: float, size: int, gap: float = 2.0)
     """Two SafeDealer flows, the second ``gap`` seconds after the first; ``seconds`` is how
     long the second runs (the first runs ``gap`` longer)."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         flows = []
         for i in range(2):
             recv = link.start("b", "safe_recv", port=PORT + i, seconds=seconds + gap + 10, epoch=start)
@@ -153,7 +156,7 @@ def share(rate: float, queue: float, seconds: float, size: int, cc: str = "cubic
     """A SafeDealer flow and a TCP flow (congestion control ``cc``) at once: each one's share
     of the link."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         srecv = link.start("b", "safe_recv", port=PORT, seconds=seconds + 10, epoch=start)
         trecv = link.start("b", "tcp_recv", port=TCP_PORT, seconds=seconds + 10, epoch=start)
         time.sleep(0.3)
@@ -179,7 +182,7 @@ def dealer(rate: float, queue: float, seconds: float, offered: float, wire: bool
     per_wire = (DEALER_SIZE + 34) / (DEALER_SIZE + 34 + 42) if wire else 1.0
     with Bottleneck(rate, queue) as link:
         pace = int(offered * link.rate_bytes * per_wire)
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         recv = link.start(
             "b", "dealer_recv", port=PORT, seconds=seconds + 10, epoch=start, idle=1.0, options={"rcvbuf": 1 << 20}
         )
@@ -247,7 +250,8 @@ def main() -> None:
                 print(
                     f"{tag}  safe    goodput {row['goodput']:.3f}  wire {row['wire']:.3f}  resends "
                     f"{row['resends']:.2%} ({row['resend_count']})  lost {row['lost']}  qdelay "
-                    f"{row['qdelay']:.2f} of the queue  tbf drops {row['tbf_drops']}",
+                    f"{row['qdelay']:.2f} of the queue  tbf drops {row['tbf_drops']}  CPU: sender "
+                    f"{row['busy'][0]:.2f}, receiver {row['busy'][1]:.2f} of a core",
                     flush=True,
                 )
             if "fair" in cases:

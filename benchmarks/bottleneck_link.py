@@ -17,11 +17,13 @@ object when done. Roles (every one bounded by ``seconds`` and a drain time):
 
 - ``safe_send`` / ``dealer_send``: a SafeDealer (Dealer) connects to ``dest`` and sends
   ``size``-byte one-part messages for ``seconds`` (``start_at``: a wall-clock start time), as
-  fast as ``send_hwm`` lets it, then drains; reports its counters and, every 100 ms, its peer's
-  path state (``Counters.paths``). Options go in ``options``.
+  fast as ``send_hwm`` lets it, then drains; reports its counters, every 100 ms its peer's
+  path state (``Counters.paths``), and ``busy``: CPU seconds per second of the sending time
+  (1.0: a whole core). Options go in ``options``.
 - ``safe_recv`` / ``dealer_recv``: binds ``port`` and counts delivered messages and payload
   bytes in 100 ms bins of wall-clock time (``bins``; ``epoch`` is bin 0's start), until idle for
-  ``idle`` seconds after the first message or ``seconds`` pass; reports its counters.
+  ``idle`` seconds after the first message or ``seconds`` pass; reports its counters and
+  ``busy`` (CPU seconds per second from the first delivery to the last).
 - ``tcp_send`` / ``tcp_recv``: the same over one TCP connection (``send`` of 64 KiB blocks),
   with the congestion control ``cc`` (``"cubic"``, Linux's default; ``"bbr"``, ``"reno"``).
 
@@ -239,6 +241,7 @@ def _send_role(kind: str, a: dict[str, Any]) -> dict[str, Any]:
         _wait_until(a.get("start_at"))
         payload = os.urandom(int(a["size"]))
         began = time.time()
+        cpu0 = time.process_time()
         end = time.monotonic() + float(a["seconds"])
         paths: list[dict[str, Any]] = []
         next_sample = time.monotonic() + BIN
@@ -253,6 +256,7 @@ def _send_role(kind: str, a: dict[str, Any]) -> dict[str, Any]:
                 next_sample = now + BIN
                 for path in getattr(sock.counters, "paths", {}).values():
                     paths.append({"t": time.time() - began, **path.as_dict()})
+        busy = (time.process_time() - cpu0) / (time.time() - began)
         # what is still queued (or held by pacing) gets ``drain`` seconds; the rest is dropped
         # and counted (DropReason.CLOSED)
         sock.close(linger=float(a.get("drain", 5.0)))
@@ -262,6 +266,7 @@ def _send_role(kind: str, a: dict[str, Any]) -> dict[str, Any]:
             "send_errors": sock.transport_send_errors,
             "counters": sock.counters.as_dict(),
             "paths": paths,
+            "busy": busy,
         }
     finally:
         sock.close(linger=0.0)
@@ -290,7 +295,8 @@ def _count_bins(read: Any, idle_error: type[BaseException], a: dict[str, Any], c
     end = time.monotonic() + float(a["seconds"])
     bins: list[int] = []
     counts: list[int] = []
-    first = None
+    first = last = None
+    cpu0 = time.process_time()
     while time.monotonic() < end:
         try:
             n = read(idle if first is not None else 0.2)
@@ -298,8 +304,9 @@ def _count_bins(read: Any, idle_error: type[BaseException], a: dict[str, Any], c
             if first is not None:
                 break
             continue
-        t = time.time()
-        first = t if first is None else first
+        t = last = time.time()
+        if first is None:
+            first, cpu0 = t, time.process_time()
         i = max(0, int((t - epoch) / BIN))
         while len(bins) <= i:
             bins.append(0)
@@ -313,6 +320,7 @@ def _count_bins(read: Any, idle_error: type[BaseException], a: dict[str, Any], c
         "delivered": sum(counts),
         "bytes": sum(bins),
         "counters": counters(),
+        "busy": (time.process_time() - cpu0) / (last - first) if last is not None and last > first else 0.0,
     }
 
 

@@ -882,7 +882,7 @@ class SendQueue:
             win.round_acked += 1
             tx = flight.tx
             if tx >= win.round_end:
-                win.end_round()
+                win.end_round(now)
             order = win.order
             limit = -1
             sent_before = None
