@@ -1,7 +1,7 @@
 """SafeDealer, Dealer and TCP on a real bottleneck (veth + tbf between two namespaces; root).
 
     sudo .venv/bin/python benchmarks/bench_bottleneck.py [--rates 5,50,200] [--queues 10,100]
-        [--seconds 6] [--cases single,tcp,fair,share,dealer] [--size 16384] [--baseline DIR]
+        [--seconds 6] [--cases single,tcp,fair,share,dealer] [--size 16384] [--baseline DIR] [--pin]
 
 Every case builds its own link (:mod:`bottleneck_link`) at each rate (Mbit/s) and queue
 (tbf ``latency``, ms) and prints one row. TCP alone on the same link is the baseline, measured
@@ -12,7 +12,8 @@ in the same run:
   rate (headers and resends included); ``resends``: of the frames sent; ``lost``: messages sent
   and never delivered; ``qdelay``: the median of srtt - min_rtt over the steady samples of the
   sender's path state, as a fraction of the queue's capacity (``queue`` ms); ``CPU``: what
-  the sender and the receiver used, in cores (near 1.0: the process, not the link, is the limit).
+  the sender and the receiver used, in cores (near 1.0: the process, not the link, is the
+  limit), and how long they waited, runnable, for a core (the machine's other load).
   With ``--baseline DIR`` (another nbmq source tree, extensions built in place) the same case
   runs first with that tree's engine (``base``).
 - ``tcp``: one TCP flow (CUBIC, ``send`` of 64 KiB blocks), ``goodput`` and ``wire`` as above.
@@ -60,16 +61,28 @@ def _sample_qdisc(link: Bottleneck, at: float) -> dict[str, int]:
     return link.qdisc("a")
 
 
-def single(rate: float, queue: float, seconds: float, size: int, baseline: str | None = None) -> dict[str, Any]:
+def single(
+    rate: float, queue: float, seconds: float, size: int, baseline: str | None = None, pin: bool = False
+) -> dict[str, Any]:
     """One SafeDealer flow (see the module docstring); returns the row's figures.
-    ``baseline``: a source tree whose nbmq both ends import instead (built in place)."""
+    ``baseline``: a source tree whose nbmq both ends import instead (built in place);
+    ``pin``: the sender runs on core 0 and the receiver on core 1."""
     with Bottleneck(rate, queue) as link:
         start = time.time() + LEAD
-        recv = link.start("b", "safe_recv", pythonpath=baseline, port=PORT, seconds=seconds + 10, epoch=start)
+        recv = link.start(
+            "b",
+            "safe_recv",
+            pythonpath=baseline,
+            cpu=1 if pin else None,
+            port=PORT,
+            seconds=seconds + 10,
+            epoch=start,
+        )
         send = link.start(
             "a",
             "safe_send",
             pythonpath=baseline,
+            cpu=0 if pin else None,
             dest=f"{link.addr_b}:{PORT}",
             seconds=seconds,
             size=size,
@@ -91,6 +104,7 @@ def single(rate: float, queue: float, seconds: float, size: int, baseline: str |
         "qdelay": statistics.median(delays) / (queue / 1000) if delays else float("nan"),
         "tbf_drops": q1["dropped"],
         "busy": (s["busy"], r["busy"]),
+        "waiting": (s["waiting"], r["waiting"]),
     }
 
 
@@ -225,6 +239,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=16384)
     parser.add_argument("--cases", default="single,tcp,fair,share,dealer")
     parser.add_argument(
+        "--pin", action="store_true", help="single: pin the sender to core 0 and the receiver to core 1"
+    )
+    parser.add_argument(
         "--baseline", help="a source tree of nbmq (extensions built in place) to run the single case with too"
     )
     args = parser.parse_args()
@@ -246,12 +263,13 @@ def main() -> None:
                     flush=True,
                 )
             if "single" in cases:
-                row = single(rate, queue, args.seconds, args.size)
+                row = single(rate, queue, args.seconds, args.size, pin=args.pin)
                 print(
                     f"{tag}  safe    goodput {row['goodput']:.3f}  wire {row['wire']:.3f}  resends "
                     f"{row['resends']:.2%} ({row['resend_count']})  lost {row['lost']}  qdelay "
                     f"{row['qdelay']:.2f} of the queue  tbf drops {row['tbf_drops']}  CPU: sender "
-                    f"{row['busy'][0]:.2f}, receiver {row['busy'][1]:.2f} of a core",
+                    f"{row['busy'][0]:.2f}, receiver {row['busy'][1]:.2f} of a core (waiting for one "
+                    f"{row['waiting'][0]:.2f}, {row['waiting'][1]:.2f})",
                     flush=True,
                 )
             if "fair" in cases:

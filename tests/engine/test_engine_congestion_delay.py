@@ -30,6 +30,7 @@ from nbmq.engine.congestion import (
     QDELAY_TARGET,
     Window,
 )
+from nbmq.engine.counters import PathState
 from nbmq.engine.peers import Peer, PeerState
 from nbmq.engine.queues import SendQueue
 from nbmq.options import SocketOptions
@@ -294,3 +295,27 @@ def test_a_queue_within_twice_the_target_never_makes_the_window_compete():
     for _ in range(8 * COMPETE_STRIKES):
         _round(win, BASE + 1.5 * QDELAY_TARGET)
     assert not win.competing and win.decreases > COMPETE_STRIKES
+
+
+def test_a_starved_window_still_sees_the_queue_that_starves_it():
+    win = _avoiding(100 * DATAGRAM)
+    now = _timed_round(win, BASE, 1.0)
+    now = _timed_round(win, BASE, now, acks=100)  # 100 datagrams in a 10 ms round: the path's rate
+    assert win.path_rate == pytest.approx(100 * DATAGRAM / BASE)
+    win.cwnd = win.ssthresh = float(2 * MIN_WINDOW)  # squeezed by a queue-filling neighbour
+    queue = BASE + 5 * QDELAY_TARGET
+    for _ in range(2 * (COMPETE_STRIKES + 1)):
+        now = _timed_round(win, queue, now, acks=4)
+    # its own rate (two datagrams a round) would put the target past the queue; the path's does not
+    assert 2 * MIN_WINDOW * queue / win.cwnd > 5 * QDELAY_TARGET
+    assert win.delay_target() == QDELAY_TARGET and win.competing
+
+
+def test_path_state_shows_drains_and_the_path_rate():
+    win = _avoiding()
+    now = _timed_round(win, BASE, 1.0)
+    while win.drains == 0 and now < 2.0:
+        now = _timed_round(win, BASE, now)
+    path = PathState.of(win)
+    assert path.drains == 1 and path.path_rate == win.path_rate > 0
+    assert path.as_dict()["drains"] == 1
