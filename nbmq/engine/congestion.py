@@ -55,9 +55,7 @@ least half as long as it was, the queue is not ours; the window stops yielding t
 per round trip, until a round finds the queue below half the target again (Copa's competitive
 mode); the decreases that did not drain it are given back, since they yielded to a queue that
 was not ours. A queue counts as not ours only past twice the target (a floor window's own
-queue on a slow link sits near the target). Competing starts from at least half the path's
-bandwidth-delay product (its rate times ``srtt``): the queue's owner is at least one flow, and
-the additive growth alone took seconds to reach that on a long queue.
+queue on a slow link sits near the target).
 
 ``min_rtt`` is re-measured (LEDBAT++'s slowdowns, BBR's ProbeRTT): a *drain round* drops the
 window to ``MIN_WINDOW`` until the frames in flight are acked and one more went through the
@@ -455,14 +453,10 @@ class Window:
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
                 self.strikes += 1  # the last decrease did not drain it: not ours
             if self.strikes >= COMPETE_STRIKES:
-                # the decreases yielded to a queue that is not ours: take back what they gave up,
-                # and at least half the path (the queue's owner is one flow, or more: then
-                # loss takes the excess back)
+                # the decreases yielded to a queue that is not ours: take back what they gave up
                 self.competing = True
-                half = self.path_rate * self.srtt / 2 if self.srtt is not None else 0.0
-                cwnd = self.streak_cwnd if self.streak_cwnd > half else half
-                if self.cwnd < cwnd:
-                    self.cwnd = cwnd if cwnd < MAX_WINDOW else float(MAX_WINDOW)
+                if self.cwnd < self.streak_cwnd:
+                    self.cwnd = self.streak_cwnd
                 self.ssthresh = self.cwnd
                 return
             self.streak_qdelay = qdelay

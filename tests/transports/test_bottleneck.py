@@ -92,10 +92,3 @@ def test_a_second_safe_dealer_gets_its_share_within_seconds(rate):
     row = bench.fair(rate=rate, queue=100, seconds=4.0, size=16384)
     assert row["time_to_fair"] is not None and row["time_to_fair"] <= 4.0  # Jain >= 0.95 (target: 5 s)
     assert row["jain_end"] >= 0.8  # over the second's 3-4 s (target: 0.95)
-
-
-@compiled_only
-def test_safe_dealer_is_not_starved_by_tcp_on_a_long_queue():
-    # TCP fills the 100 ms queue; a window that yields to delay alone gets 0.06 of the link
-    row = bench.share(rate=5, queue=100, seconds=4.0, size=16384)
-    assert row["safe"] >= 0.25 and row["tcp"] >= 0.25  # target: 0.35 each
