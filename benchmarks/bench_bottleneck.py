@@ -1,7 +1,8 @@
 """SafeDealer, Dealer and TCP on a real bottleneck (veth + tbf between two namespaces; root).
 
     sudo .venv/bin/python benchmarks/bench_bottleneck.py [--rates 5,50,200] [--queues 10,100]
-        [--seconds 6] [--cases single,tcp,fair,share,dealer] [--size 16384] [--baseline DIR]
+        [--seconds 6] [--cases single,tcp,fair,share,tcpshare,dealer] [--size 16384] [--baseline DIR] [--pin]
+        [--repeat 1]
 
 Every case builds its own link (:mod:`bottleneck_link`) at each rate (Mbit/s) and queue
 (tbf ``latency``, ms) and prints one row. TCP alone on the same link is the baseline, measured
@@ -11,7 +12,9 @@ in the same run:
   steady part (after 1 s) over the link rate; ``wire``: what tbf sent in that part over the link
   rate (headers and resends included); ``resends``: of the frames sent; ``lost``: messages sent
   and never delivered; ``qdelay``: the median of srtt - min_rtt over the steady samples of the
-  sender's path state, as a fraction of the queue's capacity (``queue`` ms).
+  sender's path state, as a fraction of the queue's capacity (``queue`` ms); ``CPU``: what
+  the sender and the receiver used, in cores (near 1.0: the process, not the link, is the
+  limit), and how long they waited, runnable, for a core (the machine's other load).
   With ``--baseline DIR`` (another nbmq source tree, extensions built in place) the same case
   runs first with that tree's engine (``base``).
 - ``tcp``: one TCP flow (CUBIC, ``send`` of 64 KiB blocks), ``goodput`` and ``wire`` as above.
@@ -20,6 +23,9 @@ in the same run:
   its value 4-5 s after the second start.
 - ``share``: a SafeDealer flow and a TCP flow together (CUBIC, Linux's default, then BBR);
   each one's goodput over the link rate.
+- ``tcpshare``: the baseline for ``share``: a TCP CUBIC flow in the SafeDealer's place.
+- ``--repeat N`` runs ``fair`` and ``share`` N times per link and prints the medians too (the
+  shares swing from run to run, more so on a loaded machine).
 - ``dealer``: a Dealer offering 2x the link rate (``pace_rate``) in one-datagram messages, then
   one paced at the link rate: offered, delivered, and the losses by where they happened (the
   sender's drop counters, the receiver's kernel drops, tbf's drops); ``unaccounted`` must be 0.
@@ -31,6 +37,7 @@ The payload ceiling of a full nbmq datagram on Ethernet is 466 / (500 + 42) = 0.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -42,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bottleneck_link import BIN, Bottleneck, unavailable  # noqa: E402
 
 WARMUP = 1.0  #: seconds before the steady part of a run
+LEAD = 2.0  #: seconds the flows' processes get to start and connect (more under load) before the run
 PORT = 7000
 TCP_PORT = 7100
 
@@ -58,16 +66,28 @@ def _sample_qdisc(link: Bottleneck, at: float) -> dict[str, int]:
     return link.qdisc("a")
 
 
-def single(rate: float, queue: float, seconds: float, size: int, baseline: str | None = None) -> dict[str, Any]:
+def single(
+    rate: float, queue: float, seconds: float, size: int, baseline: str | None = None, pin: bool = False
+) -> dict[str, Any]:
     """One SafeDealer flow (see the module docstring); returns the row's figures.
-    ``baseline``: a source tree whose nbmq both ends import instead (built in place)."""
+    ``baseline``: a source tree whose nbmq both ends import instead (built in place);
+    ``pin``: the sender runs on core 0 and the receiver on core 1."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
-        recv = link.start("b", "safe_recv", pythonpath=baseline, port=PORT, seconds=seconds + 10, epoch=start)
+        start = time.time() + LEAD
+        recv = link.start(
+            "b",
+            "safe_recv",
+            pythonpath=baseline,
+            cpu=1 if pin else None,
+            port=PORT,
+            seconds=seconds + 10,
+            epoch=start,
+        )
         send = link.start(
             "a",
             "safe_send",
             pythonpath=baseline,
+            cpu=0 if pin else None,
             dest=f"{link.addr_b}:{PORT}",
             seconds=seconds,
             size=size,
@@ -88,13 +108,15 @@ def single(rate: float, queue: float, seconds: float, size: int, baseline: str |
         "lost": s["sent"] - r["delivered"],
         "qdelay": statistics.median(delays) / (queue / 1000) if delays else float("nan"),
         "tbf_drops": q1["dropped"],
+        "busy": (s["busy"], r["busy"]),
+        "waiting": (s["waiting"], r["waiting"]),
     }
 
 
 def tcp(rate: float, queue: float, seconds: float) -> dict[str, Any]:
     """One TCP flow on the same link: the baseline."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         recv = link.start("b", "tcp_recv", port=TCP_PORT, seconds=seconds + 10, epoch=start)
         time.sleep(0.3)
         send = link.start("a", "tcp_send", dest=f"{link.addr_b}:{TCP_PORT}", seconds=seconds, start_at=start)
@@ -117,7 +139,7 @@ def fair(rate: float, queue: float, seconds: float, size: int, gap: float = 2.0)
     """Two SafeDealer flows, the second ``gap`` seconds after the first; ``seconds`` is how
     long the second runs (the first runs ``gap`` longer)."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         flows = []
         for i in range(2):
             recv = link.start("b", "safe_recv", port=PORT + i, seconds=seconds + gap + 10, epoch=start)
@@ -146,25 +168,40 @@ def fair(rate: float, queue: float, seconds: float, size: int, gap: float = 2.0)
         "time_to_fair": reached,
         "jain_end": jain_end,  # over the second before min(5, seconds) after the second start
         "resends": sum(s["counters"]["resends"] for s, _ in results),
+        "waiting": max(p.get("waiting", 0.0) for flow in results for p in flow),
     }
 
 
-def share(rate: float, queue: float, seconds: float, size: int, cc: str = "cubic") -> dict[str, Any]:
-    """A SafeDealer flow and a TCP flow (congestion control ``cc``) at once: each one's share
-    of the link."""
+def share(
+    rate: float, queue: float, seconds: float, size: int, cc: str = "cubic", ours: str = "safe"
+) -> dict[str, Any]:
+    """A SafeDealer flow (``ours="safe"``; or a TCP flow with that congestion control, the
+    baseline: how TCP itself fares there) and a TCP flow (congestion control ``cc``) at once:
+    each one's share of the link (``safe``: the first, ``tcp``: the second)."""
     with Bottleneck(rate, queue) as link:
-        start = time.time() + 1.0
-        srecv = link.start("b", "safe_recv", port=PORT, seconds=seconds + 10, epoch=start)
+        start = time.time() + LEAD
+        if ours == "safe":
+            srecv = link.start("b", "safe_recv", port=PORT, seconds=seconds + 10, epoch=start)
+        else:
+            srecv = link.start("b", "tcp_recv", port=TCP_PORT + 1, seconds=seconds + 10, epoch=start)
         trecv = link.start("b", "tcp_recv", port=TCP_PORT, seconds=seconds + 10, epoch=start)
         time.sleep(0.3)
-        ssend = link.start("a", "safe_send", dest=f"{link.addr_b}:{PORT}", seconds=seconds, size=size, start_at=start)
+        if ours == "safe":
+            ssend = link.start(
+                "a", "safe_send", dest=f"{link.addr_b}:{PORT}", seconds=seconds, size=size, start_at=start
+            )
+        else:
+            ssend = link.start(
+                "a", "tcp_send", dest=f"{link.addr_b}:{TCP_PORT + 1}", seconds=seconds, start_at=start, cc=ours
+            )
         tsend = link.start("a", "tcp_send", dest=f"{link.addr_b}:{TCP_PORT}", seconds=seconds, start_at=start, cc=cc)
         s, sr, _, tr = ssend.result(), srecv.result(), tsend.result(), trecv.result()
     a, b = start + WARMUP, start + seconds
+    counters = s.get("counters", {})
     return {
         "safe": _steady(sr["bins"], sr["epoch"], a, b) / link.rate_bytes,
         "tcp": _steady(tr["bins"], tr["epoch"], a, b) / link.rate_bytes,
-        "resends": s["counters"]["resends"] / max(1, s["counters"]["data_frames_out"]),
+        "resends": counters.get("resends", 0) / max(1, counters.get("data_frames_out", 0)),
     }
 
 
@@ -179,7 +216,7 @@ def dealer(rate: float, queue: float, seconds: float, offered: float, wire: bool
     per_wire = (DEALER_SIZE + 34) / (DEALER_SIZE + 34 + 42) if wire else 1.0
     with Bottleneck(rate, queue) as link:
         pace = int(offered * link.rate_bytes * per_wire)
-        start = time.time() + 1.0
+        start = time.time() + LEAD
         recv = link.start(
             "b", "dealer_recv", port=PORT, seconds=seconds + 10, epoch=start, idle=1.0, options={"rcvbuf": 1 << 20}
         )
@@ -220,7 +257,11 @@ def main() -> None:
     parser.add_argument("--queues", default="10,100")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--size", type=int, default=16384)
-    parser.add_argument("--cases", default="single,tcp,fair,share,dealer")
+    parser.add_argument("--cases", default="single,tcp,fair,share,tcpshare,dealer")
+    parser.add_argument("--repeat", type=int, default=1, help="fair, share: runs per link (medians printed)")
+    parser.add_argument(
+        "--pin", action="store_true", help="single: pin the sender to core 0 and the receiver to core 1"
+    )
     parser.add_argument(
         "--baseline", help="a source tree of nbmq (extensions built in place) to run the single case with too"
     )
@@ -243,28 +284,49 @@ def main() -> None:
                     flush=True,
                 )
             if "single" in cases:
-                row = single(rate, queue, args.seconds, args.size)
+                row = single(rate, queue, args.seconds, args.size, pin=args.pin)
                 print(
                     f"{tag}  safe    goodput {row['goodput']:.3f}  wire {row['wire']:.3f}  resends "
                     f"{row['resends']:.2%} ({row['resend_count']})  lost {row['lost']}  qdelay "
-                    f"{row['qdelay']:.2f} of the queue  tbf drops {row['tbf_drops']}",
+                    f"{row['qdelay']:.2f} of the queue  tbf drops {row['tbf_drops']}  CPU: sender "
+                    f"{row['busy'][0]:.2f}, receiver {row['busy'][1]:.2f} of a core (waiting for one "
+                    f"{row['waiting'][0]:.2f}, {row['waiting'][1]:.2f})",
                     flush=True,
                 )
             if "fair" in cases:
-                row = fair(rate, queue, args.seconds, args.size)
-                print(
-                    f"{tag}  fair    Jain >= 0.95 after {row['time_to_fair']} s  Jain 4-5 s "
-                    f"{row['jain_end']:.3f}  resends {row['resends']}",
-                    flush=True,
-                )
-            if "share" in cases:
-                for cc in ("cubic", "bbr"):
-                    row = share(rate, queue, args.seconds, args.size, cc)
+                rows = [fair(rate, queue, args.seconds, args.size) for _ in range(args.repeat)]
+                for row in rows:
                     print(
-                        f"{tag}  share   safe {row['safe']:.3f}  tcp ({cc}) {row['tcp']:.3f}  safe resends "
-                        f"{row['resends']:.2%}",
+                        f"{tag}  fair    Jain >= 0.95 after {row['time_to_fair']} s  Jain 4-5 s "
+                        f"{row['jain_end']:.3f}  resends {row['resends']}  CPU waited for, most: "
+                        f"{row['waiting']:.2f}",
                         flush=True,
                     )
+                if len(rows) > 1:
+                    times = [r["time_to_fair"] if r["time_to_fair"] is not None else math.inf for r in rows]
+                    print(
+                        f"{tag}  fair    median of {len(rows)}: Jain >= 0.95 after {statistics.median(times)} s  "
+                        f"Jain 4-5 s {statistics.median(r['jain_end'] for r in rows):.3f}",
+                        flush=True,
+                    )
+            for case, ours in (("share", "safe"), ("tcpshare", "cubic")):
+                if case not in cases:
+                    continue
+                for cc in ("cubic", "bbr"):
+                    rows = [share(rate, queue, args.seconds, args.size, cc, ours) for _ in range(args.repeat)]
+                    for row in rows:
+                        print(
+                            f"{tag}  {case}  {ours} {row['safe']:.3f}  tcp ({cc}) {row['tcp']:.3f}"
+                            + (f"  safe resends {row['resends']:.2%}" if ours == "safe" else ""),
+                            flush=True,
+                        )
+                    if len(rows) > 1:
+                        print(
+                            f"{tag}  {case}  median of {len(rows)}: {ours} "
+                            f"{statistics.median(r['safe'] for r in rows):.3f}  tcp ({cc}) "
+                            f"{statistics.median(r['tcp'] for r in rows):.3f}",
+                            flush=True,
+                        )
             if "dealer" in cases:
                 for offered, wire in ((2.0, True), (1.0, True), (1.0, False)):
                     row = dealer(rate, queue, args.seconds, offered, wire)

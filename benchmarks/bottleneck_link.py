@@ -17,11 +17,14 @@ object when done. Roles (every one bounded by ``seconds`` and a drain time):
 
 - ``safe_send`` / ``dealer_send``: a SafeDealer (Dealer) connects to ``dest`` and sends
   ``size``-byte one-part messages for ``seconds`` (``start_at``: a wall-clock start time), as
-  fast as ``send_hwm`` lets it, then drains; reports its counters and, every 100 ms, its peer's
-  path state (``Counters.paths``). Options go in ``options``.
+  fast as ``send_hwm`` lets it, then drains; reports its counters, every 100 ms its peer's
+  path state (``Counters.paths``), ``busy`` and ``waiting``: CPU seconds run and waited for
+  (runnable, no core free) per second of the sending time (1.0: a whole core). Options go in
+  ``options``.
 - ``safe_recv`` / ``dealer_recv``: binds ``port`` and counts delivered messages and payload
   bytes in 100 ms bins of wall-clock time (``bins``; ``epoch`` is bin 0's start), until idle for
-  ``idle`` seconds after the first message or ``seconds`` pass; reports its counters.
+  ``idle`` seconds after the first message or ``seconds`` pass; reports its counters,
+  ``busy`` and ``waiting`` (per second from the first delivery to the last).
 - ``tcp_send`` / ``tcp_recv``: the same over one TCP connection (``send`` of 64 KiB blocks),
   with the congestion control ``cc`` (``"cubic"``, Linux's default; ``"bbr"``, ``"reno"``).
 
@@ -173,11 +176,14 @@ class Bottleneck:
                 f"{self.queue_ms}ms",
             )
 
-    def start(self, side: str, role: str, pythonpath: str | None = None, **args: Any) -> Flow:
+    def start(self, side: str, role: str, pythonpath: str | None = None, cpu: int | None = None, **args: Any) -> Flow:
         """Run ``role`` (see the module docstring) in namespace ``side`` ("a" or "b") with
         ``args`` (JSON-able); returns its :class:`Flow` (bounded by ``seconds`` + 30 s).
-        ``pythonpath``: a source tree whose ``nbmq`` the flow imports instead (a baseline)."""
-        cmd = [
+        ``pythonpath``: a source tree whose ``nbmq`` the flow imports instead (a baseline);
+        ``cpu``: the core to pin the process to (``taskset``), None: wherever the kernel
+        schedules it."""
+        cmd = [] if cpu is None else ["taskset", "-c", str(cpu)]
+        cmd += [
             "ip",
             "netns",
             "exec",
@@ -220,6 +226,24 @@ class Bottleneck:
 
 
 # --- the roles, run inside a namespace ---------------------------------------------------------
+def _cpu_clock() -> tuple[float, float]:
+    """Seconds this process's main thread ran on a CPU and waited for one while runnable
+    (``/proc/self/schedstat``; ``(process_time(), 0.0)`` where there is none)."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return time.process_time(), 0.0
+
+
+def _cpu_use(since: tuple[float, float], seconds: float) -> dict[str, float]:
+    """``busy`` and ``waiting``: CPU seconds run and waited for per second of ``seconds``."""
+    ran, waited = _cpu_clock()
+    seconds = max(seconds, 1e-9)
+    return {"busy": (ran - since[0]) / seconds, "waiting": (waited - since[1]) / seconds}
+
+
 def _wait_until(start_at: float | None) -> None:
     if start_at is not None:
         time.sleep(max(0.0, start_at - time.time()))
@@ -239,6 +263,7 @@ def _send_role(kind: str, a: dict[str, Any]) -> dict[str, Any]:
         _wait_until(a.get("start_at"))
         payload = os.urandom(int(a["size"]))
         began = time.time()
+        cpu0 = _cpu_clock()
         end = time.monotonic() + float(a["seconds"])
         paths: list[dict[str, Any]] = []
         next_sample = time.monotonic() + BIN
@@ -253,6 +278,7 @@ def _send_role(kind: str, a: dict[str, Any]) -> dict[str, Any]:
                 next_sample = now + BIN
                 for path in getattr(sock.counters, "paths", {}).values():
                     paths.append({"t": time.time() - began, **path.as_dict()})
+        cpu = _cpu_use(cpu0, time.time() - began)
         # what is still queued (or held by pacing) gets ``drain`` seconds; the rest is dropped
         # and counted (DropReason.CLOSED)
         sock.close(linger=float(a.get("drain", 5.0)))
@@ -262,6 +288,7 @@ def _send_role(kind: str, a: dict[str, Any]) -> dict[str, Any]:
             "send_errors": sock.transport_send_errors,
             "counters": sock.counters.as_dict(),
             "paths": paths,
+            **cpu,
         }
     finally:
         sock.close(linger=0.0)
@@ -290,7 +317,8 @@ def _count_bins(read: Any, idle_error: type[BaseException], a: dict[str, Any], c
     end = time.monotonic() + float(a["seconds"])
     bins: list[int] = []
     counts: list[int] = []
-    first = None
+    first = last = None
+    cpu0 = _cpu_clock()
     while time.monotonic() < end:
         try:
             n = read(idle if first is not None else 0.2)
@@ -298,8 +326,9 @@ def _count_bins(read: Any, idle_error: type[BaseException], a: dict[str, Any], c
             if first is not None:
                 break
             continue
-        t = time.time()
-        first = t if first is None else first
+        t = last = time.time()
+        if first is None:
+            first, cpu0 = t, _cpu_clock()
         i = max(0, int((t - epoch) / BIN))
         while len(bins) <= i:
             bins.append(0)
@@ -313,6 +342,7 @@ def _count_bins(read: Any, idle_error: type[BaseException], a: dict[str, Any], c
         "delivered": sum(counts),
         "bytes": sum(bins),
         "counters": counters(),
+        **_cpu_use(cpu0, last - first if last is not None and first is not None else 0.0),
     }
 
 

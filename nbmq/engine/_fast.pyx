@@ -1062,7 +1062,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     order = win.order
     if tx >= run.round_end:
         run.store(sendq)
-        win.end_round()
+        win.end_round(now)
         run.load(win)
     limit = tx - DUPTHRESH_C
     sent_before = None

@@ -53,8 +53,20 @@ congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only
 least half as long as it was, the queue is not ours; the window stops yielding to delay
 (``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (about a TCP segment)
 per round trip, until a round finds the queue below half the target again (Copa's competitive
-mode). ``min_rtt`` never expires: on a path whose base RTT grows for good, every round looks
-congested, and the window ends up competing (loss-based), as it was before it read delay.
+mode); the decreases that did not drain it are given back, since they yielded to a queue that
+was not ours. A queue counts as not ours only past twice the target (a floor window's own
+queue on a slow link sits near the target).
+
+``min_rtt`` is re-measured (LEDBAT++'s slowdowns, BBR's ProbeRTT): a *drain round* drops the
+window to ``MIN_WINDOW`` until the frames in flight are acked and one more went through the
+emptied queue, then restores it. A flow drains ``FIRST_DRAIN`` after it starts (one that
+started behind another flow's standing queue took that queue for its base, and the other
+flow yields to it: its drain finds the true base), then whenever no round came within half the
+target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds. ``min_rtt`` is the smallest RTT of the
+last two periods between drains, so a base that grew for good is learnt within two periods;
+a competing window whose drain finds the queue gone (it was ours after all) yields to delay
+again. The delay target's floor uses the path's rate (the fastest round delivery in those two
+periods), not the window's own: a window starved next to TCP must still see TCP's queue.
 
 The pacing rate (:attr:`Window.pacing_rate`) spreads a window over the smoothed RTT:
 ``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start), as Linux paces TCP.
@@ -81,6 +93,8 @@ __all__ = [
     "DELAY_FLOOR",
     "COMPETE_STRIKES",
     "COMPETE_INCREASE",
+    "MIN_RTT_WINDOW",
+    "FIRST_DRAIN",
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
@@ -124,6 +138,13 @@ COMPETE_STRIKES = 3
 #: bytes) per round trip; one datagram's growth lost the queue to it, and three took 0.6 of the
 #: link from it (a paced flow loses less at a full drop-tail queue than a bursty one).
 COMPETE_INCREASE = 2 * DATAGRAM
+#: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
+#: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
+#: late must not keep another flow's queue as its base for that long).
+MIN_RTT_WINDOW = 2.5
+#: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
+#: behind another's standing queue measured that queue into its ``min_rtt``.
+FIRST_DRAIN = 0.5
 #: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
 PACING_GAIN = 1.25
 #: Pacing lets this many seconds of the pacing rate go at once (one wake-up's worth: a
@@ -166,6 +187,16 @@ class Window:
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
         increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``;
             ``COMPETE_INCREASE`` while ``competing``).
+        drain_due: when (seconds) the next drain round is due (-1 before the first round
+            with an RTT sample and a time); drain_cwnd: the window to restore after the drain
+            round under way (0.0: none under way); drains: drain rounds done.
+        period_min, last_period_min: the smallest RTT of the rounds since the last drain and
+            of those between the two before, seconds (``min_rtt`` is re-measured as the
+            smaller of the two). streak_cwnd: the window before the first delay decrease of
+            the current streak (restored when the streak ends in ``competing``).
+        round_start: when the current round began, seconds (-1: no clock yet);
+            period_rate, last_period_rate: the fastest round's delivery in this and the
+            previous period between drains, bytes per second (see :attr:`path_rate`).
     """
 
     __slots__ = (
@@ -201,6 +232,15 @@ class Window:
         "pace_tokens",
         "pace_stamp",
         "increase",
+        "drain_due",
+        "drain_cwnd",
+        "drains",
+        "period_min",
+        "last_period_min",
+        "streak_cwnd",
+        "round_start",
+        "period_rate",
+        "last_period_rate",
     )
 
     def __init__(self, floor: float) -> None:
@@ -236,6 +276,15 @@ class Window:
         self.pace_tokens = float(PACE_MIN_BURST)
         self.pace_stamp = 0.0
         self.increase = float(DATAGRAM)
+        self.drain_due = -1.0
+        self.drain_cwnd = 0.0
+        self.drains = 0
+        self.period_min = math.inf
+        self.last_period_min = math.inf
+        self.streak_cwnd = 0.0
+        self.round_start = -1.0
+        self.period_rate = 0.0
+        self.last_period_rate = 0.0
 
     def room(self) -> float:
         """Bytes that may still be sent now (may be <= 0)."""
@@ -312,24 +361,74 @@ class Window:
 
     def delay_target(self) -> float:
         """The standing queue a round may find before it counts as congested, seconds:
-        ``QDELAY_TARGET``, or the time ``2 * MIN_WINDOW`` take at the rate the window gets
-        (``cwnd / round_min_rtt``) if longer (the floor window alone queues that long)."""
-        rtt = self.round_min_rtt
-        if rtt == math.inf or rtt <= 0.0:
-            return QDELAY_TARGET
-        floor = 2 * MIN_WINDOW * rtt / self.cwnd
+        ``QDELAY_TARGET``, or the time ``2 * MIN_WINDOW`` take at the path's rate if longer
+        (the floor window alone queues that long). The path's rate is the fastest delivery
+        of a round in the last two periods between drains (:attr:`path_rate`; a starved
+        window's own rate would hide the queue that starves it), else ``cwnd /
+        round_min_rtt``."""
+        rate = self.path_rate
+        if rate <= 0.0:
+            rtt = self.round_min_rtt
+            if rtt == math.inf or rtt <= 0.0:
+                return QDELAY_TARGET
+            rate = self.cwnd / rtt
+        floor = 2 * MIN_WINDOW / rate
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
-    def end_round(self) -> None:
-        """An ack for a transmission at or after ``round_end`` arrived: the round is over.
+    @property
+    def path_rate(self) -> float:
+        """The fastest delivery of a round (``round_acked`` datagrams over the round's
+        seconds) in this and the previous period between drains, bytes per second (0.0
+        before a timed round). Frames count as full datagrams."""
+        rate = self.period_rate
+        last = self.last_period_rate
+        return rate if rate > last else last
+
+    def end_round(self, now: float | None = None) -> None:
+        """An ack for a transmission at or after ``round_end`` arrived at ``now`` (seconds;
+        None: no clock, no drain rounds): the round is over.
 
         Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
         round's frames were lost, or any while the round was congested (once per round).
         Delay: a congested round (``qdelay`` past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
         itself) and ends slow start, unless ``competing``; then the next round is left alone.
-        Then start the next round (it ends with the transmissions sent so far)."""
+        ``COMPETE_STRIKES`` decreases that do not drain the queue give the window back what
+        they took (``streak_cwnd``) and make it compete.
+        ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
+        first round) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
+        end is :meth:`_drained`. Then start the next round (it ends with the transmissions
+        sent so far)."""
         rtt = self.round_min_rtt
+        if rtt < self.period_min:
+            self.period_min = rtt
+        if now is not None:
+            start = self.round_start
+            if 0.0 <= start < now:
+                rate = self.round_acked * DATAGRAM / (now - start)
+                if rate > self.period_rate:
+                    self.period_rate = rate
+            self.round_start = now
+        if self.drain_cwnd:
+            self._drained(now)
+        else:
+            self._judge(rtt)
+            if now is not None and rtt != math.inf:
+                if self.drain_due < 0.0:
+                    self.drain_due = now + FIRST_DRAIN
+                elif self.drains and rtt - self.min_rtt <= QDELAY_TARGET / 2:
+                    if self.drain_due < now + MIN_RTT_WINDOW:
+                        self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
+                elif now >= self.drain_due:
+                    self._drain()
+        self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
+        self.round_acked = self.round_lost = 0
+        self.round_min_rtt = math.inf
+        self.round_end = self.tx
+
+    def _judge(self, rtt: float) -> None:
+        """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
+        seconds (``inf``: no sample): see :meth:`end_round`."""
         congested = False
         if rtt != math.inf:
             self.qdelay = qdelay = rtt - self.min_rtt
@@ -349,10 +448,17 @@ class Window:
         elif self.hold:
             self.hold -= 1
         elif congested and not self.competing:
-            if qdelay > self.streak_qdelay / 2:  # the last decrease did not drain it: not ours
-                self.strikes += 1
-                if self.strikes >= COMPETE_STRIKES:
-                    self.competing = True
+            if self.streak_qdelay == math.inf:
+                self.streak_cwnd = self.cwnd  # the first decrease of a streak
+            elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
+                self.strikes += 1  # the last decrease did not drain it: not ours
+            if self.strikes >= COMPETE_STRIKES:
+                # the decreases yielded to a queue that is not ours: take back what they gave up
+                self.competing = True
+                if self.cwnd < self.streak_cwnd:
+                    self.cwnd = self.streak_cwnd
+                self.ssthresh = self.cwnd
+                return
             self.streak_qdelay = qdelay
             scale = (self.min_rtt + target / 2) / rtt
             scale = DELAY_FLOOR if scale < DELAY_FLOOR else DELAY_BETA if scale > DELAY_BETA else scale
@@ -360,10 +466,43 @@ class Window:
             self.ssthresh = self.cwnd
             self.decreases += 1
             self.hold = 1
-        self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
-        self.round_acked = self.round_lost = 0
-        self.round_min_rtt = math.inf
-        self.round_end = self.tx
+
+    def _drain(self) -> None:
+        """Start a drain round: the window drops to ``MIN_WINDOW`` until the round is over
+        (the frames in flight are acked and one more goes out into the emptied queue), so
+        that its RTT samples find the queue without this flow's share of it."""
+        self.drain_cwnd = self.cwnd
+        self.cwnd = float(MIN_WINDOW)
+
+    def _drained(self, now: float | None) -> None:
+        """The drain round is over: restore the window and read the queue the round found.
+        Competing, a queue below :meth:`delay_target` was ours: back to yielding to delay.
+        ``min_rtt`` becomes the smallest RTT of this and the previous period between drains
+        (a filter over about two ``MIN_RTT_WINDOW``: a base that grew for good is learnt, and
+        a window that competed because of it stops; one flow's drain against another's
+        passing queue is not). The next round is left alone (the window comes back at once;
+        pacing spreads it)."""
+        if self.cwnd < self.drain_cwnd:
+            self.cwnd = self.drain_cwnd
+        self.drain_cwnd = 0.0
+        self.drains += 1
+        self.hold = 1
+        rtt = self.round_min_rtt
+        if rtt != math.inf:
+            self.qdelay = rtt - self.min_rtt
+            if self.competing and self.qdelay < self.delay_target():
+                self.competing = False
+                self.strikes = 0
+                self.streak_qdelay = math.inf
+            period = self.period_min
+            last = self.last_period_min
+            self.min_rtt = period if period < last else last
+            self.last_period_min = period
+            self.period_min = math.inf
+            self.last_period_rate = self.period_rate
+            self.period_rate = 0.0
+        if now is not None:
+            self.drain_due = now + MIN_RTT_WINDOW
 
     def pace_allow(self, now: float) -> float:
         """Bytes of first sends pacing allows at ``now`` (seconds): a token bucket filled at

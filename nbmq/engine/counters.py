@@ -28,6 +28,9 @@ class PathState:
         lost: frames found lost (fast resends on loss detection, timeouts).
         competing: True while a queue-filling flow holds the bottleneck (the window reacts to
             loss only; see :mod:`nbmq.engine.congestion`).
+        drains: drain rounds done (the window dropped to re-measure ``min_rtt``).
+        path_rate: the fastest delivery of a round lately, bytes per second (0.0 before one):
+            the path's rate as the delay target reads it.
     """
 
     srtt: float | None
@@ -40,6 +43,8 @@ class PathState:
     resends: int
     lost: int
     competing: bool
+    drains: int = 0
+    path_rate: float = 0.0
 
     @classmethod
     def of(cls, win: Any) -> PathState:
@@ -55,6 +60,8 @@ class PathState:
             resends=win.resends,
             lost=win.lost,
             competing=win.competing,
+            drains=win.drains,
+            path_rate=win.path_rate,
         )
 
     @property

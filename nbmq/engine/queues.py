@@ -922,7 +922,7 @@ class SendQueue(_SendQueueState):
             win.round_acked += 1
             tx = flight.tx
             if tx >= win.round_end:
-                win.end_round()
+                win.end_round(now)
             order = win.order
             limit = -1
             sent_before = None

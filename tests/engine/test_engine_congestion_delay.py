@@ -21,13 +21,16 @@ from nbmq.engine.congestion import (
     DATAGRAM,
     DELAY_BETA,
     DELAY_FLOOR,
+    FIRST_DRAIN,
     INITIAL_WINDOW,
+    MIN_WINDOW,
     PACE_MIN_BURST,
     PACE_QUANTUM,
     PACING_GAIN,
     QDELAY_TARGET,
     Window,
 )
+from nbmq.engine.counters import PathState
 from nbmq.engine.peers import Peer, PeerState
 from nbmq.engine.queues import SendQueue
 from nbmq.options import SocketOptions
@@ -216,3 +219,103 @@ def test_competing_grows_by_a_tcp_segment_per_window():
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
+
+
+def _timed_round(win: Window, rtt: float, now: float, acks: int = 20) -> float:
+    """One round of ``acks`` RTT samples of ``rtt`` seconds ending at ``now``; returns the
+    round's end time plus ``rtt`` (when the next one ends)."""
+    for _ in range(acks):
+        win.sent(DATAGRAM)
+        win.acked(DATAGRAM, rtt)
+    win.round_acked = acks
+    win.end_round(now)
+    return now + rtt
+
+
+def test_a_flow_drains_once_soon_after_it_starts_and_restores_its_window():
+    win = _avoiding()
+    now = _timed_round(win, BASE, 1.0)  # the first round with a clock: the first drain is due
+    while now < 1.0 + FIRST_DRAIN:
+        now = _timed_round(win, BASE, now)
+        assert not win.drain_cwnd
+    cwnd = win.cwnd
+    now = _timed_round(win, BASE, now)
+    assert win.drain_cwnd == pytest.approx(cwnd, rel=0.05) and win.cwnd == MIN_WINDOW
+    now = _timed_round(win, BASE, now, acks=2)  # the drain round ends: the window is back
+    assert win.drains == 1 and not win.drain_cwnd and win.cwnd >= cwnd
+
+
+def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in_two_periods():
+    win = _avoiding()
+    win.min_rtt = BASE + 0.008  # what a flow starting behind another's standing queue measured
+    now = 1.0
+    while win.drains == 0:  # ... its drain finds the queue gone (the other flow yields to it)
+        now = _timed_round(win, BASE + 0.008 if not win.drain_cwnd else BASE, now)
+    assert win.min_rtt == pytest.approx(BASE)
+    # the base grows for good (the window competes: its decreases do not drain it); one
+    # period above it keeps the smaller, the second learns it, and the window stops competing
+    grown = BASE + 0.005
+    while win.drains < 3:
+        now = _timed_round(win, grown, now)
+        if win.drains == 2:
+            assert win.min_rtt == pytest.approx(BASE) and win.competing
+    assert win.min_rtt == pytest.approx(grown)
+    for _ in range(2):
+        now = _timed_round(win, grown, now)
+    assert not win.competing
+
+
+def test_competing_ends_when_a_drain_finds_the_queue_was_ours():
+    win = _avoiding(400 * DATAGRAM)
+    now = 1.0
+    queue = BASE + 10 * QDELAY_TARGET
+    while not win.competing:  # a queue that the decreases do not drain
+        now = _timed_round(win, queue, now)
+    while not win.drain_cwnd and now < 10.0:
+        now = _timed_round(win, queue, now)
+    now = _timed_round(win, queue, now)  # the other flow's queue is still there
+    assert win.competing and win.drains == 1
+    while not win.drain_cwnd and now < 20.0:
+        now = _timed_round(win, queue, now)
+    now = _timed_round(win, BASE, now)  # this time the drain emptied it: it was ours
+    assert win.drains == 2 and not win.competing
+
+
+def test_competing_gives_back_what_the_decreases_that_did_not_drain_took():
+    win = _avoiding(400 * DATAGRAM)
+    before = win.cwnd
+    while not win.competing:
+        _round(win, BASE + 10 * QDELAY_TARGET)
+        assert win.cwnd < before or win.competing
+    assert win.cwnd >= before and win.decreases == COMPETE_STRIKES
+
+
+def test_a_queue_within_twice_the_target_never_makes_the_window_compete():
+    win = _avoiding(4 * DATAGRAM)  # a window so small that its own queue stays near the target
+    for _ in range(8 * COMPETE_STRIKES):
+        _round(win, BASE + 1.5 * QDELAY_TARGET)
+    assert not win.competing and win.decreases > COMPETE_STRIKES
+
+
+def test_a_starved_window_still_sees_the_queue_that_starves_it():
+    win = _avoiding(100 * DATAGRAM)
+    now = _timed_round(win, BASE, 1.0)
+    now = _timed_round(win, BASE, now, acks=100)  # 100 datagrams in a 10 ms round: the path's rate
+    assert win.path_rate == pytest.approx(100 * DATAGRAM / BASE)
+    win.cwnd = win.ssthresh = float(2 * MIN_WINDOW)  # squeezed by a queue-filling neighbour
+    queue = BASE + 5 * QDELAY_TARGET
+    for _ in range(2 * (COMPETE_STRIKES + 1)):
+        now = _timed_round(win, queue, now, acks=4)
+    # its own rate (two datagrams a round) would put the target past the queue; the path's does not
+    assert 2 * MIN_WINDOW * queue / win.cwnd > 5 * QDELAY_TARGET
+    assert win.delay_target() == QDELAY_TARGET and win.competing
+
+
+def test_path_state_shows_drains_and_the_path_rate():
+    win = _avoiding()
+    now = _timed_round(win, BASE, 1.0)
+    while win.drains == 0 and now < 2.0:
+        now = _timed_round(win, BASE, now)
+    path = PathState.of(win)
+    assert path.drains == 1 and path.path_rate == win.path_rate > 0
+    assert path.as_dict()["drains"] == 1
