@@ -417,7 +417,7 @@ class Reassembler:
         # idle owners stay for their next message; sweep them once they pile up
         self._owners = {k: o for k, o in self._owners.items() if o.messages}
 
-    def _note_owner(self, owner: Hashable) -> bool:
+    def note_owner(self, owner: Hashable) -> bool:
         """What :meth:`add` leaves in the owner table for a message of ``owner`` completed by
         its one frame while no message is held: its entry appended when absent, then the idle
         owners swept once they pile up. The compiled engine (``nbmq.engine._fast``) completes

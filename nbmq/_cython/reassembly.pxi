@@ -683,9 +683,9 @@ cdef class Reassembler:
         """Forget an incomplete message and release its budget; True if it was held."""
         return self._drop(key)
 
-    def _note_owner(self, owner):
+    def note_owner(self, owner):
         """What add() leaves in the owner table for a message of owner completed by its one
-        frame while no message is held (the twin's _note_owner): the compiled engine completes
+        frame while no message is held (the twin's note_owner): the compiled engine completes
         such messages itself, and the table's order picks the victim of a tie. True when the
         entry stays (a sweep may take it at once)."""
         if owner in self._owners:

@@ -528,7 +528,7 @@ def receive_one(self, data, addr, now):
         counters.datagrams_in += 1
         counters.bytes_in += view.len
         peer.heard(now)
-        reassembler._note_owner(peer_sid)  # the owner entry add() would make
+        reassembler.note_owner(peer_sid)  # the owner entry add() would make
         reassembler.frames += 1
         reassembler.completed += 1
         ready = recvq._ready
@@ -598,7 +598,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                     peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
                         if not noted or sid != noted_sid:  # the owner entry add() would make
-                            noted = reassembler._note_owner(PyLong_FromUnsignedLongLong(sid))
+                            noted = reassembler.note_owner(PyLong_FromUnsignedLongLong(sid))
                             noted_sid = sid
                         count += 1
                         nbytes += length
@@ -631,7 +631,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                         self._data_result(recvq.push_failed(exc, evicted), frame)
                         continue
                     if reassembler.evicted != evicted:
-                        recvq._report_evicted()
+                        recvq.report_evicted()
                     if parts is None:
                         continue
                     if len(ready) < hwm:
@@ -792,7 +792,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         until = dedup.get(key)
                         if until is None or until <= now:  # (a duplicate takes the slow path)
                             if not noted or sid != noted_sid:  # the owner entry add() would make
-                                noted = reassembler._note_owner(key[0])
+                                noted = reassembler.note_owner(key[0])
                                 noted_sid = sid
                             count += 1  # (cache.get recorded it heard: now, for this batch)
                             nbytes += length
@@ -838,7 +838,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             self._data_result(recvq.push_failed(exc, evicted), frame)
                             continue
                         if reassembler.evicted != evicted:
-                            recvq._report_evicted()
+                            recvq.report_evicted()
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
@@ -907,7 +907,7 @@ def ack(sendq, uint64_t session_id, h, now, out):
     flight to ``session_id``, sent once,
     under congestion control, ``now`` a float and ``out`` a list (``Window.acked`` /
     ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
-    ``SendQueue._fast_resend``). Every other case is ``SendQueue.ack`` itself
+    ``SendQueue.fast_resend``). Every other case is ``SendQueue.ack`` itself
     (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
     cdef _AckRun run = _AckRun.__new__(_AckRun)
     try:
@@ -920,7 +920,7 @@ def ack(sendq, uint64_t session_id, h, now, out):
 cdef class _AckRun:
     """The window state the acks of one batch change, kept in C between them (most acks of
     a batch are for one peer's window) and written back by :meth:`store` before any Python
-    code could read it (``end_round``, ``reorder_wait``, ``_fast_resend``, the Python ack,
+    code could read it (``end_round``, ``reorder_wait``, ``fast_resend``, the Python ack,
     a slow datagram) and at the end of the batch; plus the queue's counters they change."""
     cdef object win           # the Window cached, or None
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
@@ -1092,7 +1092,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
             if other.last_sent > sent_before:
                 break
             order.popleft()
-            if not sendq._fast_resend(other, win, now, out):
+            if not sendq.fast_resend(other, win, now, out):
                 order.appendleft(entry)  # left to its timer
                 break
         else:
@@ -1106,21 +1106,21 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         msg.unacked = unacked
         frames = msg.frames
         if unacked == 0 and frames is not None and msg.sent == len(frames):
-            if msg.group is None:  # SendQueue._release
+            if msg.group is None:  # SendQueue.release_message
                 run.released += 1
             else:
                 run.store(sendq)
-                sendq._release(msg)
+                sendq.release_message(msg)
         return True
     if sm.dropped:
         return True
     sm.unacked -= 1
     if sm.unacked == 0 and sm.frames is not None and sm.sent == len(sm.frames):
-        if sm.group is None:  # SendQueue._release
+        if sm.group is None:  # SendQueue.release_message
             run.released += 1
         else:
             run.store(sendq)
-            sendq._release(msg)
+            sendq.release_message(msg)
     return True
 
 

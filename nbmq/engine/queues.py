@@ -273,7 +273,7 @@ class RecvQueue(_RecvQueueState):
         except DecodeError as exc:
             return self.push_failed(exc, evicted)
         if reassembler.evicted != evicted:
-            self._report_evicted()
+            self.report_evicted()
         if parts is None:
             return PushResult.INCOMPLETE
         if len(ready) >= self.recv_hwm:
@@ -295,12 +295,15 @@ class RecvQueue(_RecvQueueState):
         if isinstance(exc, FrameTooLarge):
             self.too_large += 1
             if self.reassembler.evicted != evicted:
-                self._report_evicted()
+                self.report_evicted()
             return PushResult.TOO_LARGE
         self.rejected += 1
         return PushResult.REJECTED
 
-    def _report_evicted(self) -> None:
+    def report_evicted(self) -> None:
+        """Count the messages the reassembler evicted since the last call (``evicted``) and
+        report each to ``on_drop`` as ``DropReason.EVICTED``. Called after every batch of frames
+        added, by this queue and by the engines (Python and compiled) that add frames themselves."""
         keys = self.reassembler.take_evicted()
         self.evicted += len(keys)
         on_drop = self.on_drop
@@ -639,7 +642,10 @@ class SendQueue(_SendQueueState):
         self.held += 1
         self.pushed += 1
 
-    def _release(self, msg: OutMessage) -> None:
+    def release_message(self, msg: OutMessage) -> None:
+        """``msg`` no longer counts against the queue's held messages (``held``, the
+        high-water mark's count): acked, dropped or given up. A message sent to several peers
+        (a ``group``) is released when its last copy is."""
         group = msg.group
         if group is None:
             self.held -= 1
@@ -653,7 +659,7 @@ class SendQueue(_SendQueueState):
             return
         msg.dropped = True
         self.dropped += 1
-        self._release(msg)
+        self.release_message(msg)
         if self.on_drop is not None:
             peer = msg.peer
             self.on_drop(0 if peer is None else peer._sid, msg.message_id, reason)
@@ -755,7 +761,7 @@ class SendQueue(_SendQueueState):
                 if msg.group is None:
                     released += 1
                 else:
-                    self._release(msg)
+                    self.release_message(msg)
         self.took(rr, n, nbytes, released)
         return n
 
@@ -945,7 +951,7 @@ class SendQueue(_SendQueueState):
                     if other.last_sent > sent_before:
                         break
                     order.popleft()
-                    if not self._fast_resend(other, win, now, out):  # type: ignore[arg-type]
+                    if not self.fast_resend(other, win, now, out):  # type: ignore[arg-type]
                         order.appendleft((otx, other))  # left to its timer
                         break
                 else:
@@ -955,10 +961,10 @@ class SendQueue(_SendQueueState):
         self.acked += 1
         msg.unacked -= 1
         if msg.unacked == 0 and msg.frames is not None and msg.sent == len(msg.frames):
-            self._release(msg)
+            self.release_message(msg)
         return True
 
-    def _fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram], lost: bool = True) -> bool:
+    def fast_resend(self, flight: _Flight, win: Window, now: float, out: list[Datagram], lost: bool = True) -> bool:
         """Resend ``flight``, found lost by an ack, now (see :meth:`ack`); or forget it when
         its message was dropped, or drop its message when its peer is gone, as its timer
         would. False: not resent, left to its timer (it had ``resend_limit`` fast resends;
@@ -1101,12 +1107,12 @@ class SendQueue(_SendQueueState):
             if probe is not None and probe[0] <= now:
                 flight = probe[1]
                 n0 = len(out)
-                resent = self._fast_resend(flight, win, now, out, lost=False) and len(out) > n0
+                resent = self.fast_resend(flight, win, now, out, lost=False) and len(out) > n0
                 win.probed_tx = flight.tx  # one probe per quiet spell, then the timer
                 if resent:
                     win.probe = flight
                     win.probes += 1
-                    self.resends -= 1  # (_fast_resend counted it; counted below with the rest)
+                    self.resends -= 1  # (fast_resend counted it; counted below with the rest)
                     n += 1
             if not order and peer._state is not _CONNECTED:
                 del windows[peer]

@@ -481,7 +481,7 @@ class Socket(Connection):
             self._data_result(recvq.push_failed(exc, evicted), frame)
             return
         if reassembler.evicted != evicted:
-            recvq._report_evicted()
+            recvq.report_evicted()
         if parts is None:
             return
         ready = recvq._ready
@@ -535,7 +535,7 @@ class Socket(Connection):
                         self._data_result(recvq.push_failed(exc, evicted), frame)
                         continue
                     if reassembler.evicted != evicted:
-                        recvq._report_evicted()
+                        recvq.report_evicted()
                     if parts is None:
                         continue
                     if len(ready) < recvq.recv_hwm:
@@ -775,7 +775,7 @@ class SafeDealer(Socket):
                             self._data_result(recvq.push_failed(exc, evicted), frame)
                             continue
                         if reassembler.evicted != evicted:
-                            recvq._report_evicted()
+                            recvq.report_evicted()
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
