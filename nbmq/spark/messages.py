@@ -103,10 +103,14 @@ def addr_port(addr_col: str, port_col: str) -> Any:
 
 def reassembled_frames(frames: DataFrame) -> DataFrame:
     """The frames reassembly reads: valid data frames, secure mode's left out (their chunks are
-    ciphertext; the sessions table and the summary count them as ``sealed_frames``)."""
+    ciphertext; the sessions table and the summary count them as ``sealed_frames``), as
+    ``capture``, ``session_id``, ``src`` and :data:`FRAME_COLUMNS` (``src``/``dst`` as
+    ``addr:port``, :func:`addr_port`)."""
     from pyspark.sql import functions as F
 
-    return frames.where(F.col("error").isNull() & (F.col("kind") == 0) & ~F.col("secure"))
+    valid = frames.where(F.col("error").isNull() & (F.col("kind") == 0) & ~F.col("secure"))
+    columns = [addr_port("dst_addr", "dst_port").alias("dst") if c == "dst" else c for c in FRAME_COLUMNS]
+    return valid.select("capture", "session_id", addr_port("src_addr", "src_port").alias("src"), *columns)
 
 
 def build_messages(frames: DataFrame, *, parts: bool = False, max_message_size: int = _MAX_U32) -> DataFrame:
@@ -124,21 +128,7 @@ def build_messages(frames: DataFrame, *, parts: bool = False, max_message_size: 
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = messages_schema(parts)
-    data = reassembled_frames(frames).select(
-        "capture",
-        "session_id",
-        addr_port("src_addr", "src_port").alias("src"),
-        "message_id",
-        addr_port("dst_addr", "dst_port").alias("dst"),
-        "part_count",
-        "part_index",
-        "message_size",
-        "part_size",
-        "chunk_offset",
-        "payload",
-        "ts_ns",
-        "frame_number",
-    )
+    data = reassembled_frames(frames)
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     want_parts = parts
     limit = max_message_size

@@ -65,25 +65,7 @@ _FRAME_COLS = ["part_count", "part_index", "message_size", "part_size", "chunk_o
 _ORDER = ["_t0", "_f0"]
 
 
-def _data(frames: DataFrame) -> DataFrame:
-    return reassembled_frames(frames).select(
-        "capture",
-        "session_id",
-        addr_port("src_addr", "src_port").alias("src"),
-        "message_id",
-        addr_port("dst_addr", "dst_port").alias("dst"),
-        "part_count",
-        "part_index",
-        "message_size",
-        "part_size",
-        "chunk_offset",
-        "payload",
-        "ts_ns",
-        "frame_number",
-    )
-
-
-#: columns of the frames table the local pass reads (``_data``'s inputs)
+#: columns of the frames table the local pass reads (:func:`~nbmq.spark.messages.reassembled_frames`' inputs)
 _READ_COLS = [
     "capture",
     "session_id",
@@ -167,7 +149,7 @@ def _addr_port_arrow(addr: pa.Array, port: pa.Array) -> pa.Array:
 def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
     """A frames-table batch (at least :data:`_READ_COLS`) -> its valid data frames (``error``
     null, ``kind`` 0, not ``secure``: :func:`~nbmq.spark.messages.reassembled_frames`' rule)
-    with the columns ``_data`` selects, ``src``/``dst`` as ``addr:port``: the local pass's
+    with the columns ``reassembled_frames`` selects, ``src``/``dst`` as ``addr:port``: the local pass's
     input. Zero rows when there is none."""
     import pyarrow.compute as pc
 
@@ -197,7 +179,7 @@ def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def _read_pieces(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """(path, row_group) rows -> the data frames of those row groups, as ``_data`` selects them."""
+    """(path, row_group) rows -> the data frames of those row groups, as ``reassembled_frames`` selects them."""
     import pyarrow.parquet as pq
 
     for task in batches:
@@ -559,7 +541,7 @@ def build_messages_local(
 
         records = tasks.mapInArrow(local_read, rec_spark)
     else:
-        records = _data(frames).mapInArrow(local, rec_spark)
+        records = reassembled_frames(frames).mapInArrow(local, rec_spark)
     return combine_records(records, frames, parts=parts, max_message_size=max_message_size)
 
 
@@ -605,7 +587,9 @@ def combine_records(
     def whole(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from _local_pass(batches, rec_schema, want_parts, limit, out_schema, _WHOLE)
 
-    again = _combined(_data(frames.where(key_hash.isin(marked))).coalesce(1).mapInArrow(whole, rec_spark), parts, limit)
+    again = _combined(
+        reassembled_frames(frames.where(key_hash.isin(marked))).coalesce(1).mapInArrow(whole, rec_spark), parts, limit
+    )
     if again.where(F.col("_redo")).limit(1).count():
         raise RuntimeError("the combine's redo path left a key unsettled")
     return out.unionByName(again.select(*schema.names))
