@@ -352,6 +352,8 @@ def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start
     cdef Py_ssize_t i = start, count, offset, length
     cdef Py_ssize_t size = 0
     cdef uint64_t counter = 0
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
     count = min(len(offsets), len(lengths), len(addrs))
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:

@@ -390,7 +390,12 @@ def open_frames(
     Returns:
         The index of the first datagram not opened (it is left as it was, for the caller's
         one-by-one path to take and count), or the count when all were.
+
+    Raises:
+        ValueError: ``start`` is negative.
     """
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
     size = len(buffer)
     count = min(len(offsets), len(lengths), len(addrs))
     i = start

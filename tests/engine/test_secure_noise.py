@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("cryptography")
 
@@ -279,3 +281,33 @@ def test_both_batch_twins_seal_and_open_alike():
         results[name] = (sealed, steps)
     assert results["python"] == results["compiled"]
     assert [len(run) for _, run, _ in results["python"][1]] == [1, 1, 0, 0, 0, 0, 0, 0]
+
+
+EXTREMES = [0, 1, -1, 2**31, -(2**31), 2**63 - 1, -(2**63 - 1)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    offsets=st.lists(st.sampled_from(EXTREMES + [0, 63]), min_size=0, max_size=4),
+    lengths=st.lists(st.sampled_from(EXTREMES + [63, 63, 200]), min_size=0, max_size=4),
+    start=st.sampled_from(EXTREMES),
+)
+def test_batch_open_twins_agree_on_extreme_offsets_lengths_and_start(offsets, lengths, start):
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    alice, _ = _pair("python")
+    sealed = alice.seal(DATA_FRAME)
+    buffer = memoryview(sealed + sealed)
+    addrs = [("a", i) for i in range(4)]
+    outcomes = []
+    for name, open_frames in (("python", secure.open_frames), ("compiled", secure._seal.open_frames)):
+        _, bob = _pair(name)
+        run: list[bytes] = []
+        froms: list[object] = []
+        try:
+            outcomes.append(("ok", open_frames({77: bob}, buffer, offsets, lengths, addrs, start, run, froms), run))
+        except ValueError as exc:
+            outcomes.append(("ValueError", str(exc), run))
+    assert outcomes[0] == outcomes[1]
+    if start < 0:
+        assert outcomes[0][0] == "ValueError" and "start" in outcomes[0][1]
