@@ -9,6 +9,7 @@ socket is writable again. No protocol logic lives here.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import struct
 import sys
@@ -31,6 +32,20 @@ _MEMINFO = struct.Struct("9I")
 
 #: Warn once a Dealer's kernel drops pass this share of the datagrams it received.
 LOSS_WARNING_SHARE = 0.01
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first caller outside the nbmq package, so that a warning names
+    the user's line (``recv``, ``poll``, ...) rather than nbmq's internals."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 class DatagramLossWarning(RuntimeWarning):
@@ -183,7 +198,7 @@ class DatagramLink:
                     "send. Pace the sender (pace_rate=bytes/s), give the receiver a bigger rcvbuf, or use "
                     "SafeDealer, which resends what is lost.",
                     DatagramLossWarning,
-                    stacklevel=2,
+                    stacklevel=_user_stacklevel(),
                 )
 
     def receive(self, engine: Any, now: float, budget: int) -> int:

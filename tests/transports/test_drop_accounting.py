@@ -12,12 +12,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 import warnings
 
 import pytest
 
+import nbmq
 from nbmq import aio
 from nbmq.errors import WouldBlock
 from nbmq.events import DatagramsDropped
@@ -89,6 +91,7 @@ def test_heavy_loss_warns_once_and_names_the_remedies():
     loss = [w for w in caught if issubclass(w.category, DatagramLossWarning)]
     assert len(loss) == 1
     text = str(loss[0].message)
+    assert not loss[0].filename.startswith(os.path.dirname(nbmq.__file__)), loss[0].filename  # the user's line
     assert "pace_rate" in text and "SafeDealer" in text and "rcvbuf" in text
 
 
