@@ -255,7 +255,7 @@ def _epb_offsets(data: bytes) -> list[int]:
     return found
 
 
-def test_pcapng_flipped_length_bit_issue_11(captures_dir):
+def test_pcapng_flipped_length_bit_framed_by_the_trailing_copy(captures_dir):
     """An EPB length of 576 read as 33,555,008 used to end the file ("truncated block")."""
     data = (captures_dir / "dealer.pcapng").read_bytes()
     at = [p for p in _epb_offsets(data) if struct.unpack_from("<I", data, p + 4)[0] == 576][2000]
@@ -296,6 +296,23 @@ def test_pcapng_damaged_lengths_skip_only_their_block(small_pcapng):
         batch = read_datagrams(bytes(broken), engine=engine)
         assert batch.errors == 2 and len(batch) == len(whole) - 2
         assert set(batch.frame_number.tolist()) == set(whole.frame_number.tolist()) - {11, 71}
+
+
+@pytest.mark.parametrize("edit", ["delete", "insert"])
+def test_pcapng_byte_deleted_or_inserted_costs_only_its_block(small_pcapng, edit):
+    # every later block is off the 4-byte grid: reading must find it at any byte offset
+    whole = read_datagrams(small_pcapng)
+    at = _epb_offsets(small_pcapng)[40] + 28 + 5  # inside the 41st packet's bytes
+    data = (
+        small_pcapng[:at] + small_pcapng[at + 1 :]
+        if edit == "delete"
+        else small_pcapng[:at] + b"\0" + small_pcapng[at:]
+    )
+    for engine in ("fast", "dpkt"):
+        batch = read_datagrams(data, engine=engine)
+        assert batch.errors == 1 and "block lengths differ" in batch.error_reasons[0]
+        assert set(batch.frame_number.tolist()) == set(whole.frame_number.tolist()) - {41}
+        assert len(batch) == len(whole) - 1
 
 
 def test_pcapng_ranges_count_each_error_once(small_pcapng):

@@ -22,6 +22,7 @@ walk always starts at the beginning, since interfaces are defined there.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,7 +43,7 @@ _PACKET_BLOCKS = frozenset({_PB, _SPB, _EPB})
 _KNOWN_BLOCKS = frozenset({PCAPNG_SHB_TYPE, 1, 2, 3, 4, 5, 6, 9, 10, 0x00000BAD, 0x40000BAD})
 _MAX_BLOCK = 64 << 20
 _LENGTHS_DIFFER = "block lengths differ"
-_SCAN_WORDS = 1 << 14  # words per numpy window of a resynchronisation
+_SCAN_BYTES = 1 << 16  # byte offsets per numpy window of a resynchronisation
 _NS = 1_000_000_000
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -87,6 +88,8 @@ class PcapngPackets:
         ts_ns: timestamp of each packet (ns; 0 for Simple Packet Blocks, which carry none).
         linktypes: link type of each packet's interface.
         frames_bytes: the packet bytes as parsed by dpkt (dpkt engine only).
+        skipped: ``(offset, frame)`` of each packet block in the range that could not be
+            framed (its lengths disagree and no copy bounds it): its frame number is kept.
     """
 
     offsets: list[int] = field(default_factory=list)
@@ -96,6 +99,7 @@ class PcapngPackets:
     ts_ns: list[int] = field(default_factory=list)
     linktypes: list[int] = field(default_factory=list)
     frames_bytes: list[bytes] = field(default_factory=list)
+    skipped: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _block_plausible(buf: object, size: int, pos: int, order: str) -> bool:
@@ -110,26 +114,33 @@ def _block_plausible(buf: object, size: int, pos: int, order: str) -> bool:
     return struct.unpack_from(order + "I", buf, pos + blen - 4)[0] == blen  # type: ignore[call-overload,no-any-return]
 
 
-def _resync(buf: object, size: int, pos: int, order: str) -> int | None:
-    """First plausible block after ``pos`` that is followed by another one or the file's end.
-
-    Blocks are 4-byte aligned, so candidates are ``pos + 4k``; a numpy pass over a window
-    keeps only words that name a known block type before the per-candidate checks.
+def block_candidates(buf: object, size: int, pos: int, order: str) -> Iterator[int]:
+    """Byte offsets after ``pos``, in order, whose first word names a known block type: where a
+    block may start once the chain broke. Every byte offset is a candidate (a byte deleted or
+    inserted shifts every later block off the 4-byte grid); a numpy pass over a window builds
+    the word at each offset and keeps the known block types, so the per-candidate checks run
+    only there.
     """
-    p = pos + 4
-    dtype = np.dtype(np.uint32).newbyteorder(order)
     known = np.array(sorted(_KNOWN_BLOCKS), np.uint32)
+    shifts = (0, 8, 16, 24) if order == "<" else (24, 16, 8, 0)
+    p = pos + 1
     while p + 12 <= size:
-        n = min(_SCAN_WORDS, (size - p - 8) // 4)
-        words = np.frombuffer(buf, dtype, count=n, offset=p)  # type: ignore[call-overload]
+        n = min(_SCAN_BYTES, size - p - 11)  # offsets with a whole block header after them
+        b = np.frombuffer(buf, np.uint8, count=n + 3, offset=p).astype(np.uint32)  # type: ignore[call-overload]
+        words = b[:n] << shifts[0] | b[1 : n + 1] << shifts[1] | b[2 : n + 2] << shifts[2] | b[3 : n + 3] << shifts[3]
         for k in np.flatnonzero(np.isin(words, known)).tolist():
-            c = p + 4 * k
-            if _block_plausible(buf, size, c, order):
-                (blen,) = struct.unpack_from(order + "I", buf, c + 4)  # type: ignore[call-overload]
-                q = c + blen
-                if q == size or _block_plausible(buf, size, q, order):
-                    return c
-        p += 4 * n
+            yield p + k
+        p += n
+
+
+def _resync(buf: object, size: int, pos: int, order: str) -> int | None:
+    """First plausible block after ``pos`` that is followed by another one or the file's end."""
+    for c in block_candidates(buf, size, pos, order):
+        if _block_plausible(buf, size, c, order):
+            (blen,) = struct.unpack_from(order + "I", buf, c + 4)  # type: ignore[call-overload]
+            q = c + blen
+            if q == size or _block_plausible(buf, size, q, order):
+                return c
     return None
 
 
@@ -227,7 +238,10 @@ def walk_pcapng(
                 blen = nxt - pos
             else:
                 log.at_offset(pos, problem)
-                frame += btype in _PACKET_BLOCKS  # a skipped packet keeps its frame number
+                if btype in _PACKET_BLOCKS:  # a skipped packet keeps its frame number
+                    frame += 1
+                    if start <= pos < stop:
+                        out.skipped.append((pos, frame))
                 pos = nxt
                 continue
         if btype == PCAPNG_SHB_TYPE:

@@ -276,24 +276,14 @@ def _settled_resync(buf: object, size: int, pos: int, order: str) -> int | None:
     or by the end of the bytes; a candidate, or its follower, still running past the end
     (or ending exactly there) may be decided otherwise once the file grows.
     """
-    import numpy as np
-
     from ...capture.files import pcapng as ng
 
-    dtype = np.dtype(np.uint32).newbyteorder(order)
-    known = np.array(sorted(ng._KNOWN_BLOCKS), np.uint32)
-    p = pos + 4
-    while p + 12 <= size:
-        n = min(1 << 14, (size - p - 8) // 4)
-        words = np.frombuffer(buf, dtype, count=n, offset=p)  # type: ignore[call-overload]
-        for k in np.flatnonzero(np.isin(words, known)).tolist():
-            c = p + 4 * k
-            blen = _candidate(buf, size, c, order)
-            if blen is None or c + blen == size:
-                return _WAIT
-            if blen and (follow := _candidate(buf, size, c + blen, order)) != 0:
-                return _WAIT if follow is None else c
-        p += 4 * n
+    for c in ng.block_candidates(buf, size, pos, order):
+        blen = _candidate(buf, size, c, order)
+        if blen is None or c + blen == size:
+            return _WAIT
+        if blen and (follow := _candidate(buf, size, c + blen, order)) != 0:
+            return _WAIT if follow is None else c
     return _WAIT
 
 
