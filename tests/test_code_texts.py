@@ -9,10 +9,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("nbmq", "tests", "benchmarks", "fuzz", "examples")
 SUFFIXES = {".py", ".pyx", ".pxi", ".pxd", ".lua", ".js"}
-#: the word issue (or issues) followed by a number, with or without "#", and the working
-#: branches of past sessions (spelled apart, so this file names none itself)
+#: the word issue (or issues) followed by a number, with or without "#", also inside a name
+#: (``test_..._issue_11``), and the working branches of past sessions (spelled apart, so this
+#: file names none itself)
 HISTORY = re.compile(
-    r"\bissues?\s+#?\d+|\b(?:big" r"take|safe" r"compiled|relay" r"50|report" r"fast|find" r"fast|mem" r"safety)\b",
+    r"(?<![a-z])issues?[\s_]+#?\d+|\b(?:big"
+    r"take|safe"
+    r"compiled|relay"
+    r"50|report"
+    r"fast|find"
+    r"fast"
+    r"|mem"
+    r"safety|mem"
+    r"flat|per"
+    r"path|sec"
+    r"pipe|loop"
+    r"fast|per"
+    r"msg)\b",
     re.I,
 )
 

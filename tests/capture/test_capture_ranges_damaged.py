@@ -54,7 +54,7 @@ def head_of_dealer(captures_dir) -> bytes:
     return data[:cut]
 
 
-def test_deleted_byte_issue_11(captures_dir):
+def test_deleted_byte_in_a_pcap_record_costs_one_error_in_every_split(captures_dir):
     data = (captures_dir / "dealer.pcap").read_bytes()
     damaged = data[:DELETED_AT] + data[DELETED_AT + 1 :]
     whole = read_datagrams(damaged)
