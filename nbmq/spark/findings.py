@@ -460,21 +460,23 @@ class _SpanLog:
 
 
 def damage_spans(path: str) -> pd.DataFrame | None:
-    """The damaged spans of a local classic pcap file, from a walk of its record chain.
+    """The damaged spans of a local pcap or pcapng file, from a walk of its record chain.
 
-    A span starts at the record whose claimed length led to a bad header (the record *before*
-    the framing error: a byte deleted inside it hides the next header inside its claimed
-    length, so its own bytes are the damaged ones) and ends where reading resynchronised.
+    In a classic pcap a span starts at the record whose claimed length led to a bad header (the
+    record *before* the framing error: a byte deleted inside it hides the next header inside its
+    claimed length, so its own bytes are the damaged ones) and ends where reading
+    resynchronised. A pcapng block carries its length twice, so the damaged block is the one
+    whose two lengths disagree (or that cannot be framed) itself.
 
     Args:
-        path: a local, uncompressed pcap file.
+        path: a local pcap or pcapng file, gzip-compressed or not.
 
     Returns:
-        One row per span: ``offset`` (bytes, the bad header), ``frame`` (the 1-based frame
-        number of the record before it, or null when that record was not read), ``time_ns``
-        (that record's timestamp, or null), ``reason``; None when the file is not a classic
-        pcap (pcapng, gzip, not a capture at all, unreadable): its damage is known only from
-        the frames table's error rows. Never raises on a file's contents.
+        One row per span: ``offset`` (bytes, the bad header or block), ``frame`` (the 1-based
+        frame number of the damaged record, or null when it is not known to be a packet),
+        ``time_ns`` (that record's timestamp, or null when it was not read), ``reason``; None when the file is not
+        a capture at all or cannot be read: its damage is known only from the frames table's
+        error rows. Never raises on a file's contents.
     """
     from ..capture.files.formats import PCAP_FILE_HEADER_LEN, detect_format, parse_pcap_header
     from ..capture.files.records import RecordScanner
@@ -487,8 +489,10 @@ def damage_spans(path: str) -> pd.DataFrame | None:
         return None
     try:
         try:
-            if cap.size < PCAP_FILE_HEADER_LEN or detect_format(cap.buf, cap.size) != "pcap":
+            if cap.size < PCAP_FILE_HEADER_LEN:
                 return None
+            if detect_format(cap.buf, cap.size) == "pcapng":
+                return _pcapng_damage(cap)
             header = parse_pcap_header(cap.buf, cap.size)
         except (NbmqError, ValueError):  # not a capture at all: the frames table's error row says so
             return None
@@ -508,6 +512,31 @@ def damage_spans(path: str) -> pd.DataFrame | None:
     finally:
         cap.close()
     return pd.DataFrame(rows, columns=["offset", "frame", "time_ns", "reason"])
+
+
+def _pcapng_damage(cap: Any) -> pd.DataFrame:
+    """:func:`damage_spans` of an opened pcapng capture: each framing error's own block, with its
+    frame number (and time, when the walk kept it as a packet: its bytes may not be the ones sent;
+    a packet block that could not be framed has its number and no time)."""
+    from ..capture.files.pcapng import walk_pcapng
+
+    log = _SpanLog()
+    packets = walk_pcapng(cap, 0, cap.size, log)  # type: ignore[arg-type]
+    read = {off: (frame, ts) for off, frame, ts in zip(packets.offsets, packets.frames, packets.ts_ns)}
+    read.update((off, (frame, None)) for off, frame in packets.skipped)
+    rows = []
+    for offset, owner, reason in log.entries:
+        frame, time_ns = read.get(owner, (None, None))
+        rows.append({"offset": offset, "frame": frame, "time_ns": time_ns, "reason": reason})
+    return pd.DataFrame(rows, columns=["offset", "frame", "time_ns", "reason"])
+
+
+def _damaged_record(frame: int | None, time_ns: int | None) -> str:
+    if frame is None:
+        return ""
+    if time_ns is None:  # a pcapng packet block that could not be framed
+        return f"; frame {frame}, the damaged record, was not read"
+    return f"; frame {frame}, the damaged record, may hold bytes that were not sent"
 
 
 _FRAME_REASON = re.compile(r"^capture: frame (\d+): (.*)$")
@@ -540,11 +569,7 @@ def damage_findings(capture: str, error_texts: Sequence[str], spans: pd.DataFram
                     "message_id": None,
                     "kind": "capture_damage",
                     "detail": f"record chain broken at byte offset {int(s.offset)}: {s.reason}"
-                    + (
-                        f"; frame {int(s.frame)} (the record before) may hold bytes that were not sent"
-                        if _int_or_none(s.frame) is not None
-                        else ""
-                    ),
+                    + _damaged_record(_int_or_none(s.frame), _int_or_none(s.time_ns)),
                 }
             )
         covered = len(spans) - sum(1 for t in texts if _OFFSET_REASON.match(t))
@@ -988,7 +1013,7 @@ def write_findings(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from .inputs import capture_names, is_local, local_path, splittable
+    from .inputs import capture_names, is_local, local_path
     from .scan import scan_files
 
     base = tables["messages"].rsplit("/", 1)[0]
@@ -1080,7 +1105,7 @@ def write_findings(
     suspect_frames: list[tuple[str, int]] = []
     for capture, texts in damaged.groupby(0, sort=True)[1] if len(damaged) else ():
         path = paths.get(capture)
-        spans_of = damage_spans(local_path(path)) if path is not None and splittable(path) else None
+        spans_of = damage_spans(local_path(path)) if path is not None and is_local(path) else None
         if spans_of is not None:
             suspect_frames += [(capture, int(f)) for f in spans_of["frame"].dropna()]
         found.append(damage_findings(capture, texts.tolist(), spans_of))

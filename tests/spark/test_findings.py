@@ -9,6 +9,7 @@ delivered, then compared with ``findings/`` row by row.
 from __future__ import annotations
 
 import random
+import struct
 from collections import defaultdict
 from decimal import Decimal
 
@@ -151,7 +152,7 @@ def _records(rows):
 def fault_captures(tmp_path_factory):
     """The fault captures written to a folder: (folder, {name: (rows, sent)}, (in-chunk frame,
     in-header frame) of the damaged capture's deleted bytes)."""
-    from nbmq.capture import write_pcap
+    from nbmq.capture import write_pcap, write_pcapng
 
     src = tmp_path_factory.mktemp("faults")
     caps = {
@@ -179,7 +180,28 @@ def fault_captures(tmp_path_factory):
         raw = raw[:at] + raw[at + 1 :]
     (src / "damaged.pcap").write_bytes(raw)
     caps["damaged.pcap"] = (rows, sent)
+    # the same stream as pcapng: the first block's trailing length copy damaged (it is read, and
+    # suspect) and a byte deleted inside the second (it cannot be framed: skipped, counted)
+    write_pcapng(src / "damaged.pcapng", rows)
+    raw = bytearray((src / "damaged.pcapng").read_bytes())
+    blocks = _pcapng_blocks(bytes(raw))
+    (chunk_at, chunk_len), (header_at, _) = blocks[in_chunk], blocks[in_header]
+    raw[chunk_at + chunk_len - 4] ^= 1
+    raw = raw[: header_at + 28 + 25] + raw[header_at + 28 + 26 :]
+    (src / "damaged.pcapng").write_bytes(bytes(raw))
+    caps["damaged.pcapng"] = (rows, sent)
     return src, caps, (in_chunk + 1, in_header + 1)
+
+
+def _pcapng_blocks(raw: bytes) -> list[tuple[int, int]]:
+    """(offset, length) of each Enhanced Packet Block of a pcapng file, in order."""
+    out, pos = [], 0
+    while pos < len(raw):
+        kind, length = struct.unpack_from("<II", raw, pos)
+        if kind == 6:
+            out.append((pos, length))
+        pos += length
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -331,6 +353,29 @@ def test_damaged_records(faults, spark):
     messages = spark.read.parquet(str(out / "messages")).where("capture = 'damaged.pcap'").collect()
     assert [(int(m.message_id), m.complete) for m in messages if m.suspect] == [(suspect, True)]
     assert len(messages) == 6
+
+
+def test_damaged_pcapng_blocks(faults, spark):
+    _summary, out, caps, (in_chunk, in_header) = faults
+    rows, _sent = caps["damaged.pcapng"]
+    df = _findings(out, "damaged.pcapng")
+    suspect = codec.parse_frame(rows[in_chunk - 1][5]).message_id
+    cut = codec.parse_frame(rows[in_header - 1][5]).message_id
+    rest = min(
+        i + 1
+        for i, r in enumerate(rows)
+        if i + 1 != in_header and len(r[5]) > 34 and codec.parse_frame(r[5]).message_id == cut
+    )
+    assert [(k, int(f)) for k, f in zip(df.kind, df.frame)] == [
+        ("capture_damage", in_header),  # not framed, so not read (no time: first):
+        ("capture_damage", in_chunk),  # read by its leading length:
+        ("message_suspect", in_chunk),  # suspect
+        ("message_lost_frames", rest),  # the other one's message lacks it
+    ]
+    assert "was not read" in df.detail[0] and "may hold bytes that were not sent" in df.detail[1]
+    assert [int(m) for m in df.message_id.dropna()] == [suspect, cut]
+    messages = spark.read.parquet(str(out / "messages")).where("capture = 'damaged.pcapng'").collect()
+    assert [(int(m.message_id), m.complete) for m in messages if m.suspect] == [(suspect, True)]
 
 
 def test_malformed_frames_and_disconnected(faults):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import struct
 from decimal import Decimal
 
 import numpy as np
@@ -238,11 +240,43 @@ def test_damage_spans_of_a_pcap_with_a_deleted_byte(tmp_path):
     spans = damage_spans(str(tmp_path / "b.pcap"))
     assert spans[["frame", "reason"]].values.tolist() == [[3, "implausible record header"]]
     assert spans.time_ns[0] == (1_700_000_000 + 2) * S
-    (tmp_path / "c.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(40))
-    assert damage_spans(str(tmp_path / "c.pcapng")) is None
+    (tmp_path / "c.pcap.gz").write_bytes(gzip.compress(raw[:at] + raw[at + 1 :]))
+    assert damage_spans(str(tmp_path / "c.pcap.gz")).equals(spans)  # a gzip capture is walked the same
     (tmp_path / "d.pcap").write_bytes(b"not a capture at all, just text")
     assert damage_spans(str(tmp_path / "d.pcap")) is None
     assert damage_spans(str(tmp_path / "missing.pcap")) is None
+
+
+def test_damage_spans_of_a_pcapng_name_the_damaged_block(tmp_path):
+    from nbmq.capture import write_pcapng
+
+    rows = [(1_700_000_000.0 + i, "10.0.0.1", 1, "10.0.0.2", 2, bytes(100)) for i in range(5)]
+    write_pcapng(tmp_path / "a.pcapng", rows)
+    raw = (tmp_path / "a.pcapng").read_bytes()
+    blocks, pos = [], 0
+    while pos < len(raw):
+        kind, length = struct.unpack_from("<II", raw, pos)
+        blocks.append((pos, kind, length))
+        pos += length
+    packets = [(at, length) for at, kind, length in blocks if kind == 6]  # Enhanced Packet Blocks
+    assert len(packets) == 5 and damage_spans(str(tmp_path / "a.pcapng")).empty
+    # the second block's trailing length copy damaged: the block is read, and it is the damaged one
+    bad = bytearray(raw)
+    bad[packets[1][0] + packets[1][1] - 4] ^= 1
+    (tmp_path / "b.pcapng").write_bytes(bytes(bad))
+    spans = damage_spans(str(tmp_path / "b.pcapng"))
+    assert spans[["offset", "frame", "time_ns"]].values.tolist() == [[packets[1][0], 2, (1_700_000_000 + 1) * S]]
+    # a byte deleted inside the third block: that block cannot be framed (no packet of it is
+    # read, so no time), but its frame number is known
+    at = packets[2][0] + 28 + 50
+    (tmp_path / "c.pcapng").write_bytes(raw[:at] + raw[at + 1 :])
+    spans = damage_spans(str(tmp_path / "c.pcapng"))
+    assert spans[["offset", "frame"]].values.tolist() == [[packets[2][0], 3]] and spans.time_ns.isna().all()
+    assert spans.reason[0].startswith("block lengths differ")
+    (tmp_path / "d.pcapng").write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(40))
+    assert damage_spans(str(tmp_path / "d.pcapng")) is None  # no valid section header: not walked
+    (tmp_path / "e.pcapng").write_bytes(raw[:20])
+    assert damage_spans(str(tmp_path / "e.pcapng")) is None  # shorter than a file header
 
 
 def test_findings_frame():
