@@ -170,8 +170,12 @@ class Socket(OptionAttributes):
 
     def _flush_sent(self, now: float) -> None:
         """Flush what ``send()`` queued. Sent within ``ACK_DELAY`` of a step that sent its
-        Acks at once, it is a reply: the socket enters ping-pong mode (see ``__init__``)."""
-        if now - self._acked_at < ACK_DELAY:
+        Acks at once, it is a reply: the socket enters ping-pong mode (see ``__init__``); a
+        reply that finds its Acks held past ``ACK_DELAY`` came too late: it leaves it."""
+        engine = self.engine
+        if engine._acks_held and engine._ack_due < now:
+            self._pingpong = False
+        elif now - self._acked_at < ACK_DELAY:
             self._pingpong = True
         self._flush(now)
 

@@ -1,6 +1,6 @@
 """A blocking SafeDealer that answers what it receives at once (ping-pong) leaves the Acks of a
 step held for its reply to carry; one that does not answer sends them at once, and a held Ack
-that no reply carried within ``ACK_DELAY`` ends ping-pong mode."""
+that no reply carried within ``ACK_DELAY`` (no reply, or a late one) ends ping-pong mode."""
 
 from __future__ import annotations
 
@@ -58,3 +58,20 @@ def test_a_receiver_that_never_replies_acks_at_once():
         for _ in range(5):
             assert _round(client, server, reply=False) == 0
         assert not server._pingpong
+
+
+def test_a_late_reply_ends_it():
+    with (
+        nbmq.SafeDealer.bind("127.0.0.1:0", **FAST) as server,
+        nbmq.SafeDealer.connect(server.local_address, **FAST) as client,
+    ):
+        assert pump(server, client, until=connected(server, client))
+        assert any(_round(client, server, reply=True) for _ in range(ROUNDS))
+        client.send(b"ping", flush=True)
+        server.recv(timeout=2.0)
+        assert server.engine._acks_held == 1
+        time.sleep(ACK_DELAY * 5)  # the server works on its reply longer than ACK_DELAY
+        server.send(b"pong", flush=True)
+        assert server.engine._acks_held == 0 and not server._pingpong
+        client.recv(timeout=2.0)
+        assert _round(client, server, reply=True) == 0  # acked at once again
