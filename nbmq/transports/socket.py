@@ -418,10 +418,13 @@ class Socket(OptionAttributes):
         self._step(_monotonic())
 
     def poll(self, timeout: float | None = 0.0) -> None:
-        """Step, waiting up to ``timeout`` seconds (None = until something happens).
-        SocketClosed: the socket is closed."""
+        """Step, waiting up to ``timeout`` seconds (None = until something happens); returns
+        at once when a message is ready for :meth:`recv` (read by this step or an earlier
+        one: the OS has nothing more to signal for it). SocketClosed: the socket is closed."""
         self._check_open()
         self._step(_monotonic())
+        if self._ready:
+            return
         self._wait(None if timeout is None else _monotonic() + timeout)
 
     def wait_connected(self, timeout: float | None = 5.0) -> bool:
