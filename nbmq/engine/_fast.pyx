@@ -877,7 +877,7 @@ cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq,
                              Py_ssize_t completed, Py_ssize_t acks_out, Py_ssize_t queued,
                              Py_ssize_t acks_in) except *:
     """:func:`_flush`, plus the ack counters: ``acks_out`` acked frames (``queued`` of them
-    queued) and ``acks_in`` Acks taken."""
+    queued, and held as ``Connection._hold_acks`` holds them) and ``acks_in`` Acks taken."""
     _flush(counters, recvq, reassembler, count, nbytes, whole, completed)
     if acks_out:
         counters.acks_out += acks_out
@@ -887,6 +887,7 @@ cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq,
     if queued:
         self._ctrl_out += queued
         self._ctrl_bytes += ACK_FRAME * queued
+        self._hold_acks(queued)
 
 
 # SendQueue.ack of a safe queue with congestion control, compiled

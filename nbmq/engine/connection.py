@@ -96,6 +96,11 @@ _SECURE_CONNECT_HEAD = bytes((SECURE_VERSION,)) + _CONNECT_FRAME[1:]
 _SECURE_CONNECTED_HEAD = bytes((SECURE_VERSION, FrameKind.CONNECTED))
 #: Control frames held for the driver at most; past it they are dropped and counted.
 MAX_CONTROL_QUEUE = 65536
+#: Seconds an Ack of a SafeDealer's fast receive path may wait in the control queue for other
+#: output (a reply) to go out with, so that the sender wakes once for both; a flush for any
+#: other reason carries it at once. Far below the reference's ``safe_resend_ivl`` (0.2 s) and
+#: the congestion controller's queueing-delay target (``congestion.QDELAY_TARGET``).
+ACK_DELAY = 0.0002
 #: Candidate new addresses held per peer (NAT rebinding); a new one evicts the oldest.
 MAX_PATH_CANDIDATES = 4
 #: Frames of the session from a candidate address, after its challenge, that validate it.
@@ -155,6 +160,10 @@ class Connection:
         self._timers: list[tuple[float, int, Peer]] = []
         self._timer_seq = 0
         self._ctrl: list[Datagram] = []
+        # Acks among the control frames that may wait until ``_ack_due`` (see ACK_DELAY);
+        # every other control frame is due at once.
+        self._acks_held = 0
+        self._ack_due = 0.0
         self._disc_pending: set[tuple[int, Hashable]] = set()
         self._events: deque[Event] = deque()
         self._counters = Counters()
@@ -806,20 +815,26 @@ class Connection:
         """When :meth:`tick` next has work, seconds on the caller's clock, or None.
 
         The earliest of: a heartbeat or keepalive expiry, a reconnect, a resend, a queue
-        expiry run. When output is waiting (queued control frames, or data frames held back by
+        expiry run, the time queued Acks are due (at most ``ACK_DELAY`` after the first). When
+        other output is waiting (queued control frames, or data frames held back by
         ``max_tick_send`` with a peer to take them) it is the time of the last call, i.e. "now":
         call ``tick`` and flush again. Pure (does not change state, apart from discarding stale
         internal timer entries).
         """
+        ctrl = self._ctrl
         if self._closed:
-            return self._now if self._ctrl else None
-        if self._ctrl or self._output_ready():
-            return self._now
+            return self._now if ctrl else None
         best: float | None = None
+        if ctrl:
+            if len(ctrl) > self._acks_held:
+                return self._now
+            best = self._ack_due
+        if self._output_ready():
+            return self._now
         timers = self._timers
         while timers and (timers[0][2]._state is _CLOSED or timers[0][2]._timer != timers[0][0]):
             heapq.heappop(timers)
-        if timers:
+        if timers and (best is None or timers[0][0] < best):
             best = timers[0][0]
         for remote in self._remotes.values():
             if remote.peer is None and (best is None or remote.next_connect < best):
@@ -834,7 +849,8 @@ class Connection:
     def datagrams_to_send(self, now: float) -> list[Datagram]:
         """Everything queued for the network: control frames, resends, then up to
         ``max_tick_send`` new data frames (the rest stay queued; :meth:`next_deadline` then
-        says "now").
+        says "now"). When the control frames are only held Acks (``ACK_DELAY``) they come
+        after the data frames.
 
         Args:
             now: seconds (monotonic); stamps ``last_sent`` of the peers written to.
@@ -848,16 +864,34 @@ class Connection:
         self._now = now
         out = self._ctrl
         self._ctrl = []
+        held = self._acks_held
+        self._acks_held = 0
         if out:
             self._disc_pending.clear()
         if not self._closed:
-            self._take_data(now, out)
+            if held and held == len(out):
+                # only held Acks: they go after the data frames (a reply), so that the peer,
+                # woken by the data it waits for, finds the Acks read with it, not before it
+                data: list[Datagram] = []
+                self._take_data(now, data)
+                if data:
+                    data += out
+                    out = data
+            else:
+                self._take_data(now, out)
         secure = self._secure
         if secure is not None and out:
             out, sealed, unsealed = secure.seal_all(out)
             self._ctrl_bytes += sealed * SECURE_OVERHEAD
             self._counters.secure_unsealed += unsealed
         return out
+
+    def _hold_acks(self, queued: int) -> None:
+        """Note ``queued`` Acks just appended to the control queue (``_ctrl``) as able to wait
+        until ``ACK_DELAY`` after the first held one (``self._now``, seconds)."""
+        if not self._acks_held:
+            self._ack_due = self._now + ACK_DELAY
+        self._acks_held += queued
 
     def _queue_ctrl(self, frame: bytes, addr: Hashable) -> None:
         ctrl = self._ctrl

@@ -720,7 +720,8 @@ class SafeDealer(Socket):
         Two cases run inline in this one loop, with counters summed per batch: a
         data frame of a connected peer on its known path, of a message not delivered within
         the dedup window, while ``recv_hwm`` is not reached (``RecvQueue.push`` then the Ack,
-        built with one ``struct`` pack), and an 8-byte Ack from such a peer
+        built with one ``struct`` pack, held up to ``connection.ACK_DELAY`` seconds for a
+        reply to go out with: :meth:`Connection._hold_acks`), and an 8-byte Ack from such a peer
         (``SendQueue.ack``, which may queue fast resends). Every other datagram goes through
         :meth:`receive_datagram` itself, after the counters are brought up to date, so
         behaviour, counters and events are those of the generic path
@@ -814,6 +815,8 @@ class SafeDealer(Socket):
             counters.control_frames_in += acks_in
             self._ctrl_out += queued
             self._ctrl_bytes += 18 * queued
+            if queued:
+                self._hold_acks(queued)
             recvq.completed += completed
             count = nbytes = completed = acks_out = queued = acks_in = 0
             slow(data, addr, now)
@@ -828,6 +831,8 @@ class SafeDealer(Socket):
         counters.control_frames_in += acks_in
         self._ctrl_out += queued
         self._ctrl_bytes += 18 * queued
+        if queued:
+            self._hold_acks(queued)
         recvq.completed += completed
 
     receive_datagrams = _receive_datagrams_py

@@ -80,7 +80,7 @@ def send(self, parts, timeout=0.0, flush=None):
             return
     elif not flush:
         return
-    self._flush(_monotonic())
+    self._flush_sent(_monotonic())
 
 
 def recv(self, timeout=0.0):

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import extensions
+from ..engine.connection import ACK_DELAY
 from ..errors import NoPeer, SocketClosed, WouldBlock
 from ..events import Event
 from ..options import SocketOptions
@@ -69,6 +70,8 @@ class Socket(OptionAttributes):
         "_tick_send",
         "_max_events",
         "_ready",
+        "_pingpong",
+        "_acked_at",
         "__weakref__",
     )
     _kind = ""
@@ -92,6 +95,12 @@ class Socket(OptionAttributes):
         self._ready = self.engine.ready_queue
         self._events: deque[Event] = deque()
         self._unflushed = 0  # datagrams (estimated) queued by send() since the last flush
+        # Ping-pong mode (TCP's interactive delayed ack): the user answers what it receives at
+        # once, so a step leaves the Acks it made held in the engine (ACK_DELAY) for the reply
+        # to carry; the peer then wakes once for both. Off, a step sends its Acks at once
+        # (``_acked_at``, seconds: when it last did).
+        self._pingpong = False
+        self._acked_at = -math.inf
         self._sel = selectors.DefaultSelector()
         self._mask = selectors.EVENT_READ
         self._sel.register(self._link.fileno(), self._mask)
@@ -146,13 +155,29 @@ class Socket(OptionAttributes):
             self._link.receive(engine, now, budget)
         deadline = engine.next_deadline()
         if deadline is not None and deadline <= now:  # (also "output waiting": see next_deadline)
+            if engine._acks_held and engine._ack_due <= now:  # no reply carried them in time
+                self._pingpong = False
             self._link.check_kernel_drops(engine)
             engine.tick(now)
             self._flush(now)
         elif self._link.has_pending or self._unflushed:
             self._flush(now)
+        elif engine._acks_held and not self._pingpong:
+            self._flush(now)
+            self._acked_at = now
         else:  # nothing to write: only the events the reads raised
             engine_binding.collect_events(engine, self._events, self._max_events)
+
+    def _flush_sent(self, now: float) -> None:
+        """Flush what ``send()`` queued. Sent within ``ACK_DELAY`` of a step that sent its
+        Acks at once, it is a reply: the socket enters ping-pong mode (see ``__init__``); a
+        reply that finds its Acks held past ``ACK_DELAY`` came too late: it leaves it."""
+        engine = self.engine
+        if engine._acks_held and engine._ack_due < now:
+            self._pingpong = False
+        elif now - self._acked_at < ACK_DELAY:
+            self._pingpong = True
+        self._flush(now)
 
     def _flush(self, now: float) -> None:
         self._unflushed = 0
@@ -233,7 +258,7 @@ class Socket(OptionAttributes):
                 return
         elif not flush:
             return
-        self._flush(_monotonic())
+        self._flush_sent(_monotonic())
 
     def send_many(self, messages: Iterable[Any], timeout: float | None = 0.0) -> int:
         """Queue messages from ``messages`` (an iterable of multipart messages: lists of
@@ -303,7 +328,7 @@ class Socket(OptionAttributes):
     def flush(self) -> None:
         """Write what the engine has queued (see ``send(flush=False)``). SocketClosed: closed."""
         self._check_open()
-        self._flush(_monotonic())
+        self._flush_sent(_monotonic())
 
     def recv(self, timeout: float | None = 0.0) -> list[Any]:
         """The next complete message, as a list of parts (uint8 numpy arrays owning their bytes).
@@ -316,7 +341,7 @@ class Socket(OptionAttributes):
             SocketClosed: the socket is closed.
         """
         if self._unflushed:
-            self._flush(_monotonic())
+            self._flush_sent(_monotonic())
         ready = self._ready
         if ready:  # engine.recv(), inlined: the drain loop's one call per message
             return ready.popleft()
@@ -377,7 +402,7 @@ class Socket(OptionAttributes):
         """
         engine_binding.check_max_messages(max_messages)
         if self._unflushed:
-            self._flush(_monotonic())
+            self._flush_sent(_monotonic())
         try:
             return self.engine.recv_packed(max_messages)
         except WouldBlock:
@@ -393,10 +418,13 @@ class Socket(OptionAttributes):
         self._step(_monotonic())
 
     def poll(self, timeout: float | None = 0.0) -> None:
-        """Step, waiting up to ``timeout`` seconds (None = until something happens).
-        SocketClosed: the socket is closed."""
+        """Step, waiting up to ``timeout`` seconds (None = until something happens); returns
+        at once when a message is ready for :meth:`recv` (read by this step or an earlier
+        one: the OS has nothing more to signal for it). SocketClosed: the socket is closed."""
         self._check_open()
         self._step(_monotonic())
+        if self._ready:
+            return
         self._wait(None if timeout is None else _monotonic() + timeout)
 
     def wait_connected(self, timeout: float | None = 5.0) -> bool:

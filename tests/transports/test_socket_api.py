@@ -244,3 +244,24 @@ def test_close_with_unacked_messages_to_a_gone_peer_is_bounded_by_linger():
     start = time.monotonic()
     client.close(linger=0.4)
     assert time.monotonic() - start < 1.5
+
+
+def test_poll_returns_at_once_when_a_message_is_ready():
+    # The message is read from the OS by a step before poll() (here: tick), so the OS has
+    # nothing more to signal: poll must not wait for the next timer (heartbeats, 1 s).
+    with (
+        nbmq.Dealer.bind("127.0.0.1:0") as server,
+        nbmq.Dealer.connect(server.local_address) as client,
+    ):
+        end = time.monotonic() + 5.0
+        while not (client.connected and server.connected) and time.monotonic() < end:
+            client.tick()
+            server.poll(0.01)
+        client.send(b"ready", flush=True)
+        while not server.engine.recv_ready() and time.monotonic() < end:
+            server.tick()
+        assert server.engine.recv_ready()
+        start = time.monotonic()
+        server.poll(5.0)
+        assert time.monotonic() - start < 0.3
+        assert bytes(server.recv()[0]) == b"ready"
