@@ -90,3 +90,20 @@ def test_duplicate_counted_in_the_plain_session(acks_run):
     assert summary["totals"]["duplicates"] >= 1  # D's repeat
     plain = data.messages[data.messages["session_id"] == PLAIN]
     assert int(plain["duplicates"].sum()) == 1
+
+
+def test_findings_and_report_read_one_ack_matching(acks_run, monkeypatch):
+    """The findings' in-flight window takes its round trip from the report's matching: the
+    capture's median is the report's ack latency p50, and the frames are matched once."""
+    from nbmq.spark.report.passes import Passes
+
+    summary, data, _ = acks_run
+    passes = Passes(None, summary["tables"], on_driver=True)
+    calls = []
+    acks = Passes.acks
+    monkeypatch.setattr(Passes, "acks", lambda self, *a: calls.append(a) or acks(self, *a))
+    assert passes.round_trip_medians() == {"acks.pcap": pytest.approx(0.05, abs=1e-6)}
+    lat = data.latency.set_index("metric").loc["SafeDealer ack (data frame -> its Ack)"]
+    assert passes.round_trip_medians()["acks.pcap"] == lat["p50"]
+    assert passes.ack_matching() is passes.ack_matching() and len(calls) == 1
+    assert passes.acked_sessions() == [SAFE]

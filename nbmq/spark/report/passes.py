@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Passes", "Jobs", "footer_spans", "BINS", "MESSAGE_TTL_S", "GAP_FACTOR", "HEARTBEAT_INTERVAL_S"]
+__all__ = ["Passes", "Jobs", "footer_spans", "ranked", "BINS", "MESSAGE_TTL_S", "GAP_FACTOR", "HEARTBEAT_INTERVAL_S"]
 
 #: Time bins per capture on the report's charts.
 BINS = 120
@@ -382,6 +382,19 @@ def _fine_groups(capture: Any, v: np.ndarray) -> pa.Table:
     )
 
 
+def ranked(n: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of a fine histogram (buckets in order: counts ``n``, each bucket's
+    min ``lo`` and max ``hi``) by nearest rank, interpolated linearly inside the bucket holding
+    the rank between its own min and max (exact when the bucket holds one value; at most one
+    bucket, ~2.3%, off otherwise)."""
+    cum = np.cumsum(n)
+    rank = max(1.0, float(np.ceil(q * cum[-1])))  # nearest rank, 1-based
+    i = int(np.searchsorted(cum, rank))
+    before = cum[i - 1] if i else 0.0
+    frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
+    return float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
+
+
 #: Columns of :func:`_ack_piece`'s rows: a (capture, session, ack hash) group of one piece.
 _ACK_KEY = ["capture", "session_id", "h"]
 
@@ -587,6 +600,21 @@ def _busy_piece(cands: pd.DataFrame, table: pa.Table) -> dict[str, pa.Table]:
     return {"busy": pa.table({"index": pa.array(hit, pa.int64())})}
 
 
+def _columns_of(path: str) -> list[str]:
+    """Column names of the Parquet table at ``path`` (its first file's footer, or Spark's read)."""
+    import pyarrow.dataset as ds
+
+    from ..inputs import is_local, local_path
+
+    if is_local(path):
+        return ds.dataset(local_path(path), format="parquet").schema.names
+
+    from ..inputs import _filesystem
+
+    fs, root = _filesystem(path)
+    return ds.dataset(root, filesystem=fs, format="parquet").schema.names
+
+
 class Passes:
     """The aggregates of one frames table and its messages table (module docstring).
 
@@ -685,6 +713,7 @@ class Passes:
             {"capture": a["capture"], "fine": a["fine"], "n": a["n_sum"], "lo": a["lo_min"], "hi": a["hi_max"]}
         ).to_pandas()
         self._sessions: pd.DataFrame | None = None
+        self._matching: tuple[pd.DataFrame, pd.DataFrame] | None | bool = False  # False: not yet matched
 
     @staticmethod
     def _connect_times(rows: pa.Table) -> pd.DataFrame:
@@ -732,6 +761,46 @@ class Passes:
 
             self._sessions = sessions_from_groups(self.frame_groups(), self._connects, self.message_groups())
         return self._sessions
+
+    def acked_sessions(self) -> list[int]:
+        """Ids (int) of the sessions of :meth:`sessions` that carry an Ack, either way."""
+        s = self.sessions()
+        if not len(s):
+            return []
+        acked = s["acks_c2s"].fillna(0) + s["acks_s2c"].fillna(0)
+        return [int(sid) for sid in s.loc[acked > 0, "session_id"]]
+
+    def ack_matching(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """:meth:`acks` of :meth:`acked_sessions`, matched once and kept: the findings' in-flight
+        window (:meth:`round_trip_medians`) and the report read the same matching.
+
+        Returns:
+            :meth:`acks`'s ``(round_trips, resends)``; None when no session carries an Ack or the
+            frames table has neither ``ack_hash`` nor ``payload`` to match them by.
+        """
+        if self._matching is False:
+            acked = self.acked_sessions()
+            columns = _columns_of(self.tables["frames"]) if acked else []
+            if "ack_hash" in columns or "payload" in columns:
+                self._matching = self.acks(acked, "ack_hash" in columns)
+            else:
+                self._matching = None
+        return self._matching  # type: ignore[return-value]
+
+    def round_trip_medians(self) -> dict[str, float]:
+        """Each capture's median SafeDealer round trip, seconds (:func:`ranked` of its fine
+        histogram in :meth:`ack_matching`, the report's ack latency p50); captures without a
+        matched Ack are absent."""
+        matched = self.ack_matching()
+        if matched is None or not len(matched[0]):
+            return {}
+        out = {}
+        for capture, g in matched[0].groupby("capture", sort=True):
+            g = g.groupby("fine", sort=True).agg(n=("n", "sum"), lo=("lo", "min"), hi=("hi", "max"))
+            out[capture] = ranked(
+                g["n"].to_numpy(dtype=float), g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float), 0.5
+            )
+        return out
 
     def summary_rows(self, names: list[str] | tuple[str, ...], columns: list[str]) -> list[dict[str, Any]]:
         """The pipeline summary's rows (one per capture, sorted; see ``pipeline.SUMMARY_COLUMNS``):
