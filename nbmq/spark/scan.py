@@ -325,7 +325,10 @@ def scan_shuffled(
                     batch = pa.ipc.open_file(source).get_batch(b)
                     if batch.num_rows:
                         parts.append(batch)
-            return reduce(pa.Table.from_batches(parts)) if parts else None
+            result = reduce(pa.Table.from_batches(parts)) if parts else None
+            del parts
+            release_freed()  # before the thread's next bucket
+            return result
 
         # a bucket per thread: memory holds as many buckets as there are threads
         with ThreadPoolExecutor(max_workers=max(1, min(buckets, os.cpu_count() or 1))) as pool:
