@@ -26,12 +26,14 @@ The rules are pure functions over numpy / pandas (:func:`liveness_gaps`, :func:`
 the pipeline's step that feeds them from ``frames/`` and ``messages/`` at any size. The messages
 with something to say (incomplete or repeated) are read first; then one pass over the frames
 (:func:`_peer_pass`, vectorised per piece, no per-row Python) yields each peer's busy spans and
-Ack counts, heartbeat-interval and round-trip samples, the Disconnected and malformed frames,
-each capture's end and the first frame number of each collected message (matched by message id,
-then by its whole key). On a local output the driver runs that pass with pyarrow over the
-Parquet files the run just wrote, a file per thread; on a Hadoop-compatible output Spark runs it
-in ``mapInArrow``. Frames next to capture damage are looked up by a second pass only when there
-is damage.
+Ack counts, heartbeat-interval samples, the Disconnected and malformed frames, each capture's
+end and the first frame number of each collected message (matched by message id, then by its
+whole key). On a local output the driver runs that pass with pyarrow over the Parquet files the
+run just wrote, a file per thread and a row group at a time; on a Hadoop-compatible output Spark
+runs it in ``mapInArrow``. Frames next to capture damage are looked up by a second pass only
+when there is damage. Round trips (the in-flight window of a slow link) come from the report's
+SafeDealer ack matching (:meth:`nbmq.spark.report.passes.Passes.round_trip_medians`): one
+matching for both.
 
 Times are int64 nanoseconds since the epoch inside the rules (the frames table's ``ts_ns``)
 and seconds in the details.
@@ -629,7 +631,6 @@ _PASS_COLUMNS = [
     "ts_ns",
     "frame_number",
     "kind",
-    "ack_hash",
     "error",
     "length",
     "message_id",
@@ -640,9 +641,8 @@ _PASS_COLUMNS = [
 #: before); per Disconnected frame its time and number (``disconnected``, text: the detail);
 #: per malformed datagram the same (``malformed``: peer = the capture); per capture its last
 #: timestamp (``end``: b_ns; peer = the capture), its capture-error texts (``damage``: peer = the
-#: capture and the text) and round-trip samples (``round_trip``: a_ns, ns from a data frame to
-#: its Ack; peer = the capture); per wanted message its first frame (``first``: a_ns = the
-#: message id's bits as int64, a_frame).
+#: capture and the text); per wanted message its first frame (``first``: a_ns = the message
+#: id's bits as int64, a_frame).
 _PASS_SCHEMA = "peer string, what string, a_ns long, a_frame long, b_ns long, b_frame long, n long, text string"
 _KEY = ["capture", "session_id", "src", "message_id"]
 #: Columns of ``messages/`` the message rules read (``first_ns`` / ``last_ns`` from the
@@ -687,9 +687,49 @@ def _u64_bits(ids: Any) -> np.ndarray:
     return pc.cast(ids, pa.uint64()).fill_null(0).to_numpy(zero_copy_only=False).view(np.int64)
 
 
+def _emit(
+    out: list[Any],
+    peer: Any,
+    what: str,
+    a_ns: Any,
+    a_frame: Any,
+    b_ns: Any = None,
+    b_frame: Any = None,
+    n: Any = None,
+    text: Any = None,
+) -> None:
+    """Append to ``out`` a pyarrow Table of :func:`_pass_schema` rows ``what`` (a row per element
+    of ``peer``); an int column not given is zeros (no nulls: a float64 column in pandas would
+    round ns), ``text`` not given is null."""
+    import pyarrow as pa
+
+    schema = _pass_schema()
+    size = len(peer)
+    columns = {"peer": peer, "what": pa.array([what]).take(np.zeros(size, np.int64))}
+    for name, value in (("a_ns", a_ns), ("a_frame", a_frame), ("b_ns", b_ns), ("b_frame", b_frame), ("n", n)):
+        columns[name] = pa.array(np.zeros(size, np.int64)) if value is None else value
+    columns["text"] = pa.nulls(size, pa.string()) if text is None else text
+    out.append(pa.Table.from_arrays([_arrow(columns[f.name], f.type) for f in schema], schema=schema))
+
+
+class _PeerGroup:
+    """:func:`_peer_group`'s result for one row group: ``rows``, its :func:`_pass_schema` tables of
+    single frames (damage, end, malformed, disconnected, first); ``names``, the peer keys of its
+    decoded frames, in order of first appearance; and per frame of a session (not 0) in row
+    order ``idx`` (index into ``names``), ``ts`` (ns), ``frame`` and ``kind`` (int64 arrays)."""
+
+    __slots__ = ("rows", "names", "idx", "ts", "frame", "kind")
+
+    def __init__(self, rows: list[Any], names: np.ndarray, *arrays: np.ndarray) -> None:
+        self.rows, self.names = rows, names
+        empty = np.zeros(0, np.int64)
+        self.idx, self.ts, self.frame, self.kind = arrays or (empty,) * 4
+
+
 def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
     """The frames pass over one piece of ``frames/`` (a Parquet file on the driver, a partition in
-    ``mapInArrow``): vectorised, no per-row Python.
+    ``mapInArrow``): vectorised, no per-row Python. :func:`_peer_group` then :func:`_peer_file`
+    (which the driver runs over a file's row groups: the same rows, a row group in memory).
 
     Args:
         wanted: int64 (the u64's bits) message ids whose first frame number is needed (each
@@ -699,44 +739,31 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
     Returns:
         A pyarrow Table of :data:`_PASS_SCHEMA` rows (few: spans, samples, special frames).
     """
+    return _peer_file([_peer_group(wanted, table)])
+
+
+def _peer_group(wanted: np.ndarray, table: Any) -> _PeerGroup:
+    """The frames pass's rows of single frames of ``table`` (a row group or a whole piece, with
+    the :data:`_PASS_COLUMNS`) and its peers' frames for :func:`_peer_file`."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = _pass_schema()
     out: list[pa.Table] = []
     if table.num_rows == 0:
-        return schema.empty_table()
-
-    def emit(
-        peer: Any,
-        what: str,
-        a_ns: Any,
-        a_frame: Any,
-        b_ns: Any = None,
-        b_frame: Any = None,
-        n: Any = None,
-        text: Any = None,
-    ) -> None:
-        size = len(peer)
-        columns = {"peer": peer, "what": pa.array([what]).take(np.zeros(size, np.int64))}
-        for name, value in (("a_ns", a_ns), ("a_frame", a_frame), ("b_ns", b_ns), ("b_frame", b_frame), ("n", n)):
-            # no nulls in the int columns: a float64 column in pandas would round ns
-            columns[name] = pa.array(np.zeros(size, np.int64)) if value is None else value
-        columns["text"] = pa.nulls(size, pa.string()) if text is None else text
-        out.append(pa.Table.from_arrays([_arrow(columns[f.name], f.type) for f in schema], schema=schema))
-
+        return _PeerGroup(out, np.zeros(0, object))
     error = table["error"]
     damaged = pc.fill_null(pc.starts_with(error, "capture: "), False)
     if pc.any(damaged).as_py():  # the frames table's capture-error rows, text kept (peer: capture + text)
         damage = table.filter(damaged)
-        emit(
+        _emit(
+            out,
             pc.binary_join_element_wise(damage["capture"], damage["error"], _SEP),
             "damage",
             np.zeros(damage.num_rows, np.int64),
             None,
         )
     ends = table.filter(pc.is_valid(table["ts_ns"])).group_by("capture").aggregate([("ts_ns", "max")])
-    emit(ends["capture"], "end", None, None, ends["ts_ns_max"])
+    _emit(out, ends["capture"], "end", None, None, ends["ts_ns_max"])
 
     decoded = pc.is_null(error)
     malformed = pc.and_(pc.is_valid(error), pc.invert(damaged))
@@ -753,7 +780,7 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
             bad["error"],
             "",
         )
-        emit(bad["capture"], "malformed", *_with_nulls(bad["ts_ns"], bad["frame_number"]), text=text)
+        _emit(out, bad["capture"], "malformed", *_with_nulls(bad["ts_ns"], bad["frame_number"]), text=text)
 
     # peers: a code per decoded row, its key text built once per peer
     sid = _u64_bits(table["session_id"])
@@ -761,7 +788,7 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         pc.fill_null(pc.and_(decoded, pc.is_valid(table["session_id"])), False).to_numpy(zero_copy_only=False)
     )
     if dec.size == 0:
-        return pa.concat_tables(out) if out else schema.empty_table()
+        return _PeerGroup(out, np.zeros(0, object))
     captures = pc.dictionary_encode(table["capture"]).combine_chunks()
     addrs = pc.dictionary_encode(table["src_addr"]).combine_chunks()
     where = (
@@ -797,7 +824,7 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
             _addr_port(gone["dst_addr"], gone["dst_port"]),
             "",
         )
-        emit(names[code[bye]], "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
+        _emit(out, names[code[bye]], "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
 
     if wanted.size:
         ids = _u64_bits(table["message_id"])
@@ -811,14 +838,37 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
                 }
             )
             first = found.groupby(["peer", "id"], as_index=False, sort=False)["frame"].min()
-            emit(names[first["peer"].to_numpy()], "first", first["id"].to_numpy(), first["frame"].to_numpy())
+            _emit(out, names[first["peer"].to_numpy()], "first", first["id"].to_numpy(), first["frame"].to_numpy())
 
     alive = np.flatnonzero((code >= 0) & (sid != 0))  # session 0: Connect frames belong to no peer
-    if alive.size:
-        idx = code[alive]
-        ts = table["ts_ns"].fill_null(0).to_numpy().astype(np.int64)[alive]
-        fr = table["frame_number"].fill_null(0).to_numpy().astype(np.int64)[alive]
-        kind = kind_all[alive]
+    return _PeerGroup(
+        out,
+        names,
+        code[alive],
+        table["ts_ns"].fill_null(0).to_numpy().astype(np.int64)[alive],
+        table["frame_number"].fill_null(0).to_numpy().astype(np.int64)[alive],
+        kind_all[alive],
+    )
+
+
+def _peer_file(groups: Sequence[_PeerGroup]) -> Any:
+    """The frames pass's rows of one piece from its row groups' :func:`_peer_group` (in order):
+    their single frames' rows, then per peer, over the whole piece in time order, its busy spans
+    (frames closer than ``GAP_FACTOR * MIN_INTERVAL_S`` joined), heartbeat samples (the frame
+    before a heartbeat that follows other traffic; consecutive heartbeats), at most
+    ``_SAMPLES`` of each kind evenly spread, and its Ack count with its first Ack."""
+    import pyarrow as pa
+
+    out = [t for g in groups for t in g.rows]
+    known: dict[str, int] = {}  # a peer's index in the piece, by first appearance
+    parts = []
+    for g in groups:
+        remap = np.array([known.setdefault(name, len(known)) for name in g.names], np.int64)
+        parts.append((remap[g.idx], g.ts, g.frame, g.kind))
+    if known:
+        names = np.asarray(list(known), dtype=object)
+        idx, ts, fr, kind = (np.concatenate(column) for column in zip(*parts))
+    if known and idx.size:
         order = np.lexsort((fr, ts, idx))
         idx, ts, fr, kind = idx[order], ts[order], fr[order], kind[order]
         first = np.r_[True, idx[1:] != idx[:-1]]
@@ -826,9 +876,10 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         starts = np.flatnonzero(first | (dt > _FLOOR_NS))
         last = np.r_[starts[1:] - 1, idx.size - 1]
         peers = pa.DictionaryArray.from_arrays(pa.array(idx[starts].astype(np.int32)), pa.array(names, pa.string()))
-        emit(peers, "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
+        _emit(out, peers, "span", ts[starts], fr[starts], ts[last], fr[last], last - starts + 1)
         sample = _spread(np.flatnonzero(~first & (kind == _HEARTBEAT) & (np.r_[-1, kind[:-1]] != _HEARTBEAT)))
-        emit(
+        _emit(
+            out,
             names[idx[sample]],
             "heartbeat",
             ts[sample - 1],
@@ -841,7 +892,8 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         after = beats[1:][idx[beats[1:]] == idx[beats[:-1]]]  # a heartbeat with an earlier one of its peer
         before = beats[:-1][idx[beats[1:]] == idx[beats[:-1]]]
         keep = _spread(np.arange(after.size))
-        emit(
+        _emit(
+            out,
             names[idx[after[keep]]],
             "spacing",
             ts[before[keep]],
@@ -854,14 +906,8 @@ def _peer_pass(wanted: np.ndarray, table: Any) -> Any:
         if hit.size:
             peers, at, count = np.unique(idx[hit], return_index=True, return_counts=True)
             rows = hit[at]  # each peer's first Ack (sorted by time within a peer)
-            emit(names[peers], "acks", ts[rows], fr[rows], ts[rows], fr[rows], count)
-            hashes = table["ack_hash"]
-            has = pc.is_valid(hashes).to_numpy(zero_copy_only=False)[alive][order]
-            caps, trips = _round_trips(
-                names, idx[has], ts[has], kind[has], hashes.fill_null(0).to_numpy()[alive][order][has]
-            )
-            emit(caps, "round_trip", trips, np.zeros(trips.size, np.int64), n=np.ones(trips.size, np.int64))
-    return pa.concat_tables(out) if out else schema.empty_table()
+            _emit(out, names[peers], "acks", ts[rows], fr[rows], ts[rows], fr[rows], count)
+    return pa.concat_tables(out) if out else _pass_schema().empty_table()
 
 
 def _arrow(values: Any, kind: Any) -> Any:
@@ -953,6 +999,7 @@ def _messages_arrow(path: str, where: Any) -> pd.DataFrame:
     import pyarrow.dataset as ds
 
     from .inputs import local_path
+    from .scan import release_freed
 
     table = ds.dataset(local_path(path), format="parquet").to_table(
         columns=[*_MESSAGE_COLUMNS, "first_ts", "last_ts"], filter=where
@@ -961,7 +1008,10 @@ def _messages_arrow(path: str, where: Any) -> pd.DataFrame:
         ts = table[f"{name}_ts"]
         micros = pc.cast(pc.cast(ts, pa.timestamp("us", tz=ts.type.tz), safe=False), pa.int64())
         table = table.drop_columns([f"{name}_ts"]).append_column(f"{name}_ns", pc.multiply(micros, 1000))
-    return table.to_pandas()
+    out = table.to_pandas()
+    del table
+    release_freed()  # the filter read whole row groups: give them back before the next pass
+    return out
 
 
 def _messages_spark(spark: SparkSession, path: str, where: Any) -> pd.DataFrame:
@@ -986,11 +1036,12 @@ def write_findings(
     files: Sequence[str],
     *,
     on_driver: bool | None = None,
+    passes: Any = None,
 ) -> dict[str, Any]:
     """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
 
     On a local output the driver reads the Parquet files the run just wrote with pyarrow (a file
-    per thread, only the columns the rules need); on a Hadoop-compatible one (``hdfs://``,
+    per thread, a row group at a time, only the columns the rules need); on a Hadoop-compatible one (``hdfs://``,
     ``s3a://``, ...) Spark runs the same frames pass (:func:`_peer_pass`) in ``mapInArrow``.
     Either way the rules then run on the driver over the pass's few rows, and ``findings/`` is
     written by pyarrow as one sorted file.
@@ -1005,6 +1056,10 @@ def write_findings(
             again here, on the driver, to find the records next to it).
         on_driver: read the tables with pyarrow on the driver (True) or with Spark (False);
             None (the default) chooses the driver when both tables are local.
+        passes: the run's :class:`nbmq.spark.report.passes.Passes` over the same tables: its
+            SafeDealer ack matching (:meth:`~nbmq.spark.report.passes.Passes.round_trip_medians`)
+            gives each capture's round trip for the in-flight window, the one the report shows;
+            None: built here.
 
     Returns:
         ``{"rows": n, "severity": {severity: n}, "kind": {kind: n}}`` (every severity and kind,
@@ -1014,7 +1069,7 @@ def write_findings(
     import pyarrow.compute as pc
 
     from .inputs import capture_names, is_local, local_path
-    from .scan import scan_files
+    from .scan import scan_file_groups, scan_files
 
     base = tables["messages"].rsplit("/", 1)[0]
     tables["findings"] = f"{base}/findings"
@@ -1030,7 +1085,7 @@ def write_findings(
         noted = _messages_spark(spark, tables["messages"], ~F.col("complete") | (F.col("duplicates") > 0))
     wanted = np.unique(np.array([int(m) for m in noted["message_id"]], np.uint64).view(np.int64))
     if on_driver:
-        pieces = scan_files(tables["frames"], partial(_peer_pass, wanted), _PASS_COLUMNS)
+        pieces = scan_file_groups(tables["frames"], partial(_peer_group, wanted), _peer_file, _PASS_COLUMNS)
         table = pa.concat_tables(pieces) if pieces else _pass_schema().empty_table()
         # spans can be a row per frame (until joined): kept apart, their peers as codes
         span = pc.equal(table["what"], "span")
@@ -1048,8 +1103,7 @@ def write_findings(
         for r in passed[passed["what"] == "end"].groupby("peer", as_index=False)["b_ns"].max().itertuples()
     }
     damaged = passed[passed["what"] == "damage"]["peer"].str.split(_SEP, n=1, expand=True)
-    trips = passed[passed["what"] == "round_trip"].groupby("peer")["a_ns"].median() / _NS  # capture -> seconds
-    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "round_trip", "malformed"])])
+    per_peer = _split_peers(passed[~passed["what"].isin(["end", "damage", "malformed"])])
     firsts = per_peer[per_peer["what"] == "first"]
     firsts = firsts.assign(message_id=[Decimal(int(b)) for b in firsts["a_ns"].to_numpy(np.int64).view(np.uint64)])
     firsts = firsts.groupby(_KEY, as_index=False)["a_frame"].min().rename(columns={"a_frame": "first_frame"})
@@ -1139,6 +1193,11 @@ def write_findings(
         noted = noted.merge(suspect_keys, on=_KEY, how="left")
         noted["first_frame"] = noted["first_frame"].astype("Int64").fillna(noted["suspect_frame"].astype("Int64"))
         noted["capture_end_ns"] = noted["capture"].map(capture_end)
+        if passes is None:
+            from .report.passes import Passes
+
+            passes = Passes(spark, tables, on_driver)
+        trips = passes.round_trip_medians()  # capture -> seconds
         noted["window_s"] = [in_flight_window(intervals[c][0], trips.get(c)) for c in noted["capture"]]
         noted["acked"] = [(c, int(sid)) in acked for c, sid in zip(noted["capture"], noted["session_id"])]
         found.append(message_findings(noted))
@@ -1202,8 +1261,8 @@ def _write_table(path: str, table: Any) -> None:
         pq.write_table(table, f)
 
 
-#: Most samples of each kind (heartbeat, spacing, round trip) the frames pass keeps per
-#: partition, evenly spaced: a median needs no more, and an idle reference peer heartbeats on
+#: Most samples of each kind (heartbeat, spacing) the frames pass keeps per
+#: piece, evenly spaced: a median needs no more, and an idle reference peer heartbeats on
 #: every tick.
 _SAMPLES = 1000
 
@@ -1213,32 +1272,6 @@ def _spread(index: np.ndarray) -> np.ndarray:
     if index.size <= _SAMPLES:
         return index
     return index[np.linspace(0, index.size - 1, _SAMPLES).astype(np.int64)]
-
-
-def _round_trips(
-    names: np.ndarray, idx: np.ndarray, ts: np.ndarray, kind: np.ndarray, ack_hash: np.ndarray
-) -> tuple[list[str], np.ndarray]:
-    """Round trips, ns, of acked data frames: from a data frame's first copy to the first Ack
-    carrying its hash in the same session (what a capture near the sender measures; near the
-    receiver it is the receiver's turnaround, a lower bound).
-
-    Args: the frames pass's rows that carry an ack hash, sorted by peer then time: ``names``
-    (peer keys), ``idx`` (int64 index into names), ``ts`` (int64 ns), ``kind``, ``ack_hash``
-    (int64). Returns (each sample's capture, int64 samples in ns).
-    """
-    sessions, session_of = np.unique(
-        pd.Series(names).str.rsplit(_SEP, n=1).str[0].to_numpy(dtype=object), return_inverse=True
-    )
-    session = session_of[idx]
-    acked = np.isin(session, session[kind == _ACK])  # only sessions that carry Acks
-    frame = pd.DataFrame({"session": session[acked], "hash": ack_hash[acked], "ts": ts[acked], "kind": kind[acked]})
-    data = frame[frame.kind == 0].drop_duplicates(["session", "hash"])  # rows are in time order per peer
-    acks = frame[frame.kind == _ACK].sort_values("ts").drop_duplicates(["session", "hash"])
-    pairs = data.merge(acks, on=["session", "hash"], suffixes=("", "_ack"))
-    pairs = pairs[pairs.ts_ack >= pairs.ts]
-    pairs = pairs.iloc[_spread(np.arange(len(pairs)))]
-    captures = pd.Series(sessions[pairs.session.to_numpy()]).str.split(_SEP, n=1).str[0]
-    return captures.tolist(), (pairs.ts_ack - pairs.ts).to_numpy(np.int64)
 
 
 def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
@@ -1251,10 +1284,33 @@ def _split_peers(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(capture=parts[0], session_id=parts[1].map(Decimal), src=parts[2])
 
 
+#: Rows of ``messages/`` :func:`_add_suspect` reads, flags and writes at a time.
+_SUSPECT_BATCH_ROWS = 65_536
+
+
+def _with_suspect(table: Any, marked: set[tuple[str, int, str, int]], ids: Any) -> Any:
+    """``table`` (rows of ``messages/``) with the ``suspect`` column: True for the rows whose
+    (capture, session_id, src, message_id) is in ``marked`` (``ids``: their message ids as a
+    DECIMAL(20,0) array, to find candidates without per-row Python)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .schema import SUSPECT_FIELD
+
+    flags = np.zeros(table.num_rows, bool)
+    for i in (
+        np.flatnonzero(pc.is_in(table["message_id"], value_set=ids).to_numpy(zero_copy_only=False)) if marked else ()
+    ):
+        row = table.slice(int(i), 1).select(_KEY).to_pylist()[0]
+        flags[i] = (row["capture"], int(row["session_id"]), row["src"], int(row["message_id"])) in marked
+    return table.append_column(pa.field(SUSPECT_FIELD.name, pa.bool_()), pa.array(flags))
+
+
 def _add_suspect(path: str, suspect: pd.DataFrame) -> None:
     """Rewrite the messages table at ``path`` with the ``suspect`` column, file by file.
 
-    pyarrow on the driver (one file in memory at a time) rather than a Spark job: a messages
+    pyarrow on the driver (:data:`_SUSPECT_BATCH_ROWS` rows in memory at a time, each written
+    as a row group) rather than a Spark job: a messages
     table is a fraction of the frames, and this was ~5x faster than Spark's read-and-write of
     the same table (1.0 s against 5.5 s for 308k messages). Written beside it, then swapped in.
 
@@ -1263,11 +1319,11 @@ def _add_suspect(path: str, suspect: pd.DataFrame) -> None:
         suspect: :data:`_KEY` columns of the suspect messages (few: those next to damage).
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.fs
     import pyarrow.parquet as pq
 
     from .inputs import _filesystem, is_local, local_path
+    from .scan import release_freed
     from .schema import SUSPECT_FIELD
 
     fs, root = (pyarrow.fs.LocalFileSystem(), local_path(path)) if is_local(path) else _filesystem(path)
@@ -1281,30 +1337,24 @@ def _add_suspect(path: str, suspect: pd.DataFrame) -> None:
     for info in fs.get_file_info(pyarrow.fs.FileSelector(root)):
         if info.type != pyarrow.fs.FileType.File or not info.base_name.endswith(".parquet"):
             continue  # _SUCCESS, checksums
-        with fs.open_input_file(info.path) as f:
-            table = pq.read_table(f)
-        if SUSPECT_FIELD.name in table.column_names:
-            table = table.drop_columns([SUSPECT_FIELD.name])
-        flags = np.zeros(table.num_rows, bool)
-        for i in (
-            np.flatnonzero(pc.is_in(table["message_id"], value_set=ids).to_numpy(zero_copy_only=False))
-            if marked
-            else ()
-        ):
-            row = table.slice(int(i), 1).select(_KEY).to_pylist()[0]
-            flags[i] = (row["capture"], int(row["session_id"]), row["src"], int(row["message_id"])) in marked
-        table = table.append_column(pa.field(SUSPECT_FIELD.name, pa.bool_()), pa.array(flags))
-        table = table.cast(
-            pa.schema(
+        with fs.open_input_file(info.path) as f, fs.open_output_stream(f"{staging}/{info.base_name}") as out:
+            source = pq.ParquetFile(f)
+            fields = [field for field in source.schema_arrow if field.name != SUSPECT_FIELD.name]
+            schema = pa.schema(
                 [  # Spark's INT96 timestamps (UTC instants) as TIMESTAMP(MICROS) UTC
-                    pa.field(f.name, pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
-                    for f in table.schema
+                    pa.field(field.name, pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(field.type) else field
+                    for field in fields
                 ]
-            ),
-            safe=False,
-        )  # microsecond values: nothing to lose
-        with fs.open_output_stream(f"{staging}/{info.base_name}") as f:
-            pq.write_table(table, f)
+                + [pa.field(SUSPECT_FIELD.name, pa.bool_())]
+            )
+            with pq.ParquetWriter(out, schema) as writer:
+                for batch in source.iter_batches(
+                    batch_size=_SUSPECT_BATCH_ROWS, columns=[field.name for field in fields]
+                ):
+                    writer.write_table(
+                        _with_suspect(pa.Table.from_batches([batch]), marked, ids).cast(schema, safe=False)
+                    )
+        release_freed()
     fs.delete_dir(root)
     fs.move(staging, root)
 

@@ -330,7 +330,7 @@ def run(
     Returns:
         ``{"out_dir", "master", "captures": [per-capture counts], "totals", "seconds",
         "plan", "steps": {step: wall seconds}, "tables": {name: final path}, "findings": {"rows",
-        "severity", "kind"}}`` (steps: start, frames, messages, findings, sessions, streams,
+        "severity", "kind"}}`` (steps: start, frames, messages, sessions, findings, streams,
         summary, report), plus ``"streams": {"bqsp"|"rqueue":
         {"files", "rows", "error_rows", "connections"}}`` when a stream table was written, and
         for a local ``out_dir`` ``"onepass"``: :meth:`nbmq.spark.onepass.OnePass.counts`; with
@@ -441,14 +441,8 @@ def _steps(
         spark, options, tables, output.local, steps, lap, payload=payload, parts=parts, in_driver=in_driver
     )
 
-    steps.step("diagnosing -> findings/")
-    from .findings import write_findings
-
-    findings = write_findings(spark, tables, files)  # adds messages.suspect
-    lap("findings")
-
     steps.step("summarising -> sessions/")
-    # One aggregation per table feeds the sessions table, the summary and the report.
+    # One aggregation per table feeds the sessions table, the findings, the summary and the report.
     from .report.passes import Passes
     from .sessions_table import write_sessions
 
@@ -456,6 +450,12 @@ def _steps(
     write_sessions(spark, passes.sessions(), tables["sessions"])
     steps.advance()
     lap("sessions")
+
+    steps.step("diagnosing -> findings/")
+    from .findings import write_findings
+
+    findings = write_findings(spark, tables, files, passes=passes)  # adds messages.suspect
+    lap("findings")
 
     streams = _stream_tables(spark, files, output, tables, steps, payload, bqsp_ports, rqueue_ports, prep)
     lap("streams")

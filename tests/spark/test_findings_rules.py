@@ -314,17 +314,32 @@ def test_in_flight_window():
     assert in_flight_window(1.0, 0.8) == 1.6  # a slow one: two round trips
 
 
-def test_round_trips_pair_data_frames_with_their_acks():
-    from nbmq.spark.findings import _round_trips
+def test_frames_pass_over_row_groups_is_the_pass_over_the_file():
+    """The driver runs the frames pass a row group at a time: cut anywhere, the rows equal the
+    pass over the whole piece (peers, spans, heartbeat samples and Acks across the cuts)."""
+    from nbmq.spark.findings import _peer_file, _peer_group, _peer_pass
 
-    names = np.array(["c\x1f7\x1fa", "c\x1f7\x1fb", "d\x1f8\x1fa"], dtype=object)
-    # peer 0 sends data (hashes 11, 12, 11 again: a resend); peer 1 acks 12 then 11; peer 2 (another session) acks 11
-    idx = np.array([0, 0, 0, 1, 1, 2])
-    ts = np.array([0, 10, 50, 30, 70, 5]) * S // 1000
-    kind = np.array([0, 0, 0, 5, 5, 5])
-    hashes = np.array([11, 12, 11, 12, 11, 11])
-    caps, trips = _round_trips(names, idx, ts, kind, hashes)
-    assert caps == ["c", "c"] and sorted(trips.tolist()) == [20 * S // 1000, 70 * S // 1000]
+    rng = np.random.default_rng(3)
+    rows, t = [], 0.0
+    for frame in range(1, 400):
+        t += float(rng.choice([0.01, 0.3, 1.0, 2.5]))
+        addr, port, sid = [("10.0.0.2", 4001, 7), ("10.0.0.3", 4002, 7), ("10.0.0.4", 4003, 9)][frame % 3]
+        kind = int(rng.choice([0, 4, 4, 5, 3]))
+        rows.append((addr, port, sid, t, frame, kind, frame % 17, None))
+    rows.append(("10.0.0.9", 4009, None, t + 1, 400, None, None, "frame too short"))
+    piece = _frames_piece(rows)
+    wanted = np.array([3, 5], np.int64)
+    whole = _peer_pass(wanted, piece).to_pandas().astype({"peer": object})
+    for cuts in ([0, 1, 400], [0, 150, 151, 300, 400], [0, 57, 400]):
+        groups = [_peer_group(wanted, piece.slice(a, b - a)) for a, b in zip(cuts, cuts[1:])]
+        parts = _peer_file(groups).to_pandas().astype({"peer": object})
+        for what in ("span", "heartbeat", "spacing", "acks", "disconnected", "malformed"):
+            a = whole[whole.what == what].reset_index(drop=True)
+            b = parts[parts.what == what].reset_index(drop=True)
+            assert len(a) and a.equals(b), what
+        first = parts[parts.what == "first"].groupby(["peer", "a_ns"])["a_frame"].min()
+        assert first.equals(whole[whole.what == "first"].groupby(["peer", "a_ns"])["a_frame"].min())
+        assert parts[parts.what == "end"].b_ns.max() == whole[whole.what == "end"].b_ns.max()
 
 
 def _frames_piece(rows):

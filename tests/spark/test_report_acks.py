@@ -90,3 +90,44 @@ def test_duplicate_counted_in_the_plain_session(acks_run):
     assert summary["totals"]["duplicates"] >= 1  # D's repeat
     plain = data.messages[data.messages["session_id"] == PLAIN]
     assert int(plain["duplicates"].sum()) == 1
+
+
+def test_findings_and_report_read_one_ack_matching(acks_run, monkeypatch):
+    """The findings' in-flight window takes its round trip from the report's matching: the
+    capture's median is the report's ack latency p50, and the frames are matched once."""
+    from nbmq.spark.report.passes import Passes
+
+    summary, data, _ = acks_run
+    passes = Passes(None, summary["tables"], on_driver=True)
+    calls = []
+    acks = Passes.acks
+    monkeypatch.setattr(Passes, "acks", lambda self, *a: calls.append(a) or acks(self, *a))
+    assert passes.round_trip_medians() == {"acks.pcap": pytest.approx(0.05, abs=1e-6)}
+    lat = data.latency.set_index("metric").loc["SafeDealer ack (data frame -> its Ack)"]
+    assert passes.round_trip_medians()["acks.pcap"] == lat["p50"]
+    assert passes.ack_matching() is passes.ack_matching() and len(calls) == 1
+    assert passes.acked_sessions() == [SAFE]
+
+
+def test_heartbeat_gaps_are_stitched_across_pieces(acks_run, tmp_path):
+    """Each piece keeps its senders' runs of heartbeats, not the heartbeats: the same frames
+    cut into row groups of two rows give the same pairs and gaps (C's 10 s wait)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from nbmq.spark.report.passes import Passes
+
+    summary, _, _ = acks_run
+    tables = {name: summary["tables"][name] for name in ("frames", "messages")}
+    cut = {"frames": str(tmp_path / "frames"), "messages": str(tmp_path / "messages")}
+    shutil.copytree(tables["messages"], cut["messages"])
+    (tmp_path / "frames").mkdir()
+    pq.write_table(pq.read_table(tables["frames"]), cut["frames"] + "/part-0.parquet", row_group_size=2)
+    assert pq.read_metadata(cut["frames"] + "/part-0.parquet").num_row_groups > 5
+    whole, pieces = Passes(None, tables, on_driver=True), Passes(None, cut, on_driver=True)
+    (pairs, gaps), (pairs2, gaps2) = whole.heartbeats(), pieces.heartbeats()
+    assert pairs.equals(pairs2) and gaps.equals(gaps2)
+    assert pairs["n"].tolist() == [2] and gaps[["prev_s", "at_s"]].values.tolist() == [
+        [pytest.approx(0.002, abs=1e-6), pytest.approx(10.0, abs=1e-6)]
+    ]

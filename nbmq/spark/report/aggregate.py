@@ -24,6 +24,7 @@ from .passes import (
     MESSAGE_TTL_S,
     Jobs,
     Passes,
+    ranked,
 )
 from .units import nice_bin_width
 
@@ -199,21 +200,6 @@ def _report_sessions(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _frames_schema(path: str) -> list[str]:
-    """Column names of the Parquet table at ``path`` (its first file's footer, or Spark's read)."""
-    import pyarrow.dataset as ds
-
-    from ..inputs import is_local, local_path
-
-    if is_local(path):
-        return ds.dataset(local_path(path), format="parquet").schema.names
-
-    from ..inputs import _filesystem
-
-    fs, root = _filesystem(path)
-    return ds.dataset(root, filesystem=fs, format="parquet").schema.names
-
-
 def _session_values(sessions: pd.DataFrame) -> pd.DataFrame:
     """capture, metric, v (seconds >= 0) of the three handshake latencies of each session."""
     import numpy as np
@@ -270,16 +256,9 @@ def _udp(data: ReportData, passes: Passes) -> None:
     # Latency distributions: a fine histogram per (capture, metric); quantiles read from it.
     values = [_session_values(passes.sessions())]
     partial = passes.assembly.assign(metric=ASSEMBLY)
-    acked = data.sessions["acks_c2s"].fillna(0) + data.sessions["acks_s2c"].fillna(0) if len(data.sessions) else None
-    has_acks = acked is not None and bool(acked.sum() > 0)
-    columns = _frames_schema(passes.tables["frames"]) if has_acks else []
-    if has_acks and ("ack_hash" in columns or "payload" in columns):
-        # SafeDealer: data frame -> its Ack, matched by the FNV-1a hash of the whole frame, in the
-        # sessions with an Ack (all of them when the report's sessions were cut at _MAX_SESSIONS).
-        every = passes.sessions()
-        if len(data.sessions) < _MAX_SESSIONS:
-            every = data.sessions[acked > 0]
-        trips, resends = passes.acks([int(s) for s in every["session_id"]], "ack_hash" in columns)
+    matched = passes.ack_matching()  # the findings' in-flight window read the same matching
+    if matched is not None:
+        trips, resends = matched
         data.round_trips = _peer_round_trips(trips)
         if len(trips):
             per_capture = trips.groupby(["capture", "fine"], as_index=False).agg(
@@ -288,7 +267,7 @@ def _udp(data: ReportData, passes: Passes) -> None:
             partial = pd.concat([partial, per_capture.assign(metric=ACK_LATENCY)], ignore_index=True)
         if len(resends):
             data.resends = resends
-    elif has_acks:
+    elif passes.acked_sessions():
         data.notes.append(
             "SafeDealer ack round trips need the frames' ack_hash column (or, in tables "
             "written before it, the payload column)."
@@ -352,23 +331,8 @@ def _udp(data: ReportData, passes: Passes) -> None:
             table["session_id"] = _attribute_session(table, clients)
 
 
-def _ranked(n: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float) -> float:
-    """The ``q`` quantile of a fine histogram (buckets in order: counts ``n``, each bucket's
-    min ``lo`` and max ``hi``) by nearest rank, interpolated linearly inside the bucket holding
-    the rank between its own min and max (exact when the bucket holds one value; at most one
-    bucket, ~2.3%, off otherwise)."""
-    import numpy as np
-
-    cum = np.cumsum(n)
-    rank = max(1.0, float(np.ceil(q * cum[-1])))  # nearest rank, 1-based
-    i = int(np.searchsorted(cum, rank))
-    before = cum[i - 1] if i else 0.0
-    frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
-    return float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
-
-
 def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(latency rows, chart histogram) from the fine histogram: p50/p90/p99 (:func:`_ranked`)."""
+    """(latency rows, chart histogram) from the fine histogram: p50/p90/p99 (:func:`~nbmq.spark.report.passes.ranked`)."""
     import numpy as np
     import pandas as pd
 
@@ -379,7 +343,7 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         lo, hi = g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float)
         row = {"capture": capture, "metric": metric, "n": int(n.sum()), "max": float(hi[-1])}
         for q, name in ((0.5, "p50"), (0.9, "p90"), (0.99, "p99")):
-            row[name] = _ranked(n, lo, hi, q)
+            row[name] = ranked(n, lo, hi, q)
         rows.append(row)
         positive = g[g["fine"] > -(10**6)]
         coarse = np.floor(positive["fine"].to_numpy() * _PER_DECADE / FINE_PER_DECADE).astype(int)
@@ -393,7 +357,7 @@ def _quantiles(fine: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _peer_round_trips(trips: pd.DataFrame) -> pd.DataFrame:
     """:data:`ROUND_TRIP_COLUMNS` rows from :meth:`Passes.acks`'s fine histograms per session and
-    direction: the matched acks, the minimum (exact) and the median and p99 (:func:`_ranked`),
+    direction: the matched acks, the minimum (exact) and the median and p99 (:func:`~nbmq.spark.report.passes.ranked`),
     seconds; sorted by capture, session and direction."""
     import pandas as pd
 
@@ -409,8 +373,8 @@ def _peer_round_trips(trips: pd.DataFrame) -> pd.DataFrame:
                 "direction": direction,
                 "acks": int(n.sum()),
                 "min_s": float(lo[0]),
-                "p50_s": _ranked(n, lo, hi, 0.5),
-                "p99_s": _ranked(n, lo, hi, 0.99),
+                "p50_s": ranked(n, lo, hi, 0.5),
+                "p99_s": ranked(n, lo, hi, 0.99),
             }
         )
     out = pd.DataFrame(rows, columns=ROUND_TRIP_COLUMNS)

@@ -9,7 +9,7 @@
 One read of each frames file (:func:`nbmq.spark.scan.scan`: pyarrow in driver threads for a
 local table, ``mapInArrow`` in Spark's executors for a remote one) groups the frames per
 (capture, session, source, destination, kind, error reason, time bin) and keeps the few
-control frames and the heartbeats' times; one read of each messages file groups the messages per
+control frames and each sender's runs of heartbeats (not the heartbeats); one read of each messages file groups the messages per
 (capture, session, sender, time bin, incomplete reason). Each piece's partial aggregates are
 merged here: sums, minima and maxima of groups are the same in any order, so the rows equal the
 Spark SQL aggregations they replace (``tests/spark/test_sessions_passes.py`` compares the
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Passes", "Jobs", "footer_spans", "BINS", "MESSAGE_TTL_S", "GAP_FACTOR", "HEARTBEAT_INTERVAL_S"]
+__all__ = ["Passes", "Jobs", "footer_spans", "ranked", "BINS", "MESSAGE_TTL_S", "GAP_FACTOR", "HEARTBEAT_INTERVAL_S"]
 
 #: Time bins per capture on the report's charts.
 BINS = 120
@@ -299,8 +299,65 @@ def _frames_piece(caps: dict[str, tuple[float, float, float]], table: pa.Table) 
         "groups": groups,
         "connects": rows.filter(pa.array(valid & (kind == _CONNECT))),
         "control": control,
-        "heartbeats": rows.filter(pa.array(beats)).drop_columns(["kind_name"]),
+        **_beats_piece(rows.filter(pa.array(beats)), seconds[beats]),
     }
+
+
+#: A sender's heartbeats, seconds since t0: the columns that say whose they are, then a run.
+_SENDER = ["capture", "session_id", "src_addr", "src_port"]
+
+
+def _sender_codes(table: pa.Table) -> np.ndarray:
+    """int64 code per row of ``table``'s :data:`_SENDER` columns, in order of first appearance."""
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    from ..messages import _u64
+
+    codes = [
+        pc.dictionary_encode(table[c].combine_chunks()).indices.fill_null(-1).to_numpy()
+        for c in ("capture", "src_addr")
+    ]
+    return (
+        pd.DataFrame(
+            {
+                "c": codes[0],
+                "sid": _u64(table["session_id"].fill_null(0)),
+                "a": codes[1],
+                "p": table["src_port"].fill_null(0),
+            }
+        )
+        .groupby(["c", "sid", "a", "p"], sort=False)
+        .ngroup()
+        .to_numpy()
+    )
+
+
+def _beats_piece(rows: pa.Table, at: np.ndarray) -> dict[str, pa.Table]:
+    """One piece's valid heartbeats (:data:`_ROWS` columns; ``at``: seconds since their
+    capture's t0) reduced: ``beat_pairs``, per (capture, session_id, endpoints) their count and
+    first and last ``at_s``; ``beat_runs``, per sender (:data:`_SENDER`) its runs of heartbeats
+    at most :data:`GAP_FACTOR` intervals apart (``start_s``, ``end_s``). Runs of all pieces,
+    joined where they overlap or come closer than that, give the gaps between one sender's
+    consecutive heartbeats (:meth:`Passes.heartbeats`) with the same seconds."""
+    import pyarrow as pa
+
+    pairs = (
+        rows.select(["capture", "session_id", *_ENDPOINTS])
+        .append_column("at_s", pa.array(at, pa.float64()))
+        .group_by(["capture", "session_id", *_ENDPOINTS])
+        .aggregate([([], "count_all"), ("at_s", "min"), ("at_s", "max")])
+    )
+    rows, at = rows.filter(pa.array(~np.isnan(at))), at[~np.isnan(at)]  # no time: in no run
+    sender = _sender_codes(rows) if rows.num_rows else np.zeros(0, np.int64)
+    order = np.lexsort((at, sender))
+    s, t = sender[order], at[order]
+    split = np.r_[True, (s[1:] != s[:-1]) | (t[1:] - t[:-1] > GAP_FACTOR * HEARTBEAT_INTERVAL_S)]
+    first = np.flatnonzero(split[: s.size])
+    last = np.r_[first[1:] - 1, s.size - 1][: first.size]
+    runs = rows.take(pa.array(order[first], pa.int64())).select(_SENDER)
+    runs = runs.append_column("start_s", pa.array(t[first], pa.float64()))
+    return {"beat_pairs": pairs, "beat_runs": runs.append_column("end_s", pa.array(t[last], pa.float64()))}
 
 
 def _message_piece(caps: dict[str, tuple[float, float, float]], table: pa.Table) -> dict[str, pa.Table]:
@@ -380,6 +437,19 @@ def _fine_groups(capture: Any, v: np.ndarray) -> pa.Table:
     return pa.table(
         {"capture": g["capture"], "fine": g["fine"], "n": g["count_all"], "lo": g["v_min"], "hi": g["v_max"]}
     )
+
+
+def ranked(n: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of a fine histogram (buckets in order: counts ``n``, each bucket's
+    min ``lo`` and max ``hi``) by nearest rank, interpolated linearly inside the bucket holding
+    the rank between its own min and max (exact when the bucket holds one value; at most one
+    bucket, ~2.3%, off otherwise)."""
+    cum = np.cumsum(n)
+    rank = max(1.0, float(np.ceil(q * cum[-1])))  # nearest rank, 1-based
+    i = int(np.searchsorted(cum, rank))
+    before = cum[i - 1] if i else 0.0
+    frac = 0.0 if n[i] <= 1 else (rank - before - 1) / (n[i] - 1)
+    return float(lo[i] + (hi[i] - lo[i]) * min(max(frac, 0.0), 1.0))
 
 
 #: Columns of :func:`_ack_piece`'s rows: a (capture, session, ack hash) group of one piece.
@@ -587,6 +657,21 @@ def _busy_piece(cands: pd.DataFrame, table: pa.Table) -> dict[str, pa.Table]:
     return {"busy": pa.table({"index": pa.array(hit, pa.int64())})}
 
 
+def _columns_of(path: str) -> list[str]:
+    """Column names of the Parquet table at ``path`` (its first file's footer, or Spark's read)."""
+    import pyarrow.dataset as ds
+
+    from ..inputs import is_local, local_path
+
+    if is_local(path):
+        return ds.dataset(local_path(path), format="parquet").schema.names
+
+    from ..inputs import _filesystem
+
+    fs, root = _filesystem(path)
+    return ds.dataset(root, filesystem=fs, format="parquet").schema.names
+
+
 class Passes:
     """The aggregates of one frames table and its messages table (module docstring).
 
@@ -659,7 +744,8 @@ class Passes:
         connects = merge(frames, "connects", schema["connects"].schema)
         self._connects = self._connect_times(connects)
         self._control = merge(frames, "control", schema["control"].schema)
-        self._heartbeats = merge(frames, "heartbeats", schema["heartbeats"].schema)
+        self._beat_pairs = merge(frames, "beat_pairs", schema["beat_pairs"].schema)
+        self._beat_runs = merge(frames, "beat_runs", schema["beat_runs"].schema)
 
         msgs = scan(spark, tables["messages"], partial(_message_piece, self.axis), MESSAGE_COLUMNS, on_driver)
         mschema = _message_piece({}, _empty("messages", MESSAGE_COLUMNS))
@@ -685,6 +771,7 @@ class Passes:
             {"capture": a["capture"], "fine": a["fine"], "n": a["n_sum"], "lo": a["lo_min"], "hi": a["hi_max"]}
         ).to_pandas()
         self._sessions: pd.DataFrame | None = None
+        self._matching: tuple[pd.DataFrame, pd.DataFrame] | None | bool = False  # False: not yet matched
 
     @staticmethod
     def _connect_times(rows: pa.Table) -> pd.DataFrame:
@@ -732,6 +819,46 @@ class Passes:
 
             self._sessions = sessions_from_groups(self.frame_groups(), self._connects, self.message_groups())
         return self._sessions
+
+    def acked_sessions(self) -> list[int]:
+        """Ids (int) of the sessions of :meth:`sessions` that carry an Ack, either way."""
+        s = self.sessions()
+        if not len(s):
+            return []
+        acked = s["acks_c2s"].fillna(0) + s["acks_s2c"].fillna(0)
+        return [int(sid) for sid in s.loc[acked > 0, "session_id"]]
+
+    def ack_matching(self) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """:meth:`acks` of :meth:`acked_sessions`, matched once and kept: the findings' in-flight
+        window (:meth:`round_trip_medians`) and the report read the same matching.
+
+        Returns:
+            :meth:`acks`'s ``(round_trips, resends)``; None when no session carries an Ack or the
+            frames table has neither ``ack_hash`` nor ``payload`` to match them by.
+        """
+        if self._matching is False:
+            acked = self.acked_sessions()
+            columns = _columns_of(self.tables["frames"]) if acked else []
+            if "ack_hash" in columns or "payload" in columns:
+                self._matching = self.acks(acked, "ack_hash" in columns)
+            else:
+                self._matching = None
+        return self._matching  # type: ignore[return-value]
+
+    def round_trip_medians(self) -> dict[str, float]:
+        """Each capture's median SafeDealer round trip, seconds (:func:`ranked` of its fine
+        histogram in :meth:`ack_matching`, the report's ack latency p50); captures without a
+        matched Ack are absent."""
+        matched = self.ack_matching()
+        if matched is None or not len(matched[0]):
+            return {}
+        out = {}
+        for capture, g in matched[0].groupby("capture", sort=True):
+            g = g.groupby("fine", sort=True).agg(n=("n", "sum"), lo=("lo", "min"), hi=("hi", "max"))
+            out[capture] = ranked(
+                g["n"].to_numpy(dtype=float), g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float), 0.5
+            )
+        return out
 
     def summary_rows(self, names: list[str] | tuple[str, ...], columns: list[str]) -> list[dict[str, Any]]:
         """The pipeline summary's rows (one per capture, sorted; see ``pipeline.SUMMARY_COLUMNS``):
@@ -818,21 +945,15 @@ class Passes:
         """
         import pandas as pd
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         from ..findings import _addr_port
-        from ..messages import _u64
 
         pairs = ["capture", "session_id", "src", "dst", "n", "first_s", "last_s"]
         gaps = ["capture", "session_id", "src", "prev_s", "at_s"]
-        hb = self._heartbeats.combine_chunks()
-        if hb.num_rows == 0:
+        if self._beat_pairs.num_rows == 0:
             return pd.DataFrame(columns=pairs), pd.DataFrame(columns=gaps)
-        at = _seconds_since(hb["ts_ns"], _axis(self.axis, hb["capture"])[0])
-        per_pair = (
-            hb.append_column("at_s", pa.array(at))
-            .group_by(["capture", "session_id", *_ENDPOINTS])
-            .aggregate([([], "count_all"), ("at_s", "min"), ("at_s", "max")])
+        per_pair = self._beat_pairs.group_by(["capture", "session_id", *_ENDPOINTS]).aggregate(
+            [("count_all", "sum"), ("at_s_min", "min"), ("at_s_max", "max")]
         )
         per_pair = pd.DataFrame(
             {
@@ -840,42 +961,28 @@ class Passes:
                 "session_id": per_pair["session_id"].to_pylist(),
                 "src": _addr_port(per_pair["src_addr"], per_pair["src_port"]).to_pylist(),
                 "dst": _addr_port(per_pair["dst_addr"], per_pair["dst_port"]).to_pylist(),
-                "n": per_pair["count_all"].to_numpy(),
-                "first_s": per_pair["at_s_min"].to_numpy(),
-                "last_s": per_pair["at_s_max"].to_numpy(),
+                "n": per_pair["count_all_sum"].to_numpy(),
+                "first_s": per_pair["at_s_min_min"].to_numpy(),
+                "last_s": per_pair["at_s_max_max"].to_numpy(),
             }
-        )
-        # each sender's heartbeats in time order: the wait since its previous one
-        codes = [
-            pc.dictionary_encode(hb[c].combine_chunks()).indices.fill_null(-1).to_numpy()
-            for c in ("capture", "src_addr")
-        ]
-        sender = (
-            pd.DataFrame(
-                {
-                    "c": codes[0],
-                    "sid": _u64(hb["session_id"].fill_null(0)),
-                    "a": codes[1],
-                    "p": hb["src_port"].fill_null(0),
-                }
-            )
-            .groupby(["c", "sid", "a", "p"], sort=False)
-            .ngroup()
-            .to_numpy()
-        )
-        order = np.lexsort((at, sender))
-        s, t = sender[order], at[order]
-        wait = np.r_[np.nan, np.where(s[1:] == s[:-1], t[1:] - t[:-1], np.nan)]
+        ).sort_values(["capture", "first_s", "src", "dst"], kind="stable", ignore_index=True)
+        # each sender's runs in time order: the wait from the latest heartbeat before a run to it
+        runs = self._beat_runs.combine_chunks()
+        sender = _sender_codes(runs) if runs.num_rows else np.zeros(0, np.int64)
+        start = runs["start_s"].to_numpy()
+        order = np.lexsort((start, sender))
+        s, a = sender[order], start[order]
+        reach = pd.Series(runs["end_s"].to_numpy()[order]).groupby(s).cummax().to_numpy()
+        wait = np.r_[np.nan, np.where(s[1:] == s[:-1], a[1:] - reach[:-1], np.nan)]
         hit = np.flatnonzero(wait > GAP_FACTOR * HEARTBEAT_INTERVAL_S)[:MAX_GAP_CANDIDATES]
-        long, prev = order[hit], order[hit - 1]
-        rows = hb.take(pa.array(long))
+        rows = runs.take(pa.array(order[hit], pa.int64()))
         found = pd.DataFrame(
             {
                 "capture": rows["capture"].to_pylist(),
                 "session_id": rows["session_id"].to_pylist(),
                 "src": _addr_port(rows["src_addr"], rows["src_port"]).to_pylist(),
-                "prev_s": at[prev],
-                "at_s": at[long],
+                "prev_s": reach[hit - 1],
+                "at_s": a[hit],
             },
             columns=gaps,
         )
