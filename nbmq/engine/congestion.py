@@ -299,12 +299,17 @@ class Window:
         (Karn's rule: a resent frame's ack gives no sample), else None. Grows the window (slow
         start below ``ssthresh``, else about a datagram per window); a sample more than
         ``QDELAY_TARGET`` above ``min_rtt`` ends slow start at once (HyStart's delay
-        increase: a queue-filling burst must not wait for the round's end)."""
+        increase: a queue-filling burst must not wait for the round's end). A drain round
+        (``drain_cwnd`` set) holds the window at ``MIN_WINDOW``: growing it by the bytes acked
+        would keep as much in flight as before, and the queue would never empty."""
         in_flight = self.in_flight - size
         self.in_flight = in_flight if in_flight > 0 else 0
         cwnd = self.cwnd
         if rtt is not None:
             self.sample(rtt)
+        if self.drain_cwnd:
+            return  # (nor end slow start on the samples of the queue it drains)
+        if rtt is not None:
             if cwnd < self.ssthresh and rtt - self.min_rtt > QDELAY_TARGET:
                 self.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
         if cwnd < MAX_WINDOW:
