@@ -16,6 +16,7 @@ from nbmq import codec
 from nbmq.engine import SafeDealer
 from nbmq.engine.congestion import (
     BETA,
+    COMPETE_DRAIN_DELAY,
     COMPETE_INCREASE,
     COMPETE_STRIKES,
     DATAGRAM,
@@ -23,6 +24,7 @@ from nbmq.engine.congestion import (
     DELAY_FLOOR,
     FIRST_DRAIN,
     INITIAL_WINDOW,
+    MIN_RTT_WINDOW,
     MIN_WINDOW,
     PACE_MIN_BURST,
     PACE_QUANTUM,
@@ -361,3 +363,17 @@ def test_a_drain_round_ends_with_its_queue_empty_in_the_engine(monkeypatch):
     (win,) = client.engine._sendq.windows.values()
     assert ends and ends[0] <= MIN_WINDOW + DATAGRAM and win.drains == 1
     assert win.cwnd > 10 * MIN_WINDOW  # restored
+
+
+def test_a_competing_window_drains_a_quarter_as_often():
+    win = _avoiding(400 * DATAGRAM)
+    now = _timed_round(win, BASE, 1.0)
+    queue = BASE + 10 * QDELAY_TARGET  # a neighbour's queue, never drained
+    starts = []
+    while now < 1.0 + FIRST_DRAIN + 2 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY):
+        draining = bool(win.drain_cwnd)
+        now = _timed_round(win, queue, now)
+        if win.drain_cwnd and not draining:
+            starts.append((now, win.competing))
+    assert win.competing and [competing for _, competing in starts] == [True, True]
+    assert starts[1][0] - starts[0][0] == pytest.approx(MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY, abs=2 * queue)
