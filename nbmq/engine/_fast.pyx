@@ -928,6 +928,7 @@ cdef class _AckRun:
     cdef Py_ssize_t in_flight, round_acked, round_end
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
+    cdef bint draining        # a drain round is under way: the window is held (Window.acked)
     cdef Py_ssize_t acked, released
     cdef object sid_obj       # the last peer session id found a u64 int, and its value
     cdef uint64_t sid
@@ -950,6 +951,7 @@ cdef class _AckRun:
         self.min_rtt = win.min_rtt
         self.round_min_rtt = win.round_min_rtt
         self.increase = win.increase
+        self.draining = win.drain_cwnd != 0.0
         self.sampled = False
         return 0
 
@@ -1048,9 +1050,11 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     run.rto = x if x > run.floor else run.floor
     run.sampled = True
     cwnd = run.cwnd
-    if cwnd < run.ssthresh and rtt - run.min_rtt > QDELAY_TARGET_C:
+    if run.draining:
+        pass  # a drain round holds the window
+    elif cwnd < run.ssthresh and rtt - run.min_rtt > QDELAY_TARGET_C:
         run.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
-    if cwnd < MAX_WINDOW_C:
+    if cwnd < MAX_WINDOW_C and not run.draining:
         if cwnd < run.ssthresh:
             cwnd += size
         else:

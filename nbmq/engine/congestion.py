@@ -62,7 +62,9 @@ window to ``MIN_WINDOW`` until the frames in flight are acked and one more went 
 emptied queue, then restores it. A flow drains ``FIRST_DRAIN`` after it starts (one that
 started behind another flow's standing queue took that queue for its base, and the other
 flow yields to it: its drain finds the true base), then whenever no round came within half the
-target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds. ``min_rtt`` is the smallest RTT of the
+target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds (``COMPETE_DRAIN_DELAY`` later while
+``competing``: a drain gives the neighbour that fills the queue this window's share for a round
+trip). The drain round's acks do not grow the window. ``min_rtt`` is the smallest RTT of the
 last two periods between drains, so a base that grew for good is learnt within two periods;
 a competing window whose drain finds the queue gone (it was ours after all) yields to delay
 again. The delay target's floor uses the path's rate (the fastest round delivery in those two
@@ -94,6 +96,7 @@ __all__ = [
     "COMPETE_STRIKES",
     "COMPETE_INCREASE",
     "MIN_RTT_WINDOW",
+    "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
     "PACING_GAIN",
     "PACE_QUANTUM",
@@ -142,6 +145,10 @@ COMPETE_INCREASE = 2 * DATAGRAM
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
 #: late must not keep another flow's queue as its base for that long).
 MIN_RTT_WINDOW = 2.5
+#: A competing window drains this many seconds later than ``MIN_RTT_WINDOW`` says (every 10 s,
+#: BBR's ProbeRTT interval): each drain hands the queue-filling neighbour the window for a round
+#: trip of its queue (every 2.5 s took half of a SafeDealer's share beside CUBIC on a long queue).
+COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
@@ -299,12 +306,17 @@ class Window:
         (Karn's rule: a resent frame's ack gives no sample), else None. Grows the window (slow
         start below ``ssthresh``, else about a datagram per window); a sample more than
         ``QDELAY_TARGET`` above ``min_rtt`` ends slow start at once (HyStart's delay
-        increase: a queue-filling burst must not wait for the round's end)."""
+        increase: a queue-filling burst must not wait for the round's end). A drain round
+        (``drain_cwnd`` set) holds the window at ``MIN_WINDOW``: growing it by the bytes acked
+        would keep as much in flight as before, and the queue would never empty."""
         in_flight = self.in_flight - size
         self.in_flight = in_flight if in_flight > 0 else 0
         cwnd = self.cwnd
         if rtt is not None:
             self.sample(rtt)
+        if self.drain_cwnd:
+            return  # (nor end slow start on the samples of the queue it drains)
+        if rtt is not None:
             if cwnd < self.ssthresh and rtt - self.min_rtt > QDELAY_TARGET:
                 self.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
         if cwnd < MAX_WINDOW:
@@ -396,7 +408,7 @@ class Window:
         ``COMPETE_STRIKES`` decreases that do not drain the queue give the window back what
         they took (``streak_cwnd``) and make it compete.
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
-        first round) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
+        first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
         end is :meth:`_drained`. Then start the next round (it ends with the transmissions
         sent so far)."""
         rtt = self.round_min_rtt
@@ -419,7 +431,7 @@ class Window:
                 elif self.drains and rtt - self.min_rtt <= QDELAY_TARGET / 2:
                     if self.drain_due < now + MIN_RTT_WINDOW:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
-                elif now >= self.drain_due:
+                elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
                     self._drain()
         self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
         self.round_acked = self.round_lost = 0

@@ -16,6 +16,7 @@ from nbmq import codec
 from nbmq.engine import SafeDealer
 from nbmq.engine.congestion import (
     BETA,
+    COMPETE_DRAIN_DELAY,
     COMPETE_INCREASE,
     COMPETE_STRIKES,
     DATAGRAM,
@@ -23,6 +24,7 @@ from nbmq.engine.congestion import (
     DELAY_FLOOR,
     FIRST_DRAIN,
     INITIAL_WINDOW,
+    MIN_RTT_WINDOW,
     MIN_WINDOW,
     PACE_MIN_BURST,
     PACE_QUANTUM,
@@ -33,6 +35,7 @@ from nbmq.engine.congestion import (
 from nbmq.engine.counters import PathState
 from nbmq.engine.peers import Peer, PeerState
 from nbmq.engine.queues import SendQueue
+from nbmq.errors import WouldBlock
 from nbmq.options import SocketOptions
 from nbmq.testing import Link, connected_pair
 
@@ -319,3 +322,58 @@ def test_path_state_shows_drains_and_the_path_rate():
     path = PathState.of(win)
     assert path.drains == 1 and path.path_rate == win.path_rate > 0
     assert path.as_dict()["drains"] == 1
+
+
+def test_a_drain_round_holds_the_window_while_its_queue_empties():
+    win = _avoiding()
+    now = _timed_round(win, BASE, 1.0)
+    while not win.drain_cwnd and now < 3.0:
+        now = _timed_round(win, BASE, now)
+    ssthresh = win.ssthresh
+    assert win.drain_cwnd and win.cwnd == MIN_WINDOW
+    for _ in range(40):  # the frames sent before it are acked, their samples delayed by the queue
+        win.acked(DATAGRAM, BASE + 5 * QDELAY_TARGET)
+    assert win.cwnd == MIN_WINDOW and win.ssthresh == ssthresh  # neither grown nor out of slow start
+
+
+def test_a_drain_round_ends_with_its_queue_empty_in_the_engine(monkeypatch):
+    # the engine's ack path (compiled when built, the twin otherwise) holds the window too: the
+    # drain round ends with at most the floor window in flight, not what was there before it
+    ends: list[int] = []
+    drained = Window._drained
+
+    def record(win: Window, now: float | None) -> None:
+        ends.append(win.in_flight)
+        drained(win, now)
+
+    monkeypatch.setattr(Window, "_drained", record)
+    opts = SocketOptions(send_hwm=2000, safe_congestion=True)
+    net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=3)
+    for _ in range(400):  # bounded: 400 steps of 5 ms
+        for _ in range(100):
+            try:
+                client.engine.send([b"m" * 400], net.now)
+            except WouldBlock:
+                break
+        net.flush(client)
+        net.step(0.005)
+        server.recv_all()
+        if ends:
+            break
+    (win,) = client.engine._sendq.windows.values()
+    assert ends and ends[0] <= MIN_WINDOW + DATAGRAM and win.drains == 1
+    assert win.cwnd > 10 * MIN_WINDOW  # restored
+
+
+def test_a_competing_window_drains_a_quarter_as_often():
+    win = _avoiding(400 * DATAGRAM)
+    now = _timed_round(win, BASE, 1.0)
+    queue = BASE + 10 * QDELAY_TARGET  # a neighbour's queue, never drained
+    starts = []
+    while now < 1.0 + FIRST_DRAIN + 2 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY):
+        draining = bool(win.drain_cwnd)
+        now = _timed_round(win, queue, now)
+        if win.drain_cwnd and not draining:
+            starts.append((now, win.competing))
+    assert win.competing and [competing for _, competing in starts] == [True, True]
+    assert starts[1][0] - starts[0][0] == pytest.approx(MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY, abs=2 * queue)

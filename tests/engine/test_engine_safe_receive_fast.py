@@ -513,7 +513,7 @@ def _big_take_script(python: bool, monkeypatch):
     log.append(("held", q.held))  # (B's, not yet dropped)
     send([b"k" * (chunk * 3 + 1)])  # no loss: each message's last frame acked as first sent
     send([b"l" * (chunk * 2)])
-    for _ in range(4):
+    for _ in range(8):  # (a drain round, due by now, holds the window for two of these steps)
         now += 0.001
         start = len(sent)
         flush()
