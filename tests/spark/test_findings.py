@@ -328,10 +328,9 @@ def test_in_flight_at_end_and_lost_earlier(faults):
     assert (df[df.kind == "message_in_flight_at_end"].severity == "note").all()
 
 
-def test_damaged_records(faults, spark):
-    _summary, out, caps, (in_chunk, in_header) = faults
-    rows, _sent = caps["damaged.pcap"]
-    df = _findings(out, "damaged.pcap")
+def _damaged_ids(rows, in_chunk: int, in_header: int) -> tuple[int, int, int]:
+    """The message ids of the damaged capture's two damaged frames, and the first other frame
+    of the second one's message."""
     suspect = codec.parse_frame(rows[in_chunk - 1][5]).message_id
     cut = codec.parse_frame(rows[in_header - 1][5]).message_id
     rest = min(
@@ -339,6 +338,14 @@ def test_damaged_records(faults, spark):
         for i, r in enumerate(rows)
         if i + 1 != in_header and len(r[5]) > 34 and codec.parse_frame(r[5]).message_id == cut
     )
+    return suspect, cut, rest
+
+
+def test_damaged_records(faults, spark):
+    _summary, out, caps, (in_chunk, in_header) = faults
+    rows, _sent = caps["damaged.pcap"]
+    df = _findings(out, "damaged.pcap")
+    suspect, cut, rest = _damaged_ids(rows, in_chunk, in_header)
     assert [(k, int(f)) for k, f in zip(df.kind, df.frame)] == [
         ("capture_damage", in_chunk),
         ("message_suspect", in_chunk),  # still decodes: suspect
@@ -359,13 +366,7 @@ def test_damaged_pcapng_blocks(faults, spark):
     _summary, out, caps, (in_chunk, in_header) = faults
     rows, _sent = caps["damaged.pcapng"]
     df = _findings(out, "damaged.pcapng")
-    suspect = codec.parse_frame(rows[in_chunk - 1][5]).message_id
-    cut = codec.parse_frame(rows[in_header - 1][5]).message_id
-    rest = min(
-        i + 1
-        for i, r in enumerate(rows)
-        if i + 1 != in_header and len(r[5]) > 34 and codec.parse_frame(r[5]).message_id == cut
-    )
+    suspect, cut, rest = _damaged_ids(rows, in_chunk, in_header)
     assert [(k, int(f)) for k, f in zip(df.kind, df.frame)] == [
         ("capture_damage", in_header),  # not framed, so not read (no time: first):
         ("capture_damage", in_chunk),  # read by its leading length:
