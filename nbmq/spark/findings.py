@@ -1035,8 +1035,8 @@ def write_findings(
     tables: dict[str, str],
     files: Sequence[str],
     *,
+    passes: Any,
     on_driver: bool | None = None,
-    passes: Any = None,
 ) -> dict[str, Any]:
     """Build and write ``findings/`` from ``frames/`` and ``messages/``; add ``suspect`` to ``messages/``.
 
@@ -1058,8 +1058,8 @@ def write_findings(
             None (the default) chooses the driver when both tables are local.
         passes: the run's :class:`nbmq.spark.report.passes.Passes` over the same tables: its
             SafeDealer ack matching (:meth:`~nbmq.spark.report.passes.Passes.round_trip_medians`)
-            gives each capture's round trip for the in-flight window, the one the report shows;
-            None: built here.
+            gives each capture's round trip for the in-flight window, the one the report shows
+            (the caller builds it: the report's passes read this module, not the other way).
 
     Returns:
         ``{"rows": n, "severity": {severity: n}, "kind": {kind: n}}`` (every severity and kind,
@@ -1193,10 +1193,6 @@ def write_findings(
         noted = noted.merge(suspect_keys, on=_KEY, how="left")
         noted["first_frame"] = noted["first_frame"].astype("Int64").fillna(noted["suspect_frame"].astype("Int64"))
         noted["capture_end_ns"] = noted["capture"].map(capture_end)
-        if passes is None:
-            from .report.passes import Passes
-
-            passes = Passes(spark, tables, on_driver)
         trips = passes.round_trip_medians()  # capture -> seconds
         noted["window_s"] = [in_flight_window(intervals[c][0], trips.get(c)) for c in noted["capture"]]
         noted["acked"] = [(c, int(sid)) in acked for c, sid in zip(noted["capture"], noted["session_id"])]

@@ -452,6 +452,7 @@ def test_spark_pass_gives_the_same_tables(faults, fault_captures, spark, tmp_pat
 
     from nbmq.spark.findings import read_findings, write_findings
     from nbmq.spark.inputs import expand_paths
+    from nbmq.spark.report.passes import Passes
 
     summary, out, _caps, _cut = faults
     tables = {}
@@ -459,7 +460,7 @@ def test_spark_pass_gives_the_same_tables(faults, fault_captures, spark, tmp_pat
         shutil.copytree(out / name, tmp_path / name)
         tables[name] = str(tmp_path / name)
     files = expand_paths([str(fault_captures[0])])
-    counts = write_findings(spark, tables, files, on_driver=False)
+    counts = write_findings(spark, tables, files, passes=Passes(spark, tables, False), on_driver=False)
     assert tables["findings"] == str(tmp_path / "findings")
     assert_frame_equal(read_findings(tables["findings"]), read_findings(str(out / "findings")))
     assert counts == summary["findings"] and counts["rows"] > 0
