@@ -667,18 +667,6 @@ def _pass_schema() -> Any:
     )
 
 
-def _addr_port(addr: Any, port: Any) -> Any:
-    """pyarrow string array ``addr:port`` (``[addr]:port`` for IPv6), null where either is."""
-    import pyarrow.compute as pc
-
-    port = pc.cast(port, "string")
-    v6 = pc.fill_null(pc.match_substring(addr, ":"), False)
-    plain = pc.binary_join_element_wise(addr, port, ":")
-    if not pc.any(v6).as_py():
-        return plain
-    return pc.if_else(v6, pc.binary_join_element_wise(pc.binary_join_element_wise("[", addr, ""), port, "]:"), plain)
-
-
 def _u64_bits(ids: Any) -> np.ndarray:
     """A DECIMAL(20,0) id column as int64 (the u64's bits; null as 0)."""
     import pyarrow as pa
@@ -748,6 +736,8 @@ def _peer_group(wanted: np.ndarray, table: Any) -> _PeerGroup:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from .messages_local import endpoint_text
+
     out: list[pa.Table] = []
     if table.num_rows == 0:
         return _PeerGroup(out, np.zeros(0, object))
@@ -771,9 +761,9 @@ def _peer_group(wanted: np.ndarray, table: Any) -> _PeerGroup:
         bad = table.filter(malformed)
         text = pc.binary_join_element_wise(
             "datagram ",
-            _addr_port(bad["src_addr"], bad["src_port"]),
+            endpoint_text(bad["src_addr"], bad["src_port"]),
             " -> ",
-            _addr_port(bad["dst_addr"], bad["dst_port"]),
+            endpoint_text(bad["dst_addr"], bad["dst_port"]),
             " (",
             pc.cast(bad["length"], "string"),
             " bytes) does not decode: ",
@@ -807,7 +797,7 @@ def _peer_group(wanted: np.ndarray, table: Any) -> _PeerGroup:
         pc.binary_join_element_wise(
             one["capture"],
             pc.cast(pc.cast(one["session_id"], pa.uint64()), "string"),
-            _addr_port(one["src_addr"], one["src_port"]),
+            endpoint_text(one["src_addr"], one["src_port"]),
             _SEP,
         ).to_pylist(),
         dtype=object,
@@ -819,9 +809,9 @@ def _peer_group(wanted: np.ndarray, table: Any) -> _PeerGroup:
     if bye.size:
         gone = table.take(pa.array(bye))
         text = pc.binary_join_element_wise(
-            _addr_port(gone["src_addr"], gone["src_port"]),
+            endpoint_text(gone["src_addr"], gone["src_port"]),
             " sent Disconnected to ",
-            _addr_port(gone["dst_addr"], gone["dst_port"]),
+            endpoint_text(gone["dst_addr"], gone["dst_port"]),
             "",
         )
         _emit(out, names[code[bye]], "disconnected", *_with_nulls(gone["ts_ns"], gone["frame_number"]), text=text)
@@ -959,9 +949,11 @@ def _marked_frames(marks: pd.DataFrame, table: Any) -> pd.DataFrame:
     ``suspect_frame``."""
     import pyarrow.compute as pc
 
+    from .messages_local import endpoint_text
+
     data = pc.fill_null(pc.and_(pc.is_null(table["error"]), pc.equal(table["kind"], 0)), False)
     rows = table.filter(data).select(["capture", "session_id", "src_addr", "src_port", "message_id", "frame_number"])
-    rows = rows.append_column("src", _addr_port(rows["src_addr"], rows["src_port"])).to_pandas()
+    rows = rows.append_column("src", endpoint_text(rows["src_addr"], rows["src_port"])).to_pandas()
     rows = rows.merge(marks, on=["capture", "frame_number"])
     return rows.rename(columns={"frame_number": "suspect_frame"})[[*_KEY, "suspect_frame"]]
 

@@ -121,13 +121,24 @@ def _parquet_pieces(frames: DataFrame) -> list[tuple[str, int]] | None:
         return None
 
 
-def _addr_port_arrow(addr: pa.Array, port: pa.Array) -> pa.Array:
-    """``addr_port``'s rule in Arrow: ``addr:port``, ``[addr]:port`` for IPv6.
+def endpoint_text(addr: Any, port: Any) -> pa.Array:
+    """:func:`nbmq.spark.messages.addr_port`'s rule in Arrow: ``addr:port``, ``[addr]:port`` for
+    IPv6, null where either is.
 
-    Built once per distinct (address, port) pair (a capture has few peers) and gathered.
+    Args:
+        addr: string Array or ChunkedArray of addresses.
+        port: integer Array or ChunkedArray of ports, as long as ``addr``.
+
+    Returns:
+        A string Array. Built once per distinct (address, port) pair (a capture has few peers)
+        and gathered, when neither column has a null.
     """
     import pyarrow.compute as pc
 
+    if isinstance(addr, pa.ChunkedArray):
+        addr = addr.combine_chunks()
+    if isinstance(port, pa.ChunkedArray):
+        port = port.combine_chunks()
     if len(addr) and not addr.null_count and not port.null_count:
         enc = pc.dictionary_encode(addr)
         pair = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 17) | port.to_numpy(
@@ -162,9 +173,9 @@ def data_frames(b: pa.RecordBatch) -> pa.RecordBatch:
         [
             c("capture"),
             c("session_id"),
-            _addr_port_arrow(c("src_addr"), c("src_port")),
+            endpoint_text(c("src_addr"), c("src_port")),
             c("message_id"),
-            _addr_port_arrow(c("dst_addr"), c("dst_port")),
+            endpoint_text(c("dst_addr"), c("dst_port")),
             c("part_count"),
             c("part_index"),
             c("message_size"),

@@ -627,8 +627,8 @@ def _busy_piece(cands: pd.DataFrame, table: pa.Table) -> dict[str, pa.Table]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..findings import _addr_port
     from ..messages import _u64
+    from ..messages_local import endpoint_text
 
     kind = table["kind"].fill_null(-1).to_numpy(zero_copy_only=False)
     ok = pc.is_null(table["error"]).to_numpy(zero_copy_only=False) & (kind >= 0) & (kind != _HEARTBEAT)
@@ -642,7 +642,7 @@ def _busy_piece(cands: pd.DataFrame, table: pa.Table) -> dict[str, pa.Table]:
             {
                 "capture": rows["capture"].to_numpy(zero_copy_only=False),
                 "sid": sid[ok],
-                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_numpy(zero_copy_only=False),
+                "src": endpoint_text(rows["src_addr"], rows["src_port"]).to_numpy(zero_copy_only=False),
                 "t": _seconds_since(rows["ts_ns"], t0),
             }
         )
@@ -690,7 +690,7 @@ class Passes:
 
         import pyarrow as pa
 
-        from ..findings import _addr_port
+        from ..messages_local import endpoint_text
         from ..scan import merge, scan
 
         self.spark, self.tables, self.on_driver = spark, dict(tables), on_driver
@@ -730,8 +730,8 @@ class Passes:
         out = {
             "capture": groups["capture"],
             "session_id": groups["session_id"],
-            "src": _addr_port(groups["src_addr"], groups["src_port"]),
-            "dst": _addr_port(groups["dst_addr"], groups["dst_port"]),
+            "src": endpoint_text(groups["src_addr"], groups["src_port"]),
+            "dst": endpoint_text(groups["dst_addr"], groups["dst_port"]),
             **{k: groups[k] for k in ("kind", "kind_name", "reason", "bin", "unreadable", "secure")},
             "frames": groups["count_all_sum"],
             "bytes": groups["length_sum_sum"],
@@ -777,7 +777,7 @@ class Passes:
     def _connect_times(rows: pa.Table) -> pd.DataFrame:
         import pyarrow as pa
 
-        from ..findings import _addr_port
+        from ..messages_local import endpoint_text
 
         columns = ["capture", "session_id", "src", "dst", "connect_ns"]
         if rows.num_rows == 0:
@@ -786,8 +786,8 @@ class Passes:
             {
                 "capture": rows["capture"],
                 "session_id": rows["session_id"],
-                "src": _addr_port(rows["src_addr"], rows["src_port"]),
-                "dst": _addr_port(rows["dst_addr"], rows["dst_port"]),
+                "src": endpoint_text(rows["src_addr"], rows["src_port"]),
+                "dst": endpoint_text(rows["dst_addr"], rows["dst_port"]),
                 "ts_ns": rows["ts_ns"],
             }
         )
@@ -911,7 +911,7 @@ class Passes:
         (seconds since the capture's t0), src, dst, and ``columns`` of ``rows``."""
         import pandas as pd
 
-        from ..findings import _addr_port
+        from ..messages_local import endpoint_text
 
         t0, _, _ = _axis(self.axis, rows["capture"])
         return pd.DataFrame(
@@ -919,8 +919,8 @@ class Passes:
                 "capture": rows["capture"].to_pylist(),
                 "session_id": rows["session_id"].to_pylist(),
                 "at_s": _seconds_since(rows["ts_ns"], t0),
-                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_pylist(),
-                "dst": _addr_port(rows["dst_addr"], rows["dst_port"]).to_pylist(),
+                "src": endpoint_text(rows["src_addr"], rows["src_port"]).to_pylist(),
+                "dst": endpoint_text(rows["dst_addr"], rows["dst_port"]).to_pylist(),
                 **{c: rows[c].to_pylist() for c in columns},
             }
         )
@@ -946,7 +946,7 @@ class Passes:
         import pandas as pd
         import pyarrow as pa
 
-        from ..findings import _addr_port
+        from ..messages_local import endpoint_text
 
         pairs = ["capture", "session_id", "src", "dst", "n", "first_s", "last_s"]
         gaps = ["capture", "session_id", "src", "prev_s", "at_s"]
@@ -959,8 +959,8 @@ class Passes:
             {
                 "capture": per_pair["capture"].to_pylist(),
                 "session_id": per_pair["session_id"].to_pylist(),
-                "src": _addr_port(per_pair["src_addr"], per_pair["src_port"]).to_pylist(),
-                "dst": _addr_port(per_pair["dst_addr"], per_pair["dst_port"]).to_pylist(),
+                "src": endpoint_text(per_pair["src_addr"], per_pair["src_port"]).to_pylist(),
+                "dst": endpoint_text(per_pair["dst_addr"], per_pair["dst_port"]).to_pylist(),
                 "n": per_pair["count_all_sum"].to_numpy(),
                 "first_s": per_pair["at_s_min_min"].to_numpy(),
                 "last_s": per_pair["at_s_max_max"].to_numpy(),
@@ -980,7 +980,7 @@ class Passes:
             {
                 "capture": rows["capture"].to_pylist(),
                 "session_id": rows["session_id"].to_pylist(),
-                "src": _addr_port(rows["src_addr"], rows["src_port"]).to_pylist(),
+                "src": endpoint_text(rows["src_addr"], rows["src_port"]).to_pylist(),
                 "prev_s": reach[hit - 1],
                 "at_s": a[hit],
             },
