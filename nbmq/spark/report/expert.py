@@ -12,7 +12,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from ..findings import SEVERITIES
-from .units import count, hex_id
+from .units import count, hex_id, id_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,7 +70,7 @@ def session_anchor(capture: str, session_id: Any) -> str:
 def _session_cell(capture: str, session_id: Any, shown: set[tuple[str, int]]) -> str:
     if session_id is None:
         return ""
-    label = f"<span class=id>{hex_id(session_id)}</span>"
+    label = id_cell(session_id)
     if (capture, int(session_id)) in shown:
         return f"<a href='#{session_anchor(capture, session_id)}'>{label}</a>"
     return label
@@ -122,7 +122,7 @@ def section(findings: pd.DataFrame | None, shown_sessions: set[tuple[str, int]])
             body.append(
                 f"<tr><td class=l>{e(r.capture)}</td><td>{at}</td><td>{'' if r.frame is None else count(r.frame)}</td>"
                 f"<td class=l>{_session_cell(r.capture, r.session_id, shown_sessions)}</td>"
-                f"<td class=l><span class=id>{hex_id(r.message_id)}</span></td><td class=l>{e(r.detail)}</td></tr>"
+                f"<td class=l>{id_cell(r.message_id)}</td><td class=l>{e(r.detail)}</td></tr>"
             )
         more = f" (the first {MAX_ROWS_PER_KIND}; all are in findings/)" if len(sel) > MAX_ROWS_PER_KIND else ""
         out.append(

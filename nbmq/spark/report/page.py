@@ -15,7 +15,7 @@ from typing import Any
 from ..findings import SEVERITIES
 from . import charts, expert
 from .aggregate import GAP_FACTOR, HEARTBEAT_INTERVAL_S, ReportData
-from .units import count, duration, hex_id, rate, size
+from .units import count, duration, id_cell, rate, size
 
 __all__ = ["render", "write_report", "STATIC"]
 
@@ -114,7 +114,7 @@ def _sessions_table(rows: Any) -> str:
         out.append(
             {
                 "_id": expert.session_anchor(r["capture"], r["session_id"]),
-                "session": f"<span class=id>{hex_id(r['session_id'])}</span>",
+                "session": id_cell(r["session_id"]),
                 "client": _e(r["client"]),
                 "server": _e(r["server"]),
                 "duration": duration(dur),
@@ -180,7 +180,7 @@ def _latency_table(lat: Any) -> str:
 
 def _round_trip_table(trips: Any) -> str:
     rows = [
-        {**r, "session": f"<span class=id>{hex_id(r['session_id'])}</span>"}
+        {**r, "session": id_cell(r["session_id"])}
         for r in trips.sort_values(["capture", "session_id", "direction"], kind="stable").to_dict("records")
     ]
     cols: list[Column] = [

@@ -19,6 +19,11 @@ def hex_id(value: Any) -> str:
     return f"0x{int(value):016x}"
 
 
+def id_cell(value: Any) -> str:
+    """A u64 id as the report's id markup (``<span class=id>0x...</span>``; see :func:`hex_id`)."""
+    return f"<span class=id>{hex_id(value)}</span>"
+
+
 def _scaled(value: float, steps: list[tuple[float, str]], digits: int) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
