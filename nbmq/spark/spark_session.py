@@ -261,8 +261,10 @@ _DIRECT_CAP = "-XX:MaxDirectMemorySize=1g"
 #: class loading and interpreted code, and C2's compiler threads competed with them for the
 #: cores (start 5.2 -> 4.1 s, a first ``range(1000).count()`` 1.8 -> 1.3 s, medians of 3,
 #: local[2], load ~2). The pipeline's heavy work runs in Python (pyarrow, the codec), not in
-#: this JVM. Your ``spark.driver.extraJavaOptions`` replaces it.
-_QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: this JVM. C1 alone shrinks the code cache's default to 48 MB, which a long-lived session
+#: (a test suite's) filled ("Out of space in CodeCache for adapters"): it keeps the tiered
+#: default of 240 MB. Your ``spark.driver.extraJavaOptions`` replaces it.
+_QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def local_driver_memory(cores: int) -> str:
