@@ -15,6 +15,11 @@ cdef enum:
     SECURE_VERSION = 0x81   # wire.SECURE_VERSION
     SECURE_COUNTER = 8      # wire.SECURE_COUNTER_SIZE
     SECURE_OVERHEAD = 24    # wire.SECURE_OVERHEAD: counter + Poly1305 tag
+    BUNDLE_VERSION = 0x82   # wire.BUNDLE_VERSION
+    BUNDLE_HEAD = 2         # wire.BUNDLE_HEAD_SIZE: version byte and frame count
+    BUNDLE_ENTRY = 2        # wire.BUNDLE_ENTRY_SIZE: a frame's u16 ciphertext length
+    MIN_BUNDLE_FRAMES = 2   # wire.MIN_BUNDLE_FRAMES
+    MAX_BUNDLE_FRAMES = 255 # wire.MAX_BUNDLE_FRAMES
 
 cdef extern from *:
     """

@@ -259,8 +259,8 @@ def test_both_batch_twins_seal_and_open_alike():
             (b"\x81\x01" + bytes(40), "b"),
             (DATA_FRAME[:2] + bytes(8) + DATA_FRAME[10:], "c"),
         ]
-        sealed, count, unsealed = seal_frames({sid: alice}, out)
-        assert (count, unsealed) == (2, 1) and sealed[2][0] == out[2][0]
+        sealed, merged, added, unsealed = seal_frames({sid: alice}, out)
+        assert (merged, added, unsealed) == (0, 2 * SECURE_OVERHEAD, 1) and sealed[2][0] == out[2][0]
         frames = [d for d, _ in sealed]
         flipped = bytearray(frames[0])
         flipped[-1] ^= 1
