@@ -10,10 +10,11 @@ that both twins give the same bytes and refuse the same frames.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from libc.stdint cimport uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
 from nbmq._wire cimport BUNDLE_ENTRY, BUNDLE_HEAD, BUNDLE_VERSION, MAX_BUNDLE_FRAMES, MIN_BUNDLE_FRAMES
 
 
@@ -111,12 +112,11 @@ cdef class FrameCipher:
             raise RuntimeError("ChaCha20-Poly1305 encryption failed")
         return out
 
-    cdef object _open(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t size):
-        """The plain frame of the sealed one at ``p`` (``n`` bytes, header ``size``), or None."""
+    cdef int _open_into(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t size, unsigned char* o) except -1:
+        """Write the plain frame of the sealed one at ``p`` (``n`` bytes, header ``size``) to
+        ``o`` (``n - 24`` bytes): 1, or 0 when the tag did not verify."""
         cdef int outl = 0, finl = 0
         cdef Py_ssize_t body = n - size - COUNTER - TAG
-        cdef bytes out = PyBytes_FromStringAndSize(NULL, n - COUNTER - TAG)
-        cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(out)
         cdef EVP_CIPHER_CTX* ctx = self._ctx
         o[0] = PLAIN_VERSION
         memcpy(o + 1, p + 1, size - 1)
@@ -125,14 +125,19 @@ cdef class FrameCipher:
                 or EVP_CipherUpdate(ctx, o + size, &outl, p + size + COUNTER, <int>body) != 1
                 or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TAG, <void*>(p + n - TAG)) != 1):
             raise RuntimeError("ChaCha20-Poly1305 decryption failed")
-        if EVP_CipherFinal_ex(ctx, o + size + outl, &finl) != 1:
+        return EVP_CipherFinal_ex(ctx, o + size + outl, &finl) == 1
+
+    cdef object _open(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t size):
+        """The plain frame of the sealed one at ``p`` (``n`` bytes, header ``size``), or None."""
+        cdef bytes out = PyBytes_FromStringAndSize(NULL, n - COUNTER - TAG)
+        if not self._open_into(p, n, size, <unsigned char*>PyBytes_AS_STRING(out)):
             return None  # the tag did not verify
         return out
 
     cdef bytes _seal_bundle(self, list frames, Py_ssize_t first, Py_ssize_t last, uint64_t counter):
         """One bundle of ``frames[first:last]`` (2..255 plain frames) under ``counter``."""
         cdef Py_buffer views[MAX_BUNDLE_FRAMES]
-        cdef Py_ssize_t k = last - first, got = 0, i, total = BUNDLE_HEAD + COUNTER + TAG, pos, size, length
+        cdef Py_ssize_t k = last - first, got = 0, i, total = BUNDLE_HEAD + COUNTER + TAG, pos, size, length, start
         cdef int outl = 0, finl = 0
         cdef const unsigned char* p
         cdef unsigned char* o
@@ -163,16 +168,16 @@ cdef class FrameCipher:
                 pos += BUNDLE_ENTRY + size
             _put_be64(o + pos, counter)
             pos += COUNTER
-            self._nonce(counter)
-            if EVP_CipherUpdate(ctx, NULL, &outl, o, <int>pos) != 1:
-                raise RuntimeError("ChaCha20-Poly1305 encryption failed")
-            for i in range(k):
-                p = <const unsigned char*>views[i].buf
+            start = pos
+            for i in range(k):  # the payloads back to back, then encrypted in place in one call:
+                p = <const unsigned char*>views[i].buf  # a call's set-up is most of its cost
                 size = DATA_HEADER if p[1] == 0 else CONTROL_HEADER
-                length = views[i].len - size
-                if length and EVP_CipherUpdate(ctx, o + pos, &outl, p + size, <int>length) != 1:
-                    raise RuntimeError("ChaCha20-Poly1305 encryption failed")
-                pos += length
+                memcpy(o + pos, p + size, views[i].len - size)
+                pos += views[i].len - size
+            self._nonce(counter)
+            if (EVP_CipherUpdate(ctx, NULL, &outl, o, <int>start) != 1
+                    or EVP_CipherUpdate(ctx, o + start, &outl, o + start, <int>(pos - start)) != 1):
+                raise RuntimeError("ChaCha20-Poly1305 encryption failed")
             if (EVP_CipherFinal_ex(ctx, o + pos, &finl) != 1
                     or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, TAG, o + pos) != 1):
                 raise RuntimeError("ChaCha20-Poly1305 encryption failed")
@@ -181,32 +186,48 @@ cdef class FrameCipher:
             for i in range(got):
                 PyBuffer_Release(&views[i])
 
+    cdef int _open_bundle_into(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t k,
+                               const Py_ssize_t* heads, const Py_ssize_t* sizes, const Py_ssize_t* lens,
+                               Py_ssize_t end, unsigned char* o) except -1:
+        """Write the plain frames of the bundle at ``p`` (layout checked by ``_bundle_layout``)
+        back to back to ``o`` (their total size): 1, or 0 when the tag did not verify."""
+        cdef int outl = 0, finl = 0
+        cdef Py_ssize_t i, start = end + COUNTER, body = n - start - TAG, heads_total = 0, at, to = 0
+        cdef EVP_CIPHER_CTX* ctx = self._ctx
+        for i in range(k):
+            heads_total += sizes[i]
+        self._nonce(_get_be64(p + end))
+        # the whole ciphertext in one call (a call's set-up is most of its cost), to the tail
+        # of ``o``; each payload then moves down to follow its header (never past its source)
+        if (EVP_CipherUpdate(ctx, NULL, &outl, p, <int>start) != 1
+                or EVP_CipherUpdate(ctx, o + heads_total, &outl, p + start, <int>body) != 1
+                or EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TAG, <void*>(p + n - TAG)) != 1):
+            raise RuntimeError("ChaCha20-Poly1305 decryption failed")
+        if EVP_CipherFinal_ex(ctx, o + heads_total + outl, &finl) != 1:
+            return 0  # the tag did not verify
+        at = heads_total
+        for i in range(k):
+            memmove(o + to + sizes[i], o + at, lens[i])
+            o[to] = PLAIN_VERSION
+            memcpy(o + to + 1, p + heads[i] + 1, sizes[i] - 1)
+            to += sizes[i] + lens[i]
+            at += lens[i]
+        return 1
+
     cdef object _open_bundle(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t k,
                              const Py_ssize_t* heads, const Py_ssize_t* sizes, const Py_ssize_t* lens,
                              Py_ssize_t end):
         """The plain frames of the bundle at ``p`` (layout checked by ``_bundle_layout``), or None."""
-        cdef int outl = 0, finl = 0
-        cdef Py_ssize_t i, pos = end + COUNTER
-        cdef list frames = []
-        cdef bytes out
-        cdef unsigned char* o
-        cdef EVP_CIPHER_CTX* ctx = self._ctx
-        self._nonce(_get_be64(p + end))
-        if EVP_CipherUpdate(ctx, NULL, &outl, p, <int>pos) != 1:
-            raise RuntimeError("ChaCha20-Poly1305 decryption failed")
+        cdef Py_ssize_t i, total = 0, at = 0
         for i in range(k):
-            out = PyBytes_FromStringAndSize(NULL, sizes[i] + lens[i])
-            o = <unsigned char*>PyBytes_AS_STRING(out)
-            o[0] = PLAIN_VERSION
-            memcpy(o + 1, p + heads[i] + 1, sizes[i] - 1)
-            if lens[i] and EVP_CipherUpdate(ctx, o + sizes[i], &outl, p + pos, <int>lens[i]) != 1:
-                raise RuntimeError("ChaCha20-Poly1305 decryption failed")
-            pos += lens[i]
-            frames.append(out)
-        if EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, TAG, <void*>(p + n - TAG)) != 1:
-            raise RuntimeError("ChaCha20-Poly1305 decryption failed")
-        if EVP_CipherFinal_ex(ctx, NULL, &finl) != 1:
-            return None  # the tag did not verify
+            total += sizes[i] + lens[i]
+        cdef bytes plain = PyBytes_FromStringAndSize(NULL, total)
+        if not self._open_bundle_into(p, n, k, heads, sizes, lens, end, <unsigned char*>PyBytes_AS_STRING(plain)):
+            return None
+        frames = []
+        for i in range(k):
+            frames.append(plain[at : at + sizes[i] + lens[i]])
+            at += sizes[i] + lens[i]
         return frames
 
     def seal(self, frame, uint64_t counter):
@@ -481,27 +502,73 @@ cdef class SessionKeys:
             self.rekeys += 1
         self._take(counter)
 
+    cdef FrameCipher _bundle_cipher(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t* k,
+                                    Py_ssize_t* heads, Py_ssize_t* sizes, Py_ssize_t* lens,
+                                    Py_ssize_t* end, uint64_t* counter, int* why):
+        """The key that opens the bundle at ``p`` (its layout and counter checked), or None with
+        ``why`` set (3..9, as ``_check_counter`` and ``_bundle_layout`` say)."""
+        why[0] = _bundle_layout(p, n, k, heads, sizes, lens, end)
+        if why[0] != 0:
+            return None
+        counter[0] = _get_be64(p + end[0])
+        why[0] = self._check_counter(counter[0])
+        if why[0] != 0:
+            return None
+        return self._recv_cipher(counter[0])
+
     cdef object _open_bundle_ptr(self, const unsigned char* p, Py_ssize_t n, int* why):
-        """The plain frames of the bundle at ``p``; None with ``why`` set (3..9, as
-        ``_check_counter`` and ``_bundle_layout`` say) or 0 when the tag failed."""
+        """The plain frames of the bundle at ``p``; None with ``why`` set (3..9) or 0 when the
+        tag failed."""
         cdef Py_ssize_t heads[MAX_BUNDLE_FRAMES]
         cdef Py_ssize_t sizes[MAX_BUNDLE_FRAMES]
         cdef Py_ssize_t lens[MAX_BUNDLE_FRAMES]
         cdef Py_ssize_t k = 0, end = 0
-        cdef uint64_t counter
-        cdef FrameCipher cipher
-        why[0] = _bundle_layout(p, n, &k, heads, sizes, lens, &end)
-        if why[0] != 0:
+        cdef uint64_t counter = 0
+        cdef FrameCipher cipher = self._bundle_cipher(p, n, &k, heads, sizes, lens, &end, &counter, why)
+        if cipher is None:
             return None
-        counter = _get_be64(p + end)
-        why[0] = self._check_counter(counter)
-        if why[0] != 0:
-            return None
-        cipher = self._recv_cipher(counter)
         frames = cipher._open_bundle(p, n, k, heads, sizes, lens, end)
         if frames is not None:
             self._opened(cipher, counter)
         return frames
+
+    cdef Py_ssize_t _open_run(self, const unsigned char* p, Py_ssize_t n, bytearray plain, list lengths) except -2:
+        """Open the sealed frame or bundle at ``p`` (first byte 0x81 or 0x82, not a handshake),
+        appending its plain frames to ``plain`` and their sizes to ``lengths``: how many, or -1
+        when it was refused (nothing appended, nothing moved)."""
+        cdef Py_ssize_t heads[MAX_BUNDLE_FRAMES]
+        cdef Py_ssize_t sizes[MAX_BUNDLE_FRAMES]
+        cdef Py_ssize_t lens[MAX_BUNDLE_FRAMES]
+        cdef Py_ssize_t k = 1, end = 0, i, total, have = PyByteArray_GET_SIZE(plain)
+        cdef uint64_t counter = 0
+        cdef int why = 0, ok
+        cdef FrameCipher cipher
+        if p[0] == BUNDLE_VERSION:
+            cipher = self._bundle_cipher(p, n, &k, heads, sizes, lens, &end, &counter, &why)
+            if cipher is None:
+                return -1
+            total = 0
+            for i in range(k):
+                total += sizes[i] + lens[i]
+        else:
+            if self._prepare(p, n, &sizes[0], &counter) != 0:
+                return -1
+            cipher = self._recv_cipher(counter)
+            lens[0] = n - sizes[0] - COUNTER - TAG
+            total = n - COUNTER - TAG
+        PyByteArray_Resize(plain, have + total)
+        o = <unsigned char*>PyByteArray_AS_STRING(plain) + have
+        if p[0] == BUNDLE_VERSION:
+            ok = cipher._open_bundle_into(p, n, k, heads, sizes, lens, end, o)
+        else:
+            ok = cipher._open_into(p, n, sizes[0], o)
+        if not ok:
+            PyByteArray_Resize(plain, have)
+            return -1
+        self._opened(cipher, counter)
+        for i in range(k):
+            lengths.append(sizes[i] + lens[i])
+        return k
 
     def open_bundle(self, datagram):
         cdef Py_buffer view
@@ -556,14 +623,20 @@ def seal_frames(dict sessions, list out, Py_ssize_t max_datagram_size=0):
     cdef Py_buffer view
     cdef const unsigned char* p
     cdef SessionKeys keys
+    cdef uint64_t raw, last_sid = 0
+    last = last_addr = None
     for data, addr in out:
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
             p = <const unsigned char*>view.buf
             if view.len >= CONTROL_HEADER and p[0] == PLAIN_VERSION:
-                sid = PyLong_FromUnsignedLongLong(_get_be64(p + 2))
                 if p[1] == 0 and view.len < DATA_HEADER:
                     raise ValueError("frame shorter than its header")
+                raw = _get_be64(p + 2)
+                if last is not None and raw == last_sid and addr is last_addr:
+                    (<list>(<list>last)[2]).append(data)  # the usual case: the same peer again
+                    continue
+                sid = PyLong_FromUnsignedLongLong(raw)
                 group = groups.get((sid, addr))
                 if group is None:
                     found = sessions.get(sid)
@@ -573,6 +646,7 @@ def seal_frames(dict sessions, list out, Py_ssize_t max_datagram_size=0):
                     group = groups[sid, addr] = [<SessionKeys?>found, addr, []]
                     slots.append(group)
                 (<list>(<list>group)[2]).append(data)
+                last, last_sid, last_addr = group, raw, addr
             else:
                 slots.append((data, addr))
         finally:
@@ -606,15 +680,13 @@ def seal_frames(dict sessions, list out, Py_ssize_t max_datagram_size=0):
     return sealed, merged, added, unsealed
 
 
-def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, list run, list froms):
+def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, bytearray plain, list sizes,
+                list froms):
     """Compiled twin of ``nbmq.engine.secure.open_frames`` (same arguments and result)."""
     cdef Py_buffer view
     cdef const unsigned char* base
     cdef const unsigned char* p
-    cdef Py_ssize_t i = start, count, offset, length
-    cdef Py_ssize_t size = 0
-    cdef uint64_t counter = 0
-    cdef int why = 0
+    cdef Py_ssize_t i = start, count, offset, length, k, at
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     count = min(len(offsets), len(lengths), len(addrs))
@@ -635,26 +707,21 @@ def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start
             if p[0] == BUNDLE_VERSION:
                 if length < BUNDLE_HEAD + BUNDLE_ENTRY + 2 + COUNTER:
                     return i
-                keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + BUNDLE_HEAD + BUNDLE_ENTRY + 2)))
-                if keys is None:
-                    return i
-                opened = (<SessionKeys?>keys)._open_bundle_ptr(p, length, &why)
-                if opened is None:
-                    return i
-                run += <list>opened
-                froms += [addrs[i]] * len(<list>opened)
-                i += 1
-                continue
-            if p[0] != SECURE_VERSION or p[1] == 1 or p[1] == 2:
+                at = BUNDLE_HEAD + BUNDLE_ENTRY + 2  # the first bundled header's session
+            elif p[0] == SECURE_VERSION and p[1] != 1 and p[1] != 2:
+                at = 2
+            else:
                 return i
-            keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + 2)))
-            if keys is None or (<SessionKeys?>keys)._prepare(p, length, &size, &counter) != 0:
+            keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + at)))
+            if keys is None:
                 return i
-            plain = (<SessionKeys>keys)._open_ptr(p, length, size, counter)
-            if plain is None:
+            k = (<SessionKeys?>keys)._open_run(p, length, plain, sizes)
+            if k < 0:
                 return i
-            run.append(plain)
-            froms.append(addrs[i])
+            addr = addrs[i]
+            while k:
+                froms.append(addr)
+                k -= 1
             i += 1
         return i
     finally:

@@ -421,16 +421,16 @@ class Connection:
             counter = {"replay": "secure_replays", "auth": "secure_auth_failed"}.get(exc.reason, "malformed")
             self._secure_drop(n, addr, counter, exc.detail)
             return None
-        self._opened(1, n, frames)
+        self._opened(1, n, len(frames), sum(map(len, frames)))
         return frames
 
-    def _opened(self, datagrams: int, size: int, frames: list[bytes]) -> None:
-        """Count ``datagrams`` opened (``size`` bytes in all) into ``frames``, before the plain
-        path counts each frame as a datagram of its own size: the difference is the seals'
-        bytes and the frames that shared a bundle."""
+    def _opened(self, datagrams: int, size: int, frames: int, plain: int) -> None:
+        """Count ``datagrams`` opened (``size`` bytes in all) into ``frames`` plain frames
+        (``plain`` bytes in all), before the plain path counts each frame as a datagram of its
+        own size: the difference is the seals' bytes and the frames that shared a bundle."""
         counters = self._counters
-        bundled = len(frames) - datagrams
-        counters.bytes_in += size - sum(map(len, frames))
+        bundled = frames - datagrams
+        counters.bytes_in += size - plain
         counters.datagrams_in -= bundled
         self._bundled_in += bundled
 
@@ -446,16 +446,17 @@ class Connection:
         feed = self._receive_secure
         size = len(buffer)
         count = min(len(offsets), len(lengths), len(addrs))
-        run: list[bytes] = []
-        froms: list[Hashable] = []
         i = 0
         while i < count:
             if not self._closed:
                 start = i
-                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, run, froms)
-                if run:
-                    self._opened(i - start, int(sum(lengths[start:i])), run)
-                    self._receive_opened(run, froms, now)
+                plain = bytearray()  # a new one each run: messages may keep views into it
+                sizes: list[int] = []
+                froms: list[Hashable] = []
+                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, plain, sizes, froms)
+                if sizes:
+                    self._opened(i - start, int(sum(lengths[start:i])), len(sizes), len(plain))
+                    self._receive_opened(plain, sizes, froms, now)
                 if i >= count:
                     return
             offset, length, addr = offsets[i], lengths[i], addrs[i]
@@ -465,21 +466,18 @@ class Connection:
                 feed(buffer[offset : offset + length], addr, now)
             i += 1
 
-    def _receive_opened(self, run: list[bytes], froms: list[Hashable], now: float) -> None:
-        """Hand opened plain frames (counted by :meth:`_opened`) to the socket type's batch path,
-        then empty both lists."""
-        lengths = [len(frame) for frame in run]
-        offsets = list(accumulate(lengths, initial=0))
+    def _receive_opened(self, plain: bytearray, sizes: list[int], froms: list[Hashable], now: float) -> None:
+        """Hand opened plain frames (back to back in ``plain``, counted by :meth:`_opened`) to
+        the socket type's batch path."""
+        offsets = list(accumulate(sizes, initial=0))
         offsets.pop()
         # the batch paths hand the frames they do not finish to self.receive_datagram: for these
         # opened frames that must be the plain one, not the secure entry point
         self.receive_datagram = self._receive_plain  # type: ignore[method-assign]
         try:
-            self._receive_plain_batch(b"".join(run), offsets, lengths, list(froms), now)
+            self._receive_plain_batch(plain, offsets, sizes, froms, now)
         finally:
             self.receive_datagram = self._receive_secure  # type: ignore[method-assign]
-        run.clear()
-        froms.clear()
 
     def _secure_drop(self, n: int, addr: Hashable, counter: str, detail: str) -> None:
         counters = self._counters

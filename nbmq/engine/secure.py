@@ -591,18 +591,21 @@ def open_frames(
     lengths: Any,
     addrs: Any,
     start: int,
-    run: list[bytes],
+    plain: bytearray,
+    sizes: list[int],
     froms: list[Hashable],
 ) -> int:
     """Open the datagrams of a batch from index ``start`` on while each is a sealed frame (not a
     handshake) or a bundle of a session in ``sessions`` that opens; append each plain frame to
-    ``run`` and its address to ``froms`` (a bundle's frames each with the bundle's address).
+    ``plain`` (back to back), its size to ``sizes`` and its address to ``froms`` (a bundle's
+    frames each with the bundle's address).
 
     Args:
         sessions: session id -> :class:`SessionKeys`.
         buffer, offsets, lengths, addrs: a ``receive_datagrams`` batch (datagram ``i`` is
             ``buffer[offsets[i] : offsets[i] + lengths[i]]``; the shortest list sets the count).
         start: the first index to look at.
+        plain, sizes, froms: where the opened frames go (appended to).
 
     Returns:
         The index of the first datagram not opened (it is left as it was, for the caller's
@@ -626,27 +629,22 @@ def open_frames(
         if data[0] == BUNDLE_VERSION:
             if length < BUNDLE_SESSION_OFFSET + SECURE_COUNTER_SIZE:
                 return i
-            keys = sessions.get(_COUNTER.unpack_from(data, BUNDLE_SESSION_OFFSET)[0])
-            if keys is None:
-                return i
-            try:
-                opened = keys.open_bundle(data)
-            except OpenError:
-                return i
-            run += opened
-            froms += [addrs[i]] * len(opened)
-            i += 1
-            continue
-        if data[0] != SECURE_VERSION or data[1] in _HANDSHAKE_KINDS:
+            at = BUNDLE_SESSION_OFFSET
+        elif data[0] == SECURE_VERSION and data[1] not in _HANDSHAKE_KINDS:
+            at = 2
+        else:
             return i
-        keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])
+        keys = sessions.get(_COUNTER.unpack_from(data, at)[0])
         if keys is None:
             return i
         try:
-            run.append(keys.open(data))
+            opened = keys.open_bundle(data) if at != 2 else [keys.open(data)]
         except OpenError:
             return i
-        froms.append(addrs[i])
+        for frame in opened:
+            plain += frame
+            sizes.append(len(frame))
+        froms += [addrs[i]] * len(opened)
         i += 1
     return i
 

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("cryptography")
 
 from test_secure_mode import CLIENT, SERVER, recv_all, rejections, secure_pair  # noqa: E402
+from test_secure_noise import batch_twins, open_in_runs  # noqa: E402
 
 import nbmq  # noqa: E402
 from nbmq import codec  # noqa: E402
@@ -287,3 +288,33 @@ def test_an_engine_refuses_a_bad_bundle_whole_and_counts_it():
     assert [e.detail for e in rejections(plain) if isinstance(e, FrameRejected)] == ["wrong version"]
     with pytest.raises(nbmq.DecodeError):
         codec.parse_frame(bytes(bundle))
+
+
+def test_both_batch_twins_open_bundles_alike():
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    twins = batch_twins()
+    results = {}
+    for name, (seal_frames, open_frames) in twins.items():
+        alice, bob = _pair(name)
+        out = [(f, "b") for f in _frames(2000)] + [(_frames()[-1], "b")]
+        sealed, merged, _, _ = seal_frames({SID: alice}, out, 1472)
+        assert merged > 0
+        frames = [d for d, _ in sealed]
+        lone = alice.seal(_frames()[-1])
+        flipped = bytearray(frames[0])
+        flipped[-1] ^= 1
+        batch = [frames[1], lone, frames[0], bytes(flipped), frames[0], *frames[2:], frames[0][:40]]
+        lengths = [len(d) for d in batch]
+        offsets = [sum(lengths[:i]) for i in range(len(batch))]
+        addrs = [("a", i) for i in range(len(batch))]
+        steps = open_in_runs(open_frames, {SID: bob}, memoryview(b"".join(batch)), offsets, lengths, addrs)
+        results[name] = (sealed, steps)
+    assert results["python"] == results["compiled"]
+    (stop, plain, sizes, froms), *rest = results["python"][1]
+    frames = [f for f, _ in out]
+    assert stop == 3 and froms == [("a", 0)] * 5 + [("a", 1)] + [("a", 2)] * 2  # up to the altered one
+    assert plain == b"".join(frames[2:] + [frames[-1]] + frames[:2]) and sizes == [
+        len(f) for f in frames[2:] + [frames[-1]] + frames[:2]
+    ]
+    assert [(i, len(s)) for i, _, s, _ in rest] == [(4, 0), (5, 0), (6, 0)]  # a replay, a truncated one
