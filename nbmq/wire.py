@@ -39,6 +39,7 @@ __all__ = [
     "BUNDLE_OVERHEAD",
     "MIN_BUNDLE_FRAMES",
     "MAX_BUNDLE_FRAMES",
+    "BUNDLE_ERROR_REASONS",
     "FNV_OFFSET_BASIS",
     "FNV_PRIME",
     "FrameKind",
@@ -88,6 +89,15 @@ BUNDLE_ENTRY_SIZE = 2  # each frame's u16 ciphertext length (its header follows)
 BUNDLE_OVERHEAD = BUNDLE_HEAD_SIZE + SECURE_OVERHEAD  # 26
 MIN_BUNDLE_FRAMES = 2  # one frame goes alone, as a SECURE_VERSION frame
 MAX_BUNDLE_FRAMES = 255  # the count is a u8
+#: Why a bundle is malformed (``bundle_layout``'s DecodeError reasons; index 0 is "well formed").
+BUNDLE_ERROR_REASONS = (
+    "",
+    "secure bundle frame count out of range",
+    "secure bundle truncated",
+    "secure bundle holds a header that is not a sealed one",
+    "secure bundle mixes sessions",
+    "secure bundle lengths do not add up",
+)
 
 
 class FrameKind(IntEnum):

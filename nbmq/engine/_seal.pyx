@@ -15,7 +15,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy, memmove, memset
-from nbmq._wire cimport BUNDLE_ENTRY, BUNDLE_HEAD, BUNDLE_VERSION, MAX_BUNDLE_FRAMES, MIN_BUNDLE_FRAMES
+from nbmq._wire cimport BUNDLE_ENTRY, BUNDLE_HEAD, BUNDLE_VERSION, MAX_BUNDLE_FRAMES, MIN_BUNDLE_FRAMES, bundle_layout
+
+from nbmq.wire import BUNDLE_ERROR_REASONS
 
 
 cdef extern from "openssl/evp.h" nogil:
@@ -189,7 +191,7 @@ cdef class FrameCipher:
     cdef int _open_bundle_into(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t k,
                                const Py_ssize_t* heads, const Py_ssize_t* sizes, const Py_ssize_t* lens,
                                Py_ssize_t end, unsigned char* o) except -1:
-        """Write the plain frames of the bundle at ``p`` (layout checked by ``_bundle_layout``)
+        """Write the plain frames of the bundle at ``p`` (layout checked by ``bundle_layout``)
         back to back to ``o`` (their total size): 1, or 0 when the tag did not verify."""
         cdef int outl = 0, finl = 0
         cdef Py_ssize_t i, start = end + COUNTER, body = n - start - TAG, heads_total = 0, at, to = 0
@@ -217,7 +219,7 @@ cdef class FrameCipher:
     cdef object _open_bundle(self, const unsigned char* p, Py_ssize_t n, Py_ssize_t k,
                              const Py_ssize_t* heads, const Py_ssize_t* sizes, const Py_ssize_t* lens,
                              Py_ssize_t end):
-        """The plain frames of the bundle at ``p`` (layout checked by ``_bundle_layout``), or None."""
+        """The plain frames of the bundle at ``p`` (layout checked by ``bundle_layout``), or None."""
         cdef Py_ssize_t i, total = 0, at = 0
         for i in range(k):
             total += sizes[i] + lens[i]
@@ -251,7 +253,7 @@ cdef class FrameCipher:
         return self._seal_bundle(run, 0, len(run), counter)
 
     def open_bundle(self, datagram, entries, Py_ssize_t end):
-        """The plain frames of a bundle whose ``bundle_layout`` is ``(entries, end)``, or None
+        """The plain frames of a bundle whose ``codec.bundle_layout`` is ``(entries, end)``, or None
         when the tag does not verify (see the Python twin)."""
         if self.encrypt:
             raise ValueError("this FrameCipher seals frames")
@@ -292,48 +294,7 @@ cdef class FrameCipher:
             PyBuffer_Release(&view)
 
 
-cdef int _bundle_layout(const unsigned char* p, Py_ssize_t n, Py_ssize_t* k, Py_ssize_t* heads,
-                        Py_ssize_t* sizes, Py_ssize_t* lens, Py_ssize_t* end) noexcept:
-    """0 when the bundle at ``p`` is well formed (``k``, per frame ``heads``/``sizes``/``lens``
-    and the counter's offset ``end`` set), else why not: 5 a count outside 2..255, 6
-    truncated, 7 a header that is not a sealed one, 8 mixed sessions, 9 lengths that do not
-    add up (the checks and their order are ``nbmq.engine.secure.bundle_layout``'s)."""
-    cdef Py_ssize_t count = p[1] if n >= BUNDLE_HEAD else 0
-    cdef Py_ssize_t i, pos = BUNDLE_HEAD, head, size, total = 0
-    cdef unsigned char kind
-    if count < MIN_BUNDLE_FRAMES or count > MAX_BUNDLE_FRAMES:
-        return 5
-    for i in range(count):
-        head = pos + BUNDLE_ENTRY
-        if head + CONTROL_HEADER > n:
-            return 6
-        kind = p[head + 1]
-        if p[head] != SECURE_VERSION or not (kind == 0 or 3 <= kind <= 5):
-            return 7
-        size = DATA_HEADER if kind == 0 else CONTROL_HEADER
-        if head + size > n:
-            return 6
-        if i and memcmp(p + head + 2, p + heads[0] + 2, 8) != 0:
-            return 8
-        heads[i] = head
-        sizes[i] = size
-        lens[i] = (<Py_ssize_t>p[pos] << 8) | p[pos + 1]
-        total += lens[i]
-        pos = head + size
-    if n != pos + COUNTER + TAG + total:
-        return 9
-    k[0] = count
-    end[0] = pos
-    return 0
-
-
-_BUNDLE_ERRORS = {
-    5: "secure bundle frame count out of range",
-    6: "secure bundle truncated",
-    7: "secure bundle holds a header that is not a sealed one",
-    8: "secure bundle mixes sessions",
-    9: "secure bundle lengths do not add up",
-}
+_BUNDLE_ERRORS = {4 + i: reason for i, reason in enumerate(BUNDLE_ERROR_REASONS) if i}
 
 
 DEF WINDOW = 2048  # bits of the replay window (nbmq.engine.secure.REPLAY_WINDOW)
@@ -506,9 +467,12 @@ cdef class SessionKeys:
                                     Py_ssize_t* heads, Py_ssize_t* sizes, Py_ssize_t* lens,
                                     Py_ssize_t* end, uint64_t* counter, int* why):
         """The key that opens the bundle at ``p`` (its layout and counter checked), or None with
-        ``why`` set (3..9, as ``_check_counter`` and ``_bundle_layout`` say)."""
-        why[0] = _bundle_layout(p, n, k, heads, sizes, lens, end)
+        ``why`` set (3, 4 as ``_check_counter`` says; 5..9 a malformed bundle: 4 + the index of
+        its reason in ``wire.BUNDLE_ERROR_REASONS``)."""
+        cdef Py_ssize_t at = 0
+        why[0] = bundle_layout(p, n, k, heads, sizes, lens, end, &at)
         if why[0] != 0:
+            why[0] += 4  # 5..9: after _check_counter's 3 and 4
             return None
         counter[0] = _get_be64(p + end[0])
         why[0] = self._check_counter(counter[0])

@@ -33,7 +33,9 @@ import struct
 from collections.abc import Hashable
 from typing import Any
 
+from .. import codec as _codec
 from .. import extensions
+from ..errors import DecodeError
 from ..wire import (
     BUNDLE_ENTRY_SIZE,
     BUNDLE_HEAD_SIZE,
@@ -115,52 +117,12 @@ class OpenError(Exception):
 
 
 def bundle_layout(datagram: bytes | memoryview) -> tuple[list[tuple[int, int, int]], int]:
-    """Where the frames of a sealed bundle lie (docs/secure.md), checked before anything is
-    decrypted or allocated.
-
-    Args:
-        datagram: a whole datagram whose first byte is :data:`BUNDLE_VERSION`.
-
-    Returns:
-        ``(entries, counter_offset)``: per frame ``(header_offset, header_size,
-        ciphertext_length)`` (bytes; header sizes 34 for data, 10 for control), and the offset of
-        the bundle's u64 counter; the ciphertext starts ``SECURE_COUNTER_SIZE`` after it.
-
-    Raises:
-        OpenError: ``"malformed"``: a frame count outside 2..255, a truncated entry, a header
-            that is not a sealed one (version 0x81, a kind that is sealed), headers of
-            different sessions, or lengths that do not add up to the datagram's size.
-    """
-    n = len(datagram)
-    count = datagram[1] if n >= BUNDLE_HEAD_SIZE else 0
-    if not MIN_BUNDLE_FRAMES <= count <= MAX_BUNDLE_FRAMES:
-        raise OpenError("malformed", "secure bundle frame count out of range")
-    entries = []
-    pos = BUNDLE_HEAD_SIZE
-    total = 0
-    session = None
-    for _ in range(count):
-        head = pos + BUNDLE_ENTRY_SIZE
-        if head + CONTROL_HEADER_SIZE > n:
-            raise OpenError("malformed", "secure bundle truncated")
-        kind = datagram[head + 1]
-        if datagram[head] != SECURE_VERSION or not (kind == _DATA or kind in _CONTROL_KINDS):
-            raise OpenError("malformed", "secure bundle holds a header that is not a sealed one")
-        size = DATA_HEADER_SIZE if kind == _DATA else CONTROL_HEADER_SIZE
-        if head + size > n:
-            raise OpenError("malformed", "secure bundle truncated")
-        sid = bytes(datagram[head + 2 : head + 10])
-        if session is None:
-            session = sid
-        elif sid != session:
-            raise OpenError("malformed", "secure bundle mixes sessions")
-        length = (datagram[pos] << 8) | datagram[pos + 1]
-        entries.append((head, size, length))
-        total += length
-        pos = head + size
-    if n != pos + SECURE_OVERHEAD + total:
-        raise OpenError("malformed", "secure bundle lengths do not add up")
-    return entries, pos
+    """The codec's :func:`nbmq.codec.bundle_layout` (where a bundle's frames lie), its
+    DecodeError as ``OpenError("malformed", reason)``."""
+    try:
+        return _codec.bundle_layout(datagram)
+    except DecodeError as exc:
+        raise OpenError("malformed", exc.reason) from None
 
 
 class FrameCipher:

@@ -15,14 +15,17 @@ import pytest
 from nbmq.examples import CAPTURE_DIR
 
 SECURE = Path(__file__).resolve().parents[1] / "data" / "secure_safe_dealer.pcap"
+#: the same traffic with sealed bundles (``max_datagram_size`` 1472): the two-part message's
+#: four data frames in one datagram, their four Acks in another
+BUNDLES = SECURE.with_name("secure_bundles.pcap")
 #: the capture's data frames, in order: three 14-byte messages, one of two parts (1280 + 11
 #: bytes: chunks of 466, 466, 348 and 11), the server's 5-byte reply
 CHUNKS = [14, 14, 14, 466, 466, 348, 11, 5]
 KINDS = ["connect", "connected", "heartbeat", "data", "ack", "data", "ack", "data", "ack"]
 
 
-def _frames() -> pa.Table:
-    """The capture's frames table, built without Spark (the ``nbmq`` source's batches)."""
+def _frames(capture: Path = SECURE) -> pa.Table:
+    """A capture's frames table, built without Spark (the ``nbmq`` source's batches)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from nbmq.capture import read_datagrams
@@ -30,11 +33,12 @@ def _frames() -> pa.Table:
     from nbmq.spark.schema import FRAMES_SCHEMA
 
     schema = to_arrow_schema(FRAMES_SCHEMA, timezone="UTC")
-    return pa.Table.from_batches(list(frames_batches(SECURE.name, read_datagrams(str(SECURE)), schema)), schema)
+    return pa.Table.from_batches(list(frames_batches(capture.name, read_datagrams(str(capture)), schema)), schema)
 
 
-def test_sealed_frames_keep_their_clear_headers():
-    frames = _frames()
+@pytest.mark.parametrize("capture", [SECURE, BUNDLES], ids=["lone", "bundles"])
+def test_sealed_frames_keep_their_clear_headers(capture):
+    frames = _frames(capture)
     assert frames.num_rows == 25
     assert frames["error"].null_count == 25  # nothing malformed
     assert frames["secure"].to_pylist() == [True] * 25 and set(frames["version"].to_pylist()) == {0x81}
@@ -48,6 +52,19 @@ def test_sealed_frames_keep_their_clear_headers():
     assert data["part_index"].to_pylist()[3:7] == [0, 0, 0, 1]
     assert len(set(data["message_id"].to_pylist())) == 5
     assert frames["ack_hash"].null_count == 25  # sealed: no Ack can be matched to its frame
+
+
+def test_a_bundle_gives_a_row_per_frame_with_its_record():
+    """Each bundled frame has its own row, as if it had been sealed alone (its length too),
+    with the bundle's packet number, time and addresses: the same rows as the lone capture."""
+    bundled, lone = _frames(BUNDLES), _frames(SECURE)
+    numbers = bundled["frame_number"].to_pylist()
+    assert numbers[9:17] == [10] * 4 + [11] * 4 and len(set(numbers)) == 19  # 19 packets, 25 frames
+    assert len(set(bundled["ts_ns"].to_pylist()[9:13])) == 1 and len(set(bundled["src_addr"].to_pylist()[9:13])) == 1
+    same = ["kind_name", "chunk_size", "part_index", "length", "secure"]
+    assert sorted(zip(*(bundled[c].to_pylist() for c in same)), key=str) == sorted(
+        zip(*(lone[c].to_pylist() for c in same)), key=str
+    )
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (apt-get install tshark)")
