@@ -68,27 +68,65 @@ def test_a_bundle_gives_a_row_per_frame_with_its_record():
 
 
 @pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (apt-get install tshark)")
-def test_dissector_shows_the_same_headers_and_ciphertext():
+@pytest.mark.parametrize("capture", [SECURE, BUNDLES], ids=["lone", "bundles"])
+def test_dissector_shows_the_same_headers_and_ciphertext(capture):
     """The Lua dissector under tshark and the frames table agree frame by frame: secure, kind,
-    session, message id, chunk size, and the encrypted content (the frames table's payload)."""
+    session, message id, chunk size, and the encrypted content (the frames table's payload); a
+    bundle's frames are the occurrences of its packet's fields."""
     from nbmq.wireshark import LUA_DIR
 
     fields = ["nbmq.secure", "nbmq.kind", "nbmq.session_id", "nbmq.message_id", "nbmq.chunk_size", "nbmq.ciphertext"]
-    cmd = ["tshark", "-n", "-2", "-r", str(SECURE), "-X", f"lua_script:{LUA_DIR / 'nbmq.lua'}", "-T", "fields"]
+    cmd = ["tshark", "-n", "-2", "-r", str(capture), "-X", f"lua_script:{LUA_DIR / 'nbmq.lua'}", "-T", "fields"]
     proc = subprocess.run(
         [*cmd, *(a for f in [*fields, "_ws.expert"] for a in ("-e", f))], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0 and "Lua" not in proc.stderr, proc.stderr
-    lines = [line.split("\t") for line in proc.stdout.splitlines()]
-    frames = _frames()
-    assert len(lines) == frames.num_rows
-    for (secure, kind, sid, mid, chunk, ciphertext, expert), row in zip(lines, frames.to_pylist()):
-        assert secure in ("1", "True") and not expert  # nothing flagged malformed
-        assert (int(kind), int(sid, 16)) == (row["kind"], row["session_id"])
-        if row["kind"] == 0:
-            assert (int(mid, 16), int(chunk)) == (row["message_id"], row["chunk_size"])
-        if row["kind"] not in (1, 2):  # the handshake carries no ciphertext of ours
-            assert bytes.fromhex(ciphertext.replace(":", "")) == row["payload"]
+    rows = iter(_frames(capture).to_pylist())
+    seen = 0
+    for line in proc.stdout.splitlines():
+        secure, kinds, sids, mids, chunks, ciphertexts, expert = (v.split(",") if v else [] for v in line.split("\t"))
+        assert secure[0] in ("1", "True") and not expert  # nothing flagged malformed
+        mids, chunks, ciphertexts = iter(mids), iter(chunks), iter(ciphertexts)
+        for kind, sid in zip(kinds, sids):
+            row = next(rows)
+            seen += 1
+            assert (int(kind), int(sid, 16)) == (row["kind"], row["session_id"])
+            if row["kind"] == 0:
+                assert (int(next(mids), 16), int(next(chunks))) == (row["message_id"], row["chunk_size"])
+            if row["kind"] not in (1, 2) and row["payload"]:  # the handshake carries no ciphertext of ours
+                assert bytes.fromhex(next(ciphertexts).replace(":", "")) == row["payload"]
+    assert seen == 25 and next(rows, None) is None
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed (apt-get install tshark)")
+def test_dissector_flags_a_malformed_bundle_in_the_codec_words(tmp_path):
+    from nbmq import codec
+    from nbmq.capture import read_datagrams
+    from nbmq.capture.datagrams.write import write_pcap
+    from nbmq.errors import DecodeError
+    from nbmq.wireshark import LUA_DIR
+
+    batch = read_datagrams(str(BUNDLES))
+    bundle = bytearray(batch.payload_at(9))
+    bundle[1] = 1  # a count of one
+    with pytest.raises(DecodeError) as caught:
+        codec.bundle_layout(bytes(bundle))
+    path = tmp_path / "bad.pcap"
+    write_pcap(str(path), [(1.0, "127.0.0.1", 40000, "127.0.0.1", 7000, bytes(bundle))])
+    cmd = [
+        "tshark",
+        "-n",
+        "-r",
+        str(path),
+        "-X",
+        f"lua_script:{LUA_DIR / 'nbmq.lua'}",
+        "-T",
+        "fields",
+        "-e",
+        "_ws.expert.message",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == str(caught.value)
 
 
 def test_sealed_data_frames_are_not_reassembled():
