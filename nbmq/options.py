@@ -337,15 +337,15 @@ OPTION_SPECS: dict[str, OptionSpec] = {
     ),
     "max_datagram_size": OptionSpec(
         "bytes",
-        0,
+        1472,
         0,
         False,
         65507,
         "engine",
         "secure mode: bytes a datagram may take when several sealed frames of one peer share it "
         "and one seal (a bundle; 1472 = Ethernet's MTU less IPv4 and UDP headers, so a bundle "
-        "never fragments); 0 (the default) seals every frame alone; set the same on both peers (a receiver reads datagrams up to its own "
-        "value); fixed at creation",
+        "never fragments); 0 seals every frame alone; set the same on both peers (a receiver reads "
+        "datagrams up to its own value); fixed at creation",
     ),
 }
 
@@ -436,8 +436,9 @@ class SocketOptions:
     Secure mode (``docs/secure.md``; fixed when the engine is built):
         secret_key (32 bytes or None: secure mode off), server_public_key (32 bytes or None;
         a connecting secure socket needs it), allowed_public_keys (iterable of 32-byte keys,
-        stored as a frozenset, or None: any client key), max_datagram_size (bytes, 0: the
-        largest bundle of sealed frames, 1472 fits Ethernet; 0 = every frame sealed alone). ``repr`` never shows the
+        stored as a frozenset, or None: any client key), max_datagram_size (bytes, 1472: the
+        largest bundle of sealed frames, Ethernet's MTU less IPv4 and UDP headers; 0 = every
+        frame sealed alone). ``repr`` never shows the
         secret key.
 
     See :data:`OPTION_SPECS` for the bounds and a line on each.

@@ -222,8 +222,8 @@ def test_at_most_255_frames_go_in_a_bundle(twin):
 
 
 def test_the_option_is_checked_and_fixed_at_creation():
-    assert SocketOptions().max_datagram_size == 0
-    assert SocketOptions(max_datagram_size=1472).max_datagram_size == 1472
+    assert SocketOptions().max_datagram_size == 1472
+    assert SocketOptions(max_datagram_size=0).max_datagram_size == 0
     for bad in (-1, 65508, 1.5, True, "1472"):
         with pytest.raises(OptionError, match="max_datagram_size"):
             SocketOptions(max_datagram_size=bad)
