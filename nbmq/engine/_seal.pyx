@@ -496,14 +496,15 @@ cdef class SessionKeys:
             self._opened(cipher, counter)
         return frames
 
-    cdef Py_ssize_t _open_run(self, const unsigned char* p, Py_ssize_t n, bytearray plain, list lengths) except -2:
+    cdef Py_ssize_t _open_run(self, const unsigned char* p, Py_ssize_t n, unsigned char* o, list lengths) except -2:
         """Open the sealed frame or bundle at ``p`` (first byte 0x81 or 0x82, not a handshake),
-        appending its plain frames to ``plain`` and their sizes to ``lengths``: how many, or -1
-        when it was refused (nothing appended, nothing moved)."""
+        writing its plain frames to ``o`` (room for ``n`` bytes: sealing only adds bytes) and
+        appending their sizes to ``lengths``: the bytes written, or -1 when it was refused
+        (nothing appended, nothing moved)."""
         cdef Py_ssize_t heads[MAX_BUNDLE_FRAMES]
         cdef Py_ssize_t sizes[MAX_BUNDLE_FRAMES]
         cdef Py_ssize_t lens[MAX_BUNDLE_FRAMES]
-        cdef Py_ssize_t k = 1, end = 0, i, total, have = PyByteArray_GET_SIZE(plain)
+        cdef Py_ssize_t k = 1, end = 0, i, total = 0
         cdef uint64_t counter = 0
         cdef int why = 0, ok
         cdef FrameCipher cipher
@@ -511,28 +512,20 @@ cdef class SessionKeys:
             cipher = self._bundle_cipher(p, n, &k, heads, sizes, lens, &end, &counter, &why)
             if cipher is None:
                 return -1
-            total = 0
-            for i in range(k):
-                total += sizes[i] + lens[i]
+            ok = cipher._open_bundle_into(p, n, k, heads, sizes, lens, end, o)
         else:
             if self._prepare(p, n, &sizes[0], &counter) != 0:
                 return -1
             cipher = self._recv_cipher(counter)
             lens[0] = n - sizes[0] - COUNTER - TAG
-            total = n - COUNTER - TAG
-        PyByteArray_Resize(plain, have + total)
-        o = <unsigned char*>PyByteArray_AS_STRING(plain) + have
-        if p[0] == BUNDLE_VERSION:
-            ok = cipher._open_bundle_into(p, n, k, heads, sizes, lens, end, o)
-        else:
             ok = cipher._open_into(p, n, sizes[0], o)
         if not ok:
-            PyByteArray_Resize(plain, have)
             return -1
         self._opened(cipher, counter)
         for i in range(k):
             lengths.append(sizes[i] + lens[i])
-        return k
+            total += sizes[i] + lens[i]
+        return total
 
     def open_bundle(self, datagram):
         cdef Py_buffer view
@@ -650,7 +643,9 @@ def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start
     cdef Py_buffer view
     cdef const unsigned char* base
     cdef const unsigned char* p
-    cdef Py_ssize_t i = start, count, offset, length, k, at
+    cdef Py_ssize_t i = start, count, offset, length, k, at, wrote
+    cdef Py_ssize_t used = PyByteArray_GET_SIZE(plain)
+    cdef Py_ssize_t before
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     count = min(len(offsets), len(lengths), len(addrs))
@@ -679,14 +674,18 @@ def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start
             keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + at)))
             if keys is None:
                 return i
-            k = (<SessionKeys?>keys)._open_run(p, length, plain, sizes)
-            if k < 0:
+            if used + length > PyByteArray_GET_SIZE(plain):  # room for its plain frames, doubling
+                PyByteArray_Resize(plain, 2 * (used + length))
+            before = len(sizes)
+            wrote = (<SessionKeys?>keys)._open_run(p, length, <unsigned char*>PyByteArray_AS_STRING(plain) + used, sizes)
+            if wrote < 0:
                 return i
+            used += wrote
             addr = addrs[i]
-            while k:
+            for k in range(len(sizes) - before):
                 froms.append(addr)
-                k -= 1
             i += 1
         return i
     finally:
         PyBuffer_Release(&view)
+        PyByteArray_Resize(plain, used)  # the room taken but not written goes
