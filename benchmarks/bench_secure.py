@@ -6,7 +6,8 @@
 Two measurements, each case interleaved with its plain twin (plain run 1, secure run 1, bundled
 run 1, plain run 2, ...), medians reported with the ratio to plain. "secure" seals every frame
 alone (``max_datagram_size=0``); "bundled" lets the frames of one flush to one peer share a seal
-and a datagram of up to 1,472 bytes (``max_datagram_size=1472``, docs/secure.md):
+and a datagram of up to 1,472 bytes (``max_datagram_size=1472``, docs/secure.md; ``--bundle-size``
+sets another):
 
 - **UDP over 127.0.0.1**, sender and receiver in separate processes: ``bench_transport.py``'s
   Dealer case (default ``send()``), the secure one given keys (``secret_key``,
@@ -129,7 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=1.5, help="seconds a UDP run sends")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     parser.add_argument("--no-udp", action="store_true", help="engines alone only")
+    parser.add_argument(
+        "--bundle-size", type=int, default=SECURE_MODES["bundled"], help="max_datagram_size of the bundled case, bytes"
+    )
     args = parser.parse_args(argv)
+    SECURE_MODES["bundled"] = args.bundle_size
     from nbmq import codec
     from nbmq.engine import secure
 
