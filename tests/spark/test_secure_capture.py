@@ -138,13 +138,12 @@ def test_sealed_data_frames_are_not_reassembled():
 
 @pytest.fixture(scope="module")
 def secure_run(spark, tmp_path_factory):
-    """The pipeline over the secure capture and a plain one (dealer.pcap)."""
+    """The pipeline over the secure capture, its bundled twin and a plain one (dealer.pcap)."""
     from nbmq.spark.pipeline import run
 
     out = tmp_path_factory.mktemp("secure") / "out"
-    summary = run(
-        [str(SECURE), str(CAPTURE_DIR / "dealer.pcap")], out, spark=spark, progress=False, print_summary=False
-    )
+    captures = [str(SECURE), str(BUNDLES), str(CAPTURE_DIR / "dealer.pcap")]
+    summary = run(captures, out, spark=spark, progress=False, print_summary=False)
     return summary, out
 
 
@@ -160,14 +159,22 @@ def test_pipeline_marks_the_session_secure_and_counts_sealed_frames(spark, secur
     assert (secure["secure_sessions"], secure["sealed_frames"]) == (1, 23)  # all but Connect and Connected
     assert (secure["messages_complete"], secure["messages_incomplete"]) == (0, 0)
     assert (plain["secure_sessions"], plain["sealed_frames"]) == (0, 0) and plain["messages_complete"] > 0
+    bundled = rows[BUNDLES.name]  # the same frames, 19 datagrams: "datagrams" counts the frame rows
+    assert {k: bundled[k] for k in ("datagrams", "error_rows", "secure_sessions", "sealed_frames")} == {
+        "datagrams": 25,
+        "error_rows": 0,
+        "secure_sessions": 1,
+        "sealed_frames": 23,
+    }
     sessions = pq.read_table(out / "sessions").to_pandas()
     mine = sessions[sessions.capture == SECURE.name]
     assert mine["secure"].tolist() == [True] and mine["sealed_frames"].tolist() == [23]
     assert (mine["data_c2s"] + mine["data_s2c"]).tolist() == [8]
     assert not sessions[sessions.capture == "dealer.pcap"]["secure"].any()
     findings = pq.read_table(out / "findings").to_pandas()
-    flagged = set(findings[findings.capture == SECURE.name]["kind"])
-    assert flagged <= {"peer_disconnected"}  # no malformed_frame, no message_lost_frames
+    for capture in (SECURE, BUNDLES):
+        flagged = set(findings[findings.capture == capture.name]["kind"])
+        assert flagged <= {"peer_disconnected"}  # no malformed_frame, no message_lost_frames
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "secure sessions" in page and "sealed frames (content encrypted)" in page
 
