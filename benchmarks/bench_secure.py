@@ -3,8 +3,11 @@
     python benchmarks/bench_secure.py [--repeat 5] [--duration 1.5] [--sizes 100,65536]
     python -m pytest benchmarks/bench_secure.py      # pytest-benchmark table (engines alone)
 
-Two measurements, each case interleaved with its plain twin (plain run 1, secure run 1, plain run
-2, ...), medians reported with the ratio secure / plain:
+Two measurements, each case interleaved with its plain twin (plain run 1, secure run 1, bundled
+run 1, plain run 2, ...), medians reported with the ratio to plain. "secure" seals every frame
+alone (``max_datagram_size=0``); "bundled" lets the frames of one flush to one peer share a seal
+and a datagram of up to 1,472 bytes (``max_datagram_size=1472``, docs/secure.md; ``--bundle-size``
+sets another):
 
 - **UDP over 127.0.0.1**, sender and receiver in separate processes: ``bench_transport.py``'s
   Dealer case (default ``send()``), the secure one given keys (``secret_key``,
@@ -35,15 +38,24 @@ SIZES = (100, 65536)
 BATCH = {100: 5000, 65536: 60}
 
 
-def keys() -> tuple[dict[str, Any], dict[str, Any]]:
-    """(bound side's options, connecting side's options) of a fresh secure pair."""
+#: The secure variants and their ``max_datagram_size``: every frame sealed alone, or bundled.
+SECURE_MODES = {"secure": 0, "bundled": 1472}
+MODES = ("plain", *SECURE_MODES)
+
+
+def keys(mode: str = "secure") -> tuple[dict[str, Any], dict[str, Any]]:
+    """(bound side's options, connecting side's options) of a fresh pair: none for "plain",
+    else new keys and the mode's ``max_datagram_size``."""
     import nbmq
 
+    if mode == "plain":
+        return {}, {}
     server_public, server_secret = nbmq.generate_keypair()
     client_public, client_secret = nbmq.generate_keypair()
+    size = SECURE_MODES[mode]
     return (
-        {"secret_key": server_secret, "allowed_public_keys": [client_public]},
-        {"secret_key": client_secret, "server_public_key": server_public},
+        {"secret_key": server_secret, "allowed_public_keys": [client_public], "max_datagram_size": size},
+        {"secret_key": client_secret, "server_public_key": server_public, "max_datagram_size": size},
     )
 
 
@@ -61,10 +73,10 @@ class _SentOnly:
         self.conn.close()
 
 
-def udp_case(size: int, duration: float, secure: bool) -> tuple:
-    """One run of Dealer -> Dealer over loopback UDP (separate processes): bench_transport's row
-    (seconds, delivered, sent, kernel drops, our drops)."""
-    server_extra, client_extra = keys() if secure else (None, None)
+def udp_case(size: int, duration: float, mode: str) -> tuple:
+    """One run of Dealer -> Dealer over loopback UDP (separate processes), ``mode`` one of
+    :data:`MODES`: bench_transport's row (seconds, delivered, sent, kernel drops, our drops)."""
+    server_extra, client_extra = keys(mode) if mode != "plain" else (None, None)
     return bench_transport._run(
         lambda c, deadline: mp.Process(
             target=bench_transport._nbmq_receiver, args=("Dealer", size, c, deadline, server_extra)
@@ -77,13 +89,14 @@ def udp_case(size: int, duration: float, secure: bool) -> tuple:
     )
 
 
-def engine_pair(secure: bool) -> tuple[Any, Any]:
-    """(server, client) Dealer engines, connected on the simulator, options as bench_engine's."""
+def engine_pair(mode: str) -> tuple[Any, Any]:
+    """(server, client) Dealer engines, connected on the simulator, options as bench_engine's;
+    ``mode`` one of :data:`MODES`."""
     from nbmq.engine import Dealer
     from nbmq.options import SocketOptions
     from nbmq.testing import Link, connected_pair
 
-    server_extra, client_extra = keys() if secure else ({}, {})
+    server_extra, client_extra = keys(mode)
     big = dict(send_hwm=10_000, recv_hwm=100_000, max_tick_send=10_000)
     _, server, client = connected_pair(
         Dealer(SocketOptions(**big, **server_extra), random.Random(1)),
@@ -93,9 +106,9 @@ def engine_pair(secure: bool) -> tuple[Any, Any]:
     return server.engine, client.engine
 
 
-def engine_rate(size: int, secure: bool, batch: int) -> float:
+def engine_rate(size: int, mode: str, batch: int) -> float:
     """Messages per second (CPU time) of one round of bench_engine's direct loop."""
-    server, client = engine_pair(secure)
+    server, client = engine_pair(mode)
     message = [bytes(range(256)) * (size // 256) + bytes(size % 256)]
     bench_engine.run_direct(server, client, message, min(batch, 200))  # warm-up
     gc.collect()
@@ -104,9 +117,11 @@ def engine_rate(size: int, secure: bool, batch: int) -> float:
     return got / (time.process_time() - t0)
 
 
-def _row(name: str, size: int, plain: list[float], secure: list[float], unit: str) -> str:
-    p, s = statistics.median(plain), statistics.median(secure)
-    return f"{name:<14} {size:>7} {unit:<7} {p:>12,.0f} {s:>12,.0f} {s / p:>7.2f}x"
+def _row(name: str, size: int, rates: dict[str, list[float]], unit: str) -> str:
+    medians = {mode: statistics.median(values) for mode, values in rates.items()}
+    base = medians["plain"]
+    cells = " ".join(f"{medians[m]:>12,.0f} {medians[m] / base:>6.2f}x" for m in SECURE_MODES)
+    return f"{name:<14} {size:>7} {unit:<7} {base:>12,.0f} {cells}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,7 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=1.5, help="seconds a UDP run sends")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     parser.add_argument("--no-udp", action="store_true", help="engines alone only")
+    parser.add_argument(
+        "--bundle-size", type=int, default=SECURE_MODES["bundled"], help="max_datagram_size of the bundled case, bytes"
+    )
     args = parser.parse_args(argv)
+    SECURE_MODES["bundled"] = args.bundle_size
     from nbmq import codec
     from nbmq.engine import secure
 
@@ -123,26 +142,28 @@ def main(argv: list[str] | None = None) -> None:
         f"engine: {'compiled' if codec.COMPILED else 'python'}; FrameCipher: "
         f"{'compiled (OpenSSL)' if secure.COMPILED else 'python (cryptography)'}; medians of {args.repeat}, interleaved"
     )
-    print(f"{'case':<14} {'size':>7} {'unit':<7} {'plain':>12} {'secure':>12} {'ratio':>8}")
+    heads = " ".join(f"{m:>12} {'ratio':>7}" for m in SECURE_MODES)
+    print(f"{'case':<14} {'size':>7} {'unit':<7} {'plain':>12} {heads}")
     for size in (int(x) for x in args.sizes.split(",")):
         batch = BATCH.get(size, max(20, 500_000 // max(size, 1)))
-        rates: dict[bool, list[float]] = {False: [], True: []}
+        rates: dict[str, list[float]] = {mode: [] for mode in MODES}
         for _ in range(args.repeat):
-            for on in (False, True):
-                rates[on].append(engine_rate(size, on, batch))
-        print(_row("engines alone", size, rates[False], rates[True], "msg/s"))
+            for mode in MODES:
+                rates[mode].append(engine_rate(size, mode, batch))
+        print(_row("engines alone", size, rates, "msg/s"))
         if args.no_udp:
             continue
-        runs: dict[bool, list[tuple]] = {False: [], True: []}
+        runs: dict[str, list[tuple]] = {mode: [] for mode in MODES}
         for _ in range(args.repeat):
-            for on in (False, True):
-                runs[on].append(udp_case(size, args.duration, on))
-        plain, sealed = (bench_transport._summary(runs[on], size) for on in (False, True))
-        rate = {on: [d / span for span, d, *_ in runs[on]] for on in (False, True)}
-        print(_row("UDP loopback", size, rate[False], rate[True], "msg/s"))
+            for mode in MODES:
+                runs[mode].append(udp_case(size, args.duration, mode))
+        summaries = {mode: bench_transport._summary(runs[mode], size) for mode in MODES}
+        print(_row("UDP loopback", size, {m: [d / span for span, d, *_ in runs[m]] for m in MODES}, "msg/s"))
         print(
-            f"{'':<14} {'':>7} delivered/sent plain {plain['ratio']:.3f}, secure {sealed['ratio']:.3f}; "
-            f"kernel drops {plain['kernel']} / {sealed['kernel']}"
+            f"{'':<14} {'':>7} delivered/sent "
+            + ", ".join(f"{m} {summaries[m]['ratio']:.3f}" for m in MODES)
+            + "; kernel drops "
+            + " / ".join(str(summaries[m]["kernel"]) for m in MODES)
         )
 
 
@@ -154,10 +175,10 @@ except ImportError:  # pragma: no cover - the script mode needs no pytest
 if pytest is not None:
 
     @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s}B")
-    @pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
-    def test_secure_dealer_engines(benchmark, size, secure):
+    @pytest.mark.parametrize("mode", MODES)
+    def test_secure_dealer_engines(benchmark, size, mode):
         pytest.importorskip("cryptography")
-        server, client = engine_pair(secure)
+        server, client = engine_pair(mode)
         message = [bytes(size)]
         batch = BATCH[size]
         bench_engine.run_direct(server, client, message, min(batch, 200))

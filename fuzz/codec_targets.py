@@ -90,7 +90,8 @@ def as_plain(datagram: bytes) -> tuple[bytes, bool]:
 
 
 def parse_frames(data: bytes) -> None:
-    """Datagrams laid out as ``framing.split_pieces``; one buffer, exact rows, then an odd row.
+    """Datagrams laid out as ``framing.split_pieces``; one buffer, exact rows, then an odd row;
+    the same split by ``split_bundles`` (and each bundle's ``bundle_layout``).
 
     Also checks, on the Python twin, that each row's error code names the reason ``parse_frame``
     raises for that datagram, or for a secure one's plain twin (:func:`as_plain`; the FRAME_DTYPE
@@ -102,6 +103,15 @@ def parse_frames(data: bytes) -> None:
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if grams else np.empty(0, np.int64)
     rows = [outcome(m.parse_frames, buffer, offsets, lengths) for m in TWINS]
     check_same("parse_frames", *rows)
+    # sealed bundles (version 0x82) split into their frames, then decoded: the twins agree
+    split = [outcome(m.split_bundles, buffer, offsets, lengths) for m in TWINS]
+    check_same("split_bundles", *split)
+    if split[0][0] == "ok":
+        layout = PY.split_bundles(buffer, offsets, lengths)
+        check_same("parse_frames (split)", *[outcome(m.parse_frames, *layout[:3]) for m in TWINS])
+        for g in grams:
+            if g[:1] == b"\x82":
+                check_same("bundle_layout", *[outcome(m.bundle_layout, g) for m in TWINS])
     if rows[0][0] == "ok":
         table = PY.parse_frames(buffer, offsets, lengths)
         for i, g in enumerate(grams):

@@ -49,6 +49,8 @@ REGRESSIONS = Path(__file__).parent / "corpus"
 SEED_BYTES = 4096  # libFuzzer's default max_len: seeds fit it
 #: a real capture of secure mode's traffic (tests/data/VECTORS.md)
 SECURE_CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "data" / "secure_safe_dealer.pcap"
+#: the same traffic with sealed bundles (version 0x82: several frames under one seal)
+BUNDLE_CAPTURE = SECURE_CAPTURE.with_name("secure_bundles.pcap")
 
 
 def _datagrams() -> dict[str, list[bytes]]:
@@ -265,8 +267,9 @@ def seeds() -> dict[str, list[bytes]]:
     """Seed inputs per target name, built from the bundled captures."""
     grams = _datagrams()
     captures = _capture_seeds()
-    # secure mode's frames (version 0x81): parse_frames reads their clear headers, parse_frame refuses them
-    sealed = {**grams, SECURE_CAPTURE.name: _payloads(SECURE_CAPTURE)}
+    # secure mode's frames (version 0x81): parse_frames reads their clear headers, parse_frame refuses
+    # them; bundles (0x82) go through split_bundles
+    sealed = {**grams, **{p.name: _payloads(p) for p in (SECURE_CAPTURE, BUNDLE_CAPTURE)}}
     return {
         "parse_frame": _parse_frame_seeds(grams),
         "parse_frames": _parse_frames_seeds(sealed),

@@ -3,7 +3,8 @@
 ``secure_frames`` gives two bound secure Dealers the same handshake (fixed keys, ephemerals drawn
 from a seeded generator, the same session id), so they hold the same session keys; one hands the
 opened frames to the compiled receive path, the other to the Python one. Then both take the
-script the input describes, datagram by datagram. After every step both must show the same
+script the input describes, datagram by datagram. The genuine datagrams are lone sealed frames
+and bundles (several frames under one seal). After every step both must show the same
 datagrams out, events, messages and counters, and these must hold:
 
 - nothing but genuine messages comes out, each at most once (replays never deliver);
@@ -43,6 +44,9 @@ REFUSALS = (
     "unexpected",
 )
 _MESSAGES = [[b"m%d" % i] for i in range(6)] + [[b"x" * 1200, b"y" * 30]]
+#: The messages of each flush: one alone goes as one sealed frame (0x81); several, or one of
+#: several frames, as a bundle (0x82) of up to 1472 bytes
+_FLUSHES = [[0], [1], [2], [3, 4, 5], [6]]
 
 
 @contextmanager
@@ -105,7 +109,10 @@ def _pool() -> dict[str, Any]:
     server = _server(False)
     with _seeded_ephemerals(4):
         client = Dealer.connecting(
-            SERVER, 0.0, SocketOptions(secret_key=client_secret, server_public_key=server_public), random.Random(5)
+            SERVER,
+            0.0,
+            SocketOptions(secret_key=client_secret, server_public_key=server_public, max_datagram_size=1472),
+            random.Random(5),
         )
     ((connect, _),) = client.datagrams_to_send(0.0)
     with _seeded_ephemerals(2):
@@ -114,13 +121,11 @@ def _pool() -> dict[str, Any]:
         client.receive_datagram(data, SERVER, 0.0)
     opening = [bytes(d) for d, _ in client.datagrams_to_send(0.0)]
     frames: list[bytes] = []
-    owner: list[int] = []
-    for index, parts in enumerate(_MESSAGES):
-        client.send(parts, 0.0)
-        for data, _ in client.datagrams_to_send(0.0):
-            frames.append(bytes(data))
-            owner.append(index)
-    _POOL.update(connect=bytes(connect), opening=opening, frames=frames, owner=owner)
+    for flush in _FLUSHES:  # lone sealed frames, then bundles
+        for index in flush:
+            client.send(_MESSAGES[index], 0.0)
+        frames += [bytes(data) for data, _ in client.datagrams_to_send(0.0)]
+    _POOL.update(connect=bytes(connect), opening=opening, frames=frames)
     return _POOL
 
 
@@ -208,7 +213,8 @@ def _feed_both(compiled: Any, python: Any, held: list[bytes], expected: int, now
 
 
 def secure_seeds() -> list[bytes]:
-    """Scripts: every genuine frame in order, replays, flipped bits, plain and forged frames."""
+    """Scripts: every genuine frame in order, replays, flipped bits, plain and forged frames,
+    forged bundles."""
     pool = _pool()
     n = len(pool["frames"])
     ordered = [((i << 2) | 0, b"") for i in range(n)]
@@ -221,4 +227,5 @@ def secure_seeds() -> list[bytes]:
         join_operations([((i << 2) | 1, bytes([1 << (i % 8)])) for i in range(0, 40, 3)]),
         join_operations([(op | 0x80, body) for op, body in ordered + ordered[:2]] + [(3, bytes(30))]),  # one batch
         join_operations([((5 << 2) | 1 | 0x80, b"\x04"), (2 | 0x80, b"\x01" + bytes(9))] + ordered),  # mixed batch
+        join_operations([(2, b"\x82\x02" + bytes(60)), (2, b"\x82\xff"), (3, bytes(40))] + ordered[::-1]),  # bundles
     ]

@@ -15,7 +15,10 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memmove
 
 from nbmq._wire cimport (
+    BUNDLE_VERSION,
     CONTROL_HEADER,
+    MAX_BUNDLE_FRAMES,
+    bundle_layout as _bundle_layout,
     DATA_HEADER,
     FNV_BASIS,
     MAX_CHUNK,
@@ -37,6 +40,7 @@ from .wire import (
     BQSP_DEFAULT_MAX_PACKET,
     FNV_OFFSET_BASIS,
     FRAME_DTYPE,
+    BUNDLE_ERROR_REASONS,
     FRAME_ERROR_REASONS,
     MAX_MESSAGE_SIZE,
     RQUEUE_SERVER_MAX_PAYLOAD,
@@ -359,6 +363,8 @@ include "_cython/rqueue.pxi"
 
 __all__ = [
     "parse_frames",
+    "split_bundles",
+    "bundle_layout",
     "BqspDecoder",
     "decode_bqsp_header",
     "encode_bqsp_header",

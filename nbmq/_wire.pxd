@@ -4,6 +4,7 @@
 # nbmq/wire.py holds the same values for Python code; tests/codec/test_wire_pxd.py compares them.
 
 from libc.stdint cimport uint64_t
+from libc.string cimport memcmp
 
 cdef enum:
     VERSION = 1
@@ -15,6 +16,11 @@ cdef enum:
     SECURE_VERSION = 0x81   # wire.SECURE_VERSION
     SECURE_COUNTER = 8      # wire.SECURE_COUNTER_SIZE
     SECURE_OVERHEAD = 24    # wire.SECURE_OVERHEAD: counter + Poly1305 tag
+    BUNDLE_VERSION = 0x82   # wire.BUNDLE_VERSION
+    BUNDLE_HEAD = 2         # wire.BUNDLE_HEAD_SIZE: version byte and frame count
+    BUNDLE_ENTRY = 2        # wire.BUNDLE_ENTRY_SIZE: a frame's u16 ciphertext length
+    MIN_BUNDLE_FRAMES = 2   # wire.MIN_BUNDLE_FRAMES
+    MAX_BUNDLE_FRAMES = 255 # wire.MAX_BUNDLE_FRAMES
 
 cdef extern from *:
     """
@@ -31,3 +37,46 @@ cdef inline uint64_t fnv1a64(const unsigned char* p, Py_ssize_t n, uint64_t h) n
     for i in range(n):
         h = (h ^ p[i]) * FNV_MUL
     return h
+
+
+cdef inline int bundle_layout(const unsigned char* p, Py_ssize_t n, Py_ssize_t* k, Py_ssize_t* heads,
+                              Py_ssize_t* sizes, Py_ssize_t* lens, Py_ssize_t* end,
+                              Py_ssize_t* at) noexcept nogil:
+    """Where the frames of the sealed bundle at ``p`` (``n`` bytes) lie: 0, with ``k`` frames,
+    per frame ``heads`` (offset of its clear header), ``sizes`` (34 or 10) and ``lens`` (its
+    ciphertext's length), and ``end`` the offset of the counter; else a reason, an index of
+    wire.BUNDLE_ERROR_REASONS, with ``at`` the offset of the field at fault. The arrays hold
+    MAX_BUNDLE_FRAMES. The checks and their order are the codec twin's ``bundle_layout``."""
+    cdef Py_ssize_t count = p[1] if n >= BUNDLE_HEAD else 0
+    cdef Py_ssize_t i, pos = BUNDLE_HEAD, head, size, total = 0
+    cdef unsigned char kind
+    if count < MIN_BUNDLE_FRAMES or count > MAX_BUNDLE_FRAMES:
+        at[0] = 1
+        return 1
+    for i in range(count):
+        head = pos + BUNDLE_ENTRY
+        if head + CONTROL_HEADER > n:
+            at[0] = n
+            return 2
+        kind = p[head + 1]
+        if p[head] != SECURE_VERSION or not (kind == 0 or 3 <= kind <= 5):
+            at[0] = head
+            return 3
+        size = DATA_HEADER if kind == 0 else CONTROL_HEADER
+        if head + size > n:
+            at[0] = n
+            return 2
+        if i and memcmp(p + head + 2, p + heads[0] + 2, 8) != 0:
+            at[0] = head + 2
+            return 4
+        heads[i] = head
+        sizes[i] = size
+        lens[i] = (<Py_ssize_t>p[pos] << 8) | p[pos + 1]
+        total += lens[i]
+        pos = head + size
+    if n != pos + SECURE_OVERHEAD + total:
+        at[0] = BUNDLE_HEAD
+        return 5
+    k[0] = count
+    end[0] = pos
+    return 0

@@ -335,10 +335,22 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "client public keys a bound secure socket accepts (an iterable of 32-byte keys); None "
         "accepts any client that completes the handshake; fixed at creation",
     ),
+    "max_datagram_size": OptionSpec(
+        "bytes",
+        1472,
+        0,
+        False,
+        65507,
+        "engine",
+        "secure mode: bytes a datagram may take when several sealed frames of one peer share it "
+        "and one seal (a bundle; 1472 = Ethernet's MTU less IPv4 and UDP headers, so a bundle "
+        "never fragments); 0 seals every frame alone; set the same on both peers (a receiver reads "
+        "datagrams up to its own value); fixed at creation",
+    ),
 }
 
-#: Options read once, when the engine is built (secure mode's keys).
-FIXED_OPTIONS = frozenset({"secret_key", "server_public_key", "allowed_public_keys"})
+#: Options read once, when the engine is built (secure mode's keys and bundle size).
+FIXED_OPTIONS = frozenset({"secret_key", "server_public_key", "allowed_public_keys", "max_datagram_size"})
 _KEY_SIZE = 32
 
 #: Every option's default, read off :data:`OPTION_SPECS` (the one place defaults are written):
@@ -424,7 +436,10 @@ class SocketOptions:
     Secure mode (``docs/secure.md``; fixed when the engine is built):
         secret_key (32 bytes or None: secure mode off), server_public_key (32 bytes or None;
         a connecting secure socket needs it), allowed_public_keys (iterable of 32-byte keys,
-        stored as a frozenset, or None: any client key). ``repr`` never shows the secret key.
+        stored as a frozenset, or None: any client key), max_datagram_size (bytes, 1472: the
+        largest bundle of sealed frames, Ethernet's MTU less IPv4 and UDP headers; 0 = every
+        frame sealed alone). ``repr`` never shows the
+        secret key.
 
     See :data:`OPTION_SPECS` for the bounds and a line on each.
 
@@ -463,6 +478,7 @@ class SocketOptions:
     secret_key: bytes | None
     server_public_key: bytes | None
     allowed_public_keys: frozenset[bytes] | None
+    max_datagram_size: int
 
     def __init__(self, **options: Any) -> None:
         for name, spec in OPTION_SPECS.items():

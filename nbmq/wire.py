@@ -33,6 +33,13 @@ __all__ = [
     "SECURE_COUNTER_SIZE",
     "SECURE_OVERHEAD",
     "MAX_SEALED_FRAME_SIZE",
+    "BUNDLE_VERSION",
+    "BUNDLE_HEAD_SIZE",
+    "BUNDLE_ENTRY_SIZE",
+    "BUNDLE_OVERHEAD",
+    "MIN_BUNDLE_FRAMES",
+    "MAX_BUNDLE_FRAMES",
+    "BUNDLE_ERROR_REASONS",
     "FNV_OFFSET_BASIS",
     "FNV_PRIME",
     "FrameKind",
@@ -70,6 +77,27 @@ SECURE_COUNTER_SIZE = 8
 #: Bytes sealing adds to a plain frame: the counter and the Poly1305 tag.
 SECURE_OVERHEAD = SECURE_COUNTER_SIZE + 16
 MAX_SEALED_FRAME_SIZE = MAX_FRAME_SIZE + SECURE_OVERHEAD  # 524
+#: A sealed bundle's version byte (docs/secure.md): several frames of one secure session under one
+#: seal. Layout: BUNDLE_VERSION, a u8 frame count, per frame a u16 BE ciphertext length and its
+#: clear sealed header (version SECURE_VERSION), then one u64 counter, the frames' encrypted
+#: payloads one after the other and one 16-byte tag; associated data is everything before the
+#: ciphertext. Readers that know only VERSION or SECURE_VERSION refuse it as a wrong version.
+BUNDLE_VERSION = 0x82
+BUNDLE_HEAD_SIZE = 2  # version byte and frame count
+BUNDLE_ENTRY_SIZE = 2  # each frame's u16 ciphertext length (its header follows)
+#: Bytes a bundle adds to its plain frames, besides BUNDLE_ENTRY_SIZE per frame.
+BUNDLE_OVERHEAD = BUNDLE_HEAD_SIZE + SECURE_OVERHEAD  # 26
+MIN_BUNDLE_FRAMES = 2  # one frame goes alone, as a SECURE_VERSION frame
+MAX_BUNDLE_FRAMES = 255  # the count is a u8
+#: Why a bundle is malformed (``bundle_layout``'s DecodeError reasons; index 0 is "well formed").
+BUNDLE_ERROR_REASONS = (
+    "",
+    "secure bundle frame count out of range",
+    "secure bundle truncated",
+    "secure bundle holds a header that is not a sealed one",
+    "secure bundle mixes sessions",
+    "secure bundle lengths do not add up",
+)
 
 
 class FrameKind(IntEnum):

@@ -4,10 +4,11 @@ Both modules expose exactly the names in ``__all__`` with the same signatures, r
 errors (checked by tests/codec/test_parity.py). Docstrings live here.
 """
 
-from .batch import parse_frames
+from .batch import parse_frames, split_bundles
 from .bqsp import BqspDecoder, decode_bqsp_header, encode_bqsp_header, encode_bqsp_packet
 from .fnv import ack_hash, fnv1a64, message_id, session_id
 from .frames import (
+    bundle_layout,
     encode_control_frame,
     encode_control_frame_into,
     encode_data_frame,
@@ -26,6 +27,8 @@ from .shard import ShardedMessage, frame_count, shard_message, shard_message_byt
 
 __all__ = [
     "parse_frames",
+    "split_bundles",
+    "bundle_layout",
     "BqspDecoder",
     "decode_bqsp_header",
     "encode_bqsp_header",

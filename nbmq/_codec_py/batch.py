@@ -10,7 +10,9 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..errors import DecodeError
 from ..wire import (
+    BUNDLE_VERSION,
     CONTROL_HEADER_SIZE,
     DATA_HEADER_SIZE,
     FRAME_DTYPE,
@@ -21,7 +23,7 @@ from ..wire import (
     FrameError,
     FrameKind,
 )
-from .frames import check_frame
+from .frames import bundle_layout, check_frame
 
 
 def check_rows(offsets: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,3 +111,75 @@ def parse_frames(buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.nd
                 row["payload_length"] = length - header
         row["error"] = code
     return out
+
+
+def split_bundles(
+    buffer: np.ndarray | bytes, offsets: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Datagrams as :func:`parse_frames` reads them, each well-formed sealed bundle (version
+    0x82, docs/secure.md) replaced by its frames, each laid out as if it had been sealed alone:
+    its clear header (version 0x81), the bundle's counter, its ciphertext and the bundle's tag.
+    ``parse_frames`` then gives one row per bundled frame, ``payload`` its ciphertext. Every
+    other datagram, a malformed bundle included, is kept as it is (``parse_frames`` then says
+    what is wrong with it).
+
+    Args:
+        buffer: the datagrams back to back, a uint8 array or any C-contiguous buffer.
+        offsets, lengths: integer arrays, shape ``(n,)``: each datagram's start and size, bytes.
+
+    Returns:
+        ``(buffer, offsets, lengths, source)``: the records' buffer (uint8: the input's bytes,
+        then the frames taken out of bundles), their offsets and lengths (int64, shape ``(m,)``,
+        ``m >= n``) and ``source`` (int64 ``(m,)``: the input datagram each record comes from,
+        in order), so per-datagram columns (time, addresses) are ``column[source]``. Without
+        bundles these are the inputs and ``arange(n)``.
+
+    Raises:
+        ValueError, TypeError: as :func:`parse_frames`, for ``offsets`` and ``lengths``.
+    """
+    offsets, lengths = check_rows(offsets, lengths)
+    view = np.frombuffer(memoryview(cast(Any, buffer)).cast("B"), dtype=np.uint8)
+    offsets = offsets.astype(np.int64)
+    lengths = lengths.astype(np.int64)
+    n = len(offsets)
+    total = len(view)
+    inside = (offsets >= 0) & (lengths >= 2) & (lengths <= total) & (offsets <= total - lengths)
+    first = np.zeros(n, dtype=np.uint8)
+    first[inside] = view[offsets[inside]]
+    candidates = np.flatnonzero(first == BUNDLE_VERSION)
+    counts = np.ones(n, dtype=np.int64)
+    extra = bytearray()
+    pieces: dict[int, list[tuple[int, int]]] = {}
+    raw = memoryview(cast(Any, view))
+    for i in candidates.tolist():
+        start = int(offsets[i])
+        datagram = raw[start : start + int(lengths[i])]
+        try:
+            entries, end = bundle_layout(datagram)
+        except DecodeError:
+            continue
+        seal = bytes(datagram[end : end + SECURE_COUNTER_SIZE])
+        tag = bytes(datagram[len(datagram) - (SECURE_OVERHEAD - SECURE_COUNTER_SIZE) :])
+        at = end + SECURE_COUNTER_SIZE
+        records = []
+        for head, size, length in entries:
+            records.append((total + len(extra), size + SECURE_OVERHEAD + length))
+            extra += datagram[head : head + size]
+            extra += seal
+            extra += datagram[at : at + length]
+            extra += tag
+            at += length
+        pieces[i] = records
+        counts[i] = len(records)
+    if not pieces:
+        return view, offsets, lengths, np.arange(n, dtype=np.int64)
+    source = np.repeat(np.arange(n, dtype=np.int64), counts)
+    out_offsets = np.repeat(offsets, counts)
+    out_lengths = np.repeat(lengths, counts)
+    firsts = np.cumsum(counts) - counts
+    for i, records in pieces.items():
+        at = int(firsts[i])
+        for j, (offset, length) in enumerate(records):
+            out_offsets[at + j] = offset
+            out_lengths[at + j] = length
+    return np.concatenate([view, np.frombuffer(bytes(extra), dtype=np.uint8)]), out_offsets, out_lengths, source

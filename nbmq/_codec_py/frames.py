@@ -14,12 +14,17 @@ import struct
 
 from ..errors import DecodeError, FrameTooLarge
 from ..wire import (
+    BUNDLE_ENTRY_SIZE,
+    BUNDLE_ERROR_REASONS,
+    BUNDLE_HEAD_SIZE,
     CONTROL_HEADER_SIZE,
     DATA_HEADER_SIZE,
     FRAME_ERROR_REASONS,
+    MAX_BUNDLE_FRAMES,
     MAX_CHUNK_SIZE,
     MAX_FRAME_SIZE,
     MAX_PARTS,
+    MIN_BUNDLE_FRAMES,
     SEALED_KINDS,
     SECURE_OVERHEAD,
     SECURE_VERSION,
@@ -94,6 +99,59 @@ def check_frame(view: memoryview, sealed: bool = False) -> tuple[FrameError, int
     if n < CONTROL_HEADER_SIZE:
         return FrameError.TRUNCATED, n, None
     return FrameError.OK, 0, CONTROL_HEADER.unpack_from(view)
+
+
+def bundle_layout(datagram: Buffer) -> tuple[list[tuple[int, int, int]], int]:
+    """Where the frames of a sealed bundle lie (docs/secure.md), checked before anything is
+    decrypted or allocated: the one rule the engine's opener, the batch decoder and the
+    dissector apply.
+
+    Args:
+        datagram: a whole datagram whose first byte is :data:`~nbmq.wire.BUNDLE_VERSION`.
+
+    Returns:
+        ``(entries, counter_offset)``: per frame ``(header_offset, header_size,
+        ciphertext_length)`` (bytes; header sizes 34 for data, 10 for control), and the offset of
+        the bundle's u64 counter; the ciphertext starts 8 bytes after it, the 16-byte tag ends
+        the datagram.
+
+    Raises:
+        DecodeError: one of :data:`~nbmq.wire.BUNDLE_ERROR_REASONS`, at the field at fault: a
+            frame count outside 2..255 (offset 1), a truncated entry (the datagram's length), a
+            header that is not a sealed one (version 0x81, a kind that is sealed), headers of
+            different sessions, or lengths that do not add up to the datagram's size (offset 2).
+    """
+    view = memoryview(datagram).cast("B") if not isinstance(datagram, bytes) else datagram
+    n = len(view)
+    count = view[1] if n >= BUNDLE_HEAD_SIZE else 0
+    if not MIN_BUNDLE_FRAMES <= count <= MAX_BUNDLE_FRAMES:
+        raise DecodeError(1, BUNDLE_ERROR_REASONS[1])
+    entries = []
+    pos = BUNDLE_HEAD_SIZE
+    total = 0
+    session = None
+    for _ in range(count):
+        head = pos + BUNDLE_ENTRY_SIZE
+        if head + CONTROL_HEADER_SIZE > n:
+            raise DecodeError(n, BUNDLE_ERROR_REASONS[2])
+        kind = view[head + 1]
+        if view[head] != SECURE_VERSION or kind not in SEALED_KINDS:
+            raise DecodeError(head, BUNDLE_ERROR_REASONS[3])
+        size = DATA_HEADER_SIZE if kind == FrameKind.DATA else CONTROL_HEADER_SIZE
+        if head + size > n:
+            raise DecodeError(n, BUNDLE_ERROR_REASONS[2])
+        sid = bytes(view[head + 2 : head + 10])
+        if session is None:
+            session = sid
+        elif sid != session:
+            raise DecodeError(head + 2, BUNDLE_ERROR_REASONS[4])
+        length = (view[pos] << 8) | view[pos + 1]
+        entries.append((head, size, length))
+        total += length
+        pos = head + size
+    if n != pos + SECURE_OVERHEAD + total:
+        raise DecodeError(BUNDLE_HEAD_SIZE, BUNDLE_ERROR_REASONS[5])
+    return entries, pos
 
 
 def parse_frame(datagram: Buffer) -> DataFrame | ControlFrame:

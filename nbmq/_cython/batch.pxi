@@ -136,3 +136,68 @@ def parse_frames(buffer, offsets, lengths):
     else:
         _put_rows(rows, base, total, offs, onarrow, lens, lnarrow, n)
     return out
+
+
+def split_bundles(buffer, offsets, lengths):
+    """Each well-formed sealed bundle replaced by its frames, laid out as if sealed alone:
+    ``(buffer, offsets, lengths, source)`` (see the twin)."""
+    cdef cnp.ndarray offs_a, lens_a
+    offs_a, lens_a = _rows(offsets, lengths)
+    cdef const unsigned char* base
+    cdef Py_ssize_t total
+    owner = _bytes_of(buffer, &base, &total)
+    cdef Py_ssize_t n = cnp.PyArray_DIM(offs_a, 0), i, j, m = 0, k = 0, end = 0, at = 0, grown = 0
+    cdef const void* offs = cnp.PyArray_DATA(offs_a)
+    cdef const void* lens = cnp.PyArray_DATA(lens_a)
+    cdef bint onarrow = _narrow(offs_a), lnarrow = _narrow(lens_a)
+    cdef int64_t start, length
+    cdef Py_ssize_t heads[MAX_BUNDLE_FRAMES]
+    cdef Py_ssize_t sizes[MAX_BUNDLE_FRAMES]
+    cdef Py_ssize_t blens[MAX_BUNDLE_FRAMES]
+    cdef cnp.ndarray counts = np.ones(n, dtype=np.int64)
+    cdef int64_t[::1] c = counts
+    # first pass: which datagrams are well-formed bundles, and how many bytes their frames take
+    for i in range(n):
+        start = _at(offs, onarrow, i)
+        length = _at(lens, lnarrow, i)
+        if (start < 0 or length < 2 or <uint64_t>start + <uint64_t>length > <uint64_t>total
+                or base[start] != BUNDLE_VERSION):
+            continue
+        if _bundle_layout(base + start, length, &k, heads, sizes, blens, &end, &at) == 0:
+            c[i] = k
+            grown += length - end - SECURE_OVERHEAD + k * SECURE_OVERHEAD
+            for j in range(k):
+                grown += sizes[j]
+    if grown == 0:
+        return (np.frombuffer(owner, dtype=np.uint8), offs_a.astype(np.int64), lens_a.astype(np.int64),
+                np.arange(n, dtype=np.int64))
+    m = int(counts.sum())
+    cdef cnp.ndarray out = np.empty(total + grown, dtype=np.uint8)
+    cdef unsigned char* o = <unsigned char*>cnp.PyArray_DATA(out)
+    memcpy(o, base, total)
+    cdef cnp.ndarray out_offsets = np.empty(m, dtype=np.int64)
+    cdef cnp.ndarray out_lengths = np.empty(m, dtype=np.int64)
+    cdef int64_t[::1] oo = out_offsets, ol = out_lengths
+    cdef Py_ssize_t row = 0, pos = total, cipher
+    for i in range(n):
+        start = _at(offs, onarrow, i)
+        length = _at(lens, lnarrow, i)
+        if c[i] == 1:  # not a well-formed bundle (one holds 2..255 frames): kept as it is
+            oo[row] = start
+            ol[row] = length
+            row += 1
+            continue
+        _bundle_layout(base + start, length, &k, heads, sizes, blens, &end, &at)
+        cipher = end + SECURE_COUNTER
+        for j in range(k):
+            oo[row] = pos
+            ol[row] = sizes[j] + SECURE_OVERHEAD + blens[j]
+            row += 1
+            memcpy(o + pos, base + start + heads[j], sizes[j])
+            memcpy(o + pos + sizes[j], base + start + end, SECURE_COUNTER)
+            memcpy(o + pos + sizes[j] + SECURE_COUNTER, base + start + cipher, blens[j])
+            memcpy(o + pos + sizes[j] + SECURE_COUNTER + blens[j], base + start + length - (SECURE_OVERHEAD - SECURE_COUNTER),
+                   SECURE_OVERHEAD - SECURE_COUNTER)
+            pos += sizes[j] + SECURE_OVERHEAD + blens[j]
+            cipher += blens[j]
+    return out, out_offsets, out_lengths, np.repeat(np.arange(n, dtype=np.int64), counts)

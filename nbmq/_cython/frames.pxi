@@ -99,6 +99,20 @@ cdef object _frame_error(int code, Py_ssize_t offset):
     return cls(offset, _REASONS[code])
 
 
+def bundle_layout(datagram):
+    """Where the frames of a sealed bundle lie: ``(entries, counter_offset)`` (see the twin)."""
+    cdef object mv = nbmq_byteview(datagram)
+    cdef const unsigned char* p = nbmq_ptr(mv)
+    cdef Py_ssize_t heads[MAX_BUNDLE_FRAMES]
+    cdef Py_ssize_t sizes[MAX_BUNDLE_FRAMES]
+    cdef Py_ssize_t lens[MAX_BUNDLE_FRAMES]
+    cdef Py_ssize_t k = 0, end = 0, at = 0, i
+    cdef int why = _bundle_layout(p, len(mv), &k, heads, sizes, lens, &end, &at)
+    if why:
+        raise DecodeError(at, BUNDLE_ERROR_REASONS[why])
+    return [(heads[i], sizes[i], lens[i]) for i in range(k)], end
+
+
 def parse_frame(datagram):
     """Parse one datagram into a DataFrame or ControlFrame that views the datagram."""
     cdef object mv = nbmq_byteview(datagram)

@@ -87,11 +87,13 @@ def _udp_line(path: str, codec: Any) -> str:
     from ..wire import SECURE_VERSION
 
     batch = read_datagrams(path)
-    rows = codec.parse_frames(batch.payload, batch.offsets, batch.lengths)
+    # a row per frame: a sealed bundle's frames each their own (docs/secure.md)
+    buffer, offsets, lengths, _ = codec.split_bundles(batch.payload, batch.offsets, batch.lengths)
+    rows = codec.parse_frames(buffer, offsets, lengths)
     ok = rows["error"] == codec.FrameError.OK
     kinds = np.bincount(rows["kind"][ok], minlength=len(codec.FrameKind))
     counts = ", ".join(f"{k.name.lower()} {kinds[k]}" for k in codec.FrameKind if kinds[k])
-    line = f"{len(rows)} datagrams, {int((~ok).sum())} malformed"
+    line = f"{len(batch)} datagrams, {int((~ok).sum())} malformed"
     secure = int((ok & (rows["version"] == SECURE_VERSION)).sum())
     if secure:  # secure mode's frames: headers decoded, content encrypted
         line += f", {secure} secure"

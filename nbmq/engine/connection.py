@@ -75,7 +75,7 @@ from .cookies import CookieJar
 from .counters import Counters
 from .noise import HandshakeError
 from .peers import Peer, PeerState, addr_text
-from .secure import SECURE_OVERHEAD, SECURE_VERSION, OpenError, SecureLayer, active_open_frames
+from .secure import BUNDLE_SESSION_OFFSET, BUNDLE_VERSION, SECURE_VERSION, OpenError, SecureLayer, active_open_frames
 
 __all__ = ["Connection", "Role"]
 
@@ -171,9 +171,15 @@ class Connection:
         self._ctrl_bytes = 0
         self._secure: SecureLayer | None = None
         self._secure_unopened = 0  # secure datagrams dropped before they were frames
+        self._bundled_in = 0  # frames that came in a bundle behind its first
         opts = self._opts
         if opts.secret_key is not None:
-            self._secure = SecureLayer(opts.secret_key, opts.server_public_key, opts.allowed_public_keys)
+            self._secure = SecureLayer(
+                opts.secret_key,
+                opts.server_public_key,
+                opts.allowed_public_keys,
+                max_datagram_size=opts.max_datagram_size,
+            )
             # every datagram is opened first; the socket type's own receive path (compiled or
             # Python) then takes the plain frame
             self._receive_plain = type(self).receive_datagram.__get__(self)
@@ -356,6 +362,9 @@ class Connection:
         :meth:`receive_datagram`)."""
         n = len(data)
         first = data[0] if n else -1
+        if first == BUNDLE_VERSION and not self._closed:
+            self._receive_bundle(data, addr, now)
+            return
         if first != SECURE_VERSION:
             if first == VERSION:  # a plain frame to a secure socket: a downgrade, or a plain peer
                 self._secure_drop(n, addr, "secure_downgrades", "plain frame to a secure socket")
@@ -381,18 +390,49 @@ class Connection:
             else:
                 self._on_secure_connected(sid, data[_CONTROL_HEADER_SIZE:], addr, now)
             return
+        frames = self._open_sealed(data, sid, addr, False)
+        if frames is not None:
+            self._receive_plain(frames[0], addr, now)
+
+    def _receive_bundle(self, data: Any, addr: Hashable, now: float) -> None:
+        """A sealed bundle (docs/secure.md): opened whole or refused whole and counted; its
+        frames then take the path of a lone opened frame, in order."""
+        self._now = now
+        if len(data) < BUNDLE_SESSION_OFFSET + 8:
+            self._secure_drop(len(data), addr, "malformed", "secure bundle truncated")
+            return
+        frames = self._open_sealed(data, _unpack_sid(data, BUNDLE_SESSION_OFFSET)[0], addr, True)
+        if frames is not None:
+            receive = self._receive_plain
+            for frame in frames:
+                receive(frame, addr, now)
+
+    def _open_sealed(self, data: Any, sid: int, addr: Hashable, bundle: bool) -> list[bytes] | None:
+        """The plain frames of a sealed frame (``bundle`` False) or bundle of session ``sid``,
+        counted by :meth:`_opened`; None when it was refused (counted and reported)."""
+        n = len(data)
         keys = self._secure.sessions.get(sid)  # type: ignore[union-attr]
         if keys is None:  # no reply: an unauthenticated Disconnected could end any session
             self._secure_drop(n, addr, "unknown_session", "secure frame of an unknown session")
-            return
+            return None
         try:
-            plain = keys.open(data)
+            frames = keys.open_bundle(data) if bundle else [keys.open(data)]
         except OpenError as exc:
             counter = {"replay": "secure_replays", "auth": "secure_auth_failed"}.get(exc.reason, "malformed")
             self._secure_drop(n, addr, counter, exc.detail)
-            return
-        self._counters.bytes_in += SECURE_OVERHEAD  # the plain path counts the rest
-        self._receive_plain(plain, addr, now)
+            return None
+        self._opened(1, n, len(frames), sum(map(len, frames)))
+        return frames
+
+    def _opened(self, datagrams: int, size: int, frames: int, plain: int) -> None:
+        """Count ``datagrams`` opened (``size`` bytes in all) into ``frames`` plain frames
+        (``plain`` bytes in all), before the plain path counts each frame as a datagram of its
+        own size: the difference is the seals' bytes and the frames that shared a bundle."""
+        counters = self._counters
+        bundled = frames - datagrams
+        counters.bytes_in += size - plain
+        counters.datagrams_in -= bundled
+        self._bundled_in += bundled
 
     def _receive_secure_batch(
         self, buffer: Any, offsets: list[int], lengths: list[int], addrs: list[Hashable], now: float
@@ -406,14 +446,17 @@ class Connection:
         feed = self._receive_secure
         size = len(buffer)
         count = min(len(offsets), len(lengths), len(addrs))
-        run: list[bytes] = []
-        froms: list[Hashable] = []
         i = 0
         while i < count:
             if not self._closed:
-                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, run, froms)
-                if run:
-                    self._receive_opened(run, froms, now)
+                start = i
+                plain = bytearray()  # a new one each run: messages may keep views into it
+                sizes: list[int] = []
+                froms: list[Hashable] = []
+                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, plain, sizes, froms)
+                if sizes:
+                    self._opened(i - start, int(sum(lengths[start:i])), len(sizes), len(plain))
+                    self._receive_opened(plain, sizes, froms, now)
                 if i >= count:
                     return
             offset, length, addr = offsets[i], lengths[i], addrs[i]
@@ -423,21 +466,18 @@ class Connection:
                 feed(buffer[offset : offset + length], addr, now)
             i += 1
 
-    def _receive_opened(self, run: list[bytes], froms: list[Hashable], now: float) -> None:
-        """Hand opened plain frames to the socket type's batch path, then empty both lists."""
-        lengths = [len(frame) for frame in run]
-        offsets = list(accumulate(lengths, initial=0))
+    def _receive_opened(self, plain: bytearray, sizes: list[int], froms: list[Hashable], now: float) -> None:
+        """Hand opened plain frames (back to back in ``plain``, counted by :meth:`_opened`) to
+        the socket type's batch path."""
+        offsets = list(accumulate(sizes, initial=0))
         offsets.pop()
-        self._counters.bytes_in += SECURE_OVERHEAD * len(run)  # the batch path counts the rest
         # the batch paths hand the frames they do not finish to self.receive_datagram: for these
         # opened frames that must be the plain one, not the secure entry point
         self.receive_datagram = self._receive_plain  # type: ignore[method-assign]
         try:
-            self._receive_plain_batch(b"".join(run), offsets, lengths, list(froms), now)
+            self._receive_plain_batch(plain, offsets, sizes, froms, now)
         finally:
             self.receive_datagram = self._receive_secure  # type: ignore[method-assign]
-        run.clear()
-        froms.clear()
 
     def _secure_drop(self, n: int, addr: Hashable, counter: str, detail: str) -> None:
         counters = self._counters
@@ -881,8 +921,9 @@ class Connection:
                 self._take_data(now, out)
         secure = self._secure
         if secure is not None and out:
-            out, sealed, unsealed = secure.seal_all(out)
-            self._ctrl_bytes += sealed * SECURE_OVERHEAD
+            out, merged, added, unsealed = secure.seal_all(out)
+            self._ctrl_bytes += added
+            self._ctrl_out -= merged  # datagrams_out counts datagrams: a bundle is one
             self._counters.secure_unsealed += unsealed
         return out
 
@@ -959,7 +1000,11 @@ class Connection:
         counters.datagrams_out = self._ctrl_out
         counters.bytes_out = self._ctrl_bytes
         counters.data_frames_in = (
-            counters.datagrams_in - counters.malformed - counters.control_frames_in - self._secure_unopened
+            counters.datagrams_in
+            + self._bundled_in
+            - counters.malformed
+            - counters.control_frames_in
+            - self._secure_unopened
         )
 
 

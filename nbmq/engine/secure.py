@@ -16,6 +16,13 @@ A secure frame is a plain frame whose version byte is :data:`SECURE_VERSION` (0x
   is everything before the ciphertext (header and counter): a flipped header bit fails the
   tag as surely as a flipped payload bit.
 
+Several sealed frames of one session may share a datagram and a seal: a *bundle*, version byte
+:data:`BUNDLE_VERSION` (0x82), a frame count (u8, 2..255), per frame its ciphertext length (u16
+BE) and its clear sealed header, then one counter, the frames' encrypted payloads back to back and
+one tag; the associated data is everything before the ciphertext. A bundle takes one counter (one
+nonce, one slot of the replay window) and one ChaCha20-Poly1305 call, whose cost is mostly fixed:
+that is what makes small frames cheap. A lone frame stays a 0x81 frame.
+
 A reference peer (version byte 1 only) rejects every secure frame as ``FrameError.VERSION``; a
 secure socket rejects every plain frame (counted as a downgrade). Nothing falls back.
 """
@@ -26,11 +33,19 @@ import struct
 from collections.abc import Hashable
 from typing import Any
 
+from .. import codec as _codec
 from .. import extensions
+from ..errors import DecodeError
 from ..wire import (
+    BUNDLE_ENTRY_SIZE,
+    BUNDLE_HEAD_SIZE,
+    BUNDLE_OVERHEAD,
+    BUNDLE_VERSION,
     CONTROL_HEADER_SIZE,
     DATA_HEADER_SIZE,
+    MAX_BUNDLE_FRAMES,
     MAX_SEALED_FRAME_SIZE,
+    MIN_BUNDLE_FRAMES,
     SECURE_COUNTER_SIZE,
     SECURE_OVERHEAD,
     SECURE_VERSION,
@@ -44,11 +59,14 @@ __all__ = [
     "COUNTER_SIZE",
     "SECURE_OVERHEAD",
     "MAX_SEALED_FRAME_SIZE",
+    "BUNDLE_VERSION",
+    "BUNDLE_SESSION_OFFSET",
     "REPLAY_WINDOW",
     "REKEY_FRAMES",
     "PROLOGUE",
     "ReplayWindow",
     "SessionKeys",
+    "bundle_layout",
     "session_keys",
     "seal_frames",
     "open_frames",
@@ -82,6 +100,9 @@ _PLAIN_PREFIX = bytes((VERSION,))
 _DATA = FrameKind.DATA
 _CONTROL_KINDS = (FrameKind.DISCONNECTED, FrameKind.HEARTBEAT, FrameKind.ACK)
 _HANDSHAKE_KINDS = (FrameKind.CONNECT, FrameKind.CONNECTED)
+#: Where a bundle's first header has its session id (the bundle's keys); bundle_layout checks
+#: that every header has the same.
+BUNDLE_SESSION_OFFSET = BUNDLE_HEAD_SIZE + BUNDLE_ENTRY_SIZE + 2
 _LAST_COUNTER = (1 << 64) - 2  # 2**64 - 1 is REKEY's nonce
 
 
@@ -93,6 +114,15 @@ class OpenError(Exception):
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+
+
+def bundle_layout(datagram: bytes | memoryview) -> tuple[list[tuple[int, int, int]], int]:
+    """The codec's :func:`nbmq.codec.bundle_layout` (where a bundle's frames lie), its
+    DecodeError as ``OpenError("malformed", reason)``."""
+    try:
+        return _codec.bundle_layout(datagram)
+    except DecodeError as exc:
+        raise OpenError("malformed", exc.reason) from None
 
 
 class FrameCipher:
@@ -149,6 +179,58 @@ class FrameCipher:
         except InvalidTag:
             return None
         return _PLAIN_PREFIX + bytes(view[1:size]) + plain
+
+    def seal_bundle(self, frames: list[Any], counter: int) -> bytes:
+        """One bundle (docs/secure.md) of 2..255 plain frames under ``counter``: ``BUNDLE_OVERHEAD
+        + sum(BUNDLE_ENTRY_SIZE + len(frame))`` bytes.
+
+        Raises:
+            ValueError: this cipher opens, a frame count outside 2..255, a frame shorter than
+                its header or a payload over 65535 bytes.
+        """
+        if not self.encrypt:
+            raise ValueError("this FrameCipher opens frames")
+        if not MIN_BUNDLE_FRAMES <= len(frames) <= MAX_BUNDLE_FRAMES:
+            raise ValueError(f"a bundle holds 2..255 frames, got {len(frames)}")
+        head = bytearray((BUNDLE_VERSION, len(frames)))
+        payloads = []
+        for frame in frames:
+            size = DATA_HEADER_SIZE if frame[1] == _DATA else CONTROL_HEADER_SIZE
+            length = len(frame) - size
+            if not 0 <= length <= 0xFFFF:
+                raise ValueError("frame shorter than its header, or its payload over 65535 bytes")
+            head += length.to_bytes(2, "big")
+            head += _SECURE_PREFIX
+            head += frame[1:size]
+            payloads.append(frame[size:])
+        head += _COUNTER.pack(counter)
+        ad = bytes(head)
+        return ad + self._cipher.encrypt_at(counter, ad, b"".join(payloads))
+
+    def open_bundle(
+        self, datagram: bytes | memoryview, entries: list[tuple[int, int, int]], end: int
+    ) -> list[bytes] | None:
+        """The plain frames of a bundle whose :func:`bundle_layout` is ``(entries, end)``, or None
+        when the tag does not verify. The caller checked the counter.
+
+        Raises:
+            ValueError: this cipher seals.
+        """
+        if self.encrypt:
+            raise ValueError("this FrameCipher seals frames")
+        view = memoryview(datagram)
+        start = end + COUNTER_SIZE
+        counter = _COUNTER.unpack_from(view, end)[0]
+        try:
+            plain = self._cipher.decrypt_at(counter, bytes(view[:start]), view[start:])
+        except InvalidTag:
+            return None
+        frames = []
+        at = 0
+        for head, size, length in entries:
+            frames.append(_PLAIN_PREFIX + bytes(view[head + 1 : head + size]) + plain[at : at + length])
+            at += length
+        return frames
 
 
 _seal = extensions.load("nbmq.engine._seal")
@@ -252,7 +334,7 @@ class SessionKeys:
 
     @property
     def frames_sealed(self) -> int:
-        """Frames sealed so far (the next frame's counter)."""
+        """Seals so far, lone frames and bundles (the next counter)."""
         return self._send_counter
 
     def seal(self, frame: bytes | memoryview) -> bytes:
@@ -267,6 +349,29 @@ class SessionKeys:
         Raises:
             OverflowError: 2**64 - 1 frames were sealed under this session (re-handshake).
         """
+        counter = self._next_counter()  # first: it may move to the next key
+        return self._send.seal(frame, counter)  # type: ignore[no-any-return]
+
+    def seal_bundle(self, frames: list[Any]) -> bytes:
+        """One bundle of 2..255 plain frames of this session under one counter (docs/secure.md).
+
+        Args:
+            frames: whole plain frames (bytes-like), each payload at most 65535 bytes.
+
+        Returns:
+            ``BUNDLE_OVERHEAD + sum(BUNDLE_ENTRY_SIZE + len(frame))`` bytes (owned).
+
+        Raises:
+            ValueError: a frame count outside 2..255 or a frame shorter than its header.
+            OverflowError: the session's counter is exhausted (re-handshake).
+        """
+        if not MIN_BUNDLE_FRAMES <= len(frames) <= MAX_BUNDLE_FRAMES:
+            raise ValueError(f"a bundle holds 2..255 frames, got {len(frames)}")
+        counter = self._next_counter()  # first: it may move to the next key
+        return self._send.seal_bundle(frames, counter)  # type: ignore[no-any-return]
+
+    def _next_counter(self) -> int:
+        """Take the next send counter, moving to the next key every ``rekey_frames`` seals."""
         counter = self._send_counter
         if counter > _LAST_COUNTER:
             raise OverflowError("secure session exhausted its frame counter")
@@ -276,7 +381,7 @@ class SessionKeys:
             self._send_epoch = epoch
             self.rekeys += 1
         self._send_counter = counter + 1
-        return self._send.seal(frame, counter)  # type: ignore[no-any-return]
+        return counter
 
     def open(self, datagram: bytes | memoryview) -> bytes:
         """The plain frame a secure frame carries (version byte 1 again), after its tag and
@@ -305,28 +410,62 @@ class SessionKeys:
         if n < size + SECURE_OVERHEAD:
             raise OpenError("malformed", "secure frame truncated")
         counter = _COUNTER.unpack_from(datagram, size)[0]
+        cipher = self._recv_cipher(counter)
+        plain = cipher.open(datagram, size)
+        if plain is None:
+            raise OpenError("auth", "secure frame failed authentication")
+        self._opened(cipher, counter)
+        return plain  # type: ignore[no-any-return]
+
+    def open_bundle(self, datagram: bytes | memoryview) -> list[bytes]:
+        """The plain frames of a sealed bundle (docs/secure.md), in order, after its layout,
+        counter and tag checked out.
+
+        Args:
+            datagram: a whole bundle (first byte :data:`BUNDLE_VERSION`) of this session.
+
+        Returns:
+            Its plain frames (version byte 1), owned bytes each.
+
+        Raises:
+            OpenError: as :meth:`open`; ``"malformed"`` as :func:`bundle_layout` says. A
+                refused bundle is refused whole and changes nothing.
+        """
+        entries, end = bundle_layout(datagram)
+        counter = _COUNTER.unpack_from(datagram, end)[0]
+        cipher = self._recv_cipher(counter)
+        frames = cipher.open_bundle(datagram, entries, end)
+        if frames is None:
+            raise OpenError("auth", "secure frame failed authentication")
+        self._opened(cipher, counter)
+        return frames  # type: ignore[no-any-return]
+
+    def _recv_cipher(self, counter: int) -> Any:
+        """The key that opens ``counter``, checked against the replay window first.
+
+        Raises:
+            OpenError: ``"replay"`` or ``"auth"`` (a counter past the next key)."""
         if not self._window.fresh(counter):
             raise OpenError("replay", "secure frame replayed or too old")
         epoch = counter // self.rekey_frames
         cur = self._recv_epoch
         if epoch == cur:
-            cipher = self._recv
-        elif epoch == cur - 1 and self._recv_prev is not None:
-            cipher = self._recv_prev
-        elif epoch == cur + 1:
-            cipher = _Cipher(_rekeyed(self._recv.key), False)
-        else:
-            raise OpenError("auth", "secure frame counter outside the current keys")
-        plain = cipher.open(datagram, size)
-        if plain is None:
-            raise OpenError("auth", "secure frame failed authentication")
-        if epoch == cur + 1:  # the peer moved to the next key: so do we
+            return self._recv
+        if epoch == cur - 1 and self._recv_prev is not None:
+            return self._recv_prev
+        if epoch == cur + 1:
+            return _Cipher(_rekeyed(self._recv.key), False)
+        raise OpenError("auth", "secure frame counter outside the current keys")
+
+    def _opened(self, cipher: Any, counter: int) -> None:
+        """A frame or bundle under ``counter`` verified: take the counter, and follow the peer
+        to its next key when ``cipher`` is that key."""
+        if counter // self.rekey_frames == self._recv_epoch + 1:
             self._recv_prev = self._recv
             self._recv = cipher
-            self._recv_epoch = epoch
+            self._recv_epoch += 1
             self.rekeys += 1
         self._window.take(counter)
-        return plain  # type: ignore[no-any-return]
 
 
 def session_keys(send_key: bytes, recv_key: bytes, remote_static: bytes, rekey_frames: int = REKEY_FRAMES) -> Any:
@@ -340,31 +479,71 @@ def session_keys(send_key: bytes, recv_key: bytes, remote_static: bytes, rekey_f
 
 
 def seal_frames(
-    sessions: dict[int, Any], out: list[tuple[Any, Hashable]]
-) -> tuple[list[tuple[Any, Hashable]], int, int]:
+    sessions: dict[int, Any], out: list[tuple[Any, Hashable]], max_datagram_size: int = 0
+) -> tuple[list[tuple[Any, Hashable]], int, int, int]:
     """Seal every plain frame (version 1) of ``out`` under its session's keys; other datagrams
-    (handshake frames) pass as they are.
+    (handshake frames) pass as they are. Frames of one session to one address are packed, in
+    their order, into bundles of at most ``max_datagram_size`` bytes and 255 frames (one seal
+    each); a frame that shares its datagram with no other is sealed alone (0x81).
 
     Args:
         sessions: session id -> :class:`SessionKeys`.
         out: ``(datagram, addr)`` pairs, as ``datagrams_to_send`` gives them.
+        max_datagram_size: bytes a bundle may take (the ``max_datagram_size`` option); below
+            two frames' size (0 included) every frame goes alone.
 
     Returns:
-        ``(datagrams, sealed, unsealed)``: the new list to send, how many frames were sealed, and
-        how many were left out because their session has no keys.
+        ``(datagrams, merged, added, unsealed)``: the new list to send (each session's
+        datagrams where its first frame was), how many frames went into a bundle behind its
+        first (frames sealed less datagrams sealed), the bytes sealing added (counters, tags,
+        bundle heads), and how many frames were left out because their session has no keys.
     """
-    sealed: list[tuple[Any, Hashable]] = []
-    count = unsealed = 0
+    slots: list[Any] = []  # (datagram, addr) pairs, or [keys, addr, frames] of one session
+    groups: dict[tuple[int, Hashable], list[Any]] = {}
+    unsealed = 0
     for data, addr in out:
         if len(data) >= CONTROL_HEADER_SIZE and data[0] == VERSION:
-            keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])  # the session id
-            if keys is None:
-                unsealed += 1
-                continue
-            data = keys.seal(data)
-            count += 1
-        sealed.append((data, addr))
-    return sealed, count, unsealed
+            sid = _COUNTER.unpack_from(data, 2)[0]
+            if data[1] == _DATA and len(data) < DATA_HEADER_SIZE:
+                raise ValueError("frame shorter than its header")
+            group = groups.get((sid, addr))
+            if group is None:
+                keys = sessions.get(sid)
+                if keys is None:
+                    unsealed += 1
+                    continue
+                group = groups[sid, addr] = [keys, addr, []]
+                slots.append(group)
+            group[2].append(data)
+        else:
+            slots.append((data, addr))
+    sealed: list[tuple[Any, Hashable]] = []
+    merged = added = 0
+    for slot in slots:
+        if slot.__class__ is tuple:
+            sealed.append(slot)
+            continue
+        keys, addr, queued = slot
+        n = len(queued)
+        i = 0
+        while i < n:
+            size = BUNDLE_OVERHEAD + BUNDLE_ENTRY_SIZE + len(queued[i])
+            j = i + 1
+            while j < n and j - i < MAX_BUNDLE_FRAMES:
+                grown = size + BUNDLE_ENTRY_SIZE + len(queued[j])
+                if grown > max_datagram_size:
+                    break
+                size = grown
+                j += 1
+            if j - i == 1:
+                sealed.append((keys.seal(queued[i]), addr))
+                added += SECURE_OVERHEAD
+            else:
+                sealed.append((keys.seal_bundle(queued[i:j]), addr))
+                added += BUNDLE_OVERHEAD + BUNDLE_ENTRY_SIZE * (j - i)
+                merged += j - i - 1
+            i = j
+    return sealed, merged, added, unsealed
 
 
 def open_frames(
@@ -374,18 +553,21 @@ def open_frames(
     lengths: Any,
     addrs: Any,
     start: int,
-    run: list[bytes],
+    plain: bytearray,
+    sizes: list[int],
     froms: list[Hashable],
 ) -> int:
     """Open the datagrams of a batch from index ``start`` on while each is a sealed frame (not a
-    handshake) of a session in ``sessions`` that opens; append each plain frame to ``run`` and
-    its address to ``froms``.
+    handshake) or a bundle of a session in ``sessions`` that opens; append each plain frame to
+    ``plain`` (back to back), its size to ``sizes`` and its address to ``froms`` (a bundle's
+    frames each with the bundle's address).
 
     Args:
         sessions: session id -> :class:`SessionKeys`.
         buffer, offsets, lengths, addrs: a ``receive_datagrams`` batch (datagram ``i`` is
             ``buffer[offsets[i] : offsets[i] + lengths[i]]``; the shortest list sets the count).
         start: the first index to look at.
+        plain, sizes, froms: where the opened frames go (appended to).
 
     Returns:
         The index of the first datagram not opened (it is left as it was, for the caller's
@@ -404,16 +586,27 @@ def open_frames(
         if offset < 0 or length < 0 or offset + length > size:
             return i
         data = buffer[offset : offset + length]
-        if length <= CONTROL_HEADER_SIZE or data[0] != SECURE_VERSION or data[1] in _HANDSHAKE_KINDS:
+        if length <= CONTROL_HEADER_SIZE:
             return i
-        keys = sessions.get(_COUNTER.unpack_from(data, 2)[0])
+        if data[0] == BUNDLE_VERSION:
+            if length < BUNDLE_SESSION_OFFSET + SECURE_COUNTER_SIZE:
+                return i
+            at = BUNDLE_SESSION_OFFSET
+        elif data[0] == SECURE_VERSION and data[1] not in _HANDSHAKE_KINDS:
+            at = 2
+        else:
+            return i
+        keys = sessions.get(_COUNTER.unpack_from(data, at)[0])
         if keys is None:
             return i
         try:
-            run.append(keys.open(data))
+            opened = keys.open_bundle(data) if at != 2 else [keys.open(data)]
         except OpenError:
             return i
-        froms.append(addrs[i])
+        for frame in opened:
+            plain += frame
+            sizes.append(len(frame))
+        froms += [addrs[i]] * len(opened)
         i += 1
     return i
 
@@ -433,7 +626,8 @@ class SecureLayer:
         server_public_key: the bound peer's 32-byte public key, pinned (needed to dial).
         allowed_public_keys: the client keys a bound socket accepts (a frozenset of 32-byte
             keys), or None to accept any client that completes the handshake.
-        rekey_frames: frames per key (> 0), both directions; None: :data:`REKEY_FRAMES`.
+        rekey_frames: seals per key (> 0), both directions; None: :data:`REKEY_FRAMES`.
+        max_datagram_size: bytes a bundle may take (0: every frame sealed alone).
 
     Raises:
         NbmqError: ``cryptography`` is missing (the ``secure`` extra). ValueError: a key is not
@@ -446,6 +640,7 @@ class SecureLayer:
         "_server",
         "_allowed",
         "rekey_frames",
+        "max_datagram_size",
         "sessions",
         "_retired",
         "_dialling",
@@ -459,12 +654,14 @@ class SecureLayer:
         server_public_key: bytes | None = None,
         allowed_public_keys: frozenset[bytes] | None = None,
         rekey_frames: int | None = None,
+        max_datagram_size: int = 0,
     ) -> None:
         self.public_key = public_key(secret_key)
         self._secret = bytes(secret_key)
         self._server = server_public_key
         self._allowed = allowed_public_keys
         self.rekey_frames = REKEY_FRAMES if rekey_frames is None else rekey_frames
+        self.max_datagram_size = max_datagram_size
         #: session id -> its keys (half-open and connected peers, and peers removed since the
         #: last flush: their last frames, a Disconnected, still go out sealed)
         self.sessions: dict[int, Any] = {}  # SessionKeys, compiled or not
@@ -560,20 +757,20 @@ class SecureLayer:
         """Stop the handshake with ``addr`` (the engine stopped dialling it)."""
         self._dialling.pop(addr, None)
 
-    def seal_all(self, out: list[tuple[Any, Hashable]]) -> tuple[list[tuple[Any, Hashable]], int, int]:
-        """Seal every plain frame of ``out`` under its session's keys (handshake frames pass as
-        they are), then drop the keys of retired sessions.
+    def seal_all(self, out: list[tuple[Any, Hashable]]) -> tuple[list[tuple[Any, Hashable]], int, int, int]:
+        """Seal every plain frame of ``out`` under its session's keys, bundling frames of one
+        peer up to ``max_datagram_size`` bytes (handshake frames pass as they are), then drop
+        the keys of retired sessions.
 
         Returns:
-            ``(datagrams, sealed, unsealed)``: the list to send, how many frames were sealed,
-            and how many were dropped because their session has no keys.
+            ``(datagrams, merged, added, unsealed)`` as :func:`seal_frames` gives them.
         """
         sessions = self.sessions
-        sealed, count, unsealed = active_seal_frames(sessions, out)
+        result = active_seal_frames(sessions, out, self.max_datagram_size)
         if self._retired:
             for sid in self._retired:
                 keys = sessions.pop(sid, None)
                 if keys is not None:
                     self._rekeys_retired += keys.rekeys
             self._retired.clear()
-        return sealed, count, unsealed
+        return result  # type: ignore[no-any-return]

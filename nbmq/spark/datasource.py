@@ -453,17 +453,29 @@ def frames_batches(
     from .. import codec
     from ..wire import FRAME_ERROR_REASONS, SECURE_VERSION, FrameError, FrameKind
 
-    n = len(batch)
-    if n == 0:
+    if len(batch) == 0:
         return
-    buffer = np.asarray(batch.payload, dtype=np.uint8)
-    rows = codec.parse_frames(buffer, batch.offsets, batch.lengths)
+    # one row per frame: a sealed bundle's frames each get a row, with the bundle's time,
+    # addresses and record (docs/secure.md)
+    buffer, offsets, all_lengths, source = codec.split_bundles(
+        np.asarray(batch.payload, dtype=np.uint8), batch.offsets, batch.lengths
+    )
+    n = len(source)
+    bundled = n != len(batch)
+
+    def per_row(column: Any) -> Any:
+        return column[source] if bundled and column is not None else column
+
+    rows = codec.parse_frames(buffer, offsets, all_lengths)
     names = set(arrow_schema.names)
     error_names = pa.array([FRAME_ERROR_REASONS[int(c)] for c in FrameError], pa.string())
     kind_names = pa.array(_KIND_NAMES, pa.string())
     texts = getattr(batch, "addresses", None)
-    src = _strings(batch.src_addr, batch.src_code, texts) if "src_addr" in names else None
-    dst = _strings(batch.dst_addr, batch.dst_code, texts) if "dst_addr" in names else None
+    src_code, dst_code = per_row(getattr(batch, "src_code", None)), per_row(getattr(batch, "dst_code", None))
+    src = _strings(per_row(batch.src_addr), src_code, texts) if "src_addr" in names else None
+    dst = _strings(per_row(batch.dst_addr), dst_code, texts) if "dst_addr" in names else None
+    frame_number, timestamp_ns = per_row(batch.frame_number), per_row(batch.timestamp_ns)
+    src_port, dst_port, truncated = per_row(batch.src_port), per_row(batch.dst_port), per_row(batch.truncated)
     for lo in range(0, n, batch_rows):
         hi = min(n, lo + batch_rows)
         m = hi - lo
@@ -473,7 +485,7 @@ def frames_batches(
         kind = r["kind"]
         data = ok & (kind == FrameKind.DATA)
         secure = r["version"] == SECURE_VERSION
-        lengths = np.asarray(batch.lengths[lo:hi])
+        lengths = np.asarray(all_lengths[lo:hi])
         has_kind = lengths >= 2
         cols: dict[str, Any] = {}
 
@@ -483,8 +495,8 @@ def frames_batches(
         if want("capture"):
             cols["capture"] = _constant_string(capture, m)
         if want("frame_number"):
-            cols["frame_number"] = pa.array(np.asarray(batch.frame_number[lo:hi], dtype=np.int64))
-        ts_ns = np.asarray(batch.timestamp_ns[lo:hi], dtype=np.int64)
+            cols["frame_number"] = pa.array(np.asarray(frame_number[lo:hi], dtype=np.int64))
+        ts_ns = np.asarray(timestamp_ns[lo:hi], dtype=np.int64)
         if want("timestamp"):
             cols["timestamp"] = pa.array(ts_ns // 1000).view(pa.timestamp("us", tz="UTC"))
         if want("ts_ns"):
@@ -494,13 +506,13 @@ def frames_batches(
         if dst is not None:
             cols["dst_addr"] = dst.slice(lo, m)
         if want("src_port"):
-            cols["src_port"] = pa.array(np.asarray(batch.src_port[lo:hi]).astype(np.int32))
+            cols["src_port"] = pa.array(np.asarray(src_port[lo:hi]).astype(np.int32))
         if want("dst_port"):
-            cols["dst_port"] = pa.array(np.asarray(batch.dst_port[lo:hi]).astype(np.int32))
+            cols["dst_port"] = pa.array(np.asarray(dst_port[lo:hi]).astype(np.int32))
         if want("length"):
             cols["length"] = pa.array(lengths.astype(np.int32))
         if want("truncated"):
-            cols["truncated"] = pa.array(np.asarray(batch.truncated[lo:hi], dtype=np.bool_))
+            cols["truncated"] = pa.array(np.asarray(truncated[lo:hi], dtype=np.bool_))
         if want("kind"):
             cols["kind"] = _masked(kind, has_kind, pa.int32())
         if want("kind_name"):
@@ -522,7 +534,7 @@ def frames_batches(
             if want(name):
                 cols[name] = _masked(r[name], data, dtype)
         if want("payload"):
-            starts = np.where(ok, r["payload_offset"], np.asarray(batch.offsets[lo:hi]))
+            starts = np.where(ok, r["payload_offset"], np.asarray(offsets[lo:hi]))
             plen = np.where(ok, r["payload_length"], lengths)
             cols["payload"] = _gather(buffer, starts, plen)
         if want("error"):

@@ -105,8 +105,11 @@ class DatagramLink:
         if options is not None and sock.family != socket.AF_UNIX:
             # GRO only when a full coalesced read (64 datagrams) fits under recv_hwm.
             gso, gro = options.gso, options.gro and options.recv_hwm >= 64
-        # a receive slot holds a whole frame: 500 bytes plain, 524 sealed (secure mode)
-        slot = 512 if options is None or options.secret_key is None else MAX_SEALED_FRAME_SIZE
+        # a receive slot holds a whole datagram: a 500-byte frame plain; in secure mode a sealed
+        # frame (524) or a bundle of them (up to max_datagram_size)
+        slot = 512
+        if options is not None and options.secret_key is not None:
+            slot = max(MAX_SEALED_FRAME_SIZE, options.max_datagram_size)
         self.io = batch_io(sock, slot=slot, native=native, gso=gso, gro=gro)
         self.pending: list[tuple[Any, Any]] = []
         self.has_pending = False

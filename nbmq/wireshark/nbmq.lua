@@ -8,6 +8,10 @@
 -- Secure mode (docs/secure.md) sets the version byte to 0x81: Connect and Connected carry a Noise
 -- IK handshake message as payload; every other frame keeps its plain header, then a counter u64
 -- and the encrypted chunk or payload with its 16-byte tag. Headers are shown; content is not.
+-- A sealed bundle (version 0x82) holds several sealed frames of one session under one seal:
+-- count u8 | per frame: ciphertext length u16, its clear header (version 0x81) | counter u64
+-- | the frames' ciphertexts back to back | tag; each frame is shown with its header and
+-- ciphertext, and a malformed bundle is flagged in the words of the codec's bundle_layout.
 -- Claiming: with Decode As (udp.port) every datagram is dissected and any frame the codec
 -- rejects gets an expert-info error in the codec's words (nbmq.wire.FRAME_ERROR_REASONS, as
 -- DecodeError prints them: "<reason> (at byte <offset>)"). Without it the heuristic claims
@@ -29,6 +33,7 @@ local KINDS = { [0] = "Data", [1] = "Connect", [2] = "Connected", [3] = "Disconn
 local VERSION, DATA_HEADER, CONTROL_HEADER, MAX_FRAME = 1, 34, 10, 500
 local SECURE_VERSION, COUNTER, TAG = 0x81, 8, 16
 local SEAL = COUNTER + TAG  -- bytes a sealed frame adds to its plain frame
+local BUNDLE_VERSION, BUNDLE_HEAD, BUNDLE_ENTRY = 0x82, 2, 2
 
 local f = {
   version      = ProtoField.uint8("nbmq.version", "Version", base.DEC),
@@ -48,6 +53,8 @@ local f = {
   ciphertext   = ProtoField.bytes("nbmq.ciphertext", "Encrypted content"),
   tag          = ProtoField.bytes("nbmq.tag", "Authentication tag (Poly1305)"),
   handshake    = ProtoField.bytes("nbmq.handshake", "Noise IK handshake message"),
+  bundle_count = ProtoField.uint8("nbmq.bundle.count", "Frames in the sealed bundle", base.DEC),
+  bundle_length = ProtoField.uint16("nbmq.bundle.length", "Ciphertext length", base.DEC),
   ack_hash     = ProtoField.uint64("nbmq.ack_hash", "Acked frame hash (FNV-1a 64)", base.HEX),
   reassembled_in = ProtoField.framenum("nbmq.reassembled_in", "Message reassembled in frame", base.NONE),
   msg_id       = ProtoField.uint64("nbmq.message.id", "Message ID", base.HEX),
@@ -72,6 +79,18 @@ local expert_list = {}
 for code, reason in pairs(REASONS) do
   experts[code] = ProtoExpert.new("nbmq.malformed." .. code, reason, expert.group.MALFORMED, expert.severity.ERROR)
   expert_list[#expert_list + 1] = experts[code]
+end
+-- A malformed bundle, in the words of the codec's bundle_layout (nbmq.wire.BUNDLE_ERROR_REASONS).
+local BUNDLE_REASONS = {
+  count = "secure bundle frame count out of range", truncated = "secure bundle truncated",
+  header = "secure bundle holds a header that is not a sealed one", sessions = "secure bundle mixes sessions",
+  lengths = "secure bundle lengths do not add up",
+}
+local bundle_experts = {}
+for code, reason in pairs(BUNDLE_REASONS) do
+  bundle_experts[code] = ProtoExpert.new("nbmq.malformed.bundle_" .. code, reason, expert.group.MALFORMED,
+    expert.severity.ERROR)
+  expert_list[#expert_list + 1] = bundle_experts[code]
 end
 local e_short_ack = ProtoExpert.new("nbmq.ack.short", "Ack payload is not 8 bytes", expert.group.MALFORMED, expert.severity.WARN)
 expert_list[#expert_list + 1] = e_short_ack
@@ -105,6 +124,33 @@ local function check(tvb)
   end
   if n < CONTROL_HEADER then return "truncated", n end
   return nil
+end
+
+-- The codec's bundle_layout (nbmq/_codec_py/frames.py), rule for rule and in the same order:
+-- the frames' entries ({head, size, len}) and the counter's offset, or nil, code, offset.
+local function bundle_layout(tvb)
+  local n = tvb:len()
+  local count = n >= BUNDLE_HEAD and tvb(1, 1):uint() or 0
+  if count < 2 then return nil, "count", 1 end
+  local entries, pos, total, sid = {}, BUNDLE_HEAD, 0, nil
+  for _ = 1, count do
+    local head = pos + BUNDLE_ENTRY
+    if head + CONTROL_HEADER > n then return nil, "truncated", n end
+    local kind = tvb(head + 1, 1):uint()
+    if tvb(head, 1):uint() ~= SECURE_VERSION or not (kind == 0 or (kind >= 3 and kind <= 5)) then
+      return nil, "header", head
+    end
+    local size = kind == 0 and DATA_HEADER or CONTROL_HEADER
+    if head + size > n then return nil, "truncated", n end
+    local session = tvb(head + 2, 8):bytes():tohex()
+    if sid == nil then sid = session elseif session ~= sid then return nil, "sessions", head + 2 end
+    local len = tvb(pos, 2):uint()
+    entries[#entries + 1] = { head = head, size = size, len = len, kind = kind }
+    total = total + len
+    pos = head + size
+  end
+  if n ~= pos + SEAL + total then return nil, "lengths", BUNDLE_HEAD end
+  return entries, pos
 end
 
 -- Reassembly state, rebuilt on every (re)load of a capture: messages by key, and per frame
@@ -189,8 +235,54 @@ local function add_if(t, field, tvb, offset, len)
   if tvb:len() >= offset + len then t:add(field, tvb(offset, len)) end
 end
 
+-- A data frame's header fields after its session id, its header starting at ``base``.
+local function add_data_header(t, tvb, base)
+  t:add(f.message_id, tvb(base + 10, 8)); t:add(f.part_count, tvb(base + 18, 1)); t:add(f.part_index, tvb(base + 19, 1))
+  t:add(f.message_size, tvb(base + 20, 4)); t:add(f.part_size, tvb(base + 24, 4)); t:add(f.chunk_size, tvb(base + 28, 2))
+  t:add(f.chunk_offset, tvb(base + 30, 4))
+end
+
+local function data_info(tvb, base, sid)
+  return string.format("session=%s message=0x%s part %d/%d offset %d len %d", sid,
+    tvb(base + 10, 8):bytes():tohex():lower(), tvb(base + 19, 1):uint() + 1, tvb(base + 18, 1):uint(),
+    tvb(base + 30, 4):uint(), tvb(base + 28, 2):uint())
+end
+
+local function dissect_bundle(tvb, pinfo, tree)
+  local n = tvb:len()
+  pinfo.cols.protocol = "nbmq"
+  local t = tree:add(nbmq, tvb(), "nbmq sealed bundle")
+  t:add(f.version, tvb(0, 1))
+  t:add(f.secure, true)
+  add_if(t, f.bundle_count, tvb, 1, 1)
+  local entries, stop, at = bundle_layout(tvb)
+  if entries == nil then
+    local text = string.format("%s (at byte %d)", BUNDLE_REASONS[stop], at)
+    t:add_tvb_expert_info(bundle_experts[stop], at < n and tvb(at) or tvb(), text)
+    pinfo.cols.info = "Malformed nbmq sealed bundle: " .. text
+    return n
+  end
+  local cipher, whats = stop + COUNTER, {}
+  local sid = string.format("0x%s", tvb(entries[1].head + 2, 8):bytes():tohex():lower())
+  for i, e in ipairs(entries) do
+    local ft = t:add(nbmq, tvb(e.head, e.size), string.format("Frame %d: %s (encrypted)", i, KINDS[e.kind]))
+    ft:add(f.bundle_length, tvb(e.head - BUNDLE_ENTRY, BUNDLE_ENTRY))
+    ft:add(f.version, tvb(e.head, 1)); ft:add(f.kind, tvb(e.head + 1, 1)); ft:add(f.session_id, tvb(e.head + 2, 8))
+    if e.kind == 0 then add_data_header(ft, tvb, e.head) end
+    if e.len > 0 then ft:add(f.ciphertext, tvb(cipher, e.len)) end
+    cipher = cipher + e.len
+    whats[#whats + 1] = KINDS[e.kind]
+  end
+  t:add(f.counter, tvb(stop, COUNTER))
+  t:add(f.tag, tvb(n - TAG, TAG))
+  pinfo.cols.info = string.format("Sealed bundle of %d frames (encrypted) session=%s: %s", #entries, sid,
+    table.concat(whats, ", "))
+  return n
+end
+
 local function dissect(tvb, pinfo, tree)
   local n = tvb:len()
+  if n >= 1 and tvb(0, 1):uint() == BUNDLE_VERSION then return dissect_bundle(tvb, pinfo, tree) end
   pinfo.cols.protocol = "nbmq"
   local code, at = check(tvb)
   local kind = n >= 2 and tvb(1, 1):uint() or nil
@@ -221,36 +313,24 @@ local function dissect(tvb, pinfo, tree)
       return n
     end
     local head = kind == 0 and DATA_HEADER or CONTROL_HEADER
-    if kind == 0 then
-      t:add(f.message_id, tvb(10, 8)); t:add(f.part_count, tvb(18, 1)); t:add(f.part_index, tvb(19, 1))
-      t:add(f.message_size, tvb(20, 4)); t:add(f.part_size, tvb(24, 4)); t:add(f.chunk_size, tvb(28, 2))
-      t:add(f.chunk_offset, tvb(30, 4))
-    end
+    if kind == 0 then add_data_header(t, tvb, 0) end
     t:add(f.counter, tvb(head, COUNTER))
     if n - head - SEAL > 0 then t:add(f.ciphertext, tvb(head + COUNTER, n - head - SEAL)) end
     t:add(f.tag, tvb(n - TAG, TAG))
     if kind == 0 then
-      pinfo.cols.info = string.format("Data (encrypted) session=%s message=0x%s part %d/%d offset %d len %d", sid,
-        tvb(10, 8):bytes():tohex():lower(), tvb(19, 1):uint() + 1, tvb(18, 1):uint(), tvb(30, 4):uint(), tvb(28, 2):uint())
+      pinfo.cols.info = "Data (encrypted) " .. data_info(tvb, 0, sid)
     else
       pinfo.cols.info = string.format("%s (encrypted) session=%s", what, sid)
     end
     return n
   end
   if kind == 0 then
-    t:add(f.message_id, tvb(10, 8))
-    t:add(f.part_count, tvb(18, 1))
-    t:add(f.part_index, tvb(19, 1))
-    t:add(f.message_size, tvb(20, 4))
-    t:add(f.part_size, tvb(24, 4))
-    t:add(f.chunk_size, tvb(28, 2))
-    t:add(f.chunk_offset, tvb(30, 4))
+    add_data_header(t, tvb, 0)
     if n > DATA_HEADER then t:add(f.chunk, tvb(DATA_HEADER)) end
     if not pinfo.visited then add_chunk(tvb, pinfo) end
     local key = frame_keys[pinfo.number]
     if key ~= nil then show_message(tvb, pinfo, t, key) end
-    pinfo.cols.info = string.format("Data session=%s message=0x%s part %d/%d offset %d len %d", sid,
-      tvb(10, 8):bytes():tohex():lower(), tvb(19, 1):uint() + 1, tvb(18, 1):uint(), tvb(30, 4):uint(), tvb(28, 2):uint())
+    pinfo.cols.info = "Data " .. data_info(tvb, 0, sid)
   else
     local rest = n - CONTROL_HEADER
     if rest > 0 then t:add(f.payload, tvb(CONTROL_HEADER)) end
@@ -269,9 +349,15 @@ end
 
 local function heuristic(tvb, pinfo, tree)
   local n = tvb:len()
-  if n < CONTROL_HEADER or tvb(1, 1):uint() > 5 then return false end
+  if n < CONTROL_HEADER then return false end
   local version = tvb(0, 1):uint()
-  if version ~= VERSION and version ~= SECURE_VERSION then return false end
+  if version == BUNDLE_VERSION then  -- a bundle: its first entry holds a sealed header
+    if n < BUNDLE_HEAD + BUNDLE_ENTRY + CONTROL_HEADER or tvb(BUNDLE_HEAD + BUNDLE_ENTRY, 1):uint() ~= SECURE_VERSION then
+      return false
+    end
+  elseif tvb(1, 1):uint() > 5 or (version ~= VERSION and version ~= SECURE_VERSION) then
+    return false
+  end
   dissect(tvb, pinfo, tree)
   pinfo.conversation = nbmq
   return true

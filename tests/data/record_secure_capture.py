@@ -1,6 +1,11 @@
 """Record ``secure_safe_dealer.pcap``: a secure SafeDealer pair on 127.0.0.1, captured by dumpcap.
 
     sudo .venv/bin/python tests/data/record_secure_capture.py tests/data/secure_safe_dealer.pcap
+    sudo .venv/bin/python tests/data/record_secure_capture.py tests/data/secure_bundles.pcap 1472
+
+The second form records ``secure_bundles.pcap``: the same traffic with ``max_datagram_size``
+1472 on both sockets, so the frames of one flush to one peer go as sealed bundles (version
+0x82: the two-part message's four data frames in one datagram, Acks together).
 
 The real UDP transport on loopback (GSO off, so each frame is its own datagram as on a real
 link), heartbeats every 0.2 s: the handshake, three 14-byte messages, one of two parts (1280 and
@@ -20,7 +25,7 @@ import nbmq
 PORT = 47811
 
 
-def main(out: str) -> None:
+def main(out: str, max_datagram_size: int = 0) -> None:
     cap = subprocess.Popen(
         ["dumpcap", "-q", "-i", "lo", "-f", f"udp port {PORT}", "-P", "-w", out],
         stdout=subprocess.DEVNULL,
@@ -29,7 +34,7 @@ def main(out: str) -> None:
     time.sleep(1.5)  # dumpcap is capturing
     server_public, server_secret = nbmq.generate_keypair()
     client_public, client_secret = nbmq.generate_keypair()
-    opts = dict(peer_heartbeat_ivl=0.2, gso=False)
+    opts = dict(peer_heartbeat_ivl=0.2, gso=False, max_datagram_size=max_datagram_size)
     server = nbmq.SafeDealer.bind(
         f"127.0.0.1:{PORT}", secret_key=server_secret, allowed_public_keys=[client_public], **opts
     )
@@ -64,4 +69,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)

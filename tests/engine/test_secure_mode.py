@@ -18,7 +18,7 @@ import nbmq  # noqa: E402
 from nbmq import codec  # noqa: E402
 from nbmq.engine import Dealer, SafeDealer  # noqa: E402
 from nbmq.engine import secure as secure_mod  # noqa: E402
-from nbmq.engine.secure import SECURE_VERSION  # noqa: E402
+from nbmq.engine.secure import BUNDLE_VERSION, SECURE_VERSION  # noqa: E402
 from nbmq.errors import OptionError  # noqa: E402
 from nbmq.events import FrameRejected, RejectReason  # noqa: E402
 from nbmq.options import SocketOptions  # noqa: E402
@@ -63,9 +63,16 @@ class Wire:
         self.run()
 
 
-def secure_pair(cls: type = Dealer, client_key: bytes = CLIENT_SEC, server_key: bytes = SERVER_PUB, **server_opts: Any):
-    server = cls.bound(SERVER, SocketOptions(secret_key=SERVER_SEC, **server_opts))
-    client = cls.connecting(SERVER, 0.0, SocketOptions(secret_key=client_key, server_public_key=server_key))
+def secure_pair(
+    cls: type = Dealer,
+    client_key: bytes = CLIENT_SEC,
+    server_key: bytes = SERVER_PUB,
+    max_datagram_size: int = 1472,
+    **server_opts: Any,
+):
+    size = {"max_datagram_size": max_datagram_size}
+    server = cls.bound(SERVER, SocketOptions(secret_key=SERVER_SEC, **size, **server_opts))
+    client = cls.connecting(SERVER, 0.0, SocketOptions(secret_key=client_key, server_public_key=server_key, **size))
     wire = Wire({SERVER: server, CLIENT: client})
     wire.run()
     return wire, server, client
@@ -103,7 +110,9 @@ def test_secure_pair_connects_and_carries_messages_sealed(cls):
     wire.run()
     assert recv_all(server) == [[b"hello", secret]]
     assert recv_all(client) == [[b"back"]]
-    assert wire.captured and all(data[0] == SECURE_VERSION for _, _, data in wire.captured)
+    versions = [data[0] for _, _, data in wire.captured]
+    assert set(versions) == {SECURE_VERSION, BUNDLE_VERSION}  # ten frames in one flush: bundled
+    assert max(len(data) for _, _, data in wire.captured) <= 1472
     assert not any(b"attack at dawn" in data or b"hello" in data for _, _, data in wire.captured)
     for engine in (server, client):
         c = engine.counters
@@ -267,7 +276,7 @@ def test_secure_options_are_checked_and_fixed():
 
 
 def test_a_batch_is_taken_as_its_datagrams_one_by_one():
-    wire, server, client = secure_pair()
+    wire, server, client = secure_pair(max_datagram_size=0)  # every frame alone
     for i in range(3):
         client.send([b"m%d" % i], wire.now)
     frames = [bytes(d) for d, _ in client.datagrams_to_send(wire.now)]

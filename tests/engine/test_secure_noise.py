@@ -246,10 +246,7 @@ def test_both_batch_twins_seal_and_open_alike():
     if not secure.COMPILED:
         pytest.skip("nbmq.engine._seal is not built")
     sid = 77
-    twins = {
-        "python": (secure.seal_frames, secure.open_frames),
-        "compiled": (secure._seal.seal_frames, secure._seal.open_frames),
-    }
+    twins = batch_twins()
     results = {}
     for name, (seal_frames, open_frames) in twins.items():
         alice, bob = _pair(name)
@@ -259,8 +256,8 @@ def test_both_batch_twins_seal_and_open_alike():
             (b"\x81\x01" + bytes(40), "b"),
             (DATA_FRAME[:2] + bytes(8) + DATA_FRAME[10:], "c"),
         ]
-        sealed, count, unsealed = seal_frames({sid: alice}, out)
-        assert (count, unsealed) == (2, 1) and sealed[2][0] == out[2][0]
+        sealed, merged, added, unsealed = seal_frames({sid: alice}, out)
+        assert (merged, added, unsealed) == (0, 2 * SECURE_OVERHEAD, 1) and sealed[2][0] == out[2][0]
         frames = [d for d, _ in sealed]
         flipped = bytearray(frames[0])
         flipped[-1] ^= 1
@@ -268,19 +265,33 @@ def test_both_batch_twins_seal_and_open_alike():
         lengths = [len(d) for d in batch] + [5, 2**40]
         offsets = [sum(lengths[:i]) for i in range(len(batch))] + [-3, 0]
         addrs = [("a", i) for i in range(len(lengths))]
-        buffer = memoryview(b"".join(batch))
-        steps = []
-        i = 0
-        for _ in range(20):  # the connection's loop: open a run, skip the first datagram not opened
-            run, froms = [], []
-            i = open_frames({sid: bob}, buffer, offsets, lengths, addrs, i, run, froms)
-            steps.append((i, run, froms))
-            if i >= len(lengths):
-                break
-            i += 1
+        steps = open_in_runs(open_frames, {sid: bob}, memoryview(b"".join(batch)), offsets, lengths, addrs)
         results[name] = (sealed, steps)
     assert results["python"] == results["compiled"]
-    assert [len(run) for _, run, _ in results["python"][1]] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert [len(sizes) for _, _, sizes, _ in results["python"][1]] == [1, 1, 0, 0, 0, 0, 0, 0]
+
+
+def batch_twins() -> dict[str, tuple]:
+    """name -> (seal_frames, open_frames) of both twins (the compiled one is built)."""
+    return {
+        "python": (secure.seal_frames, secure.open_frames),
+        "compiled": (secure._seal.seal_frames, secure._seal.open_frames),
+    }
+
+
+def open_in_runs(open_frames, sessions, buffer, offsets, lengths, addrs) -> list[tuple]:
+    """The connection's loop over a batch: open a run, skip the first datagram not opened, and so
+    on; per run ``(index it stopped at, plain frames back to back, their sizes, addresses)``."""
+    steps = []
+    i = 0
+    for _ in range(20):
+        plain, sizes, froms = bytearray(), [], []
+        i = open_frames(sessions, buffer, offsets, lengths, addrs, i, plain, sizes, froms)
+        steps.append((i, bytes(plain), sizes, froms))
+        if i >= len(lengths):
+            return steps
+        i += 1
+    raise AssertionError("a batch of at most 20 datagrams took more runs")
 
 
 EXTREMES = [0, 1, -1, 2**31, -(2**31), 2**63 - 1, -(2**63 - 1)]
@@ -302,12 +313,15 @@ def test_batch_open_twins_agree_on_extreme_offsets_lengths_and_start(offsets, le
     outcomes = []
     for name, open_frames in (("python", secure.open_frames), ("compiled", secure._seal.open_frames)):
         _, bob = _pair(name)
-        run: list[bytes] = []
+        plain = bytearray()
+        sizes: list[int] = []
         froms: list[object] = []
         try:
-            outcomes.append(("ok", open_frames({77: bob}, buffer, offsets, lengths, addrs, start, run, froms), run))
+            outcomes.append(
+                ("ok", open_frames({77: bob}, buffer, offsets, lengths, addrs, start, plain, sizes, froms), plain)
+            )
         except ValueError as exc:
-            outcomes.append(("ValueError", str(exc), run))
+            outcomes.append(("ValueError", str(exc), plain))
     assert outcomes[0] == outcomes[1]
     if start < 0:
         assert outcomes[0][0] == "ValueError" and "start" in outcomes[0][1]
