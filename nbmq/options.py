@@ -337,15 +337,17 @@ OPTION_SPECS: dict[str, OptionSpec] = {
     ),
     "max_datagram_size": OptionSpec(
         "bytes",
-        1472,
+        None,
         0,
         False,
         65507,
         "engine",
         "secure mode: bytes a datagram may take when several sealed frames of one peer share it "
-        "and one seal (a bundle; 1472 = Ethernet's MTU less IPv4 and UDP headers, so a bundle "
-        "never fragments); 0 seals every frame alone; set the same on both peers (a receiver reads "
-        "datagrams up to its own value); fixed at creation",
+        "and one seal (a bundle); None (the default) takes it from the path, so that a bundle "
+        "never fragments: the route's MTU less the IP and UDP headers (65507 on loopback, 1472 "
+        "behind Ethernet), 65507 over ipc and inproc, 1472 for an engine without a transport; "
+        "0 seals every frame alone; peers may differ (a secure socket reads datagrams of up to "
+        "65507 bytes); fixed at creation",
     ),
 }
 
@@ -386,6 +388,8 @@ def _check(name: str, raw: Any) -> Any:
         if isinstance(raw, (str, bytes, bytearray, memoryview)) or not hasattr(raw, "__iter__"):
             raise OptionError(f"{name} must be an iterable of {_KEY_SIZE}-byte keys or None, got {type(raw).__name__}")
         return frozenset(_check_key(name, key) for key in raw)
+    if raw is None and spec.default is None:
+        return None  # "from elsewhere": the path (max_datagram_size)
     if spec.kind == "flag":
         if not isinstance(raw, bool):
             raise OptionError(f"{name} must be True or False, got {raw!r}")
@@ -436,10 +440,9 @@ class SocketOptions:
     Secure mode (``docs/secure.md``; fixed when the engine is built):
         secret_key (32 bytes or None: secure mode off), server_public_key (32 bytes or None;
         a connecting secure socket needs it), allowed_public_keys (iterable of 32-byte keys,
-        stored as a frozenset, or None: any client key), max_datagram_size (bytes, 1472: the
-        largest bundle of sealed frames, Ethernet's MTU less IPv4 and UDP headers; 0 = every
-        frame sealed alone). ``repr`` never shows the
-        secret key.
+        stored as a frozenset, or None: any client key), max_datagram_size (bytes or None: the
+        largest bundle of sealed frames; None = from the path, the route's MTU less the IP and
+        UDP headers; 0 = every frame sealed alone). ``repr`` never shows the secret key.
 
     See :data:`OPTION_SPECS` for the bounds and a line on each.
 
@@ -478,7 +481,7 @@ class SocketOptions:
     secret_key: bytes | None
     server_public_key: bytes | None
     allowed_public_keys: frozenset[bytes] | None
-    max_datagram_size: int
+    max_datagram_size: int | None
 
     def __init__(self, **options: Any) -> None:
         for name, spec in OPTION_SPECS.items():

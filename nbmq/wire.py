@@ -39,6 +39,8 @@ __all__ = [
     "BUNDLE_OVERHEAD",
     "MIN_BUNDLE_FRAMES",
     "MAX_BUNDLE_FRAMES",
+    "MAX_DATAGRAM_SIZE",
+    "ETHERNET_DATAGRAM_SIZE",
     "BUNDLE_ERROR_REASONS",
     "FNV_OFFSET_BASIS",
     "FNV_PRIME",
@@ -89,6 +91,11 @@ BUNDLE_ENTRY_SIZE = 2  # each frame's u16 ciphertext length (its header follows)
 BUNDLE_OVERHEAD = BUNDLE_HEAD_SIZE + SECURE_OVERHEAD  # 26
 MIN_BUNDLE_FRAMES = 2  # one frame goes alone, as a SECURE_VERSION frame
 MAX_BUNDLE_FRAMES = 255  # the count is a u8
+#: A UDP datagram's largest payload over IPv4 (65,535 less the IPv4 and UDP headers): a secure
+#: socket reads datagrams up to this size, so peers that bundle to different sizes still agree.
+MAX_DATAGRAM_SIZE = 65507
+#: The bundle size when the path's MTU is unknown: Ethernet's 1,500 less IPv4 and UDP headers.
+ETHERNET_DATAGRAM_SIZE = 1472
 #: Why a bundle is malformed (``bundle_layout``'s DecodeError reasons; index 0 is "well formed").
 BUNDLE_ERROR_REASONS = (
     "",

@@ -70,7 +70,7 @@ from ..events import (
     RejectReason,
 )
 from ..options import OPTION_SPECS, SocketOptions
-from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
+from ..wire import ETHERNET_DATAGRAM_SIZE, VERSION, ControlFrame, DataFrame, FrameKind
 from .cookies import CookieJar
 from .counters import Counters
 from .noise import HandshakeError
@@ -178,7 +178,10 @@ class Connection:
                 opts.secret_key,
                 opts.server_public_key,
                 opts.allowed_public_keys,
-                max_datagram_size=opts.max_datagram_size,
+                # an engine alone knows no path: Ethernet's size unless the transport said
+                max_datagram_size=(
+                    ETHERNET_DATAGRAM_SIZE if opts.max_datagram_size is None else opts.max_datagram_size
+                ),
             )
             # every datagram is opened first; the socket type's own receive path (compiled or
             # Python) then takes the plain frame

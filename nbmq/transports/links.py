@@ -2,7 +2,8 @@
 
 Every link has the same duck type: ``fileno()``, ``receive(engine, now, budget)``,
 ``transmit(datagrams) -> bool``, ``has_pending``, ``write_waitable``, ``local_address``,
-``engine_address`` (where a connecting engine dials), ``send_errors`` and ``close()``.
+``engine_address`` (where a connecting engine dials), ``path_datagram_size`` (bytes a datagram
+may take on its paths without fragmenting), ``send_errors`` and ``close()``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ def open_link(address: str, bind: bool, options: Any, native: bool | None = None
     """The link for ``address`` (see :mod:`.address`), bound or set up to connect.
 
     Args:
+        options: the socket's SocketOptions; a ``max_datagram_size`` of None ("from the path")
+            is set here to the link's ``path_datagram_size``, for the engine built next.
         native: None picks the recvmmsg batch I/O when built; False forces the portable one.
 
     Raises:
@@ -32,11 +35,15 @@ def open_link(address: str, bind: bool, options: Any, native: bool | None = None
     if not bind:
         check_connect(parsed)
     if parsed.scheme == "udp":
-        return open_udp(parsed, bind, options, native)
-    if parsed.scheme == "ipc":
-        return open_ipc(parsed, bind, options, native)
-    capacity = max(64, options.rcvbuf // 512) if options.rcvbuf else 4096  # datagrams
-    return InprocLink(parsed.sockaddr, bind, capacity)
+        link = open_udp(parsed, bind, options, native)
+    elif parsed.scheme == "ipc":
+        link = open_ipc(parsed, bind, options, native)
+    else:
+        capacity = max(64, options.rcvbuf // 512) if options.rcvbuf else 4096  # datagrams
+        link = InprocLink(parsed.sockaddr, bind, capacity)
+    if options.max_datagram_size is None:  # "from the path": the engine built next bundles to it
+        options.max_datagram_size = link.path_datagram_size
+    return link
 
 
 def read_grain(link: Any) -> int:

@@ -9,6 +9,7 @@ socket is writable again. No protocol logic lives here.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 import struct
@@ -17,13 +18,13 @@ import time
 import warnings
 from typing import Any
 
-from ..engine.secure import MAX_SEALED_FRAME_SIZE
 from ..errors import AddressError
+from ..wire import ETHERNET_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE
 from .address import Address, format_address
 from .batch import BatchIO, batch_io
 from .pacing import Pacer
 
-__all__ = ["DatagramLink", "DatagramLossWarning", "open_udp", "set_buffers", "bind_socket"]
+__all__ = ["DatagramLink", "DatagramLossWarning", "open_udp", "path_datagram_size", "set_buffers", "bind_socket"]
 
 #: Linux's SO_MEMINFO: nine u32, the last (SK_MEMINFO_DROPS) the socket's receive drops so far.
 _SO_MEMINFO = 55 if sys.platform.startswith("linux") else None
@@ -105,11 +106,11 @@ class DatagramLink:
         if options is not None and sock.family != socket.AF_UNIX:
             # GRO only when a full coalesced read (64 datagrams) fits under recv_hwm.
             gso, gro = options.gso, options.gro and options.recv_hwm >= 64
-        # a receive slot holds a whole datagram: a 500-byte frame plain; in secure mode a sealed
-        # frame (524) or a bundle of them (up to max_datagram_size)
+        # a receive slot holds a whole datagram: a 500-byte frame plain; in secure mode a bundle
+        # of sealed frames as large as any peer's path allows
         slot = 512
         if options is not None and options.secret_key is not None:
-            slot = max(MAX_SEALED_FRAME_SIZE, options.max_datagram_size)
+            slot = MAX_DATAGRAM_SIZE
         self.io = batch_io(sock, slot=slot, native=native, gso=gso, gro=gro)
         self.pending: list[tuple[Any, Any]] = []
         self.has_pending = False
@@ -122,6 +123,9 @@ class DatagramLink:
         self._entries_seen = 0  # the kernel's own count: datagrams or coalesced runs
         self._loss_warned = False
         self._meminfo = _SO_MEMINFO is not None
+        #: bytes a datagram may take on this link's paths without fragmenting (Unix datagrams:
+        #: any we send); open_udp measures a UDP link's
+        self.path_datagram_size = MAX_DATAGRAM_SIZE
 
     @property
     def local_address(self) -> str:
@@ -285,6 +289,40 @@ class DatagramLink:
         self.sock.close()
 
 
+#: Linux's IP_MTU and IPV6_MTU: a connected socket's route MTU (the socket module lacks them).
+_MTU_OPTIONS = {socket.AF_INET: (socket.IPPROTO_IP, 14, 28), socket.AF_INET6: (socket.IPPROTO_IPV6, 24, 48)}
+
+
+def path_datagram_size(family: int, sockaddr: Any, bind: bool) -> int:
+    """Bytes of UDP payload a datagram on this socket's paths may carry without IP fragmentation.
+
+    A connecting socket has one path: the kernel's route to ``sockaddr`` tells its MTU (Linux
+    ``IP_MTU``/``IPV6_MTU`` on a connected probe socket; no datagram is sent), less the IP and
+    UDP headers (28 bytes over IPv4, 48 over IPv6). A socket bound to a loopback address has only
+    loopback paths, measured the same way. Any other bound socket answers peers it cannot know:
+    ETHERNET_DATAGRAM_SIZE (1472), as when the kernel cannot say (no route, not Linux).
+
+    Returns:
+        bytes, at most MAX_DATAGRAM_SIZE (65507).
+    """
+    level, option, headers = _MTU_OPTIONS.get(family, (None, None, 0))
+    if level is None or not sys.platform.startswith("linux"):
+        return ETHERNET_DATAGRAM_SIZE
+    if bind:
+        try:
+            if not ipaddress.ip_address(sockaddr[0].split("%")[0]).is_loopback:
+                return ETHERNET_DATAGRAM_SIZE
+        except ValueError:
+            return ETHERNET_DATAGRAM_SIZE
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(sockaddr)
+            mtu = probe.getsockopt(level, option)
+    except OSError:
+        return ETHERNET_DATAGRAM_SIZE
+    return max(0, min(MAX_DATAGRAM_SIZE, mtu - headers))
+
+
 def open_udp(address: Address, bind: bool, options: Any, native: bool | None = None) -> DatagramLink:
     """A UDP link bound to ``address`` (``bind``) or to an OS-chosen port of the same family,
     set up to reach ``address`` (connect)."""
@@ -292,7 +330,10 @@ def open_udp(address: Address, bind: bool, options: Any, native: bool | None = N
     set_buffers(sock, options)
     if bind:
         bind_socket(sock, address.sockaddr, address.text)
-        return DatagramLink(sock, None, native, options)
-    wildcard = ("::", 0) if address.family == socket.AF_INET6 else ("0.0.0.0", 0)
-    bind_socket(sock, wildcard, address.text)
-    return DatagramLink(sock, address.sockaddr, native, options)
+        link = DatagramLink(sock, None, native, options)
+    else:
+        wildcard = ("::", 0) if address.family == socket.AF_INET6 else ("0.0.0.0", 0)
+        bind_socket(sock, wildcard, address.text)
+        link = DatagramLink(sock, address.sockaddr, native, options)
+    link.path_datagram_size = path_datagram_size(address.family, address.sockaddr, bind)
+    return link

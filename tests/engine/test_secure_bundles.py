@@ -222,8 +222,12 @@ def test_at_most_255_frames_go_in_a_bundle(twin):
 
 
 def test_the_option_is_checked_and_fixed_at_creation():
-    assert SocketOptions().max_datagram_size == 1472
+    assert SocketOptions().max_datagram_size is None  # from the path, once a transport knows it
     assert SocketOptions(max_datagram_size=0).max_datagram_size == 0
+    # an engine without a transport knows no path: it bundles to Ethernet's size
+    wire, _, client = secure_pair(max_datagram_size=None)
+    client.send([bytes(range(256)) * 256], wire.now)
+    assert max(len(d) for d, _ in client.datagrams_to_send(wire.now)) <= 1472
     for bad in (-1, 65508, 1.5, True, "1472"):
         with pytest.raises(OptionError, match="max_datagram_size"):
             SocketOptions(max_datagram_size=bad)

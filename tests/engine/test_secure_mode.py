@@ -67,7 +67,7 @@ def secure_pair(
     cls: type = Dealer,
     client_key: bytes = CLIENT_SEC,
     server_key: bytes = SERVER_PUB,
-    max_datagram_size: int = 1472,
+    max_datagram_size: int | None = 1472,
     **server_opts: Any,
 ):
     size = {"max_datagram_size": max_datagram_size}
