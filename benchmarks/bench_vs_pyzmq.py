@@ -322,7 +322,9 @@ def throughput(case: str, size: int, count: int, options: dict | None = None) ->
         transport = case.split("-")[1]
         sent, got = _pair(_zmq_receiver, (transport,), _zmq_sender, lambda a: (a, size, count), count)
     else:
-        sent, got = _pair(_nbmq_receiver, (case, options), _nbmq_sender, lambda a: (case, options, a, size, count), count)
+        sent, got = _pair(
+            _nbmq_receiver, (case, options), _nbmq_sender, lambda a: (case, options, a, size, count), count
+        )
     if not sent or not got or got[0] < 2:
         return {"msgs": 0.0, "mbs": 0.0, "ratio": 0.0, "counted": 0, "tx_cpu": 0.0, "rx_cpu": 0.0}
     (sent, tx_cpu), (received, first, last, counted, rx_cpu) = sent, got
@@ -347,7 +349,9 @@ def latency(case: str, size: int, rounds: int, options: dict | None = None) -> d
     if case == "zmq-lat":
         pinged, echoed = _pair(_zmq_echo, (), _zmq_ping, lambda a: (a, size, total), total)
     else:
-        pinged, echoed = _pair(_nbmq_echo, (case, options), _nbmq_ping, lambda a: (case, options, a, size, total), total)
+        pinged, echoed = _pair(
+            _nbmq_echo, (case, options), _nbmq_ping, lambda a: (case, options, a, size, total), total
+        )
     if not pinged or not echoed:
         return {"p50": 0.0, "p99": 0.0, "p999": 0.0, "ping_cpu": 0.0, "echo_cpu": 0.0}
     (times, ping_cpu), (_, echo_cpu) = pinged, echoed

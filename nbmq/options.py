@@ -28,7 +28,7 @@ __all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS", "DEFAULTS", "FIXED_OPT
 
 _U32 = 0xFFFFFFFF
 #: ``busy_poll``'s default (seconds): see docs/perf.md for the measurements behind it.
-BUSY_POLL_DEFAULT = 0.0
+BUSY_POLL_DEFAULT = 0.0001
 #: ``busy_poll``'s bound (seconds): a spin is for a reply in flight, never a substitute for sleeping.
 BUSY_POLL_MAX = 0.01
 
@@ -317,9 +317,9 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         False,
         BUSY_POLL_MAX,
         "transport",
-        "seconds a blocking wait (recv, poll, ... with a timeout) first polls the socket in a "
-        "loop that holds no GIL before it sleeps: a reply that comes sooner skips waking an idle "
-        "core, for that much CPU spent per wait; 0 = sleep at once",
+        "seconds the first blocking wait after a send (recv, poll, ... with a timeout) polls "
+        "the socket, holding no GIL, before it sleeps: a reply that comes sooner is read without "
+        "waking a sleeping thread, for at most that much CPU per send; 0 = sleep at once",
     ),
     "secret_key": OptionSpec(
         "key",
@@ -434,8 +434,8 @@ class SocketOptions:
         max_tick_recv (int, datagrams per step, 1000), sndbuf (bytes, 4 MiB; 0 = OS default),
         rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever),
         gso (bool, True), gro (bool, True), pace_rate (bytes/s per peer, 0 = off), pace_burst
-        (bytes, 64 KiB), busy_poll (s, spin before a blocking wait sleeps, 0 = off, at most
-        0.01).
+        (bytes, 64 KiB), busy_poll (s, 0.0001: the spin of a wait after a send before it
+        sleeps; 0 = off; at most 0.01).
 
     Secure mode (``docs/secure.md``; fixed when the engine is built):
         secret_key (32 bytes or None: secure mode off), server_public_key (32 bytes or None;
