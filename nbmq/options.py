@@ -319,7 +319,8 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "transport",
         "seconds the first blocking wait after a send (recv, poll, ... with a timeout) polls "
         "the socket, holding no GIL, before it sleeps: a reply that comes sooner is read without "
-        "waking a sleeping thread, for at most that much CPU per send; 0 = sleep at once",
+        "waking a sleeping thread, for at most that much CPU per send; 0 = sleep at once. "
+        "Blocking sockets only: an asyncio socket's waits belong to its event loop",
     ),
     "secret_key": OptionSpec(
         "key",
