@@ -20,6 +20,8 @@ from cpython.bytearray cimport PyByteArray_GET_SIZE
 
 import time
 
+import numpy
+
 from nbmq.errors import WouldBlock
 
 cdef extern from "<poll.h>" nogil:
@@ -41,6 +43,7 @@ cdef extern from "<sched.h>" nogil:
     int sched_yield()
 
 cdef object _monotonic = time.monotonic
+cdef object _ndarray = numpy.ndarray
 cdef object _send_py = None
 cdef object _recv_py = None
 cdef Py_ssize_t _auto_flush = 64
@@ -61,9 +64,9 @@ def install(send_py, recv_py, Py_ssize_t auto_flush):
 
 def send(self, parts, timeout=0.0, flush=None):
     """``Socket.send(parts, timeout=0.0, flush=None)``, compiled (same arguments, effects,
-    errors). A one-part message of ``bytes`` or ``bytearray`` of at most 466 bytes (a bare
-    part, or a list / tuple of one) that the engine takes at once, on an open socket, is
-    queued here, and flushed as ``flush`` says (None: when about 64 datagrams wait; true: at
+    errors). A one-part message of at most 466 bytes (a bare ``bytes`` or ``bytearray``, or a
+    list / tuple of one such part or of one 1-D numpy array, as ``recv`` returns) that the
+    engine takes at once, on an open socket, is queued here, and flushed as ``flush`` says (None: when about 64 datagrams wait; true: at
     once; false: never here). Anything else is ``Socket.send`` itself.
 
     Raises:
@@ -86,6 +89,8 @@ def send(self, parts, timeout=0.0, flush=None):
         size = PyBytes_GET_SIZE(part)
     elif type(part) is bytearray:
         size = PyByteArray_GET_SIZE(part)
+    elif type(part) is _ndarray and part.ndim == 1:  # (a received part, sent back: an echo)
+        size = len(part)
     else:
         return _send_py(self, parts, timeout, flush)
     if size > CHUNK:
