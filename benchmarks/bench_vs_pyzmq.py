@@ -22,7 +22,9 @@ over tcp), ``dealer-lat``, ``safedealer-lat`` (``send(flush=True)`` then ``recv(
 
 Cases run interleaved (run 1 of each, then run 2, ...) so load changes hit them alike; printed
 are medians over ``--repeat`` runs: msg/s, MB/s (10**6 bytes of payload), delivered/sent and the
-ratio to pyzmq tcp; p50/p99/p99.9 round trip (µs) and ratio to pyzmq. The load average is printed:
+ratio to pyzmq tcp; p50/p99/p99.9 round trip (µs), ratio to pyzmq, and each side's CPU time per
+round trip (µs; the echo's includes its idle end). ``--busy-poll 0,0.00005`` runs every nbmq case
+once per ``busy_poll`` value (seconds), interleaved. The load average is printed:
 on a shared machine the figures are under load. pyzmq is the ``bench`` extra
 (``pip install -e '.[bench]'``); its cases are skipped without it. Importing this module runs
 nothing.
@@ -129,14 +131,16 @@ def _zmq_echo(conn: Any) -> None:
     rounds = conn.recv()
     sock.RCVTIMEO = int(IDLE * 1000)
     echoed = 0
+    cpu = time.process_time()
     try:
         for echoed in range(1, rounds + 1):
             sock.send(sock.recv())
     except zmq.Again:
         pass
+    cpu = time.process_time() - cpu
     sock.close(0)
     ctx.term()
-    conn.send(echoed)
+    conn.send((echoed, cpu))
 
 
 def _zmq_ping(address: str, size: int, rounds: int, conn: Any) -> None:
@@ -148,15 +152,17 @@ def _zmq_ping(address: str, size: int, rounds: int, conn: Any) -> None:
     msg = bytearray(size)
     times = []
     clock = time.perf_counter_ns
+    cpu = time.process_time()
     for i in range(rounds):
         data = _stamp(msg, i)
         start = clock()
         sock.send(data)
         sock.recv()
         times.append(clock() - start)
+    cpu = time.process_time() - cpu
     sock.close(0)
     ctx.term()
-    conn.send(times)
+    conn.send((times, cpu))
 
 
 # --- nbmq --------------------------------------------------------------------------------------
@@ -164,11 +170,11 @@ def _nbmq_kind(case: str) -> str:
     return "SafeDealer" if case.startswith("safedealer") else "Dealer"
 
 
-def _nbmq_receiver(case: str, conn: Any) -> None:
+def _nbmq_receiver(case: str, options: dict, conn: Any) -> None:
     import nbmq
     from nbmq.errors import WouldBlock
 
-    sock = getattr(nbmq, _nbmq_kind(case)).bind("127.0.0.1:0", **NBMQ_OPTIONS)
+    sock = getattr(nbmq, _nbmq_kind(case)).bind("127.0.0.1:0", **NBMQ_OPTIONS, **options)
     conn.send(sock.local_address)
     count = conn.recv()
     received, first, last = 0, 0.0, 0.0
@@ -205,10 +211,10 @@ def _nbmq_receiver(case: str, conn: Any) -> None:
     sock.close(linger=0)
 
 
-def _nbmq_sender(case: str, address: str, size: int, count: int, conn: Any) -> None:
+def _nbmq_sender(case: str, options: dict, address: str, size: int, count: int, conn: Any) -> None:
     import nbmq
 
-    sock = getattr(nbmq, _nbmq_kind(case)).connect(address, **NBMQ_OPTIONS)
+    sock = getattr(nbmq, _nbmq_kind(case)).connect(address, **NBMQ_OPTIONS, **options)
     if not sock.wait_connected(5.0):
         conn.send(0)
         return
@@ -242,33 +248,36 @@ def _nbmq_sender(case: str, address: str, size: int, count: int, conn: Any) -> N
     conn.send((count, time.process_time() - cpu))
 
 
-def _nbmq_echo(case: str, conn: Any) -> None:
+def _nbmq_echo(case: str, options: dict, conn: Any) -> None:
     import nbmq
     from nbmq.errors import WouldBlock
 
-    sock = getattr(nbmq, _nbmq_kind(case)).bind("127.0.0.1:0")
+    sock = getattr(nbmq, _nbmq_kind(case)).bind("127.0.0.1:0", **options)
     conn.send(sock.local_address)
     rounds = conn.recv()
     echoed = 0
+    cpu = time.process_time()
     try:
         for echoed in range(1, rounds + 1):
             sock.send(sock.recv(timeout=IDLE), flush=True)
     except WouldBlock:
         pass
+    cpu = time.process_time() - cpu  # (the idle end included: IDLE seconds asleep, after any spin)
     sock.close(linger=0.5)
-    conn.send(echoed)
+    conn.send((echoed, cpu))
 
 
-def _nbmq_ping(case: str, address: str, size: int, rounds: int, conn: Any) -> None:
+def _nbmq_ping(case: str, options: dict, address: str, size: int, rounds: int, conn: Any) -> None:
     import nbmq
     from nbmq.errors import WouldBlock
 
-    sock = getattr(nbmq, _nbmq_kind(case)).connect(address)
+    sock = getattr(nbmq, _nbmq_kind(case)).connect(address, **options)
     sock.wait_connected(5.0)
     msg = bytearray(size)
     times = []
     clock = time.perf_counter_ns
     send, recv = sock.send, sock.recv
+    cpu = time.process_time()
     for i in range(rounds):
         data = _stamp(msg, i)
         start = clock()
@@ -278,8 +287,9 @@ def _nbmq_ping(case: str, address: str, size: int, rounds: int, conn: Any) -> No
         except WouldBlock:  # lost: counted as a round trip of IDLE
             pass
         times.append(clock() - start)
+    cpu = time.process_time() - cpu
     sock.close(linger=0.5)
-    conn.send(times)
+    conn.send((times, cpu))
 
 
 # --- harness -----------------------------------------------------------------------------------
@@ -304,14 +314,17 @@ def _pair(receiver: Any, receiver_args: tuple, sender: Any, sender_args: Any, am
     return sent, got
 
 
-def throughput(case: str, size: int, count: int) -> dict[str, float]:
+def throughput(case: str, size: int, count: int, options: dict | None = None) -> dict[str, float]:
     """One run of throughput case ``case``: msg/s and MB/s at the receiver, delivered/sent,
-    drops counted by nbmq (0 for pyzmq)."""
+    drops counted by nbmq (0 for pyzmq). ``options``: more nbmq socket options of both ends."""
+    options = options or {}
     if case.startswith("zmq-"):
         transport = case.split("-")[1]
         sent, got = _pair(_zmq_receiver, (transport,), _zmq_sender, lambda a: (a, size, count), count)
     else:
-        sent, got = _pair(_nbmq_receiver, (case,), _nbmq_sender, lambda a: (case, a, size, count), count)
+        sent, got = _pair(
+            _nbmq_receiver, (case, options), _nbmq_sender, lambda a: (case, options, a, size, count), count
+        )
     if not sent or not got or got[0] < 2:
         return {"msgs": 0.0, "mbs": 0.0, "ratio": 0.0, "counted": 0, "tx_cpu": 0.0, "rx_cpu": 0.0}
     (sent, tx_cpu), (received, first, last, counted, rx_cpu) = sent, got
@@ -326,20 +339,31 @@ def throughput(case: str, size: int, count: int) -> dict[str, float]:
     }
 
 
-def latency(case: str, size: int, rounds: int) -> dict[str, float]:
-    """One run of round-trip case ``case``: p50, p99, p99.9 in µs (the first WARMUP not counted)."""
+def latency(case: str, size: int, rounds: int, options: dict | None = None) -> dict[str, float]:
+    """One run of round-trip case ``case``: p50, p99, p99.9 in µs (the first WARMUP not counted),
+    and each side's CPU time per round trip in µs. ``options``: more nbmq socket options of both ends."""
     import numpy as np
 
+    options = options or {}
     total = rounds + WARMUP
     if case == "zmq-lat":
-        times, _ = _pair(_zmq_echo, (), _zmq_ping, lambda a: (a, size, total), total)
+        pinged, echoed = _pair(_zmq_echo, (), _zmq_ping, lambda a: (a, size, total), total)
     else:
-        times, _ = _pair(_nbmq_echo, (case,), _nbmq_ping, lambda a: (case, a, size, total), total)
-    if not times:
-        return {"p50": 0.0, "p99": 0.0, "p999": 0.0}
+        pinged, echoed = _pair(
+            _nbmq_echo, (case, options), _nbmq_ping, lambda a: (case, options, a, size, total), total
+        )
+    if not pinged or not echoed:
+        return {"p50": 0.0, "p99": 0.0, "p999": 0.0, "ping_cpu": 0.0, "echo_cpu": 0.0}
+    (times, ping_cpu), (_, echo_cpu) = pinged, echoed
     us = np.asarray(times[WARMUP:], dtype=np.float64) / 1e3
     p50, p99, p999 = np.percentile(us, [50, 99, 99.9])
-    return {"p50": float(p50), "p99": float(p99), "p999": float(p999)}
+    return {
+        "p50": float(p50),
+        "p99": float(p99),
+        "p999": float(p999),
+        "ping_cpu": ping_cpu / total * 1e6,
+        "echo_cpu": echo_cpu / total * 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -349,6 +373,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=20_000, help="round trips per latency run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (medians shown)")
     parser.add_argument("--cases", default=",".join(THROUGHPUT + LATENCY), help="comma-separated case names")
+    parser.add_argument(
+        "--busy-poll",
+        default="",
+        help="comma-separated busy_poll values (seconds): every nbmq case runs once per value "
+        "(default: the option's default only)",
+    )
     args = parser.parse_args(argv)
     if args.size < 16:
         parser.error("--size must be >= 16 (the index is stamped at both ends)")
@@ -368,37 +398,50 @@ def main(argv: list[str] | None = None) -> None:
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{zmq_version}; nbmq codec={'cython' if codec.COMPILED else 'python'} cpus={os.cpu_count()} load={load}")
-    runs: dict[str, list[dict[str, float]]] = {c: [] for c in cases}
+    spins = [float(v) for v in args.busy_poll.split(",") if v]
+    plan: list[tuple[str, str, dict]] = []  # (label, case, nbmq options)
+    for case in cases:
+        if case.startswith("zmq") or not spins:
+            plan.append((case, case, {}))
+        else:
+            plan += [(f"{case} bp={v * 1e6:g}µs", case, {"busy_poll": v}) for v in spins]
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in plan}
     for _ in range(args.repeat):
-        for case in cases:
+        for label, case, options in plan:
             if case in LATENCY:
-                runs[case].append(latency(case, args.size, args.rounds))
+                runs[label].append(latency(case, args.size, args.rounds, options))
             else:
-                runs[case].append(throughput(case, args.size, args.count))
+                runs[label].append(throughput(case, args.size, args.count, options))
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     med = {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for c, rs in runs.items()}
     zmq_rate = med.get("zmq-tcp", {}).get("msgs")
     print(f"throughput, {args.size} B, {args.count} messages, medians of {args.repeat}")
     print(
-        f"{'case':20} {'msg/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x zmq-tcp':>9} "
+        f"{'case':28} {'msg/s':>10} {'MB/s':>8} {'deliv/sent':>10} {'x zmq-tcp':>9} "
         f"{'tx µs/msg':>9} {'rx µs/msg':>9}  counted drops per run"
     )
-    for case in (c for c in cases if c in THROUGHPUT):
+    for case in (label for label, c, _ in plan if c in THROUGHPUT):
         m = med[case]
         vs = f"{m['msgs'] / zmq_rate:>9.2f}" if zmq_rate else f"{'-':>9}"
         drops = "/".join(str(int(r["counted"])) for r in runs[case])
         print(
-            f"{case:20} {m['msgs']:>10,.0f} {m['mbs']:>8.1f} {m['ratio']:>10.4f} {vs} "
+            f"{case:28} {m['msgs']:>10,.0f} {m['mbs']:>8.1f} {m['ratio']:>10.4f} {vs} "
             f"{m['tx_cpu']:>9.2f} {m['rx_cpu']:>9.2f}  {drops}"
         )
     zmq_lat = med.get("zmq-lat")
     print(f"round trips, {args.size} B, {args.rounds} (+{WARMUP} warm-up), medians of {args.repeat}, µs")
-    print(f"{'case':20} {'p50':>8} {'p99':>8} {'p99.9':>8} {'p50 x zmq':>10} {'p99 x zmq':>10}")
-    for case in (c for c in cases if c in LATENCY):
+    print(
+        f"{'case':28} {'p50':>8} {'p99':>8} {'p99.9':>8} {'p50 x zmq':>10} {'p99 x zmq':>10} "
+        f"{'ping cpu':>9} {'echo cpu':>9}"
+    )
+    for case in (label for label, c, _ in plan if c in LATENCY):
         m = med[case]
         r50 = f"{m['p50'] / zmq_lat['p50']:>10.2f}" if zmq_lat and zmq_lat["p50"] else f"{'-':>10}"
         r99 = f"{m['p99'] / zmq_lat['p99']:>10.2f}" if zmq_lat and zmq_lat["p99"] else f"{'-':>10}"
-        print(f"{case:20} {m['p50']:>8.1f} {m['p99']:>8.1f} {m['p999']:>8.1f} {r50} {r99}")
+        print(
+            f"{case:28} {m['p50']:>8.1f} {m['p99']:>8.1f} {m['p999']:>8.1f} {r50} {r99} "
+            f"{m['ping_cpu']:>9.1f} {m['echo_cpu']:>9.1f}"
+        )
 
 
 if __name__ == "__main__":

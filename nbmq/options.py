@@ -27,6 +27,10 @@ from .errors import OptionError
 __all__ = ["SocketOptions", "OptionSpec", "OPTION_SPECS", "DEFAULTS", "FIXED_OPTIONS"]
 
 _U32 = 0xFFFFFFFF
+#: ``busy_poll``'s default (seconds): see docs/perf.md for the measurements behind it.
+BUSY_POLL_DEFAULT = 0.0001
+#: ``busy_poll``'s bound (seconds): a spin is for a reply in flight, never a substitute for sleeping.
+BUSY_POLL_MAX = 0.01
 
 
 class OptionSpec(NamedTuple):
@@ -306,6 +310,18 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         "seconds close() keeps flushing queued messages (and awaiting SafeDealer acks) before "
         "dropping them; 0 drops at once, inf waits for ever",
     ),
+    "busy_poll": OptionSpec(
+        "seconds",
+        BUSY_POLL_DEFAULT,
+        0.0,
+        False,
+        BUSY_POLL_MAX,
+        "transport",
+        "seconds the first blocking wait after a send (recv, poll, ... with a timeout) polls "
+        "the socket, holding no GIL, before it sleeps: a reply that comes sooner is read without "
+        "waking a sleeping thread, for at most that much CPU per send; 0 = sleep at once. "
+        "Blocking sockets only: an asyncio socket's waits belong to its event loop",
+    ),
     "secret_key": OptionSpec(
         "key",
         None,
@@ -435,7 +451,8 @@ class SocketOptions:
         max_tick_recv (int, datagrams per step, 1000), sndbuf (bytes, 4 MiB; 0 = OS default),
         rcvbuf (bytes, 4 MiB; 0 = OS default), linger (s, 1.0; ``math.inf`` = wait for ever),
         gso (bool, True), gro (bool, True), pace_rate (bytes/s per peer, 0 = off), pace_burst
-        (bytes, 64 KiB).
+        (bytes, 64 KiB), busy_poll (s, 0.0001: the spin of a wait after a send before it
+        sleeps; 0 = off; at most 0.01).
 
     Secure mode (``docs/secure.md``; fixed when the engine is built):
         secret_key (32 bytes or None: secure mode off), server_public_key (32 bytes or None;
@@ -478,6 +495,7 @@ class SocketOptions:
     pace_rate: int
     pace_burst: int
     linger: float
+    busy_poll: float
     secret_key: bytes | None
     server_public_key: bytes | None
     allowed_public_keys: frozenset[bytes] | None

@@ -92,6 +92,8 @@ def test_throughput_roles_report_rate_and_loss(socket_pair: str) -> None:
 def test_latency_roles_report_percentiles(socket_pair: str) -> None:
     echo, addresses = _start("echo", "127.0.0.1:0", "--socket", socket_pair, "--idle", "1")
     extra = ["--reply", addresses[1]] if socket_pair == "radio" else []
+    if socket_pair == "dealer":
+        extra = ["--busy-poll", "0"]  # (spin off: the plain sleep-and-wake path)
     code, ping, err = _run("ping", addresses[0], "--socket", socket_pair, "--count", "300", "--warmup", "20", *extra)
     assert code == 0, err
     assert ping["rounds"] == 300
@@ -127,7 +129,9 @@ def test_no_peer_exits_1_within_the_timeout() -> None:
     assert "no peer at 127.0.0.1:9" in done.stderr
 
 
-@pytest.mark.parametrize("option", [["--count", "0"], ["--size", "-1"], ["--idle", "0"]])
+@pytest.mark.parametrize(
+    "option", [["--count", "0"], ["--size", "-1"], ["--idle", "0"], ["--busy-poll", "-1"], ["--busy-poll", "1"]]
+)
 def test_bad_option_exits_2(option: list[str]) -> None:
     code, _, err = _run("recv", "127.0.0.1:0", *option)
     assert code == 2 and option[0] in err

@@ -77,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle", type=float, default=2.0, help="recv/echo: stop after this many seconds without a message (default 2)"
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="stop after this many seconds (default 60)")
+    parser.add_argument(
+        "--busy-poll",
+        type=float,
+        default=None,
+        help="seconds a wait after a send polls the socket before it sleeps (the busy_poll option; "
+        "default: the option's, 0.0001; 0 = off)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text lines")
 
 
@@ -103,12 +110,22 @@ def _check(args: argparse.Namespace) -> str:
         return f"--warmup must be >= 0, got {args.warmup}"
     if args.idle <= 0 or args.timeout <= 0:
         return "--idle and --timeout must be > 0"
+    if args.busy_poll is not None:
+        from nbmq.errors import OptionError
+        from nbmq.options import SocketOptions
+
+        try:
+            SocketOptions(busy_poll=args.busy_poll)
+        except OptionError as exc:
+            return f"--busy-poll: {exc}"
     return ""
 
 
-def _open(kind: str, address: str, bind: bool, **options: Any) -> Any:
+def _open(kind: str, address: str, bind: bool, args: argparse.Namespace, **options: Any) -> Any:
     import nbmq
 
+    if args.busy_poll is not None:
+        options["busy_poll"] = args.busy_poll
     cls = getattr(nbmq, kind)
     return cls.bind(address, **options) if bind else cls.connect(address, **options)
 
@@ -164,7 +181,7 @@ def _recv(args: argparse.Namespace) -> dict[str, Any]:
     from nbmq.errors import WouldBlock
 
     kind = PAIRS[args.socket][1]
-    sock = _open(kind, args.address, True)
+    sock = _open(kind, args.address, True, args)
     _announce(sock)
     count, received, nbytes, head, head_bytes = args.count, 0, 0, 0, 0
     first = last = 0.0
@@ -224,7 +241,7 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
     from nbmq.errors import WouldBlock
 
     kind = PAIRS[args.socket][0]
-    sock = _open(kind, args.address, False)
+    sock = _open(kind, args.address, False, args)
     count, sent = args.count, 0
     linger = min(args.timeout, 30.0) if args.socket == "safedealer" else 0.0  # SafeDealer: its last acks
     try:
@@ -279,14 +296,14 @@ def _send(args: argparse.Namespace) -> dict[str, Any]:
 def _latency_sockets(args: argparse.Namespace, bind: bool) -> tuple[Any, Any]:
     """(socket to receive on, socket to send on): one Dealer/SafeDealer, or a Dish and a Radio."""
     if args.socket != "radio":
-        sock = _open(PAIRS[args.socket][0], args.address, bind)
+        sock = _open(PAIRS[args.socket][0], args.address, bind, args)
         return sock, sock
     reply = _reply_address(args)
     if bind:  # echo: Dish at ADDRESS, Radio at the reply address
-        return _open("Dish", args.address, True), _open("Radio", reply, True)
+        return _open("Dish", args.address, True, args), _open("Radio", reply, True, args)
     # the bound Radio counts a Dish as connected once it hears from it after the handshake:
     # heartbeats every 0.1 s make that the first round's loss at most
-    return _open("Dish", reply, False, peer_heartbeat_ivl=0.1), _open("Radio", args.address, False)
+    return _open("Dish", reply, False, args, peer_heartbeat_ivl=0.1), _open("Radio", args.address, False, args)
 
 
 def _recv_stepping(inbox: Any, outbox: Any, timeout: float) -> Any:

@@ -142,12 +142,19 @@ def install(socket_send, receive_unacked, packed_ranges):
     _packed_ranges_py = packed_ranges
 
 
+cdef inline bint _small_u8(cnp.ndarray part) noexcept:
+    """``part`` is a 1-D C-contiguous uint8 array of at most one chunk (466 bytes)."""
+    return (cnp.PyArray_NDIM(part) == 1 and cnp.PyArray_TYPE(part) == cnp.NPY_UINT8
+            and cnp.PyArray_IS_C_CONTIGUOUS(part) and cnp.PyArray_NBYTES(part) <= MAX_CHUNK)
+
+
 def send(self, parts, now):
     """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
     compiled.
 
-    A one-part ``bytes`` or ``bytearray`` message of at most 466 bytes (one frame) is queued
-    here as a :class:`SmallMessage` (a bytearray copied once into bytes, as ``Socket.send``
+    A one-part ``bytes``, ``bytearray`` or 1-D contiguous ``uint8`` numpy array (what ``recv``
+    returns: an echo's reply) message of at most 466 bytes (one frame) is queued here as a
+    :class:`SmallMessage` (a bytearray or array copied once into bytes, as ``Socket.send``
     copies it into its frame); any other message, a closed engine and ``reference_compat`` go
     to ``Socket.send`` itself.
 
@@ -167,6 +174,9 @@ def send(self, parts, now):
     part = parts[0]
     if type(part) is bytearray and PyByteArray_GET_SIZE(part) <= MAX_CHUNK:
         part = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(part), PyByteArray_GET_SIZE(part))  # the one copy
+    elif type(part) is cnp.ndarray and _small_u8(<cnp.ndarray>part):
+        part = PyBytes_FromStringAndSize(<char*>cnp.PyArray_DATA(<cnp.ndarray>part),
+                                         cnp.PyArray_NBYTES(<cnp.ndarray>part))  # the one copy
     if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
             or self._opts.reference_compat):
         return _send_py(self, parts, now)

@@ -4,12 +4,16 @@ A socket joins one sans-IO engine (:mod:`nbmq.engine`) to one link (UDP, IPC or 
 call runs the same step: feed what the OS has to the engine, tick it when a deadline is due,
 flush its output, then drain its events (STYLE.md section 6). ``send``/``recv`` never block
 unless given a ``timeout``; the wait sleeps in ``selectors`` until the socket is readable or
-the engine's ``next_deadline()``, never busy-polls. Time is ``time.monotonic()``.
+the engine's ``next_deadline()``; the first wait after a send polls the socket for up to
+``busy_poll`` seconds before it sleeps (:func:`spin_readable`; 0 sleeps at once). Time is
+``time.monotonic()``.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import select
 import selectors
 import time
 from collections import deque
@@ -25,9 +29,10 @@ from . import engine_binding
 from .attributes import OptionAttributes
 from .links import open_link, read_grain
 
-__all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish"]
+__all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish", "spin_readable"]
 
 _monotonic = time.monotonic
+_yield = getattr(os, "sched_yield", lambda: None)  # (Unix; elsewhere the spin just polls)
 _compiled = extensions.load("nbmq.transports._socket")
 #: True when ``Socket.send`` / ``Socket.recv`` are the compiled twins (``nbmq.transports._socket``).
 COMPILED = _compiled is not None
@@ -38,6 +43,30 @@ AUTO_FLUSH = 64
 #: Datagrams a Dealer whose receive queue is full still reads when a timer is due, so its
 #: peers' heartbeats keep arriving (the messages among them are dropped, and counted).
 LIVENESS_READ = 16
+
+
+def spin_readable(fd: int, seconds: float) -> bool:
+    """Poll ``fd`` (int) without waiting, again and again, for up to ``seconds`` (float):
+    True as soon as it is readable (or in error), False when the time ran out. The
+    ``busy_poll`` spin before a wait sleeps (Aeron's and Go's idle strategy): a reply that
+    arrives within it is read without waking a sleeping thread. Each ``poll`` releases the GIL;
+    the compiled twin (``_socket.spin_readable``) holds none for the whole loop. Between polls
+    the process yields its core (``sched_yield``): on a busy machine the peer process that is
+    to answer may be waiting for this very core."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    end = _monotonic() + seconds
+    while True:
+        if poller.poll(0):
+            return True
+        if _monotonic() >= end:
+            return False
+        _yield()
+
+
+_spin_readable_py = spin_readable  # the reference of the compiled twin
+if _compiled is not None:
+    spin_readable = _compiled.spin_readable  # noqa: F811 (the same, without the GIL)
 
 
 class Socket(OptionAttributes):
@@ -69,6 +98,8 @@ class Socket(OptionAttributes):
         "_recv_hwm",
         "_tick_send",
         "_max_events",
+        "_busy_poll",
+        "_spin_next",
         "_ready",
         "_pingpong",
         "_acked_at",
@@ -101,6 +132,9 @@ class Socket(OptionAttributes):
         # (``_acked_at``, seconds: when it last did).
         self._pingpong = False
         self._acked_at = -math.inf
+        # A flush of what send() queued arms one busy_poll spin for the next wait: a reply is
+        # likely on its way. A socket that only receives never spins.
+        self._spin_next = False
         self._sel = selectors.DefaultSelector()
         self._mask = selectors.EVENT_READ
         self._sel.register(self._link.fileno(), self._mask)
@@ -136,6 +170,7 @@ class Socket(OptionAttributes):
         self._recv_hwm = options.recv_hwm
         self._tick_send = options.max_tick_send
         self._max_events = options.max_events
+        self._busy_poll = options.busy_poll
 
     # --- the step: receive -> tick -> flush -> drain ------------------------------------------
     def _step(self, now: float) -> None:
@@ -177,6 +212,7 @@ class Socket(OptionAttributes):
             self._pingpong = False
         elif now - self._acked_at < ACK_DELAY:
             self._pingpong = True
+        self._spin_next = True
         self._flush(now)
 
     def _flush(self, now: float) -> None:
@@ -186,7 +222,9 @@ class Socket(OptionAttributes):
 
     def _wait(self, until: float | None) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
-        or ``until``, whichever is first; then step."""
+        or ``until``, whichever is first; then step. The first wait for reading alone after a
+        flush of sent messages first spins (``busy_poll`` seconds at most, never past the
+        wait's end) and steps at once when the spin found the socket readable."""
         now = _monotonic()
         timeout = None if until is None else max(0.0, until - now)
         deadline = self.engine.next_deadline()
@@ -207,6 +245,16 @@ class Socket(OptionAttributes):
         if mask != self._mask:
             self._sel.modify(self._link.fileno(), mask)
             self._mask = mask
+        spin = self._busy_poll
+        if spin and self._spin_next and mask == selectors.EVENT_READ and timeout != 0.0:
+            self._spin_next = False
+            if timeout is not None and timeout < spin:
+                spin = timeout
+            if spin_readable(self._link.fileno(), spin):
+                self._step(_monotonic())
+                return
+            if timeout is not None:
+                timeout = max(0.0, timeout - spin)
         self._sel.select(timeout)
         self._step(_monotonic())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import types
 
+import numpy as np
 import pytest
 
 from nbmq import codec
@@ -29,7 +30,9 @@ def _sends():
     """Messages of every shape ``send`` takes: small bytes (the compiled case) and the rest."""
     return [
         [b"a" * 100],
+        [np.frombuffer(b"j" * 30, dtype=np.uint8)],  # (what recv returns: an echo's reply)
         (b"b" * 466,),
+        (np.full(466, 7, dtype=np.uint8),),
         [b"c" * 467],
         [b""],
         [bytearray(b"d" * 10)],
@@ -38,6 +41,10 @@ def _sends():
         [BIG],
         [b"h" * 3],
         [b"i" * 200],
+        [np.full(467, 8, dtype=np.uint8)],
+        [np.arange(40, dtype=np.uint8)[::2]],  # not contiguous
+        [np.arange(6, dtype=np.uint16)],
+        [np.zeros((2, 3), dtype=np.uint8)],
     ]
 
 
