@@ -159,9 +159,9 @@ def test_pipeline_marks_the_session_secure_and_counts_sealed_frames(spark, secur
     assert (secure["secure_sessions"], secure["sealed_frames"]) == (1, 23)  # all but Connect and Connected
     assert (secure["messages_complete"], secure["messages_incomplete"]) == (0, 0)
     assert (plain["secure_sessions"], plain["sealed_frames"]) == (0, 0) and plain["messages_complete"] > 0
-    bundled = rows[BUNDLES.name]  # the same frames, 19 datagrams: "datagrams" counts the frame rows
+    bundled = rows[BUNDLES.name]  # the same 25 frames in 19 datagrams: a bundle counts once
     assert {k: bundled[k] for k in ("datagrams", "error_rows", "secure_sessions", "sealed_frames")} == {
-        "datagrams": 25,
+        "datagrams": 19,
         "error_rows": 0,
         "secure_sessions": 1,
         "sealed_frames": 23,
@@ -214,3 +214,20 @@ def test_streamed_messages_leave_sealed_frames_out(spark, tmp_path):
     )
     assert query.awaitTermination(120)
     assert spark.read.parquet(str(tmp_path / "out")).count() == 0
+
+
+def test_a_bundle_counts_as_one_datagram_wherever_the_pieces_cut_it():
+    import pyarrow as pa
+
+    from nbmq.spark.report.passes import _bundled_piece, bundled_rows
+
+    # records 1..6 of capture "a"; record 3 is a bundle of three frames, record 5 of two
+    numbers = [1, 2, 3, 3, 3, 4, 5, 5, 6]
+    table = pa.table({"capture": ["a"] * len(numbers), "frame_number": pa.array(numbers, pa.int64())})
+    for cuts in ([], [3], [4], [2, 4, 7], list(range(1, len(numbers)))):
+        edges = [0, *cuts, len(numbers)]
+        pieces = pa.concat_tables([_bundled_piece(table.slice(a, b - a)) for a, b in zip(edges, edges[1:])])
+        assert bundled_rows(pieces) == {"a": 3}, cuts
+    # unreadable records (no frame number) are never bundled frames
+    holes = pa.table({"capture": ["a", "a", "b"], "frame_number": pa.array([None, None, 1], pa.int64())})
+    assert bundled_rows(_bundled_piece(holes)) == {"b": 0}

@@ -297,10 +297,55 @@ def _frames_piece(caps: dict[str, tuple[float, float, float]], table: pa.Table) 
     beats = valid & (kind == _HEARTBEAT) & ~np.isnan(t0)
     return {
         "groups": groups,
+        "bundled": _bundled_piece(table),
         "connects": rows.filter(pa.array(valid & (kind == _CONNECT))),
         "control": control,
         **_beats_piece(rows.filter(pa.array(beats)), seconds[beats]),
     }
+
+
+def _bundled_piece(table: pa.Table) -> pa.Table:
+    """Per capture of a piece: ``repeats``, its rows that share the capture record (frame number)
+    of the row before them (a sealed bundle's frames after its first), and the piece's ``first``
+    and ``last`` frame numbers, so that :func:`bundled_rows` can tell a bundle cut by a piece."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = pa.schema([("capture", pa.string()), ("repeats", pa.int64()), ("first", pa.int64()), ("last", pa.int64())])
+    if not table.num_rows:
+        return schema.empty_table()
+    codes = pc.dictionary_encode(table["capture"].combine_chunks())
+    cap = codes.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    fn = table["frame_number"].fill_null(-1).to_numpy(zero_copy_only=False)
+    repeat = np.zeros(len(fn), bool)
+    repeat[1:] = (fn[1:] == fn[:-1]) & (cap[1:] == cap[:-1]) & (fn[1:] >= 0)
+    names = codes.dictionary.to_pylist()
+    rows: dict[str, list[Any]] = {"capture": [], "repeats": [], "first": [], "last": []}
+    for code in np.unique(cap[cap >= 0]):
+        mine = (cap == code) & (fn >= 0)
+        if not mine.any():
+            continue
+        numbers = fn[mine]
+        rows["capture"].append(names[code])
+        rows["repeats"].append(int(repeat[cap == code].sum()))
+        rows["first"].append(int(numbers[0]))
+        rows["last"].append(int(numbers[-1]))
+    return pa.table(rows, schema=schema)
+
+
+def bundled_rows(pieces: pa.Table) -> dict[str, int]:
+    """capture -> rows of the frames table that are not their capture record's first (the frames
+    of a sealed bundle after its first): the ``repeats`` of :func:`_bundled_piece`'s pieces, plus
+    one wherever a piece begins with the record the piece before it ended with."""
+    out: dict[str, int] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for capture, repeats, first, last in zip(*(pieces[k].to_pylist() for k in ("capture", "repeats", "first", "last"))):
+        out[capture] = out.get(capture, 0) + repeats
+        spans.setdefault(capture, []).append((first, last))
+    for capture, runs in spans.items():
+        runs.sort()
+        out[capture] += sum(1 for (_, end), (start, _) in zip(runs, runs[1:]) if start == end)
+    return out
 
 
 #: A sender's heartbeats, seconds since t0: the columns that say whose they are, then a run.
@@ -741,6 +786,8 @@ class Passes:
         self._frame_groups = _rows(
             pa.table(out).to_pylist(), FRAME_GROUPS, ("kind", "bin", "frames", "bytes", "first_ns", "last_ns")
         )
+        #: capture -> frame rows behind the first of their capture record (bundled frames)
+        self._bundled = bundled_rows(merge(frames, "bundled", schema["bundled"].schema))
         connects = merge(frames, "connects", schema["connects"].schema)
         self._connects = self._connect_times(connects)
         self._control = merge(frames, "control", schema["control"].schema)
@@ -884,6 +931,9 @@ class Passes:
             if ok and not pd.isna(r.kind):
                 c["data_frames" if int(r.kind) == 0 else "control_frames"] += n
                 c["sealed_frames"] += n if r.secure and int(r.kind) in SEALED_KINDS else 0
+        for capture, n in self._bundled.items():
+            if capture in out:  # a sealed bundle is one datagram, however many rows it gives
+                out[capture]["datagrams"] -= n
         for r in m.itertuples(index=False):
             if r.capture in out:
                 c = out[r.capture]
