@@ -101,6 +101,9 @@ __all__ = [
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
+    "VELOCITY_ROUNDS",
+    "VELOCITY_SHARE",
+    "STANDING_INTERVAL",
 ]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
@@ -152,6 +155,21 @@ COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
+#: Rounds in a row that grew the window and found no standing queue after which the growth per
+#: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
+#: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
+#: to regrow the window a noisy round had cut.
+VELOCITY_ROUNDS = 3
+#: ... up to this fraction of the window per round (HyStart++'s conservative slow start grows by
+#: a quarter of slow start's rate).
+VELOCITY_SHARE = 0.25
+#: A queue is standing when the smallest RTT of the rounds that ended in the last this many
+#: seconds (at least the last round) finds it (CoDel's interval, scaled to a shared host): a
+#: sender or receiver waiting a scheduler time slice (3-6 ms) for a core stretches every RTT
+#: of a sub-ms round, and one round's minimum read that as a queue.
+STANDING_INTERVAL = 0.010
+#: Rounds kept for that minimum (bounds the work per round on a path of very short rounds).
+STANDING_ROUNDS = 16
 #: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
 PACING_GAIN = 1.25
 #: Pacing lets this many seconds of the pacing rate go at once (one wake-up's worth: a
@@ -192,8 +210,11 @@ class Window:
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
-        increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``;
-            ``COMPETE_INCREASE`` while ``competing``).
+        increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``
+            times ``velocity``, at most ``VELOCITY_SHARE`` of the window; ``COMPETE_INCREASE``
+            while ``competing``). velocity: that factor (1, doubled each round once
+            ``VELOCITY_ROUNDS`` rounds in a row grew the window with no standing queue; back
+            to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
             round under way (0.0: none under way); drains: drain rounds done.
@@ -239,6 +260,9 @@ class Window:
         "pace_tokens",
         "pace_stamp",
         "increase",
+        "velocity",
+        "calm_rounds",
+        "recent",
         "drain_due",
         "drain_cwnd",
         "drains",
@@ -283,6 +307,9 @@ class Window:
         self.pace_tokens = float(PACE_MIN_BURST)
         self.pace_stamp = 0.0
         self.increase = float(DATAGRAM)
+        self.velocity = 1
+        self.calm_rounds = 0
+        self.recent: deque[tuple[float, float]] = deque(maxlen=STANDING_ROUNDS)
         self.drain_due = -1.0
         self.drain_cwnd = 0.0
         self.drains = 0
@@ -424,7 +451,7 @@ class Window:
         if self.drain_cwnd:
             self._drained(now)
         else:
-            self._judge(rtt)
+            self._judge(rtt, self._standing(rtt, now))
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
@@ -433,33 +460,62 @@ class Window:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
                     self._drain()
-        self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
+        if self.competing:
+            self.increase = float(COMPETE_INCREASE)
+        else:
+            self.increase = float(min(DATAGRAM * self.velocity, max(VELOCITY_SHARE * self.cwnd, DATAGRAM)))
         self.round_acked = self.round_lost = 0
         self.round_min_rtt = math.inf
         self.round_end = self.tx
 
-    def _judge(self, rtt: float) -> None:
+    def _standing(self, rtt: float, now: float | None) -> float:
+        """The smallest RTT (seconds) of the rounds that ended in the last
+        ``STANDING_INTERVAL`` seconds up to ``now``, this one's (``rtt``) included; ``rtt``
+        without a clock or a sample."""
+        if now is None or rtt == math.inf:
+            return rtt
+        recent = self.recent
+        recent.append((now, rtt))
+        while recent[0][0] <= now - STANDING_INTERVAL:
+            recent.popleft()
+        return min(r for _, r in recent)
+
+    def _judge(self, rtt: float, standing: float) -> None:
         """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
-        seconds (``inf``: no sample): see :meth:`end_round`."""
+        seconds (``inf``: no sample), ``standing`` the smallest of the last
+        ``STANDING_INTERVAL`` (:meth:`_standing`): see :meth:`end_round`."""
         congested = False
         if rtt != math.inf:
-            self.qdelay = qdelay = rtt - self.min_rtt
+            self.qdelay = qdelay = standing - self.min_rtt
             target = self.delay_target()
             congested = qdelay > target
+            if rtt - self.min_rtt > target:
+                self.velocity = 1  # this round found a queue, standing or not: stop speeding up
+                self.calm_rounds = 0
             if not congested:
                 self.strikes = 0
                 self.streak_qdelay = math.inf
                 if qdelay < target / 2:
                     self.competing = False
         lost = self.round_lost
+        if congested or self.competing or self.cwnd < self.ssthresh:
+            self.velocity = 1  # (slow start grows faster; a queue or a neighbour: one datagram)
+            self.calm_rounds = 0
         if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
             self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
             self.cwnd = self.ssthresh
             self.decreases += 1
             self.hold = 1
+            self.velocity = 1
+            self.calm_rounds = 0
         elif self.hold:
             self.hold -= 1
-        elif congested and not self.competing:
+        elif not congested:
+            if rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
+                self.calm_rounds += 1  # the window grew and found no standing queue
+                if self.calm_rounds >= VELOCITY_ROUNDS and DATAGRAM * self.velocity < VELOCITY_SHARE * self.cwnd:
+                    self.velocity *= 2
+        elif not self.competing:
             if self.streak_qdelay == math.inf:
                 self.streak_cwnd = self.cwnd  # the first decrease of a streak
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
@@ -472,7 +528,7 @@ class Window:
                 self.ssthresh = self.cwnd
                 return
             self.streak_qdelay = qdelay
-            scale = (self.min_rtt + target / 2) / rtt
+            scale = (self.min_rtt + target / 2) / standing
             scale = DELAY_FLOOR if scale < DELAY_FLOOR else DELAY_BETA if scale > DELAY_BETA else scale
             self.cwnd = max(float(MIN_WINDOW), self.cwnd * scale)
             self.ssthresh = self.cwnd
@@ -499,6 +555,9 @@ class Window:
         self.drain_cwnd = 0.0
         self.drains += 1
         self.hold = 1
+        self.velocity = 1
+        self.calm_rounds = 0
+        self.recent.clear()  # (rounds measured against the old base)
         rtt = self.round_min_rtt
         if rtt != math.inf:
             self.qdelay = rtt - self.min_rtt
