@@ -41,13 +41,19 @@ peer that went quiet).
 
 A queue filling up is the loss a real bottleneck makes, and it shows before the loss: the
 round-trip time grows. Each round keeps its smallest RTT sample (``round_min_rtt``: the
-smallest filters out a slow ack or a descheduled receiver); what it exceeds ``min_rtt`` by is the
-standing queue the round found (``qdelay``). Past :meth:`Window.delay_target` (``QDELAY_TARGET``,
+smallest filters out a slow ack or a descheduled receiver); what the smallest of the rounds that
+ended in the last ``STANDING_INTERVAL`` (at least this round's) exceeds ``min_rtt`` by is the
+standing queue the round found (``qdelay``; CoDel's interval: on a sub-ms path a process waiting
+a scheduler slice for a core stretches whole rounds, and one round read that as a queue). Past :meth:`Window.delay_target` (``QDELAY_TARGET``,
 or the time two ``MIN_WINDOW`` take at the path's rate if longer) the round is congested: the
 window is scaled so that the next round's RTT comes back to ``min_rtt`` plus half the target
 (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of itself: a multiplicative decrease, so flows
 sharing the queue converge, as AIMD's do), and the round after the decrease is left to show its
-effect. A congested round also ends slow start (HyStart's delay signal), and a loss in a
+effect. Growth is a datagram per round trip until ``VELOCITY_ROUNDS`` rounds in a row grew the
+window with no round found above the target; then it doubles every round (Copa's velocity), up to
+``VELOCITY_SHARE`` of the window per round, and starts over at one datagram on the first such
+round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) regrows a cut
+window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
 least half as long as it was, the queue is not ours; the window stops yielding to delay
@@ -429,11 +435,15 @@ class Window:
 
         Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
         round's frames were lost, or any while the round was congested (once per round).
-        Delay: a congested round (``qdelay`` past :meth:`delay_target`) scales the window
+        Delay: a congested round (``qdelay``, of the smallest RTT of the rounds in the last
+        ``STANDING_INTERVAL``, past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
         itself) and ends slow start, unless ``competing``; then the next round is left alone.
         ``COMPETE_STRIKES`` decreases that do not drain the queue give the window back what
-        they took (``streak_cwnd``) and make it compete.
+        they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
+        times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
+        grew the window with no round above the target (at most ``VELOCITY_SHARE`` of the
+        window; ``COMPETE_INCREASE`` while ``competing``).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
         first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
         end is :meth:`_drained`. Then start the next round (it ends with the transmissions
