@@ -110,6 +110,8 @@ __all__ = [
     "VELOCITY_ROUNDS",
     "VELOCITY_SHARE",
     "STANDING_INTERVAL",
+    "HOST_RATE",
+    "HOST_TARGET_MAX",
 ]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
@@ -169,6 +171,14 @@ VELOCITY_ROUNDS = 3
 #: ... up to this fraction of the window per round (HyStart++'s conservative slow start grows by
 #: a quarter of slow start's rate).
 VELOCITY_SHARE = 0.25
+#: Above this path rate (bytes per second, 480 Mbit/s) the bottleneck is a process's CPU (on
+#: loopback the sender runs a whole core at 150-200 MB/s), not a link, and its queue is a socket
+#: buffer: the delay target grows with the rate (``QDELAY_TARGET * rate / HOST_RATE``). With
+#: 2 ms there the window idled the sender a third of the time (16 KiB messages: 0.65 of the
+#: throughput a 2 MiB window had); 5 ms kept it busy.
+HOST_RATE = 60e6
+#: ... up to this many times ``QDELAY_TARGET``.
+HOST_TARGET_MAX = 4.0
 #: A queue is standing when the smallest RTT of the rounds that ended in the last this many
 #: seconds (at least the last round) finds it (CoDel's interval, scaled to a shared host): a
 #: sender or receiver waiting a scheduler time slice (3-6 ms) for a core stretches every RTT
@@ -406,8 +416,10 @@ class Window:
 
     def delay_target(self) -> float:
         """The standing queue a round may find before it counts as congested, seconds:
-        ``QDELAY_TARGET``, or the time ``2 * MIN_WINDOW`` take at the path's rate if longer
-        (the floor window alone queues that long). The path's rate is the fastest delivery
+        ``QDELAY_TARGET`` (times ``rate / HOST_RATE`` on a path faster than ``HOST_RATE``, at
+        most ``HOST_TARGET_MAX`` times: a host-bound path; ``rate`` the smaller of the path's
+        and ``cwnd / srtt``), or the time ``2 * MIN_WINDOW`` take
+        at the path's rate if longer (the floor window alone queues that long). The path's rate is the fastest delivery
         of a round in the last two periods between drains (:attr:`path_rate`; a starved
         window's own rate would hide the queue that starves it), else ``cwnd /
         round_min_rtt``."""
@@ -418,6 +430,12 @@ class Window:
                 return QDELAY_TARGET
             rate = self.cwnd / rtt
         floor = 2 * MIN_WINDOW / rate
+        srtt = self.srtt
+        if rate > HOST_RATE and srtt and self.cwnd > HOST_RATE * srtt:
+            # (the window's smoothed rate too: one round's acks bunched by a descheduled
+            # receiver may pass HOST_RATE on a link)
+            scale = min(rate, self.cwnd / srtt) / HOST_RATE
+            return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
     @property
@@ -521,8 +539,13 @@ class Window:
         elif self.hold:
             self.hold -= 1
         elif not congested:
-            if rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
-                self.calm_rounds += 1  # the window grew and found no standing queue
+            if (
+                rtt != math.inf
+                and self.cwnd >= self.ssthresh
+                and not self.competing
+                and 2 * self.in_flight >= self.cwnd
+            ):
+                self.calm_rounds += 1  # the window, in use, grew and found no standing queue
                 if self.calm_rounds >= VELOCITY_ROUNDS and DATAGRAM * self.velocity < VELOCITY_SHARE * self.cwnd:
                     self.velocity *= 2
         elif not self.competing:

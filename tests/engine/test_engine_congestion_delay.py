@@ -23,6 +23,8 @@ from nbmq.engine.congestion import (
     DELAY_BETA,
     DELAY_FLOOR,
     FIRST_DRAIN,
+    HOST_RATE,
+    HOST_TARGET_MAX,
     INITIAL_WINDOW,
     MIN_RTT_WINDOW,
     MIN_WINDOW,
@@ -47,10 +49,11 @@ BASE = 0.010  # base RTT, seconds
 
 def _round(win: Window, rtt: float, acks: int = 20, lost: int = 0) -> None:
     """One round of ``acks`` acks, every one an RTT sample of ``rtt`` seconds, ``lost`` frames
-    found lost; then the round ends."""
+    found lost; then the round ends with the window in use (as much as it holds in flight)."""
     for _ in range(acks):
         win.sent(DATAGRAM)
         win.acked(DATAGRAM, rtt)
+    win.in_flight = int(win.cwnd)
     win.round_acked = acks
     win.round_lost = lost
     win.end_round()
@@ -269,6 +272,35 @@ def test_a_sub_ms_round_stretched_by_a_scheduler_slice_is_not_a_standing_queue()
     assert win.decreases == 1 and win.cwnd < cwnd
     assert STANDING_INTERVAL <= now - start <= STANDING_INTERVAL + 2 * (sub_ms + 0.004)
     assert win.qdelay == pytest.approx(0.004)
+
+
+def test_a_host_bound_path_keeps_a_longer_queue_than_a_link():
+    win = _avoiding()
+    win.cwnd = 100 * HOST_RATE * win.srtt
+    win.period_rate = HOST_RATE / 2  # a link: the target is QDELAY_TARGET
+    assert win.delay_target() == QDELAY_TARGET
+    win.period_rate = 3 * HOST_RATE  # loopback: the queue is a process's socket buffer
+    assert win.delay_target() == pytest.approx(3 * QDELAY_TARGET)
+    win.period_rate = 100 * HOST_RATE
+    assert win.delay_target() == pytest.approx(HOST_TARGET_MAX * QDELAY_TARGET)
+    win.cwnd = HOST_RATE / 2 * win.srtt  # ... unless the window's own rate is a link's too
+    assert win.delay_target() == QDELAY_TARGET
+    win.cwnd = 3 * HOST_RATE * win.srtt
+    cwnd = win.cwnd
+    _round(win, BASE + 2 * QDELAY_TARGET)
+    assert win.decreases == 0 and win.cwnd > cwnd
+
+
+def test_a_window_not_in_use_does_not_speed_up():
+    win = _avoiding(400 * DATAGRAM)
+    win.in_flight = 0
+    for _ in range(VELOCITY_ROUNDS + 3):
+        for _ in range(20):
+            win.sent(DATAGRAM)
+            win.acked(DATAGRAM, BASE)
+        win.round_acked = 20
+        win.end_round()  # nothing left in flight: the sender had no more to send
+    assert win.velocity == 1 and win.increase == DATAGRAM
 
 
 def _timed_round(win: Window, rtt: float, now: float, acks: int = 20) -> float:
