@@ -539,12 +539,10 @@ class Window:
         elif self.hold:
             self.hold -= 1
         elif not congested:
-            if (
-                rtt != math.inf
-                and self.cwnd >= self.ssthresh
-                and not self.competing
-                and 2 * self.in_flight >= self.cwnd
-            ):
+            if 2 * self.in_flight < self.cwnd:
+                self.velocity = 1  # the sender has less to send than the window holds
+                self.calm_rounds = 0
+            elif rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
                 self.calm_rounds += 1  # the window, in use, grew and found no standing queue
                 if self.calm_rounds >= VELOCITY_ROUNDS and DATAGRAM * self.velocity < VELOCITY_SHARE * self.cwnd:
                     self.velocity *= 2

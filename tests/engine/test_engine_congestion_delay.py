@@ -293,6 +293,9 @@ def test_a_host_bound_path_keeps_a_longer_queue_than_a_link():
 
 def test_a_window_not_in_use_does_not_speed_up():
     win = _avoiding(400 * DATAGRAM)
+    for _ in range(VELOCITY_ROUNDS + 1):
+        _round(win, BASE)
+    assert win.velocity > 1
     win.in_flight = 0
     for _ in range(VELOCITY_ROUNDS + 3):
         for _ in range(20):
