@@ -156,6 +156,7 @@ def fair(rate: float, queue: float, seconds: float, size: int, gap: float = 2.0)
     second = start + gap
     reached = None
     jain_end = float("nan")
+    shares_end: list[float] = []
     for k in range(int(seconds) - 1 + 1):
         t = second + k
         rates = [_steady(r["bins"], r["epoch"], t, t + 1.0) for _, r in results]
@@ -164,11 +165,14 @@ def fair(rate: float, queue: float, seconds: float, size: int, gap: float = 2.0)
             reached = k + 1.0
         if k + 1 == min(5, int(seconds)):
             jain_end = j
+            shares_end = [x * 8 / (rate * 1e6) for x in rates]
     return {
         "time_to_fair": reached,
         "jain_end": jain_end,  # over the second before min(5, seconds) after the second start
+        "shares_end": shares_end,  # each flow's goodput over the link rate in that second
         "resends": sum(s["counters"]["resends"] for s, _ in results),
         "waiting": max(p.get("waiting", 0.0) for flow in results for p in flow),
+        "busy": sum(p.get("busy", 0.0) for flow in results for p in flow),
     }
 
 
@@ -298,8 +302,9 @@ def main() -> None:
                 for row in rows:
                     print(
                         f"{tag}  fair    Jain >= 0.95 after {row['time_to_fair']} s  Jain 4-5 s "
-                        f"{row['jain_end']:.3f}  resends {row['resends']}  CPU waited for, most: "
-                        f"{row['waiting']:.2f}",
+                        f"{row['jain_end']:.3f} (shares {' / '.join(f'{x:.3f}' for x in row['shares_end'])})  "
+                        f"resends {row['resends']}  CPU: the four processes {row['busy']:.2f} cores, "
+                        f"waited for, most: {row['waiting']:.2f}",
                         flush=True,
                     )
                 if len(rows) > 1:

@@ -41,13 +41,19 @@ peer that went quiet).
 
 A queue filling up is the loss a real bottleneck makes, and it shows before the loss: the
 round-trip time grows. Each round keeps its smallest RTT sample (``round_min_rtt``: the
-smallest filters out a slow ack or a descheduled receiver); what it exceeds ``min_rtt`` by is the
-standing queue the round found (``qdelay``). Past :meth:`Window.delay_target` (``QDELAY_TARGET``,
+smallest filters out a slow ack or a descheduled receiver); what the smallest of the rounds that
+ended in the last ``STANDING_INTERVAL`` (at least this round's) exceeds ``min_rtt`` by is the
+standing queue the round found (``qdelay``; CoDel's interval: on a sub-ms path a process waiting
+a scheduler slice for a core stretches whole rounds, and one round read that as a queue). Past :meth:`Window.delay_target` (``QDELAY_TARGET``,
 or the time two ``MIN_WINDOW`` take at the path's rate if longer) the round is congested: the
 window is scaled so that the next round's RTT comes back to ``min_rtt`` plus half the target
 (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of itself: a multiplicative decrease, so flows
 sharing the queue converge, as AIMD's do), and the round after the decrease is left to show its
-effect. A congested round also ends slow start (HyStart's delay signal), and a loss in a
+effect. Growth is a datagram per round trip until ``VELOCITY_ROUNDS`` rounds in a row grew the
+window with no round found above the target; then it doubles every round (Copa's velocity), up to
+``VELOCITY_SHARE`` of the window per round, and starts over at one datagram on the first such
+round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) regrows a cut
+window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
 least half as long as it was, the queue is not ours; the window stops yielding to delay
@@ -101,6 +107,11 @@ __all__ = [
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
+    "VELOCITY_ROUNDS",
+    "VELOCITY_SHARE",
+    "STANDING_INTERVAL",
+    "HOST_RATE",
+    "HOST_TARGET_MAX",
 ]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
@@ -152,6 +163,29 @@ COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
+#: Rounds in a row that grew the window and found no standing queue after which the growth per
+#: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
+#: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
+#: to regrow the window a noisy round had cut.
+VELOCITY_ROUNDS = 3
+#: ... up to this fraction of the window per round (HyStart++'s conservative slow start grows by
+#: a quarter of slow start's rate).
+VELOCITY_SHARE = 0.25
+#: Above this path rate (bytes per second, 480 Mbit/s) the bottleneck is a process's CPU (on
+#: loopback the sender runs a whole core at 150-200 MB/s), not a link, and its queue is a socket
+#: buffer: the delay target grows with the rate (``QDELAY_TARGET * rate / HOST_RATE``). With
+#: 2 ms there the window idled the sender a third of the time (16 KiB messages: 0.65 of the
+#: throughput a 2 MiB window had); 5 ms kept it busy.
+HOST_RATE = 60e6
+#: ... up to this many times ``QDELAY_TARGET``.
+HOST_TARGET_MAX = 4.0
+#: A queue is standing when the smallest RTT of the rounds that ended in the last this many
+#: seconds (at least the last round) finds it (CoDel's interval, scaled to a shared host): a
+#: sender or receiver waiting a scheduler time slice (3-6 ms) for a core stretches every RTT
+#: of a sub-ms round, and one round's minimum read that as a queue.
+STANDING_INTERVAL = 0.010
+#: Rounds kept for that minimum (bounds the work per round on a path of very short rounds).
+STANDING_ROUNDS = 16
 #: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
 PACING_GAIN = 1.25
 #: Pacing lets this many seconds of the pacing rate go at once (one wake-up's worth: a
@@ -192,8 +226,11 @@ class Window:
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
-        increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``;
-            ``COMPETE_INCREASE`` while ``competing``).
+        increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``
+            times ``velocity``, at most ``VELOCITY_SHARE`` of the window; ``COMPETE_INCREASE``
+            while ``competing``). velocity: that factor (1, doubled each round once
+            ``VELOCITY_ROUNDS`` rounds in a row grew the window with no standing queue; back
+            to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
             round under way (0.0: none under way); drains: drain rounds done.
@@ -239,6 +276,9 @@ class Window:
         "pace_tokens",
         "pace_stamp",
         "increase",
+        "velocity",
+        "calm_rounds",
+        "recent",
         "drain_due",
         "drain_cwnd",
         "drains",
@@ -283,6 +323,9 @@ class Window:
         self.pace_tokens = float(PACE_MIN_BURST)
         self.pace_stamp = 0.0
         self.increase = float(DATAGRAM)
+        self.velocity = 1
+        self.calm_rounds = 0
+        self.recent: deque[tuple[float, float]] = deque(maxlen=STANDING_ROUNDS)
         self.drain_due = -1.0
         self.drain_cwnd = 0.0
         self.drains = 0
@@ -373,8 +416,10 @@ class Window:
 
     def delay_target(self) -> float:
         """The standing queue a round may find before it counts as congested, seconds:
-        ``QDELAY_TARGET``, or the time ``2 * MIN_WINDOW`` take at the path's rate if longer
-        (the floor window alone queues that long). The path's rate is the fastest delivery
+        ``QDELAY_TARGET`` (times ``rate / HOST_RATE`` on a path faster than ``HOST_RATE``, at
+        most ``HOST_TARGET_MAX`` times: a host-bound path; ``rate`` the smaller of the path's
+        and ``cwnd / srtt``), or the time ``2 * MIN_WINDOW`` take
+        at the path's rate if longer (the floor window alone queues that long). The path's rate is the fastest delivery
         of a round in the last two periods between drains (:attr:`path_rate`; a starved
         window's own rate would hide the queue that starves it), else ``cwnd /
         round_min_rtt``."""
@@ -385,6 +430,12 @@ class Window:
                 return QDELAY_TARGET
             rate = self.cwnd / rtt
         floor = 2 * MIN_WINDOW / rate
+        srtt = self.srtt
+        if rate > HOST_RATE and srtt and self.cwnd > HOST_RATE * srtt:
+            # (the window's smoothed rate too: one round's acks bunched by a descheduled
+            # receiver may pass HOST_RATE on a link)
+            scale = min(rate, self.cwnd / srtt) / HOST_RATE
+            return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
     @property
@@ -402,11 +453,15 @@ class Window:
 
         Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
         round's frames were lost, or any while the round was congested (once per round).
-        Delay: a congested round (``qdelay`` past :meth:`delay_target`) scales the window
+        Delay: a congested round (``qdelay``, of the smallest RTT of the rounds in the last
+        ``STANDING_INTERVAL``, past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
         itself) and ends slow start, unless ``competing``; then the next round is left alone.
         ``COMPETE_STRIKES`` decreases that do not drain the queue give the window back what
-        they took (``streak_cwnd``) and make it compete.
+        they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
+        times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
+        grew the window with no round above the target (at most ``VELOCITY_SHARE`` of the
+        window; ``COMPETE_INCREASE`` while ``competing``).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
         first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
         end is :meth:`_drained`. Then start the next round (it ends with the transmissions
@@ -424,7 +479,7 @@ class Window:
         if self.drain_cwnd:
             self._drained(now)
         else:
-            self._judge(rtt)
+            self._judge(rtt, self._standing(rtt, now))
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
@@ -433,33 +488,65 @@ class Window:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
                     self._drain()
-        self.increase = float(COMPETE_INCREASE if self.competing else DATAGRAM)
+        if self.competing:
+            self.increase = float(COMPETE_INCREASE)
+        else:
+            self.increase = float(min(DATAGRAM * self.velocity, max(VELOCITY_SHARE * self.cwnd, DATAGRAM)))
         self.round_acked = self.round_lost = 0
         self.round_min_rtt = math.inf
         self.round_end = self.tx
 
-    def _judge(self, rtt: float) -> None:
+    def _standing(self, rtt: float, now: float | None) -> float:
+        """The smallest RTT (seconds) of the rounds that ended in the last
+        ``STANDING_INTERVAL`` seconds up to ``now``, this one's (``rtt``) included; ``rtt``
+        without a clock or a sample."""
+        if now is None or rtt == math.inf:
+            return rtt
+        recent = self.recent
+        recent.append((now, rtt))
+        while recent[0][0] <= now - STANDING_INTERVAL:
+            recent.popleft()
+        return min(r for _, r in recent)
+
+    def _judge(self, rtt: float, standing: float) -> None:
         """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
-        seconds (``inf``: no sample): see :meth:`end_round`."""
+        seconds (``inf``: no sample), ``standing`` the smallest of the last
+        ``STANDING_INTERVAL`` (:meth:`_standing`): see :meth:`end_round`."""
         congested = False
         if rtt != math.inf:
-            self.qdelay = qdelay = rtt - self.min_rtt
+            self.qdelay = qdelay = standing - self.min_rtt
             target = self.delay_target()
             congested = qdelay > target
+            if rtt - self.min_rtt > target:
+                self.velocity = 1  # this round found a queue, standing or not: stop speeding up
+                self.calm_rounds = 0
             if not congested:
                 self.strikes = 0
                 self.streak_qdelay = math.inf
                 if qdelay < target / 2:
                     self.competing = False
         lost = self.round_lost
+        if congested or self.competing or self.cwnd < self.ssthresh:
+            self.velocity = 1  # (slow start grows faster; a queue or a neighbour: one datagram)
+            self.calm_rounds = 0
         if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
             self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
             self.cwnd = self.ssthresh
             self.decreases += 1
             self.hold = 1
+            self.velocity = 1
+            self.calm_rounds = 0
         elif self.hold:
             self.hold -= 1
-        elif congested and not self.competing:
+        elif not congested:
+            if 2 * self.in_flight < self.cwnd:
+                self.velocity = 1  # the sender has less to send than the window holds
+                self.calm_rounds = 0
+            elif rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
+                self.calm_rounds += 1  # the window, in use, grew and found no standing queue
+                if self.calm_rounds >= VELOCITY_ROUNDS and DATAGRAM * self.velocity < VELOCITY_SHARE * self.cwnd:
+                    self.velocity *= 2
+        elif not self.competing:
             if self.streak_qdelay == math.inf:
                 self.streak_cwnd = self.cwnd  # the first decrease of a streak
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
@@ -472,7 +559,7 @@ class Window:
                 self.ssthresh = self.cwnd
                 return
             self.streak_qdelay = qdelay
-            scale = (self.min_rtt + target / 2) / rtt
+            scale = (self.min_rtt + target / 2) / standing
             scale = DELAY_FLOOR if scale < DELAY_FLOOR else DELAY_BETA if scale > DELAY_BETA else scale
             self.cwnd = max(float(MIN_WINDOW), self.cwnd * scale)
             self.ssthresh = self.cwnd
@@ -499,6 +586,9 @@ class Window:
         self.drain_cwnd = 0.0
         self.drains += 1
         self.hold = 1
+        self.velocity = 1
+        self.calm_rounds = 0
+        self.recent.clear()  # (rounds measured against the old base)
         rtt = self.round_min_rtt
         if rtt != math.inf:
             self.qdelay = rtt - self.min_rtt

@@ -23,6 +23,8 @@ from nbmq.engine.congestion import (
     DELAY_BETA,
     DELAY_FLOOR,
     FIRST_DRAIN,
+    HOST_RATE,
+    HOST_TARGET_MAX,
     INITIAL_WINDOW,
     MIN_RTT_WINDOW,
     MIN_WINDOW,
@@ -30,6 +32,9 @@ from nbmq.engine.congestion import (
     PACE_QUANTUM,
     PACING_GAIN,
     QDELAY_TARGET,
+    STANDING_INTERVAL,
+    VELOCITY_ROUNDS,
+    VELOCITY_SHARE,
     Window,
 )
 from nbmq.engine.counters import PathState
@@ -44,10 +49,11 @@ BASE = 0.010  # base RTT, seconds
 
 def _round(win: Window, rtt: float, acks: int = 20, lost: int = 0) -> None:
     """One round of ``acks`` acks, every one an RTT sample of ``rtt`` seconds, ``lost`` frames
-    found lost; then the round ends."""
+    found lost; then the round ends with the window in use (as much as it holds in flight)."""
     for _ in range(acks):
         win.sent(DATAGRAM)
         win.acked(DATAGRAM, rtt)
+    win.in_flight = int(win.cwnd)
     win.round_acked = acks
     win.round_lost = lost
     win.end_round()
@@ -222,6 +228,82 @@ def test_competing_grows_by_a_tcp_segment_per_window():
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
+
+
+def test_growth_speeds_up_while_rounds_find_no_queue_and_starts_over_at_one():
+    win = _avoiding(400 * DATAGRAM)  # (its round is the first calm one)
+    increases = []
+    for _ in range(VELOCITY_ROUNDS + 3):
+        _round(win, BASE)
+        increases.append(win.increase)
+    # one datagram per round until VELOCITY_ROUNDS calm rounds, then doubling every round
+    assert increases == [DATAGRAM] * (VELOCITY_ROUNDS - 2) + [DATAGRAM << k for k in range(1, 6)]
+    cwnd = win.cwnd
+    win.acked(DATAGRAM, BASE)
+    assert win.cwnd == pytest.approx(cwnd + 32 * DATAGRAM * DATAGRAM / cwnd)
+    for _ in range(20):  # ... never past VELOCITY_SHARE of the window per round
+        _round(win, BASE)
+        assert win.increase <= max(VELOCITY_SHARE * win.cwnd, DATAGRAM)
+    assert win.increase > 100 * DATAGRAM
+    _round(win, BASE + 0.9 * QDELAY_TARGET)  # a round with a queue below the target: no decrease...
+    assert win.decreases == 0 and win.velocity > 1
+    _round(win, BASE + 3 * QDELAY_TARGET)  # ... a standing queue: back to one datagram
+    assert win.decreases == 1 and win.velocity == 1 and win.increase == DATAGRAM
+
+
+def test_a_sub_ms_round_stretched_by_a_scheduler_slice_is_not_a_standing_queue():
+    sub_ms = 0.0005
+    win = Window(floor=0.2)
+    win.cwnd = win.ssthresh = 400 * DATAGRAM
+    now = _timed_round(win, sub_ms, 1.0)
+    for _ in range(5):
+        now = _timed_round(win, sub_ms, now)
+    cwnd = win.cwnd
+    # a receiver that waited 4 ms for a core: every RTT of the next rounds is 4 ms longer
+    now = _timed_round(win, sub_ms + 0.004, now + 0.004)
+    now = _timed_round(win, sub_ms + 0.004, now)
+    assert win.decreases == 0 and win.cwnd >= cwnd and win.velocity == 1
+    # a queue that stays for STANDING_INTERVAL is standing: the window yields to it then
+    start = now - 2 * (sub_ms + 0.004)
+    for _ in range(100):
+        now = _timed_round(win, sub_ms + 0.004, now)
+        if win.decreases:
+            break
+    assert win.decreases == 1 and win.cwnd < cwnd
+    assert STANDING_INTERVAL <= now - start <= STANDING_INTERVAL + 2 * (sub_ms + 0.004)
+    assert win.qdelay == pytest.approx(0.004)
+
+
+def test_a_host_bound_path_keeps_a_longer_queue_than_a_link():
+    win = _avoiding()
+    win.cwnd = 100 * HOST_RATE * win.srtt
+    win.period_rate = HOST_RATE / 2  # a link: the target is QDELAY_TARGET
+    assert win.delay_target() == QDELAY_TARGET
+    win.period_rate = 3 * HOST_RATE  # loopback: the queue is a process's socket buffer
+    assert win.delay_target() == pytest.approx(3 * QDELAY_TARGET)
+    win.period_rate = 100 * HOST_RATE
+    assert win.delay_target() == pytest.approx(HOST_TARGET_MAX * QDELAY_TARGET)
+    win.cwnd = HOST_RATE / 2 * win.srtt  # ... unless the window's own rate is a link's too
+    assert win.delay_target() == QDELAY_TARGET
+    win.cwnd = 3 * HOST_RATE * win.srtt
+    cwnd = win.cwnd
+    _round(win, BASE + 2 * QDELAY_TARGET)
+    assert win.decreases == 0 and win.cwnd > cwnd
+
+
+def test_a_window_not_in_use_does_not_speed_up():
+    win = _avoiding(400 * DATAGRAM)
+    for _ in range(VELOCITY_ROUNDS + 1):
+        _round(win, BASE)
+    assert win.velocity > 1
+    win.in_flight = 0
+    for _ in range(VELOCITY_ROUNDS + 3):
+        for _ in range(20):
+            win.sent(DATAGRAM)
+            win.acked(DATAGRAM, BASE)
+        win.round_acked = 20
+        win.end_round()  # nothing left in flight: the sender had no more to send
+    assert win.velocity == 1 and win.increase == DATAGRAM
 
 
 def _timed_round(win: Window, rtt: float, now: float, acks: int = 20) -> float:
