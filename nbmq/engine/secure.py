@@ -195,6 +195,7 @@ class FrameCipher:
         head = bytearray((BUNDLE_VERSION, len(frames)))
         payloads = []
         for frame in frames:
+            frame = memoryview(frame).cast("B")  # bytes, bytearray, numpy uint8: sliced as bytes
             size = DATA_HEADER_SIZE if frame[1] == _DATA else CONTROL_HEADER_SIZE
             length = len(frame) - size
             if not 0 <= length <= 0xFFFF:

@@ -73,6 +73,16 @@ def test_a_bundle_keeps_each_header_readable_and_opens_to_its_frames(twin):
     assert _outcome(bob, bundle) == ("replay", "secure frame replayed or too old")
 
 
+def test_a_bundle_takes_frames_as_any_buffer(twin):
+    import numpy as np
+
+    alice, bob = _pair(twin)
+    frames = _frames()
+    # numpy arrays (shard_message's buffer sliced), bytearrays and memoryviews seal as bytes do
+    kinds = [np.frombuffer(frames[0], np.uint8), bytearray(frames[1]), memoryview(frames[2]), frames[3]]
+    assert bob.open_bundle(alice.seal_bundle(kinds)) == frames
+
+
 def test_both_twins_seal_the_same_bundle_and_open_each_others():
     if not secure.COMPILED:
         pytest.skip("nbmq.engine._seal is not built")
