@@ -220,11 +220,13 @@ class Socket(OptionAttributes):
         engine_binding.transmit_due(self.engine, self._link, now, self._tick_send)
         engine_binding.collect_events(self.engine, self._events, self._max_events)
 
-    def _wait(self, until: float | None) -> None:
+    def _wait(self, until: float | None, spin: bool = False) -> None:
         """Sleep until readable, writable (if output is pending), the engine's next deadline
-        or ``until``, whichever is first; then step. The first wait for reading alone after a
-        flush of sent messages first spins (``busy_poll`` seconds at most, never past the
-        wait's end) and steps at once when the spin found the socket readable."""
+        or ``until``, whichever is first; then step. With ``spin`` (a wait for a message:
+        ``recv``, ``poll``), the first wait for reading alone after a flush of sent messages
+        first spins (``busy_poll`` seconds at most, never past the wait's end) and steps at
+        once when the spin found the socket readable: a reply is likely on its way. A send
+        waiting for room never spins (a throughput sender would burn its core for nothing)."""
         now = _monotonic()
         timeout = None if until is None else max(0.0, until - now)
         deadline = self.engine.next_deadline()
@@ -245,16 +247,16 @@ class Socket(OptionAttributes):
         if mask != self._mask:
             self._sel.modify(self._link.fileno(), mask)
             self._mask = mask
-        spin = self._busy_poll
-        if spin and self._spin_next and mask == selectors.EVENT_READ and timeout != 0.0:
+        spun = self._busy_poll
+        if spin and spun and self._spin_next and mask == selectors.EVENT_READ and timeout != 0.0:
             self._spin_next = False
-            if timeout is not None and timeout < spin:
-                spin = timeout
-            if spin_readable(self._link.fileno(), spin):
+            if timeout is not None and timeout < spun:
+                spun = timeout
+            if spin_readable(self._link.fileno(), spun):
                 self._step(_monotonic())
                 return
             if timeout is not None:
-                timeout = max(0.0, timeout - spin)
+                timeout = max(0.0, timeout - spun)
         self._sel.select(timeout)
         self._step(_monotonic())
 
@@ -417,7 +419,7 @@ class Socket(OptionAttributes):
         while not engine.recv_ready():
             if until is not None and _monotonic() >= until:
                 raise WouldBlock("no message ready")
-            self._wait(until)
+            self._wait(until, spin=True)
 
     def recv_many(self, max_messages: int, timeout: float | None = None) -> list[Any]:
         """Up to ``max_messages`` messages (int >= 1) at once: waits as :meth:`recv` for the
@@ -473,7 +475,7 @@ class Socket(OptionAttributes):
         self._step(_monotonic())
         if self._ready:
             return
-        self._wait(None if timeout is None else _monotonic() + timeout)
+        self._wait(None if timeout is None else _monotonic() + timeout, spin=True)
 
     def wait_connected(self, timeout: float | None = 5.0) -> bool:
         """Step until the socket has a connected peer or ``timeout`` passes; True if it has.

@@ -98,3 +98,25 @@ def test_one_spin_per_send_never_past_the_wait(monkeypatch) -> None:
         with pytest.raises(WouldBlock):
             server.recv(timeout=0.002)
         assert asked == []  # 0: sleeps at once
+
+
+def test_a_send_waiting_for_room_never_spins(monkeypatch) -> None:
+    asked: list[float] = []
+
+    def spy(fd: int, seconds: float) -> bool:
+        asked.append(seconds)
+        return False
+
+    monkeypatch.setattr(socket_module, "spin_readable", spy)
+    with Dealer.bind("127.0.0.1:0") as server:
+        with SafeDealer.connect(server.local_address, busy_poll=BUSY_POLL_MAX, send_hwm=1, **FAST) as client:
+            assert pump(client, server, until=lambda: client.connected and server.connected)
+            server.close(linger=0)  # nobody acks now: the window stays full
+            client.send(b"first", flush=True)
+            with pytest.raises(WouldBlock):
+                for _ in range(100):  # bounded: send_hwm=1 fills within a few sends
+                    client.send(b"more", timeout=0.005)
+            assert asked == []  # a throughput sender keeps its core
+            with pytest.raises(WouldBlock):
+                client.recv(timeout=0.002)
+            assert len(asked) == 1  # a wait for a message after a send spins
