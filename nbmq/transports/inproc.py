@@ -18,7 +18,6 @@ from collections import deque
 from typing import Any
 
 from ..errors import AddressError
-from ..wire import MAX_DATAGRAM_SIZE
 
 __all__ = ["InprocLink", "bound_names"]
 
@@ -60,7 +59,6 @@ class InprocLink:
         self.has_pending = False
         self.send_errors = 0
         self.closed = False
-        self.path_datagram_size = MAX_DATAGRAM_SIZE  # datagrams in memory: no MTU
         with _lock:
             if self.name in _registry:
                 raise AddressError(f"address 'inproc://{name}': already bound in this process")

@@ -2,18 +2,18 @@
 
 Every link has the same duck type: ``fileno()``, ``receive(engine, now, budget)``,
 ``transmit(datagrams) -> bool``, ``has_pending``, ``write_waitable``, ``local_address``,
-``engine_address`` (where a connecting engine dials), ``path_datagram_size`` (bytes a datagram
-may take on its paths without fragmenting), ``send_errors`` and ``close()``.
+``engine_address`` (where a connecting engine dials), ``send_errors`` and ``close()``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..wire import MAX_DATAGRAM_SIZE
 from .address import check_connect, parse_address
 from .inproc import InprocLink
 from .ipc import open_ipc
-from .udp import open_udp
+from .udp import open_udp, path_datagram_size
 
 __all__ = ["open_link", "read_grain"]
 
@@ -22,8 +22,8 @@ def open_link(address: str, bind: bool, options: Any, native: bool | None = None
     """The link for ``address`` (see :mod:`.address`), bound or set up to connect.
 
     Args:
-        options: the socket's SocketOptions; a ``max_datagram_size`` of None ("from the path")
-            is set here to the link's ``path_datagram_size``, for the engine built next.
+        options: the socket's SocketOptions; in secure mode a ``max_datagram_size`` of None
+            ("from the path") is set here, for the engine built next (:func:`.udp.path_datagram_size`).
         native: None picks the recvmmsg batch I/O when built; False forces the portable one.
 
     Raises:
@@ -41,8 +41,13 @@ def open_link(address: str, bind: bool, options: Any, native: bool | None = None
     else:
         capacity = max(64, options.rcvbuf // 512) if options.rcvbuf else 4096  # datagrams
         link = InprocLink(parsed.sockaddr, bind, capacity)
-    if options.max_datagram_size is None:  # "from the path": the engine built next bundles to it
-        options.max_datagram_size = link.path_datagram_size
+    if options.secret_key is not None and options.max_datagram_size is None:
+        # "from the path", for the secure engine built next (a plain one never bundles): UDP asks
+        # the kernel's route; Unix and in-process datagrams have no MTU
+        udp = parsed.scheme == "udp"
+        options.max_datagram_size = (
+            path_datagram_size(parsed.family, parsed.sockaddr, bind) if udp else MAX_DATAGRAM_SIZE
+        )
     return link
 
 

@@ -123,9 +123,6 @@ class DatagramLink:
         self._entries_seen = 0  # the kernel's own count: datagrams or coalesced runs
         self._loss_warned = False
         self._meminfo = _SO_MEMINFO is not None
-        #: bytes a datagram may take on this link's paths without fragmenting (Unix datagrams:
-        #: any we send); open_udp measures a UDP link's
-        self.path_datagram_size = MAX_DATAGRAM_SIZE
 
     @property
     def local_address(self) -> str:
@@ -330,10 +327,7 @@ def open_udp(address: Address, bind: bool, options: Any, native: bool | None = N
     set_buffers(sock, options)
     if bind:
         bind_socket(sock, address.sockaddr, address.text)
-        link = DatagramLink(sock, None, native, options)
-    else:
-        wildcard = ("::", 0) if address.family == socket.AF_INET6 else ("0.0.0.0", 0)
-        bind_socket(sock, wildcard, address.text)
-        link = DatagramLink(sock, address.sockaddr, native, options)
-    link.path_datagram_size = path_datagram_size(address.family, address.sockaddr, bind)
-    return link
+        return DatagramLink(sock, None, native, options)
+    wildcard = ("::", 0) if address.family == socket.AF_INET6 else ("0.0.0.0", 0)
+    bind_socket(sock, wildcard, address.text)
+    return DatagramLink(sock, address.sockaddr, native, options)
