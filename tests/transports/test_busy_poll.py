@@ -55,6 +55,19 @@ def test_spin_sees_data_that_arrives_while_it_spins(spin) -> None:
             timer.join()
 
 
+@pytest.fixture
+def asked(monkeypatch) -> list[float]:
+    """The bounds (seconds) every busy_poll spin of the sockets was given; no spin really runs."""
+    bounds: list[float] = []
+
+    def spy(fd: int, seconds: float) -> bool:
+        bounds.append(seconds)
+        return False
+
+    monkeypatch.setattr(socket_module, "spin_readable", spy)
+    return bounds
+
+
 @pytest.mark.parametrize("value", [-0.001, BUSY_POLL_MAX * 2, float("inf"), float("nan"), "1", True])
 def test_busy_poll_rejects_bad_values(value) -> None:
     with pytest.raises(OptionError, match="busy_poll"):
@@ -76,14 +89,7 @@ def test_round_trips_with_and_without_spin(kind, busy_poll) -> None:
             assert client.counters.dropped_total == 0
 
 
-def test_one_spin_per_send_never_past_the_wait(monkeypatch) -> None:
-    asked: list[float] = []
-
-    def spy(fd: int, seconds: float) -> bool:
-        asked.append(seconds)
-        return False
-
-    monkeypatch.setattr(socket_module, "spin_readable", spy)
+def test_one_spin_per_send_never_past_the_wait(asked: list[float]) -> None:
     with Dealer.bind("127.0.0.1:0", busy_poll=BUSY_POLL_MAX) as server:
         with pytest.raises(WouldBlock):
             server.recv(timeout=0.002)
@@ -100,14 +106,7 @@ def test_one_spin_per_send_never_past_the_wait(monkeypatch) -> None:
         assert asked == []  # 0: sleeps at once
 
 
-def test_a_send_waiting_for_room_never_spins(monkeypatch) -> None:
-    asked: list[float] = []
-
-    def spy(fd: int, seconds: float) -> bool:
-        asked.append(seconds)
-        return False
-
-    monkeypatch.setattr(socket_module, "spin_readable", spy)
+def test_a_send_waiting_for_room_never_spins(asked: list[float]) -> None:
     with Dealer.bind("127.0.0.1:0") as server:
         with SafeDealer.connect(server.local_address, busy_poll=BUSY_POLL_MAX, send_hwm=1, **FAST) as client:
             assert pump(client, server, until=lambda: client.connected and server.connected)
