@@ -41,5 +41,6 @@ cdef class DedupWindow:
     cdef int _rehash(self, Py_ssize_t capacity) except -1
     cdef int _resize_ring(self, Py_ssize_t capacity) except -1
     cdef int _push_record(self, uint64_t session_id, uint64_t message_id, uint64_t seq) except -1
+    cdef void prefetch(self, uint64_t session_id, uint64_t message_id) noexcept
     cdef double find(self, uint64_t session_id, uint64_t message_id) noexcept
     cdef int store(self, uint64_t session_id, uint64_t message_id, double until) except -1
