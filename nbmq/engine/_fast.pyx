@@ -45,7 +45,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
 from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
-from nbmq.engine._queue_state cimport RecvQueueState, SendQueueState
+from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -744,20 +744,23 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef int64_t room = 0, hwm
     cdef uint64_t sid
     cdef bint whole_ok = False, stale = True, noted = False
-    cdef uint64_t noted_sid = 0
+    cdef uint64_t noted_sid = 0, mid
+    cdef double until_c, now_c, ttl_c
     cdef object addr, peer, key, until, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
-    dedup = recvq._dedup
-    if self._closed or dedup is None or not _flat_bytes(buffer):
+    cdef DedupWindow dedup
+    if self._closed or type(recvq._dedup) is not DedupWindow or not _flat_bytes(buffer):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
+    dedup = <DedupWindow>recvq._dedup
     total = min(len(offsets), len(lengths), len(addrs))
     self._now = now
+    now_c = now
     counters = self._counters
     peers = self._peers
     ready = recvq._ready
-    ttl = recvq.dedup_ttl
+    ttl_c = recvq.dedup_ttl
     hwm = recvq.recv_hwm
     reassembler = recvq.reassembler
     sendq = self._sendq
@@ -766,6 +769,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char*>view.buf
+        _prefetch_dedup(dedup, base, view.len, offsets, lengths, total)
         i = 0
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
@@ -794,24 +798,18 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                     sid = _be(p + 2, 8)
                     peer = cache.get(peers, sid, addr, now)
                     if peer is not None:
-                        key = (PyLong_FromUnsignedLongLong(sid),
-                               PyLong_FromUnsignedLongLong(_be(p + 10, 8)))
-                        # two ints: never in a cycle; untracked, the dedup dict stays
-                        # untracked too, and the collector never walks it
-                        PyObject_GC_UnTrack(<void*>key)
-                        until = dedup.get(key)
-                        if until is None or until <= now:  # (a duplicate takes the slow path)
+                        mid = _be(p + 10, 8)
+                        until_c = dedup.find(sid, mid)
+                        if not until_c > now_c:  # absent (NaN) or past (a duplicate takes the slow path)
                             if not noted or sid != noted_sid:  # the owner entry add() would make
-                                noted = reassembler.note_owner(key[0])
+                                noted = reassembler.note_owner(PyLong_FromUnsignedLongLong(sid))
                                 noted_sid = sid
                             count += 1  # (cache.get recorded it heard: now, for this batch)
                             nbytes += length
                             whole += 1
                             ready.append([_part(p, length)])
                             completed += 1
-                            if until is not None:  # (RecvQueue.push: the dict in expiry order)
-                                del dedup[key]
-                            dedup[key] = now + ttl
+                            dedup.store(sid, mid, now_c + ttl_c)
                             if len(ctrl) < MAX_CTRL:
                                 ctrl.append(_pair(_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
                                 queued += 1
@@ -835,7 +833,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                 peer = peers.get(sid_o)
                 if _peer_ok(peer, addr) and <int64_t>len(ready) < hwm:
                     key = (sid_o, (<tuple>frame)[1])
-                    until = dedup.get(key)
+                    until = dedup.get(sid_o, key[1])
                     if until is None or until <= now:
                         peer.heard(now)
                         count += 1
@@ -852,9 +850,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
-                            if until is not None:
-                                del dedup[key]
-                            dedup[key] = now + ttl
+                            dedup.store(PyLong_AsUnsignedLongLongMask(sid_o),
+                                        PyLong_AsUnsignedLongLongMask(key[1]), now_c + ttl_c)
                         if len(ctrl) < MAX_CTRL:
                             ctrl.append(_pair(_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
                                                          PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
@@ -880,6 +877,22 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     finally:
         run.store(sendq)  # (also before any slow datagram: see above)
         PyBuffer_Release(&view)
+
+
+cdef void _prefetch_dedup(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
+                          object offsets, object lengths, Py_ssize_t total) except *:
+    """Start loading the dedup slot of every data frame of the batch (a random access into a
+    table of the messages of the last ``dedup_ttl``: the misses overlap instead of stalling
+    the loop one by one). Offsets and lengths are checked as the loop checks them."""
+    cdef Py_ssize_t i, off, length
+    cdef const unsigned char* p
+    for i in range(total):
+        off = offsets[i]
+        length = lengths[i]
+        if DATA_HEADER < length and 0 <= off <= size - length:
+            p = base + off
+            if p[1] == 0:
+                dedup.prefetch(_be(p + 2, 8), _be(p + 10, 8))
 
 
 cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq, object reassembler,

@@ -1,5 +1,9 @@
 # The queues' state that compiled code reads and writes as C fields (nbmq.engine.queues'
-# SendQueue and RecvQueue derive from these classes; twins: queues.SendQueueStatePy, RecvQueueStatePy).
+# SendQueue and RecvQueue derive from these classes; twins: queues.SendQueueStatePy,
+# RecvQueueStatePy, DedupWindowPy).
+
+from libc.stdint cimport uint64_t
+
 
 cdef class SendQueueState:
     cdef public Py_ssize_t held, send_hwm, pushed, frames_out, bytes_out, _rr
@@ -12,3 +16,31 @@ cdef class RecvQueueState:
     cdef public Py_ssize_t recv_hwm, completed, dropped_hwm
     cdef public bint refuse_when_full
     cdef public object dedup_ttl, reassembler, _ready, _dedup
+
+
+cdef struct DedupSlot:
+    uint64_t session_id
+    uint64_t message_id
+    double until
+    uint64_t seq        # its latest record in the expiry ring; 0: empty, 1: deleted
+
+
+cdef struct DedupRecord:
+    uint64_t session_id
+    uint64_t message_id
+    uint64_t seq
+
+
+cdef class DedupWindow:
+    cdef DedupSlot* slots
+    cdef Py_ssize_t capacity, used, live    # used: live and deleted slots
+    cdef DedupRecord* ring
+    cdef Py_ssize_t ring_capacity, head, count
+    cdef uint64_t next_seq
+    cdef Py_ssize_t _index(self, uint64_t session_id, uint64_t message_id) noexcept
+    cdef int _rehash(self, Py_ssize_t capacity) except -1
+    cdef int _resize_ring(self, Py_ssize_t capacity) except -1
+    cdef int _push_record(self, uint64_t session_id, uint64_t message_id, uint64_t seq) except -1
+    cdef void prefetch(self, uint64_t session_id, uint64_t message_id) noexcept
+    cdef double find(self, uint64_t session_id, uint64_t message_id) noexcept
+    cdef int store(self, uint64_t session_id, uint64_t message_id, double until) except -1

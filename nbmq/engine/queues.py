@@ -55,6 +55,7 @@ __all__ = ["PushResult", "RecvQueue", "RecvQueueStatePy", "SendQueue", "SendQueu
 
 _SID = struct.Struct(">Q")
 _CONNECTED = PeerState.CONNECTED
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
 Datagram = tuple[Any, Hashable]
 Parts = list[np.ndarray]
 
@@ -116,7 +117,7 @@ class RecvQueueStatePy:
     """The fields of :class:`RecvQueue` that compiled code reads and writes (the pure-Python
     twin of ``nbmq.engine._queue_state.RecvQueueState``): counts ``recv_hwm``, ``completed``,
     ``dropped_hwm`` (ints), the flag ``refuse_when_full``, ``dedup_ttl`` (seconds or None), and
-    ``reassembler``, ``_ready`` (deque of messages), ``_dedup`` (dict or None). Meanings: see
+    ``reassembler``, ``_ready`` (deque of messages), ``_dedup`` (a :data:`DedupWindow` or None). Meanings: see
     :class:`RecvQueue`."""
 
     __slots__ = (
@@ -131,6 +132,58 @@ class RecvQueueStatePy:
     )
 
 
+def _check_u64(session_id: int, message_id: int) -> None:
+    if not (0 <= session_id <= _U64_MAX and 0 <= message_id <= _U64_MAX):
+        raise OverflowError(f"dedup key ({session_id}, {message_id}) is outside u64")
+
+
+class DedupWindowPy:
+    """The messages a receive queue delivered lately: ``(session_id, message_id)`` (u64 ints)
+    -> until when a repeat is a duplicate (float seconds), forgotten oldest-put first by
+    :meth:`expire` (the pure-Python twin of ``nbmq.engine._queue_state.DedupWindow``, a C
+    table; same methods and results). One dict in put order: a key put again moves to the
+    end, so the dict's order is the expiry order and no second structure is needed."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until: dict[tuple[int, int], float] = {}
+
+    def get(self, session_id: int, message_id: int) -> float | None:
+        """``until`` (seconds) of the key, or None when it is not remembered. Raises
+        OverflowError for a key outside u64 (as the C table)."""
+        _check_u64(session_id, message_id)
+        return self._until.get((session_id, message_id))
+
+    def put(self, session_id: int, message_id: int, until: float) -> None:
+        """Remember the key until ``until`` (seconds) as the newest entry (a key put again
+        moves to the end of the expiry order). Raises OverflowError for a key outside u64."""
+        _check_u64(session_id, message_id)
+        key = (session_id, message_id)
+        entries = self._until
+        entries.pop(key, None)
+        entries[key] = float(until)
+
+    def expire(self, now: float) -> int:
+        """Forget entries oldest-put first while their until is <= ``now`` (seconds), up to
+        the first that is not; returns how many were forgotten."""
+        entries = self._until
+        expired = []
+        for key, until in entries.items():
+            if until > now:
+                break
+            expired.append(key)
+        for key in expired:
+            del entries[key]
+        return len(expired)
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def __repr__(self) -> str:
+        return f"DedupWindowPy({len(self._until)} remembered)"
+
+
 _compiled_state = extensions.load("nbmq.engine._queue_state")
 #: True when the queues' fields are the compiled ``SendQueueState`` / ``RecvQueueState`` C fields.
 COMPILED = _compiled_state is not None
@@ -140,6 +193,8 @@ if TYPE_CHECKING:
 else:  # one module chooses: the compiled fields, or the twins' slots
     _SendQueueState = SendQueueStatePy if _compiled_state is None else _compiled_state.SendQueueState
     _RecvQueueState = RecvQueueStatePy if _compiled_state is None else _compiled_state.RecvQueueState
+#: The dedup window of a receive queue: the compiled C table, or its twin.
+DedupWindow: type[DedupWindowPy] = DedupWindowPy if _compiled_state is None else _compiled_state.DedupWindow
 
 
 class RecvQueue(_RecvQueueState):
@@ -210,10 +265,7 @@ class RecvQueue(_RecvQueueState):
         self.reassembler = codec.Reassembler(max_message_size, max_incomplete_bytes, max_peer_incomplete_bytes)
         self.on_drop = on_drop
         self._ready: deque[Parts] = deque()
-        # key -> until, in insertion order = expiry order (a renewed or re-added key moves to
-        # the end): maintain() forgets from the front, with no second per-message structure
-        # for the collector to walk (SafeDealer 100 B)
-        self._dedup: dict[tuple[int, int], float] | None = None if dedup_ttl is None else {}
+        self._dedup: DedupWindowPy | None = None if dedup_ttl is None else DedupWindow()
         self._next_maint = 0.0
         self.completed = 0
         self._cleared = 0
@@ -255,12 +307,12 @@ class RecvQueue(_RecvQueueState):
         key = (frame.session_id, frame.message_id)
         dedup = self._dedup
         if dedup is not None:
-            until = dedup.get(key)
+            until = dedup.get(*key)
             if until is not None and until > now:
                 self.duplicates += 1
                 if until - now < self._dedup_half:  # a repeat renews the window: a resend
-                    del dedup[key]  # later than the ttl after delivery would otherwise be
-                    dedup[key] = now + cast(float, self.dedup_ttl)  # delivered twice (to the end: in order)
+                    # later than the ttl after delivery would otherwise be delivered twice
+                    dedup.put(*key, now + cast(float, self.dedup_ttl))
                 return PushResult.DUPLICATE
         ready = self._ready
         if self.refuse_when_full and len(ready) >= self.recv_hwm:
@@ -282,9 +334,7 @@ class RecvQueue(_RecvQueueState):
         ready.append(parts)
         self.completed += 1
         if dedup is not None:
-            if until is not None:  # expired but not yet forgotten: to the end, in order
-                del dedup[key]
-            dedup[key] = now + self.dedup_ttl  # type: ignore[operator]
+            dedup.put(*key, now + self.dedup_ttl)  # type: ignore[operator]
         return PushResult.COMPLETE
 
     def push_failed(self, exc: DecodeError, evicted: int) -> PushResult:
@@ -340,15 +390,8 @@ class RecvQueue(_RecvQueueState):
         self._next_maint = now + self.maint_ivl
         dropped = cast("list[tuple[int, int]]", self.reassembler.expire(now - self.ttl))
         self.expired += len(dropped)
-        dedup = self._dedup
-        if dedup:
-            expired = []
-            for key, until in dedup.items():  # oldest first (see __init__)
-                if until > now:
-                    break
-                expired.append(key)
-            for key in expired:
-                del dedup[key]
+        if self._dedup:
+            self._dedup.expire(now)
         return dropped
 
     def drop_session(self, session_id: int) -> list[tuple[int, int]]:

@@ -764,7 +764,7 @@ class SafeDealer(Socket):
                     and len(ready) < recvq.recv_hwm
                 ):
                     key = (sid, frame[1])
-                    until = dedup.get(key)
+                    until = dedup.get(sid, key[1])
                     if until is None or until <= now:  # (a duplicate takes the slow path)
                         peer.heard(now)
                         count += 1
@@ -780,9 +780,7 @@ class SafeDealer(Socket):
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
-                            if until is not None:  # (RecvQueue.push: the dict in expiry order)
-                                del dedup[key]
-                            dedup[key] = now + ttl  # type: ignore[operator]
+                            dedup.put(sid, key[1], now + ttl)  # type: ignore[operator]
                         if len(ctrl) < MAX_CONTROL_QUEUE:
                             ctrl.append((pack(VERSION, _ACK, sid, ack_hash(data)), addr))
                             queued += 1

@@ -60,7 +60,7 @@ def test_fields_read_and_write_as_attributes():
 def test_receive_fields_read_and_write_as_attributes():
     q = RecvQueue(recv_hwm=2, dedup_ttl=1.5, refuse_when_full=True)
     assert (q.recv_hwm, q.completed, q.dropped_hwm, q.refuse_when_full, q.dedup_ttl) == (2, 0, 0, True, 1.5)
-    assert len(q._ready) == 0 and q._dedup == {} and q.reassembler is not None
+    assert len(q._ready) == 0 and len(q._dedup) == 0 and q.reassembler is not None
     assert RecvQueue().dedup_ttl is None and RecvQueue()._dedup is None
     q._ready.append([b"m"])
     q.completed += 1
