@@ -477,8 +477,8 @@ class Connection:
         # the batch paths hand the frames they do not finish to self.receive_datagram: for these
         # opened frames that must be the plain one, not the secure entry point
         self.receive_datagram = self._receive_plain  # type: ignore[method-assign]
-        try:
-            self._receive_plain_batch(plain, offsets, sizes, froms, now)
+        try:  # a view: a frame sliced from it is a view too, where a bytearray's slice copies
+            self._receive_plain_batch(memoryview(plain), offsets, sizes, froms, now)
         finally:
             self.receive_datagram = self._receive_secure  # type: ignore[method-assign]
 
