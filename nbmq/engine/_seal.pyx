@@ -9,8 +9,7 @@ frame). The frame layout is ``nbmq.engine.secure``'s (docs/secure.md); the parit
 that both twins give the same bytes and refuse the same frames.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from libc.stdint cimport uint64_t
@@ -637,55 +636,61 @@ def seal_frames(dict sessions, list out, Py_ssize_t max_datagram_size=0):
     return sealed, merged, added, unsealed
 
 
-def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, bytearray plain, list sizes,
+def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, plain, list sizes,
                 list froms):
     """Compiled twin of ``nbmq.engine.secure.open_frames`` (same arguments and result)."""
-    cdef Py_buffer view
+    cdef Py_buffer view, room
     cdef const unsigned char* base
     cdef const unsigned char* p
-    cdef Py_ssize_t i = start, count, offset, length, k, at, wrote
-    cdef Py_ssize_t used = PyByteArray_GET_SIZE(plain)
+    cdef unsigned char* out
+    cdef Py_ssize_t i = start, count, offset, length, k, at, wrote, used = 0
     cdef Py_ssize_t before
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     count = min(len(offsets), len(lengths), len(addrs))
-    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    for k in sizes:
+        used += k
+    PyObject_GetBuffer(plain, &room, PyBUF_WRITABLE)
     try:
-        base = <const unsigned char*>view.buf
-        while i < count:
-            try:
-                offset = offsets[i]
-                length = lengths[i]
-            except OverflowError:
-                return i
-            if offset < 0 or length < 0 or offset > view.len or length > view.len - offset:
-                return i
-            p = base + offset
-            if length <= CONTROL_HEADER:
-                return i
-            if p[0] == BUNDLE_VERSION:
-                if length < BUNDLE_HEAD + BUNDLE_ENTRY + 2 + COUNTER:
+        if used > room.len:
+            raise ValueError(f"sizes add up to {used} bytes, more than plain's {room.len}")
+        out = <unsigned char*>room.buf
+        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+        try:
+            base = <const unsigned char*>view.buf
+            while i < count:
+                try:
+                    offset = offsets[i]
+                    length = lengths[i]
+                except OverflowError:
                     return i
-                at = BUNDLE_HEAD + BUNDLE_ENTRY + 2  # the first bundled header's session
-            elif p[0] == SECURE_VERSION and p[1] != 1 and p[1] != 2:
-                at = 2
-            else:
-                return i
-            keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + at)))
-            if keys is None:
-                return i
-            if used + length > PyByteArray_GET_SIZE(plain):  # room for its plain frames, doubling
-                PyByteArray_Resize(plain, 2 * (used + length))
-            before = len(sizes)
-            wrote = (<SessionKeys?>keys)._open_run(p, length, <unsigned char*>PyByteArray_AS_STRING(plain) + used, sizes)
-            if wrote < 0:
-                return i
-            used += wrote
-            addr = addrs[i]
-            for k in range(len(sizes) - before):
-                froms.append(addr)
-            i += 1
-        return i
+                if offset < 0 or length < 0 or offset > view.len or length > view.len - offset:
+                    return i
+                p = base + offset
+                if length <= CONTROL_HEADER or length > room.len - used:  # (opened, it is shorter)
+                    return i
+                if p[0] == BUNDLE_VERSION:
+                    if length < BUNDLE_HEAD + BUNDLE_ENTRY + 2 + COUNTER:
+                        return i
+                    at = BUNDLE_HEAD + BUNDLE_ENTRY + 2  # the first bundled header's session
+                elif p[0] == SECURE_VERSION and p[1] != 1 and p[1] != 2:
+                    at = 2
+                else:
+                    return i
+                keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + at)))
+                if keys is None:
+                    return i
+                before = len(sizes)
+                wrote = (<SessionKeys?>keys)._open_run(p, length, out + used, sizes)
+                if wrote < 0:
+                    return i
+                used += wrote
+                addr = addrs[i]
+                for k in range(len(sizes) - before):
+                    froms.append(addr)
+                i += 1
+            return i
+        finally:
+            PyBuffer_Release(&view)
     finally:
-        PyBuffer_Release(&view)
-        PyByteArray_Resize(plain, used)  # the room taken but not written goes
+        PyBuffer_Release(&room)
