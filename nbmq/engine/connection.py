@@ -907,9 +907,10 @@ class Connection:
 
         Returns:
             A new list of ``(datagram, addr)``. A datagram is ``bytes`` (control frames, and
-            every frame in secure mode, sealed here) or a ``memoryview`` into a message buffer
-            the engine never reuses (data frames); the transport may keep or send it as it
-            likes. Mutates engine state.
+            every frame in secure mode, sealed here; a sealed bundle of 32 KiB or more is a
+            ``bytearray`` whose buffer a later bundle reuses only once nobody holds it) or a
+            ``memoryview`` into a message buffer the engine never reuses (data frames); the
+            transport may keep or send it as it likes. Mutates engine state.
         """
         self._now = now
         out = self._ctrl

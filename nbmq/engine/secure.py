@@ -360,7 +360,10 @@ class SessionKeys:
             frames: whole plain frames (bytes-like), each payload at most 65535 bytes.
 
         Returns:
-            ``BUNDLE_OVERHEAD + sum(BUNDLE_ENTRY_SIZE + len(frame))`` bytes (owned).
+            ``BUNDLE_OVERHEAD + sum(BUNDLE_ENTRY_SIZE + len(frame))`` bytes (owned): bytes, or
+            from the compiled twin a bytearray when 32 KiB or more, whose buffer a later
+            bundle reuses once nobody else holds it (a new 64 KiB allocation is fresh pages to
+            fault in, about as much as sealing it costs).
 
         Raises:
             ValueError: a frame count outside 2..255 or a frame shorter than its header.
@@ -495,7 +498,8 @@ def seal_frames(
 
     Returns:
         ``(datagrams, merged, added, unsealed)``: the new list to send (each session's
-        datagrams where its first frame was), how many frames went into a bundle behind its
+        datagrams where its first frame was; a bundle as :meth:`SessionKeys.seal_bundle` makes
+        it), how many frames went into a bundle behind its
         first (frames sealed less datagrams sealed), the bytes sealing added (counters, tags,
         bundle heads), and how many frames were left out because their session has no keys.
     """

@@ -386,3 +386,21 @@ def test_an_engine_opens_batches_into_one_reused_room_and_keeps_copies(monkeypat
     counters = server.counters
     assert (counters.datagrams_in - before[0], counters.bytes_in - before[1]) == (4, sum(map(len, sent)))
     assert (counters.malformed, counters.secure_auth_failed, counters.secure_replays) == (0, 0, 0)
+
+
+def test_a_large_bundle_reuses_a_buffer_only_once_nobody_holds_it():
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    alice, bob = _pair("compiled")
+    frames = _frames(40_000)[:-1]
+    first = alice.seal_bundle(frames)
+    held = alice.seal_bundle(frames)
+    assert held is not first and bytes(held) != bytes(first)  # a new counter, a new buffer
+    copy, view = bytes(held), memoryview(held)
+    reused = id(first)
+    del first, held
+    third = alice.seal_bundle(frames)
+    assert id(third) == reused  # dropped: its warm buffer is taken again
+    fourth = alice.seal_bundle(frames)
+    assert fourth is not view.obj and view == copy  # a view still holds the second: untouched
+    assert [bytes(f) for f in bob.open_bundle(third)] == [bytes(f) for f in bob.open_bundle(fourth)] == frames
