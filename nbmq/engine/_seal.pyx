@@ -690,7 +690,10 @@ def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start
     count = min(len(offsets), len(lengths), len(addrs))
     for k in sizes:
         used += k
-    PyObject_GetBuffer(plain, &room, PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(plain, &room, PyBUF_WRITABLE)
+    except BufferError:
+        raise ValueError("plain must be a writable buffer") from None
     try:
         if used > room.len:
             raise ValueError(f"sizes add up to {used} bytes, more than plain's {room.len}")

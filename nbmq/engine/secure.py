@@ -585,11 +585,14 @@ def open_frames(
         count when all were.
 
     Raises:
-        ValueError: ``start`` is negative; ``sizes`` add up to more than ``plain`` holds.
+        ValueError: ``start`` is negative; ``plain`` is read-only; ``sizes`` add up to more
+            than ``plain`` holds.
     """
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     room = memoryview(plain).cast("B")
+    if room.readonly:
+        raise ValueError("plain must be a writable buffer")
     used = sum(sizes)
     if used > len(room):
         raise ValueError(f"sizes add up to {used} bytes, more than plain's {len(room)}")

@@ -356,6 +356,8 @@ def test_both_batch_twins_stop_a_run_where_the_room_ends():
                 break
         with pytest.raises(ValueError, match="sizes add up to"):
             open_frames({SID: bob}, buffer, offsets, lengths, ["a"] * len(batch), i, bytearray(10), [11], [])
+        with pytest.raises(ValueError, match="writable"):
+            open_frames({SID: bob}, buffer, offsets, lengths, ["a"] * len(batch), 0, bytes(5000), [], [])
         results[name] = runs
     assert results["python"] == results["compiled"]
     runs = results["python"]
