@@ -16,6 +16,11 @@ size for both):
 - **Engines alone** (``bench_engine.py --direct``'s loop): each flush fed to the other engine as
   one ``receive_datagrams`` batch, both engines on one core, CPU time. Here nothing hides the
   sealing and opening behind a system call, so it is the harder ratio.
+- **Each side alone** (``--sides``): the same engines, bundles as large as the loopback path
+  allows (as over UDP), the CPU time of each side per message: the sender's ``send()`` and
+  flush (``datagrams_to_send``), and the receiver's ``receive_datagrams`` of that flush (64
+  datagrams a call, as ``recvmmsg`` reads them) and ``recv``. CPU time moves less with the
+  machine's load than the loopback rates do, and it says which side the cost is on.
 
 The engine path in use (compiled or ``NBMQ_NO_EXTENSIONS=1``'s Python twin) and whether the
 compiled ``FrameCipher`` runs are printed. Importing this module runs nothing.
@@ -118,6 +123,47 @@ def engine_rate(size: int, mode: str, batch: int) -> float:
     return got / (time.process_time() - t0)
 
 
+def side_costs(size: int, mode: str, rounds: int = 40) -> tuple[float, float]:
+    """Median CPU microseconds per message of the sender and of the receiver, each timed alone,
+    over ``rounds`` flushes of messages of ``size`` bytes (64 a flush, as the transport's
+    auto-batching sends them, fewer where that passes 512 KiB: 8 of 64 KiB); ``mode`` one of
+    :data:`MODES`, bundles as large as the loopback path allows."""
+    messages = max(1, min(64, (512 << 10) // max(size, 1)))
+    import socket
+
+    from nbmq.transports.udp import path_datagram_size
+
+    bundled = SECURE_MODES["bundled"]
+    SECURE_MODES["bundled"] = path_datagram_size(socket.AF_INET, ("127.0.0.1", 9), False)
+    try:
+        server, client = engine_pair(mode)
+    finally:
+        SECURE_MODES["bundled"] = bundled
+    message = [bytes(range(256)) * (size // 256) + bytes(size % 256)]
+    sends, receives = [], []
+    now = 1.0
+    for _ in range(rounds + 2):  # the first two warm up
+        now += 0.0001
+        t0 = time.process_time()
+        for _ in range(messages):
+            client.send(message, now)
+        out = client.datagrams_to_send(now)
+        t1 = time.process_time()
+        bench_engine._feed(server, out, bench_engine.CLIENT, now)
+        del out  # as a transport drops what it sent
+        got = 0
+        while server.recv_ready():
+            server.recv()
+            got += 1
+        t2 = time.process_time()
+        if got != messages:
+            raise RuntimeError(f"{got} of {messages} messages arrived")
+        bench_engine._feed(client, server.datagrams_to_send(now), bench_engine.SERVER, now)
+        sends.append((t1 - t0) / messages * 1e6)
+        receives.append((t2 - t1) / messages * 1e6)
+    return statistics.median(sends[2:]), statistics.median(receives[2:])
+
+
 def _row(name: str, size: int, rates: dict[str, list[float]], unit: str) -> str:
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
     base = medians["plain"]
@@ -131,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=1.5, help="seconds a UDP run sends")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     parser.add_argument("--no-udp", action="store_true", help="engines alone only")
+    parser.add_argument("--sides", action="store_true", help="also each side alone (CPU per message)")
     parser.add_argument(
         "--bundle-size",
         type=int,
@@ -155,6 +202,13 @@ def main(argv: list[str] | None = None) -> None:
             for mode in MODES:
                 rates[mode].append(engine_rate(size, mode, batch))
         print(_row("engines alone", size, rates, "msg/s"))
+        if args.sides:
+            costs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+            for _ in range(args.repeat):
+                for mode in MODES:
+                    costs[mode].append(side_costs(size, mode))
+            for side, name in enumerate(("sender alone", "receiver alone")):  # as rates: 1e6 / us
+                print(_row(name, size, {m: [1e6 / c[side] for c in costs[m]] for m in MODES}, "msg/s"))
         if args.no_udp:
             continue
         runs: dict[str, list[tuple]] = {mode: [] for mode in MODES}

@@ -9,9 +9,10 @@ frame). The frame layout is ``nbmq.engine.secure``'s (docs/secure.md); the parit
 that both twins give the same bytes and refuse the same frames.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.ref cimport Py_REFCNT
 from cpython.long cimport PyLong_FromUnsignedLongLong
 from libc.stdint cimport uint64_t
 from libc.string cimport memcmp, memcpy, memmove, memset
@@ -60,6 +61,39 @@ cdef inline uint64_t _get_be64(const unsigned char* p) noexcept nogil:
     for i in range(8):
         v = (v << 8) | p[i]
     return v
+
+
+DEF POOLED_BUNDLE = 32768  # bytes from which a bundle's buffer comes from the pool
+DEF POOL_BYTES = 1 << 21  # most bytes the pool keeps (per process)
+
+cdef list _pool = []  # recent large bundles, oldest first: reused once nobody else holds one
+cdef Py_ssize_t _pool_bytes = 0
+
+
+cdef object _bundle_buffer(Py_ssize_t size):
+    """A bytearray of ``size`` bytes for a large bundle: a pooled one that only the pool still
+    holds (its memory is warm: a new 64 KiB allocation is fresh pages to fault in, about as
+    much as sealing it costs), else a new one, pooled. The transport may keep a datagram as
+    long as it likes: one it (or anyone) holds is never reused."""
+    global _pool_bytes
+    cdef Py_ssize_t i, n = len(_pool)
+    cdef object buf
+    for i in range(n):
+        buf = _pool[i]
+        if Py_REFCNT(buf) == 2:  # the pool's reference and ``buf``: dropped by everyone else
+            _pool_bytes -= PyByteArray_GET_SIZE(buf)
+            PyByteArray_Resize(buf, size)  # (no views of it can exist: each holds a reference)
+            _pool_bytes += size
+            del _pool[i]
+            _pool.append(buf)  # the newest now
+            return buf
+    buf = PyByteArray_FromStringAndSize(NULL, size)
+    _pool.append(buf)
+    _pool_bytes += size
+    while _pool_bytes > POOL_BYTES:  # forget the oldest (its holder, if any, keeps it)
+        _pool_bytes -= PyByteArray_GET_SIZE(_pool[0])
+        del _pool[0]
+    return buf
 
 
 cdef class FrameCipher:
@@ -136,14 +170,15 @@ cdef class FrameCipher:
             return None  # the tag did not verify
         return out
 
-    cdef bytes _seal_bundle(self, list frames, Py_ssize_t first, Py_ssize_t last, uint64_t counter):
-        """One bundle of ``frames[first:last]`` (2..255 plain frames) under ``counter``."""
+    cdef object _seal_bundle(self, list frames, Py_ssize_t first, Py_ssize_t last, uint64_t counter):
+        """One bundle of ``frames[first:last]`` (2..255 plain frames) under ``counter``: bytes,
+        or a bytearray of :func:`_bundle_buffer` when it is large."""
         cdef Py_buffer views[MAX_BUNDLE_FRAMES]
         cdef Py_ssize_t k = last - first, got = 0, i, total = BUNDLE_HEAD + COUNTER + TAG, pos, size, length, start
         cdef int outl = 0, finl = 0
         cdef const unsigned char* p
         cdef unsigned char* o
-        cdef bytes out
+        cdef object out
         cdef EVP_CIPHER_CTX* ctx = self._ctx
         if k < MIN_BUNDLE_FRAMES or k > MAX_BUNDLE_FRAMES:
             raise ValueError(f"a bundle holds 2..255 frames, got {k}")
@@ -152,8 +187,12 @@ cdef class FrameCipher:
                 PyObject_GetBuffer(frames[first + i], &views[i], PyBUF_SIMPLE)
                 got += 1
                 total += BUNDLE_ENTRY + views[i].len
-            out = PyBytes_FromStringAndSize(NULL, total)
-            o = <unsigned char*>PyBytes_AS_STRING(out)
+            if total >= POOLED_BUNDLE:
+                out = _bundle_buffer(total)
+                o = <unsigned char*>PyByteArray_AS_STRING(out)
+            else:
+                out = PyBytes_FromStringAndSize(NULL, total)
+                o = <unsigned char*>PyBytes_AS_STRING(out)
             o[0] = BUNDLE_VERSION
             o[1] = <unsigned char>k
             pos = BUNDLE_HEAD
@@ -362,7 +401,7 @@ cdef class SessionKeys:
         cdef uint64_t counter = self._next_counter()
         return self._send._seal(p, n, counter)
 
-    cdef bytes _seal_run(self, list frames, Py_ssize_t first, Py_ssize_t last):
+    cdef object _seal_run(self, list frames, Py_ssize_t first, Py_ssize_t last):
         cdef uint64_t counter = self._next_counter()
         return self._send._seal_bundle(frames, first, last, counter)
 
@@ -637,55 +676,64 @@ def seal_frames(dict sessions, list out, Py_ssize_t max_datagram_size=0):
     return sealed, merged, added, unsealed
 
 
-def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, bytearray plain, list sizes,
+def open_frames(dict sessions, buffer, offsets, lengths, addrs, Py_ssize_t start, plain, list sizes,
                 list froms):
     """Compiled twin of ``nbmq.engine.secure.open_frames`` (same arguments and result)."""
-    cdef Py_buffer view
+    cdef Py_buffer view, room
     cdef const unsigned char* base
     cdef const unsigned char* p
-    cdef Py_ssize_t i = start, count, offset, length, k, at, wrote
-    cdef Py_ssize_t used = PyByteArray_GET_SIZE(plain)
+    cdef unsigned char* out
+    cdef Py_ssize_t i = start, count, offset, length, k, at, wrote, used = 0
     cdef Py_ssize_t before
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
     count = min(len(offsets), len(lengths), len(addrs))
-    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    for k in sizes:
+        used += k
     try:
-        base = <const unsigned char*>view.buf
-        while i < count:
-            try:
-                offset = offsets[i]
-                length = lengths[i]
-            except OverflowError:
-                return i
-            if offset < 0 or length < 0 or offset > view.len or length > view.len - offset:
-                return i
-            p = base + offset
-            if length <= CONTROL_HEADER:
-                return i
-            if p[0] == BUNDLE_VERSION:
-                if length < BUNDLE_HEAD + BUNDLE_ENTRY + 2 + COUNTER:
+        PyObject_GetBuffer(plain, &room, PyBUF_WRITABLE)
+    except BufferError:
+        raise ValueError("plain must be a writable buffer") from None
+    try:
+        if used > room.len:
+            raise ValueError(f"sizes add up to {used} bytes, more than plain's {room.len}")
+        out = <unsigned char*>room.buf
+        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+        try:
+            base = <const unsigned char*>view.buf
+            while i < count:
+                try:
+                    offset = offsets[i]
+                    length = lengths[i]
+                except OverflowError:
                     return i
-                at = BUNDLE_HEAD + BUNDLE_ENTRY + 2  # the first bundled header's session
-            elif p[0] == SECURE_VERSION and p[1] != 1 and p[1] != 2:
-                at = 2
-            else:
-                return i
-            keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + at)))
-            if keys is None:
-                return i
-            if used + length > PyByteArray_GET_SIZE(plain):  # room for its plain frames, doubling
-                PyByteArray_Resize(plain, 2 * (used + length))
-            before = len(sizes)
-            wrote = (<SessionKeys?>keys)._open_run(p, length, <unsigned char*>PyByteArray_AS_STRING(plain) + used, sizes)
-            if wrote < 0:
-                return i
-            used += wrote
-            addr = addrs[i]
-            for k in range(len(sizes) - before):
-                froms.append(addr)
-            i += 1
-        return i
+                if offset < 0 or length < 0 or offset > view.len or length > view.len - offset:
+                    return i
+                p = base + offset
+                if length <= CONTROL_HEADER or length > room.len - used:  # (opened, it is shorter)
+                    return i
+                if p[0] == BUNDLE_VERSION:
+                    if length < BUNDLE_HEAD + BUNDLE_ENTRY + 2 + COUNTER:
+                        return i
+                    at = BUNDLE_HEAD + BUNDLE_ENTRY + 2  # the first bundled header's session
+                elif p[0] == SECURE_VERSION and p[1] != 1 and p[1] != 2:
+                    at = 2
+                else:
+                    return i
+                keys = sessions.get(PyLong_FromUnsignedLongLong(_get_be64(p + at)))
+                if keys is None:
+                    return i
+                before = len(sizes)
+                wrote = (<SessionKeys?>keys)._open_run(p, length, out + used, sizes)
+                if wrote < 0:
+                    return i
+                used += wrote
+                addr = addrs[i]
+                for k in range(len(sizes) - before):
+                    froms.append(addr)
+                i += 1
+            return i
+        finally:
+            PyBuffer_Release(&view)
     finally:
-        PyBuffer_Release(&view)
-        PyByteArray_Resize(plain, used)  # the room taken but not written goes
+        PyBuffer_Release(&room)

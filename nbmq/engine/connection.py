@@ -96,6 +96,9 @@ _SECURE_CONNECT_HEAD = bytes((SECURE_VERSION,)) + _CONNECT_FRAME[1:]
 _SECURE_CONNECTED_HEAD = bytes((SECURE_VERSION, FrameKind.CONNECTED))
 #: Control frames held for the driver at most; past it they are dropped and counted.
 MAX_CONTROL_QUEUE = 65536
+#: Bytes of the buffer a secure engine opens a batch's sealed datagrams into, reused from run to
+#: run (four of the largest UDP datagrams; a larger datagram takes the one-by-one path).
+OPENED_ROOM = 4 * 65536
 #: Seconds an Ack of a SafeDealer's fast receive path may wait in the control queue for other
 #: output (a reply) to go out with, so that the sender wakes once for both; a flush for any
 #: other reason carries it at once. Far below the reference's ``safe_resend_ivl`` (0.2 s) and
@@ -172,6 +175,7 @@ class Connection:
         self._secure: SecureLayer | None = None
         self._secure_unopened = 0  # secure datagrams dropped before they were frames
         self._bundled_in = 0  # frames that came in a bundle behind its first
+        self._opened_room: memoryview | None = None  # made at the first secure batch
         opts = self._opts
         if opts.secret_key is not None:
             self._secure = SecureLayer(
@@ -449,17 +453,20 @@ class Connection:
         feed = self._receive_secure
         size = len(buffer)
         count = min(len(offsets), len(lengths), len(addrs))
+        room = self._opened_room
+        if room is None:  # reused: the receive paths copy what they keep (receive_datagram)
+            room = self._opened_room = memoryview(bytearray(OPENED_ROOM))
         i = 0
         while i < count:
             if not self._closed:
                 start = i
-                plain = bytearray()  # a new one each run: messages may keep views into it
                 sizes: list[int] = []
                 froms: list[Hashable] = []
-                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, plain, sizes, froms)
+                i = active_open_frames(sessions, buffer, offsets, lengths, addrs, i, room, sizes, froms)
                 if sizes:
-                    self._opened(i - start, int(sum(lengths[start:i])), len(sizes), len(plain))
-                    self._receive_opened(plain, sizes, froms, now)
+                    self._opened(i - start, int(sum(lengths[start:i])), len(sizes), sum(sizes))
+                    self._receive_opened(room, sizes, froms, now)
+                    continue  # the next run begins where this one stopped (it may not have fit)
                 if i >= count:
                     return
             offset, length, addr = offsets[i], lengths[i], addrs[i]
@@ -469,9 +476,9 @@ class Connection:
                 feed(buffer[offset : offset + length], addr, now)
             i += 1
 
-    def _receive_opened(self, plain: bytearray, sizes: list[int], froms: list[Hashable], now: float) -> None:
-        """Hand opened plain frames (back to back in ``plain``, counted by :meth:`_opened`) to
-        the socket type's batch path."""
+    def _receive_opened(self, plain: memoryview, sizes: list[int], froms: list[Hashable], now: float) -> None:
+        """Hand opened plain frames (back to back from the start of ``plain``, counted by
+        :meth:`_opened`) to the socket type's batch path."""
         offsets = list(accumulate(sizes, initial=0))
         offsets.pop()
         # the batch paths hand the frames they do not finish to self.receive_datagram: for these
@@ -900,9 +907,10 @@ class Connection:
 
         Returns:
             A new list of ``(datagram, addr)``. A datagram is ``bytes`` (control frames, and
-            every frame in secure mode, sealed here) or a ``memoryview`` into a message buffer
-            the engine never reuses (data frames); the transport may keep or send it as it
-            likes. Mutates engine state.
+            every frame in secure mode, sealed here; a sealed bundle of 32 KiB or more is a
+            ``bytearray`` whose buffer a later bundle reuses only once nobody holds it) or a
+            ``memoryview`` into a message buffer the engine never reuses (data frames); the
+            transport may keep or send it as it likes. Mutates engine state.
         """
         self._now = now
         out = self._ctrl

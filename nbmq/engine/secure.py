@@ -360,7 +360,10 @@ class SessionKeys:
             frames: whole plain frames (bytes-like), each payload at most 65535 bytes.
 
         Returns:
-            ``BUNDLE_OVERHEAD + sum(BUNDLE_ENTRY_SIZE + len(frame))`` bytes (owned).
+            ``BUNDLE_OVERHEAD + sum(BUNDLE_ENTRY_SIZE + len(frame))`` bytes (owned): bytes, or
+            from the compiled twin a bytearray when 32 KiB or more, whose buffer a later
+            bundle reuses once nobody else holds it (a new 64 KiB allocation is fresh pages to
+            fault in, about as much as sealing it costs).
 
         Raises:
             ValueError: a frame count outside 2..255 or a frame shorter than its header.
@@ -495,7 +498,8 @@ def seal_frames(
 
     Returns:
         ``(datagrams, merged, added, unsealed)``: the new list to send (each session's
-        datagrams where its first frame was), how many frames went into a bundle behind its
+        datagrams where its first frame was; a bundle as :meth:`SessionKeys.seal_bundle` makes
+        it), how many frames went into a bundle behind its
         first (frames sealed less datagrams sealed), the bytes sealing added (counters, tags,
         bundle heads), and how many frames were left out because their session has no keys.
     """
@@ -554,31 +558,44 @@ def open_frames(
     lengths: Any,
     addrs: Any,
     start: int,
-    plain: bytearray,
+    plain: Any,
     sizes: list[int],
     froms: list[Hashable],
 ) -> int:
     """Open the datagrams of a batch from index ``start`` on while each is a sealed frame (not a
-    handshake) or a bundle of a session in ``sessions`` that opens; append each plain frame to
-    ``plain`` (back to back), its size to ``sizes`` and its address to ``froms`` (a bundle's
+    handshake) or a bundle of a session in ``sessions`` that opens and fits in ``plain``; write
+    each plain frame into ``plain`` (back to back, after the ``sum(sizes)`` bytes of the frames
+    already there), append its size to ``sizes`` and its address to ``froms`` (a bundle's
     frames each with the bundle's address).
+
+    ``plain`` is a buffer the caller reuses from run to run (no allocation per run): the run
+    stops before a datagram longer than the room left (its plain frames are shorter than it).
 
     Args:
         sessions: session id -> :class:`SessionKeys`.
         buffer, offsets, lengths, addrs: a ``receive_datagrams`` batch (datagram ``i`` is
             ``buffer[offsets[i] : offsets[i] + lengths[i]]``; the shortest list sets the count).
         start: the first index to look at.
-        plain, sizes, froms: where the opened frames go (appended to).
+        plain: a writable bytes-like object (bytearray, memoryview), its size the room, bytes.
+        sizes, froms: the opened frames' sizes (bytes) and addresses (appended to).
 
     Returns:
         The index of the first datagram not opened (it is left as it was, for the caller's
-        one-by-one path to take and count), or the count when all were.
+        one-by-one path to take and count, or for the next run when it did not fit), or the
+        count when all were.
 
     Raises:
-        ValueError: ``start`` is negative.
+        ValueError: ``start`` is negative; ``plain`` is read-only; ``sizes`` add up to more
+            than ``plain`` holds.
     """
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
+    room = memoryview(plain).cast("B")
+    if room.readonly:
+        raise ValueError("plain must be a writable buffer")
+    used = sum(sizes)
+    if used > len(room):
+        raise ValueError(f"sizes add up to {used} bytes, more than plain's {len(room)}")
     size = len(buffer)
     count = min(len(offsets), len(lengths), len(addrs))
     i = start
@@ -587,7 +604,7 @@ def open_frames(
         if offset < 0 or length < 0 or offset + length > size:
             return i
         data = buffer[offset : offset + length]
-        if length <= CONTROL_HEADER_SIZE:
+        if length <= CONTROL_HEADER_SIZE or length > len(room) - used:  # (opened, it is shorter)
             return i
         if data[0] == BUNDLE_VERSION:
             if length < BUNDLE_SESSION_OFFSET + SECURE_COUNTER_SIZE:
@@ -605,7 +622,8 @@ def open_frames(
         except OpenError:
             return i
         for frame in opened:
-            plain += frame
+            room[used : used + len(frame)] = frame
+            used += len(frame)
             sizes.append(len(frame))
         froms += [addrs[i]] * len(opened)
         i += 1

@@ -332,3 +332,77 @@ def test_both_batch_twins_open_bundles_alike():
         len(f) for f in frames[2:] + [frames[-1]] + frames[:2]
     ]
     assert [(i, len(s)) for i, _, s, _ in rest] == [(4, 0), (5, 0), (6, 0)]  # a replay, a truncated one
+
+
+def test_both_batch_twins_stop_a_run_where_the_room_ends():
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    results = {}
+    for name, (seal_frames, open_frames) in batch_twins().items():
+        alice, bob = _pair(name)
+        sealed, _, _, _ = seal_frames({SID: alice}, [(f, "b") for f in _frames(3000)], 1472)
+        batch = [d for d, _ in sealed]
+        lengths = [len(d) for d in batch]
+        offsets = [sum(lengths[:i]) for i in range(len(batch))]
+        buffer = memoryview(b"".join(batch))
+        plain, sizes, froms = bytearray(2 * 1472 + 100), [], []
+        runs = []
+        i = 0
+        for _ in range(len(batch)):  # each run starts afresh in the same room
+            sizes.clear()
+            i = open_frames({SID: bob}, buffer, offsets, lengths, ["a"] * len(batch), i, plain, sizes, froms)
+            runs.append((i, bytes(plain[: sum(sizes)])))
+            if i == len(batch):
+                break
+        with pytest.raises(ValueError, match="sizes add up to"):
+            open_frames({SID: bob}, buffer, offsets, lengths, ["a"] * len(batch), i, bytearray(10), [11], [])
+        with pytest.raises(ValueError, match="writable"):
+            open_frames({SID: bob}, buffer, offsets, lengths, ["a"] * len(batch), 0, bytes(5000), [], [])
+        results[name] = runs
+    assert results["python"] == results["compiled"]
+    runs = results["python"]
+    assert [i for i, _ in runs] == [2, 3]  # two bundles fit, the third waits for the next run
+    assert b"".join(p for _, p in runs) == b"".join(_frames(3000))
+
+
+def test_an_engine_opens_batches_into_one_reused_room_and_keeps_copies(monkeypatch):
+    from nbmq.engine import connection
+
+    monkeypatch.setattr(connection, "OPENED_ROOM", 7000)
+    wire, server, client = secure_pair(max_datagram_size=8000)
+    small, big, last = bytes([7]) * 100, bytes(range(256)) * 40, bytes([9]) * 5000
+    sent = []
+    for message in (small, big, last):
+        client.send([message], wire.now)
+        sent += [bytes(d) for d, _ in client.datagrams_to_send(wire.now)]
+    # a lone frame, a bundle larger than the room (opened alone), then two that do not fit
+    # together (two runs); the small message waits in the queue while batch 2 reuses the room
+    assert [len(d) > 7000 for d in sent] == [False, True, False, False]
+    assert len(sent[2]) + len(sent[3]) > 7000
+    before = (server.counters.datagrams_in, server.counters.bytes_in)
+    for batch in (sent[:2], sent[2:]):
+        lengths = [len(d) for d in batch]
+        offsets = [sum(lengths[:i]) for i in range(len(batch))]
+        server.receive_datagrams(memoryview(b"".join(batch)), offsets, lengths, [CLIENT] * len(batch), wire.now)
+    assert recv_all(server) == [[small], [big], [last]]
+    counters = server.counters
+    assert (counters.datagrams_in - before[0], counters.bytes_in - before[1]) == (4, sum(map(len, sent)))
+    assert (counters.malformed, counters.secure_auth_failed, counters.secure_replays) == (0, 0, 0)
+
+
+def test_a_large_bundle_reuses_a_buffer_only_once_nobody_holds_it():
+    if not secure.COMPILED:
+        pytest.skip("nbmq.engine._seal is not built")
+    alice, bob = _pair("compiled")
+    frames = _frames(40_000)[:-1]
+    first = alice.seal_bundle(frames)
+    held = alice.seal_bundle(frames)
+    assert held is not first and bytes(held) != bytes(first)  # a new counter, a new buffer
+    copy, view = bytes(held), memoryview(held)
+    reused = id(first)
+    del first, held
+    third = alice.seal_bundle(frames)
+    assert id(third) == reused  # dropped: its warm buffer is taken again
+    fourth = alice.seal_bundle(frames)
+    assert fourth is not view.obj and view == copy  # a view still holds the second: untouched
+    assert [bytes(f) for f in bob.open_bundle(third)] == [bytes(f) for f in bob.open_bundle(fourth)] == frames
