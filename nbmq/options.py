@@ -221,7 +221,9 @@ OPTION_SPECS: dict[str, OptionSpec] = {
         1,
         "engine",
         "refuse to send messages the Rust reference would lose (an empty part or an empty "
-        "message): send() raises InteropError instead",
+        "message): send() raises InteropError instead; and derive message ids as the "
+        "reference does (FNV-1a over the message's bytes, then the nonce) instead of over "
+        "the nonce alone",
     ),
     "max_peers": OptionSpec(
         "count",

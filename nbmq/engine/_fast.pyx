@@ -93,13 +93,12 @@ cdef inline tuple _pair(object first, object second):
     return pair
 
 
-cdef inline uint64_t _message_id(bytes part, uint64_t nonce):
-    """codec.message_id([part], nonce): FNV-1a 64 over the part, then the nonce (8 bytes BE)."""
+cdef inline uint64_t _message_id(uint64_t nonce):
+    """codec.message_id((), nonce), a message's id outside ``reference_compat`` (Socket.send):
+    FNV-1a 64 over the nonce (8 bytes BE) alone."""
     cdef unsigned char b[8]
-    cdef uint64_t h = _fnv(<const unsigned char*>PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part),
-                           FNV_BASIS)
     _put_be(b, nonce, 8)
-    return _fnv(b, 8, h)
+    return _fnv(b, 8, FNV_BASIS)
 
 
 @cython.no_gc  # it holds no object that could lead back to it: refcounting frees it
@@ -189,7 +188,7 @@ def send(self, parts, now):
         return _send_py(self, parts, now)
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
-    sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+    sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(nonce))))
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
@@ -246,7 +245,7 @@ def send_packed(self, data, offsets, lengths, now):
                 held = sendq.held
                 taken += 1
                 continue
-            append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(part, nonce))))
+            append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(nonce))))
             nonce += 1
             held += 1
             queued += 1

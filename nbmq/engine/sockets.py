@@ -33,8 +33,11 @@ Socket types (seed 000):
   (pub/sub). ``recv`` raises :class:`~nbmq.errors.NotSupported`.
 - :class:`Dish`: receive-only peer of Radio. ``send`` raises NotSupported.
 
-Nonces (they only need to be unique per session): Dealer counts from 1, SafeDealer and Radio
-from 0, as the reference does, so identical inputs give the reference's message ids.
+Message ids only need to be unique per session (ARCHITECTURE, "Message id"): each is FNV-1a 64
+over the sender's nonce alone. The reference hashes the message's bytes first, about 1.1 ns per
+byte (73 us for 64 KiB, more than cutting it into frames), for nothing a receiver checks; with
+``reference_compat`` the ids are the reference's, over the parts then the nonce. Nonces count
+as the reference's do: Dealer from 1, SafeDealer and Radio from 0.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from .. import codec, extensions
 from ..errors import DecodeError, InteropError, NotSupported, OptionError, WouldBlock
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import FIXED_OPTIONS, SocketOptions
-from ..wire import VERSION, ControlFrame, DataFrame, FrameKind
+from ..wire import FNV_OFFSET_BASIS, VERSION, ControlFrame, DataFrame, FrameKind
 from .connection import _CONNECTED, MAX_CONTROL_QUEUE, Connection, Datagram
 from .counters import PathState
 from .peers import Peer
@@ -243,7 +246,7 @@ class Socket(Connection):
         sendq = self._sendq
         sendq.check_room()
         nonce = self._nonce
-        message_id = codec.message_id(parts, nonce)
+        message_id = codec.message_id(parts if self._opts.reference_compat else (), nonce)
         if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= _MAX_CHUNK:
             sendq.push_small(parts[0], message_id)  # immutable: no copy, one frame later
         else:
@@ -896,9 +899,10 @@ class Radio(Socket):
             _check_parts(parts)
             self._counters.dropped[DropReason.NO_PEER] += 1
             return
-        state = 0xCBF29CE484222325  # FNV-1a offset basis: hash the parts once
-        for part in parts:
-            state = codec.fnv1a64(part, state)
+        state = FNV_OFFSET_BASIS  # the parts (reference_compat only) are hashed once for every copy
+        if self._opts.reference_compat:
+            for part in parts:
+                state = codec.fnv1a64(part, state)
         copies = []
         nonce = self._nonce
         for peer in ring:

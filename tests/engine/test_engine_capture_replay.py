@@ -111,7 +111,7 @@ def test_dealer_client_sends_the_reference_frames(manifest):
     wire = [d for _, src, dst, d in datagrams if src == client_addr and is_data(d)]
     connected = next(d for _, src, dst, d in datagrams if dst == client_addr and kind_of(d) == 2)
 
-    engine = Dealer(SocketOptions(send_hwm=1000))
+    engine = Dealer(SocketOptions(send_hwm=1000, reference_compat=True))
     engine.connect(server_addr, 0.0)
     assert [bytes(d) for d, _ in engine.datagrams_to_send(0.0)] == [
         next(d for _, src, dst, d in datagrams if src == client_addr and kind_of(d) == 1)
@@ -166,7 +166,9 @@ def test_safe_dealer_client_frames_and_the_reference_acks_match(manifest):
     server_acks = [d for _, src, dst, d in datagrams if dst == client_addr and kind_of(d) == 5]
     connected = next(d for _, src, dst, d in datagrams if dst == client_addr and kind_of(d) == 2)
 
-    engine = SafeDealer(SocketOptions(send_hwm=1000, safe_congestion=False))  # the reference has no window
+    engine = SafeDealer(
+        SocketOptions(send_hwm=1000, safe_congestion=False, reference_compat=True)
+    )  # the reference has no window
     engine.connect(server_addr, 0.0)
     engine.datagrams_to_send(0.0)
     engine.receive_datagram(connected, server_addr, 0.0)
@@ -197,7 +199,11 @@ def test_radio_replays_the_capture_byte_for_byte(manifest):
     radio_addr = parse_addr(_peer(cap, "radio")["addr"])
     dishes = [parse_addr(_peer(cap, n)["addr"]) for n in ("dish0", "dish1")]
     datagrams = list(udp_datagrams(CAPTURES / "radio_dish.pcap"))
-    engine = Radio.bound(radio_addr, SocketOptions(send_hwm=1000), XorShift(cap["session_id_derivation"]["rng_seed"]))
+    engine = Radio.bound(
+        radio_addr,
+        SocketOptions(send_hwm=1000, reference_compat=True),
+        XorShift(cap["session_id_derivation"]["rng_seed"]),
+    )
     # feed the dishes' handshake datagrams (Connect, then their first Heartbeat), in order
     handshake = [(src, d) for _, src, dst, d in datagrams if dst == radio_addr and kind_of(d) in (1,)]
     for src, d in handshake:

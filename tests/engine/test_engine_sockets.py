@@ -102,8 +102,8 @@ def test_radio_to_two_dishes():
     out = radio.engine.datagrams_to_send(net.now)
     assert len({codec.parse_frame(d).message_id for d, _ in out}) == 2
     assert {codec.parse_frame(d).message_id for d, _ in out} == {
-        codec.message_id([b"id"], 20),
-        codec.message_id([b"id"], 21),
+        codec.message_id([], 20),
+        codec.message_id([], 21),
     }
     with pytest.raises(NotSupported):
         radio.engine.recv()
@@ -213,7 +213,7 @@ def test_safe_dealer_resend_limit_drops_with_event():
     assert client.engine.counters.resends == 2
     [drop] = client.events_of(MessageDropped)
     assert drop.reason is DropReason.RESEND_LIMIT
-    assert drop.message_id == codec.message_id([b"lost"], 0)
+    assert drop.message_id == codec.message_id([], 0)
     assert client.engine.pending_messages == 0
 
 
@@ -249,13 +249,18 @@ def test_send_argument_errors():
     assert engine.pending_messages == 0
 
 
-def test_nonces_follow_the_reference():
-    """Dealer counts from 1, SafeDealer from 0: the first message's id."""
+@pytest.mark.parametrize("reference_compat", [False, True])
+def test_nonces_follow_the_reference(reference_compat):
+    """Dealer counts from 1, SafeDealer from 0: the first message's id, over the nonce alone, or
+    with reference_compat over the message's bytes then the nonce, as the reference's."""
     for cls, nonce in ((Dealer, 1), (SafeDealer, 0)):
-        net, server, client = connected_pair(cls(rng=random.Random(1)), cls())
+        opts = SocketOptions(reference_compat=reference_compat)
+        net, server, client = connected_pair(cls(opts, random.Random(1)), cls(opts))
         client.engine.send([b"x"], net.now)
-        [(frame, _)] = client.engine.datagrams_to_send(net.now)
-        assert codec.parse_frame(frame).message_id == codec.message_id([b"x"], nonce)
+        client.engine.send([b"x"], net.now)
+        frames = [codec.parse_frame(frame) for frame, _ in client.engine.datagrams_to_send(net.now)]
+        hashed = [b"x"] if reference_compat else []
+        assert [f.message_id for f in frames] == [codec.message_id(hashed, nonce), codec.message_id(hashed, nonce + 1)]
 
 
 def test_safe_dealer_dedup_window_acks_repeats_then_expires():
