@@ -73,8 +73,10 @@ target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds (``COMPETE_DRAIN_DELAY`` la
 trip). The drain round's acks do not grow the window. ``min_rtt`` is the smallest RTT of the
 last two periods between drains, so a base that grew for good is learnt within two periods;
 a competing window whose drain finds the queue gone (it was ours after all) yields to delay
-again. The delay target's floor uses the path's rate (the fastest round delivery in those two
-periods), not the window's own: a window starved next to TCP must still see TCP's queue.
+again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
+those two periods), not the window's own: a window starved next to TCP must still see TCP's
+queue. Above ``HOST_RATE`` the path is host-bound (a process's CPU is the bottleneck, its
+socket buffer the queue) and the target grows with the rate.
 
 The pacing rate (:attr:`Window.pacing_rate`) spreads a window over the smoothed RTT:
 ``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start), as Linux paces TCP.
@@ -112,6 +114,7 @@ __all__ = [
     "STANDING_INTERVAL",
     "HOST_RATE",
     "HOST_TARGET_MAX",
+    "RATE_SPAN",
 ]
 
 #: Bytes of one full nbmq datagram: the window's unit of growth.
@@ -171,19 +174,27 @@ VELOCITY_ROUNDS = 3
 #: ... up to this fraction of the window per round (HyStart++'s conservative slow start grows by
 #: a quarter of slow start's rate).
 VELOCITY_SHARE = 0.25
-#: Above this path rate (bytes per second, 480 Mbit/s) the bottleneck is a process's CPU (on
-#: loopback the sender runs a whole core at 150-200 MB/s), not a link, and its queue is a socket
-#: buffer: the delay target grows with the rate (``QDELAY_TARGET * rate / HOST_RATE``). With
-#: 2 ms there the window idled the sender a third of the time (16 KiB messages: 0.65 of the
-#: throughput a 2 MiB window had); 5 ms kept it busy.
-HOST_RATE = 60e6
-#: ... up to this many times ``QDELAY_TARGET``.
-HOST_TARGET_MAX = 4.0
+#: Above this path rate (bytes per second, 240 Mbit/s; measured over ``RATE_SPAN``) the
+#: bottleneck is a process's CPU (on loopback the sender runs a whole core at 100-200 MB/s, a
+#: relay process forwarding a lossy path's datagrams 30-60 MB/s), not a link, and its queue is
+#: a socket buffer its reader drains in batches (the deeper, the cheaper per datagram): the
+#: delay target grows with the rate (``QDELAY_TARGET * rate / HOST_RATE``). With 2 ms there the
+#: window idled the sender a third of the time (16 KiB messages: 0.65 of the throughput a 2 MiB
+#: window had). A 200 Mbit/s link measures at most 26.6 MB/s over a span.
+HOST_RATE = 30e6
+#: ... up to this many times ``QDELAY_TARGET`` (16 ms: 64 KiB messages on loopback at 200 MB/s
+#: keep 2-4 MB in flight, the 2 MiB the tree before congestion control kept).
+HOST_TARGET_MAX = 8.0
 #: A queue is standing when the smallest RTT of the rounds that ended in the last this many
 #: seconds (at least the last round) finds it (CoDel's interval, scaled to a shared host): a
 #: sender or receiver waiting a scheduler time slice (3-6 ms) for a core stretches every RTT
 #: of a sub-ms round, and one round's minimum read that as a queue.
 STANDING_INTERVAL = 0.010
+#: The path's rate is measured over spans of rounds at least this many seconds long: the acks
+#: of a window that a descheduled receiver bunched into one sub-ms round deliver at many times
+#: the link's rate, a span of 20 ms at most the link's rate plus its burst (tbf's 32 KB: 1.6
+#: MB/s more).
+RATE_SPAN = 0.020
 #: Rounds kept for that minimum (bounds the work per round on a path of very short rounds).
 STANDING_ROUNDS = 16
 #: Pacing rate over ``cwnd / srtt`` in congestion avoidance (twice it in slow start).
@@ -238,9 +249,10 @@ class Window:
             of those between the two before, seconds (``min_rtt`` is re-measured as the
             smaller of the two). streak_cwnd: the window before the first delay decrease of
             the current streak (restored when the streak ends in ``competing``).
-        round_start: when the current round began, seconds (-1: no clock yet);
-            period_rate, last_period_rate: the fastest round's delivery in this and the
-            previous period between drains, bytes per second (see :attr:`path_rate`).
+        span_start, span_acked: when the current span of rounds began (seconds; -1: no
+            clock yet) and the frames acked in its rounds so far; period_rate,
+            last_period_rate: the fastest span's delivery in this and the previous period
+            between drains, bytes per second (see :attr:`path_rate`).
     """
 
     __slots__ = (
@@ -285,7 +297,8 @@ class Window:
         "period_min",
         "last_period_min",
         "streak_cwnd",
-        "round_start",
+        "span_start",
+        "span_acked",
         "period_rate",
         "last_period_rate",
     )
@@ -332,7 +345,8 @@ class Window:
         self.period_min = math.inf
         self.last_period_min = math.inf
         self.streak_cwnd = 0.0
-        self.round_start = -1.0
+        self.span_start = -1.0
+        self.span_acked = 0
         self.period_rate = 0.0
         self.last_period_rate = 0.0
 
@@ -417,12 +431,12 @@ class Window:
     def delay_target(self) -> float:
         """The standing queue a round may find before it counts as congested, seconds:
         ``QDELAY_TARGET`` (times ``rate / HOST_RATE`` on a path faster than ``HOST_RATE``, at
-        most ``HOST_TARGET_MAX`` times: a host-bound path; ``rate`` the smaller of the path's
-        and ``cwnd / srtt``), or the time ``2 * MIN_WINDOW`` take
-        at the path's rate if longer (the floor window alone queues that long). The path's rate is the fastest delivery
-        of a round in the last two periods between drains (:attr:`path_rate`; a starved
-        window's own rate would hide the queue that starves it), else ``cwnd /
-        round_min_rtt``."""
+        most ``HOST_TARGET_MAX`` times: a host-bound path), or the time ``2 * MIN_WINDOW`` take
+        at the path's rate if longer (the floor window alone queues that long). The path's
+        rate is the fastest delivery over a span of at least ``RATE_SPAN`` in the last two
+        periods between drains (:attr:`path_rate`; a window cut by a decrease or starved by a
+        neighbour keeps it: its own rate would hide the queue that starves it, and drop a
+        host-bound path's target back to a link's), else ``cwnd / round_min_rtt``."""
         rate = self.path_rate
         if rate <= 0.0:
             rtt = self.round_min_rtt
@@ -430,19 +444,16 @@ class Window:
                 return QDELAY_TARGET
             rate = self.cwnd / rtt
         floor = 2 * MIN_WINDOW / rate
-        srtt = self.srtt
-        if rate > HOST_RATE and srtt and self.cwnd > HOST_RATE * srtt:
-            # (the window's smoothed rate too: one round's acks bunched by a descheduled
-            # receiver may pass HOST_RATE on a link)
-            scale = min(rate, self.cwnd / srtt) / HOST_RATE
+        if rate > HOST_RATE:
+            scale = rate / HOST_RATE
             return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
     @property
     def path_rate(self) -> float:
-        """The fastest delivery of a round (``round_acked`` datagrams over the round's
-        seconds) in this and the previous period between drains, bytes per second (0.0
-        before a timed round). Frames count as full datagrams."""
+        """The fastest delivery over a span of rounds at least ``RATE_SPAN`` long (datagrams
+        acked over the span's seconds) in this and the previous period between drains, bytes
+        per second (0.0 before a timed span). Frames count as full datagrams."""
         rate = self.period_rate
         last = self.last_period_rate
         return rate if rate > last else last
@@ -461,7 +472,9 @@ class Window:
         they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
         times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
         grew the window with no round above the target (at most ``VELOCITY_SHARE`` of the
-        window; ``COMPETE_INCREASE`` while ``competing``).
+        window; ``COMPETE_INCREASE`` while ``competing``), the window in use (it held, or the
+        round delivered, at least half of it). A span of rounds ``RATE_SPAN`` long or longer
+        gives the path's rate (:attr:`path_rate`).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
         first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
         end is :meth:`_drained`. Then start the next round (it ends with the transmissions
@@ -470,12 +483,17 @@ class Window:
         if rtt < self.period_min:
             self.period_min = rtt
         if now is not None:
-            start = self.round_start
-            if 0.0 <= start < now:
-                rate = self.round_acked * DATAGRAM / (now - start)
-                if rate > self.period_rate:
-                    self.period_rate = rate
-            self.round_start = now
+            start = self.span_start
+            if start < 0.0:
+                self.span_start = now
+            else:
+                self.span_acked += self.round_acked
+                if now - start >= RATE_SPAN:
+                    rate = self.span_acked * DATAGRAM / (now - start)
+                    if rate > self.period_rate:
+                        self.period_rate = rate
+                    self.span_start = now
+                    self.span_acked = 0
         if self.drain_cwnd:
             self._drained(now)
         else:
@@ -539,8 +557,10 @@ class Window:
         elif self.hold:
             self.hold -= 1
         elif not congested:
-            if 2 * self.in_flight < self.cwnd:
-                self.velocity = 1  # the sender has less to send than the window holds
+            if 2 * max(self.in_flight, self.round_acked * DATAGRAM) < self.cwnd:
+                # the sender has less to send than the window holds (what the round delivered
+                # too: the acks of one batch are all counted before the sender refills)
+                self.velocity = 1
                 self.calm_rounds = 0
             elif rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
                 self.calm_rounds += 1  # the window, in use, grew and found no standing queue

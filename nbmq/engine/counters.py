@@ -29,7 +29,8 @@ class PathState:
         competing: True while a queue-filling flow holds the bottleneck (the window reacts to
             loss only; see :mod:`nbmq.engine.congestion`).
         drains: drain rounds done (the window dropped to re-measure ``min_rtt``).
-        path_rate: the fastest delivery of a round lately, bytes per second (0.0 before one):
+        path_rate: the fastest delivery over a span of rounds of at least 20 ms lately, bytes
+            per second (0.0 before one):
             the path's rate as the delay target reads it.
     """
 

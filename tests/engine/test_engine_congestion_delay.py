@@ -32,6 +32,7 @@ from nbmq.engine.congestion import (
     PACE_QUANTUM,
     PACING_GAIN,
     QDELAY_TARGET,
+    RATE_SPAN,
     STANDING_INTERVAL,
     VELOCITY_ROUNDS,
     VELOCITY_SHARE,
@@ -283,12 +284,24 @@ def test_a_host_bound_path_keeps_a_longer_queue_than_a_link():
     assert win.delay_target() == pytest.approx(3 * QDELAY_TARGET)
     win.period_rate = 100 * HOST_RATE
     assert win.delay_target() == pytest.approx(HOST_TARGET_MAX * QDELAY_TARGET)
-    win.cwnd = HOST_RATE / 2 * win.srtt  # ... unless the window's own rate is a link's too
-    assert win.delay_target() == QDELAY_TARGET
-    win.cwnd = 3 * HOST_RATE * win.srtt
+    win.period_rate = 3 * HOST_RATE
+    win.cwnd = HOST_RATE / 2 * win.srtt  # a window a delay decrease cut keeps the path's target
+    assert win.delay_target() == pytest.approx(3 * QDELAY_TARGET)
     cwnd = win.cwnd
     _round(win, BASE + 2 * QDELAY_TARGET)
     assert win.decreases == 0 and win.cwnd > cwnd
+
+
+def test_the_path_rate_is_measured_over_spans_not_one_round_of_bunched_acks():
+    sub_ms = 0.0005
+    win = _avoiding()
+    now = _timed_round(win, sub_ms, 1.0)
+    # a descheduled receiver's acks of a whole 25 KB window arrive within one 0.1 ms round:
+    # 250 MB/s for that round, on a 5 MB/s link
+    now = _timed_round(win, sub_ms, now - sub_ms + 0.0001, acks=50)
+    while now < 1.0 + 2 * RATE_SPAN:
+        now = _timed_round(win, sub_ms, now + 0.002, acks=5)
+    assert win.path_rate < HOST_RATE / 10 and win.delay_target() == QDELAY_TARGET
 
 
 def test_a_window_not_in_use_does_not_speed_up():
@@ -304,6 +317,20 @@ def test_a_window_not_in_use_does_not_speed_up():
         win.round_acked = 20
         win.end_round()  # nothing left in flight: the sender had no more to send
     assert win.velocity == 1 and win.increase == DATAGRAM
+
+
+def test_a_window_whose_acks_came_in_one_batch_still_speeds_up():
+    win = _avoiding(400 * DATAGRAM)
+    win.in_flight = 0
+    for _ in range(VELOCITY_ROUNDS + 2):
+        acks = int(win.cwnd // DATAGRAM)
+        for _ in range(acks):
+            win.sent(DATAGRAM)
+        for _ in range(acks):  # the whole round's acks read in one batch, before any send
+            win.acked(DATAGRAM, BASE)
+        win.round_acked = acks
+        win.end_round()  # nothing in flight now, but the round delivered a whole window
+    assert win.velocity > 1 and win.increase > DATAGRAM
 
 
 def _timed_round(win: Window, rtt: float, now: float, acks: int = 20) -> float:
@@ -331,22 +358,22 @@ def test_a_flow_drains_once_soon_after_it_starts_and_restores_its_window():
 
 
 def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in_two_periods():
-    win = _avoiding()
+    win = _avoiding()  # (60 datagrams a round: the target's floor stays below QDELAY_TARGET)
     win.min_rtt = BASE + 0.008  # what a flow starting behind another's standing queue measured
     now = 1.0
     while win.drains == 0:  # ... its drain finds the queue gone (the other flow yields to it)
-        now = _timed_round(win, BASE + 0.008 if not win.drain_cwnd else BASE, now)
+        now = _timed_round(win, BASE + 0.008 if not win.drain_cwnd else BASE, now, acks=60)
     assert win.min_rtt == pytest.approx(BASE)
     # the base grows for good (the window competes: its decreases do not drain it); one
     # period above it keeps the smaller, the second learns it, and the window stops competing
     grown = BASE + 0.005
     while win.drains < 3:
-        now = _timed_round(win, grown, now)
+        now = _timed_round(win, grown, now, acks=60)
         if win.drains == 2:
             assert win.min_rtt == pytest.approx(BASE) and win.competing
     assert win.min_rtt == pytest.approx(grown)
     for _ in range(2):
-        now = _timed_round(win, grown, now)
+        now = _timed_round(win, grown, now, acks=60)
     assert not win.competing
 
 
@@ -385,14 +412,15 @@ def test_a_queue_within_twice_the_target_never_makes_the_window_compete():
 def test_a_starved_window_still_sees_the_queue_that_starves_it():
     win = _avoiding(100 * DATAGRAM)
     now = _timed_round(win, BASE, 1.0)
-    now = _timed_round(win, BASE, now, acks=100)  # 100 datagrams in a 10 ms round: the path's rate
+    for _ in range(2):  # 100 datagrams in each 10 ms round: the path's rate
+        now = _timed_round(win, BASE, now, acks=100)
     assert win.path_rate == pytest.approx(100 * DATAGRAM / BASE)
     win.cwnd = win.ssthresh = float(2 * MIN_WINDOW)  # squeezed by a queue-filling neighbour
     queue = BASE + 5 * QDELAY_TARGET
     for _ in range(2 * (COMPETE_STRIKES + 1)):
         now = _timed_round(win, queue, now, acks=4)
     # its own rate (two datagrams a round) would put the target past the queue; the path's does not
-    assert 2 * MIN_WINDOW * queue / win.cwnd > 5 * QDELAY_TARGET
+    assert 2 * MIN_WINDOW * queue / (2 * MIN_WINDOW) > 5 * QDELAY_TARGET
     assert win.delay_target() == QDELAY_TARGET and win.competing
 
 
