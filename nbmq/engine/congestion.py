@@ -472,8 +472,8 @@ class Window:
         they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
         times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
         grew the window with no round above the target (at most ``VELOCITY_SHARE`` of the
-        window; ``COMPETE_INCREASE`` while ``competing``), the window in use (it held, or the
-        round delivered, at least half of it). A span of rounds ``RATE_SPAN`` long or longer
+        window; ``COMPETE_INCREASE`` while ``competing``), the window in use (it held, or on a
+        host-bound path the round delivered, at least half of it). A span of rounds ``RATE_SPAN`` long or longer
         gives the path's rate (:attr:`path_rate`).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
         first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
@@ -557,10 +557,14 @@ class Window:
         elif self.hold:
             self.hold -= 1
         elif not congested:
-            if 2 * max(self.in_flight, self.round_acked * DATAGRAM) < self.cwnd:
-                # the sender has less to send than the window holds (what the round delivered
-                # too: the acks of one batch are all counted before the sender refills)
-                self.velocity = 1
+            in_use = self.in_flight
+            if self.path_rate > HOST_RATE:
+                # host-bound: a receiver's acks of a whole window come in one batch, all counted
+                # before the sender refills, so what the round delivered was in use too (on a
+                # link acks come spread out, and counting them made a window beside TCP overshoot)
+                in_use = max(in_use, self.round_acked * DATAGRAM)
+            if 2 * in_use < self.cwnd:
+                self.velocity = 1  # the sender has less to send than the window holds
                 self.calm_rounds = 0
             elif rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
                 self.calm_rounds += 1  # the window, in use, grew and found no standing queue
