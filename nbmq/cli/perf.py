@@ -202,6 +202,9 @@ def _recv(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     message = recv(timeout=wait)
                     got, size = 1, sum(map(len, message))
+                    if not received:  # the first message starts the clock, as local_thr's does: a
+                        # sender done before we woke is then timed by the drain after it
+                        first, head, head_bytes = clock(), 1, size
                     while got < count - received:  # drain
                         try:
                             message = recv()
@@ -212,7 +215,7 @@ def _recv(args: argparse.Namespace) -> dict[str, Any]:
             except WouldBlock:
                 break
             last = clock()
-            if not received:  # the first burst starts the clock: the rate counts those after it
+            if not received and not head:  # the first batch starts the clock: the rate counts those after it
                 first, head, head_bytes = last, got, size
             received += got
             nbytes += size
