@@ -745,7 +745,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef bint whole_ok = False, stale = True, noted = False
     cdef uint64_t noted_sid = 0, mid
     cdef double until_c, now_c, ttl_c
-    cdef object addr, peer, key, until, sent_to = None
+    cdef object addr, peer, key, sent_to = None
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef _AckRun run = _AckRun.__new__(_AckRun)
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
@@ -832,8 +832,10 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                 peer = peers.get(sid_o)
                 if _peer_ok(peer, addr) and <int64_t>len(ready) < hwm:
                     key = (sid_o, (<tuple>frame)[1])
-                    until = dedup.get(sid_o, key[1])
-                    if until is None or until <= now:
+                    sid = PyLong_AsUnsignedLongLongMask(sid_o)
+                    mid = PyLong_AsUnsignedLongLongMask(key[1])
+                    until_c = dedup.find(sid, mid)
+                    if not until_c > now_c:  # absent (NaN) or past
                         peer.heard(now)
                         count += 1
                         nbytes += length
@@ -849,10 +851,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         if parts is not None:
                             ready.append(parts)
                             completed += 1
-                            dedup.store(PyLong_AsUnsignedLongLongMask(sid_o),
-                                        PyLong_AsUnsignedLongLongMask(key[1]), now_c + ttl_c)
+                            dedup.store(sid, mid, now_c + ttl_c)
                         if len(ctrl) < MAX_CTRL:
-                            ctrl.append(_pair(_ack_frame(PyLong_AsUnsignedLongLongMask(sid_o),
+                            ctrl.append(_pair(_ack_frame(sid,
                                                          PyLong_AsUnsignedLongLongMask(_ack_hash(data))),
                                               addr))
                             queued += 1

@@ -75,6 +75,15 @@ cdef inline uint64_t _slot_hash(uint64_t session_id, uint64_t message_id) noexce
     return h ^ (h >> 31)
 
 
+cdef inline Py_ssize_t _table_capacity(Py_ssize_t live) noexcept:
+    """Slots for ``live`` keys: a power of two, at least four times ``live + 1`` (a quarter
+    full after a rehash, so the table grows and shrinks rarely)."""
+    cdef Py_ssize_t capacity = MIN_CAPACITY
+    while capacity < (live + 1) * 4:
+        capacity *= 2
+    return capacity
+
+
 cdef class DedupWindow:
     """The messages a receive queue delivered lately: ``(session_id, message_id)`` (u64 each)
     -> until when a repeat is a duplicate (seconds), forgotten oldest-put first by
@@ -176,15 +185,12 @@ cdef class DedupWindow:
 
     cdef int store(self, uint64_t session_id, uint64_t message_id, double until) except -1:
         """Remember the key until ``until`` (seconds), as the newest entry."""
-        cdef Py_ssize_t i = self._index(session_id, message_id), mask, capacity
+        cdef Py_ssize_t i = self._index(session_id, message_id), mask
         cdef uint64_t seq = self.next_seq
         cdef DedupSlot* s
         if i < 0:
             if (self.used + 1) * 2 > self.capacity:  # at most half full: short probes for absent keys
-                capacity = MIN_CAPACITY
-                while capacity < (self.live + 1) * 4:
-                    capacity *= 2
-                self._rehash(capacity)
+                self._rehash(_table_capacity(self.live))
             mask = self.capacity - 1
             i = <Py_ssize_t>(_slot_hash(session_id, message_id) & <uint64_t>mask)
             while self.slots[i].seq >= FIRST_SEQ:
@@ -215,7 +221,7 @@ cdef class DedupWindow:
     def expire(self, double now):
         """Forget entries oldest-put first while their until is <= ``now`` (seconds), up to
         the first that is not; returns how many were forgotten."""
-        cdef Py_ssize_t forgotten = 0, i, capacity
+        cdef Py_ssize_t forgotten = 0, i
         cdef DedupRecord* r
         while self.count:
             if self.count > EXPIRE_AHEAD:  # (the slots of later records load meanwhile)
@@ -234,10 +240,7 @@ cdef class DedupWindow:
         if self.count == 0:
             self.head = 0
         if self.live * 16 < self.capacity and self.capacity > MIN_CAPACITY:  # shrink after a burst
-            capacity = MIN_CAPACITY
-            while capacity < (self.live + 1) * 4:
-                capacity *= 2
-            self._rehash(capacity)
+            self._rehash(_table_capacity(self.live))
         if self.count * 8 < self.ring_capacity and self.ring_capacity > MIN_CAPACITY:
             self._resize_ring(self.ring_capacity // 2)
         return forgotten
