@@ -49,16 +49,16 @@ SECURE_MODES: dict[str, int | None] = {"secure": 0, "bundled": None}
 MODES = ("plain", *SECURE_MODES)
 
 
-def keys(mode: str = "secure") -> tuple[dict[str, Any], dict[str, Any]]:
+def keys(mode: str = "secure", max_datagram_size: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(bound side's options, connecting side's options) of a fresh pair: none for "plain",
-    else new keys and the mode's ``max_datagram_size``."""
+    else new keys and ``max_datagram_size`` (bytes; None: the mode's)."""
     import nbmq
 
     if mode == "plain":
         return {}, {}
     server_public, server_secret = nbmq.generate_keypair()
     client_public, client_secret = nbmq.generate_keypair()
-    size = SECURE_MODES[mode]
+    size = SECURE_MODES[mode] if max_datagram_size is None else max_datagram_size
     return (
         {"secret_key": server_secret, "allowed_public_keys": [client_public], "max_datagram_size": size},
         {"secret_key": client_secret, "server_public_key": server_public, "max_datagram_size": size},
@@ -95,14 +95,14 @@ def udp_case(size: int, duration: float, mode: str) -> tuple:
     )
 
 
-def engine_pair(mode: str) -> tuple[Any, Any]:
+def engine_pair(mode: str, max_datagram_size: int | None = None) -> tuple[Any, Any]:
     """(server, client) Dealer engines, connected on the simulator, options as bench_engine's;
-    ``mode`` one of :data:`MODES`."""
+    ``mode`` one of :data:`MODES`, ``max_datagram_size`` as :func:`keys`'."""
     from nbmq.engine import Dealer
     from nbmq.options import SocketOptions
     from nbmq.testing import Link, connected_pair
 
-    server_extra, client_extra = keys(mode)
+    server_extra, client_extra = keys(mode, max_datagram_size)
     big = dict(send_hwm=10_000, recv_hwm=100_000, max_tick_send=10_000)
     _, server, client = connected_pair(
         Dealer(SocketOptions(**big, **server_extra), random.Random(1)),
@@ -133,12 +133,10 @@ def side_costs(size: int, mode: str, rounds: int = 40) -> tuple[float, float]:
 
     from nbmq.transports.udp import path_datagram_size
 
-    bundled = SECURE_MODES["bundled"]
-    SECURE_MODES["bundled"] = path_datagram_size(socket.AF_INET, ("127.0.0.1", 9), False)
-    try:
-        server, client = engine_pair(mode)
-    finally:
-        SECURE_MODES["bundled"] = bundled
+    bundle = None
+    if mode == "bundled" and SECURE_MODES["bundled"] is None:  # (--bundle-size sets one)
+        bundle = path_datagram_size(socket.AF_INET, ("127.0.0.1", 9), False)
+    server, client = engine_pair(mode, bundle)
     message = [bytes(range(256)) * (size // 256) + bytes(size % 256)]
     sends, receives = [], []
     now = 1.0
