@@ -46,7 +46,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
 from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
-from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState
+from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState, SocketState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -248,7 +248,7 @@ cdef inline bint _small_u8(cnp.ndarray part) noexcept:
             and cnp.PyArray_IS_C_CONTIGUOUS(part) and cnp.PyArray_NBYTES(part) <= MAX_CHUNK)
 
 
-def send(self, parts, now):
+def send(SocketState self not None, parts, now):
     """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
     compiled.
 
@@ -295,7 +295,7 @@ def send(self, parts, now):
     self._nonce = py_nonce + 1
 
 
-def send_packed(self, data, offsets, lengths, now):
+def send_packed(SocketState self not None, data, offsets, lengths, now):
     """Queue one-part messages packed in ``data`` (message ``i`` is
     ``data[offsets[i] : offsets[i] + lengths[i]]``) while under ``send_hwm``:
     ``Socket.send_packed`` of a Dealer or SafeDealer, compiled (same arguments, return, errors).
@@ -359,7 +359,7 @@ def send_packed(self, data, offsets, lengths, now):
     return taken
 
 
-cdef inline void _write_back(object self, SendQueueState sendq, Py_ssize_t held, Py_ssize_t queued,
+cdef inline void _write_back(SocketState self, SendQueueState sendq, Py_ssize_t held, Py_ssize_t queued,
                              uint64_t nonce) except *:
     """End a run of :func:`send_packed`: ``queued`` small messages were appended (the queue
     now holds ``held``) and the next nonce is ``nonce``."""
@@ -1036,6 +1036,7 @@ cdef class _AckRun:
     code could read it (``end_round``, ``reorder_wait``, ``fast_resend``, the Python ack,
     a slow datagram) and at the end of the batch; plus the queue's counters they change."""
     cdef object win           # the Window cached, or None
+    cdef object order, popleft  # its transmission order (a deque) and that deque's popleft
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
@@ -1047,6 +1048,9 @@ cdef class _AckRun:
 
     cdef int load(self, object win) except -1:
         self.win = win
+        if self.order is not win.order:
+            self.order = win.order
+            self.popleft = self.order.popleft
         self.in_flight = win.in_flight
         self.round_acked = win.round_acked
         self.round_end = win.round_end
@@ -1092,7 +1096,7 @@ cdef class _AckRun:
         return 0
 
 
-cdef object _ack(object sendq, uint64_t session_id, object h, object now, object out,
+cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now, object out,
                  _AckRun run):
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
@@ -1182,7 +1186,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     run.acked += 1  # (sendq.window_opened() at store)
     run.round_acked += 1
     tx = flight.tx
-    order = win.order
+    order = run.order
+    popleft = run.popleft
     if tx >= run.round_end:
         run.store(sendq)
         win.end_round(now)
@@ -1195,10 +1200,10 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         other = (<tuple>entry)[1]
         if isinstance(other, Flight):  # (a SmallMessage too)
             if (<Flight>other).tx != otx or (<Flight>other).win is None:
-                order.popleft()
+                popleft()
                 continue
         elif other.tx != otx or other.win is None:
-            order.popleft()
+            popleft()
             continue
         if otx <= limit:
             run.store(sendq)  # Python code reads the window from here on
@@ -1214,7 +1219,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
                 sent_before = reo if reo > x else x
             if other.last_sent > sent_before:
                 break
-            order.popleft()
+            popleft()
             if not sendq.fast_resend(other, win, now, out):
                 order.appendleft(entry)  # left to its timer
                 break
@@ -1325,13 +1330,13 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     cdef Py_buffer* b
     cdef bytes frame
     cdef Flight flight
-    cdef object small, msg, peer, addr = None, last = None, win = None, order = None
+    cdef object small, msg, peer, addr = None, last = None, win = None, order_append = None
     cdef object h, frames, view
     cdef SmallMessage sm
     if not sendq.congestion or not nring:
         return _take_safe_py(sendq, now, limit, out, ring)
     queue = sendq._queue
-    inflight = sendq._inflight
+    cdef dict inflight = <dict?>sendq._inflight
     windows = sendq.windows
     ivl = sendq.resend_ivl
     rr = sendq._rr
@@ -1407,7 +1412,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
-            order = win.order
+            order_append = win.order.append
             rto = win.rto
             due_c = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
             tx = win.tx
@@ -1444,7 +1449,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
                 flight = _flight(Flight.__new__(Flight), h, view, msg, due_c, now, win, tx)
                 inflight[h] = flight
-                order.append(_pair(tx, flight))
+                order_append(_pair(tx, flight))
                 tx += 1
                 j += 1
             msg.unacked += j - i
@@ -1476,7 +1481,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
         else:
             flight = _flight(Flight.__new__(Flight), h, frame, msg, due_c, now, win, tx)
         inflight[h] = flight
-        order.append(_pair(tx, flight))
+        order_append(_pair(tx, flight))
         tx += 1
         if type(msg) is SmallMessage:
             sm.unacked += 1
