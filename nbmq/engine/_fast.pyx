@@ -21,7 +21,8 @@ SafeDealer: :func:`send` too; :func:`receive_batch_safe` (twin of
 state in C; a sharded message's frames too) and :func:`take_safe`
 (``SendQueue._take_safe`` under congestion control for small and sharded messages, reached
 through :func:`take`), whose frames awaiting acks are :class:`Flight` records (the twin of
-``queues._Flight``). :class:`SmallMessage` and :class:`Flight` are not tracked by the cycle
+``queues._Flight``); a small message is its own flight (:class:`SmallMessage` derives from
+:class:`Flight`: one object per message in flight, not two). Neither is tracked by the cycle
 collector (its collections were a quarter of the 100 B sender's time).
 
 The queues' hot fields are C fields of their shared compiled bases
@@ -44,8 +45,8 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
-from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
-from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState
+from nbmq._wire cimport DATA_HEADER, FNV_BASIS, FNV_MUL, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
+from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState, SocketState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -101,26 +102,126 @@ cdef inline uint64_t _message_id(uint64_t nonce):
     return _fnv(b, 8, FNV_BASIS)
 
 
-@cython.no_gc  # it holds no object that could lead back to it: refcounting frees it
-cdef class SmallMessage:
+cdef inline bytes _small_frame(uint64_t sid, uint64_t mid, bytes small):
+    """codec.encode_data_frame(sid, mid, 1, 0, size, size, 0, small): a whole one-frame message."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(small)
+    cdef bytes frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
+    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(frame)
+    o[0] = 1
+    o[1] = 0
+    _put_be(o + 2, sid, 8)
+    _put_be(o + 10, mid, 8)
+    o[18] = 1
+    o[19] = 0
+    _put_be(o + 20, <uint64_t>size, 4)
+    _put_be(o + 24, <uint64_t>size, 4)
+    _put_be(o + 28, <uint64_t>size, 2)
+    _put_be(o + 30, 0, 4)
+    memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
+    return frame
+
+
+@cython.no_gc
+cdef class Flight:
+    """One SafeDealer frame awaiting its ack: the compiled twin of
+    ``nbmq.engine.queues._Flight`` (same attributes, constructor and ``forget``), made by
+    :func:`take_safe` for a frame of a sharded message, without a Python ``__init__``, and
+    read by :func:`ack` as C fields. A small message is its own flight
+    (:class:`SmallMessage` derives from this class): one record per message, not two.
+
+    Not tracked by the cycle collector (one per message in flight: the 100 B sender's
+    collections walked them all). Its one cycle, window -> ``order`` -> flight ->
+    ``win``, is broken by ``SendQueue.clear`` and ``SendQueue.__del__``; an ack or
+    ``forget`` breaks it for each flight."""
+
+    cdef public object hash, view, win
+    cdef object message          # the message; None for a SmallMessage, which is its own
+    cdef public double due, sent_at, last_sent
+    cdef public Py_ssize_t resends, tx, fast
+
+    def __init__(self, h, view, msg, double due, double sent_at=0.0, win=None):
+        self.hash = h
+        self.view = view
+        self.message = msg
+        self.due = due
+        self.resends = 0
+        self.sent_at = sent_at
+        self.win = win
+        self.tx = -1
+        self.last_sent = sent_at
+        self.fast = 0
+
+    @property
+    def msg(self):
+        """The message this frame belongs to (an ``OutMessage``, or the flight itself)."""
+        return self if self.message is None else self.message
+
+    def forget(self):
+        if self.win is not None:
+            self.win.forget(len(self.view))
+            self.win = None
+
+
+cdef inline Flight _flight(Flight f, object h, object view, object msg, double due, double now,
+                           object win, Py_ssize_t tx):
+    """``f`` made ``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``
+    (``f``: a new Flight, or a SmallMessage sent, with ``msg`` None: its own flight)."""
+    f.hash = h
+    f.view = view
+    f.message = msg
+    f.due = due
+    f.sent_at = now
+    f.last_sent = now
+    f.win = win
+    f.tx = tx
+    return f
+
+
+@cython.final
+@cython.no_gc  # it holds no object that could lead back to it but its window (see Flight)
+cdef class SmallMessage(Flight):
     """A one-part message of at most 466 bytes queued by :func:`send`: the twin of
     ``OutMessage(None, message_id, None, None, small)`` (``SendQueue.push_small``) with the
     same attributes (see ``nbmq.engine.queues.OutMessage``), built without a Python
-    ``__init__`` (the cost of one per message)."""
+    ``__init__`` (the cost of one per message). On a SafeDealer it is also the flight of its
+    one frame once :func:`take_safe` sent it (``view``: the frame, ``msg``: itself), so a
+    message in flight is one object; its id is a C u64 (``message_id`` makes the int)."""
 
-    cdef public object sharded, small, message_id, peer, frames, group
+    cdef public object small, peer
+    cdef object _frames       # frames the Python take made (a list of one), else None
+    cdef uint64_t mid
     cdef public Py_ssize_t sent, unacked
     cdef public bint dropped
 
+    @property
+    def message_id(self):
+        return PyLong_FromUnsignedLongLong(self.mid)
 
-cdef inline SmallMessage _small_message(bytes part, object message_id):
+    @property
+    def sharded(self):
+        return None
+
+    @property
+    def group(self):
+        return None
+
+    @property
+    def frames(self):
+        """The one frame as a sequence once made (by the Python take, or sent here), else None."""
+        if self._frames is not None:
+            return self._frames
+        return None if self.view is None else (self.view,)
+
+    @frames.setter
+    def frames(self, value):
+        self._frames = value
+
+
+cdef inline SmallMessage _small_message(bytes part, uint64_t message_id):
     cdef SmallMessage msg = SmallMessage.__new__(SmallMessage)
-    msg.sharded = None
     msg.small = part
-    msg.message_id = message_id
-    msg.peer = None
-    msg.frames = None
-    msg.group = None
+    msg.mid = message_id
+    msg.tx = -1
     return msg
 
 
@@ -147,7 +248,7 @@ cdef inline bint _small_u8(cnp.ndarray part) noexcept:
             and cnp.PyArray_IS_C_CONTIGUOUS(part) and cnp.PyArray_NBYTES(part) <= MAX_CHUNK)
 
 
-def send(self, parts, now):
+def send(SocketState self not None, parts, now):
     """Queue one multipart message: ``Socket.send(parts, now)`` of a Dealer or SafeDealer,
     compiled.
 
@@ -188,13 +289,13 @@ def send(self, parts, now):
         return _send_py(self, parts, now)
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
-    sendq._queue.append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(nonce))))
+    sendq._queue.append(_small_message(part, _message_id(nonce)))
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
 
 
-def send_packed(self, data, offsets, lengths, now):
+def send_packed(SocketState self not None, data, offsets, lengths, now):
     """Queue one-part messages packed in ``data`` (message ``i`` is
     ``data[offsets[i] : offsets[i] + lengths[i]]``) while under ``send_hwm``:
     ``Socket.send_packed`` of a Dealer or SafeDealer, compiled (same arguments, return, errors).
@@ -245,7 +346,7 @@ def send_packed(self, data, offsets, lengths, now):
                 held = sendq.held
                 taken += 1
                 continue
-            append(_small_message(part, PyLong_FromUnsignedLongLong(_message_id(nonce))))
+            append(_small_message(part, _message_id(nonce)))
             nonce += 1
             held += 1
             queued += 1
@@ -258,7 +359,7 @@ def send_packed(self, data, offsets, lengths, now):
     return taken
 
 
-cdef inline void _write_back(object self, SendQueueState sendq, Py_ssize_t held, Py_ssize_t queued,
+cdef inline void _write_back(SocketState self, SendQueueState sendq, Py_ssize_t held, Py_ssize_t queued,
                              uint64_t nonce) except *:
     """End a run of :func:`send_packed`: ``queued`` small messages were appended (the queue
     now holds ``held``) and the next nonce is ``nonce``."""
@@ -275,8 +376,7 @@ def take(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, 
     that is not safe, with a peer connected: each goes to the next peer of ``ring`` in turn as
     one ``bytes`` frame. From the first other message on, ``SendQueue.take`` does the rest."""
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr
-    cdef uint64_t sid = 0
-    cdef unsigned char* o
+    cdef uint64_t sid = 0, mid_c = 0
     cdef bytes frame
     cdef object small, msg, peer = None, addr = None, last = None, mid
     cdef SmallMessage sm
@@ -291,15 +391,16 @@ def take(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, 
         msg = queue[0]
         if type(msg) is SmallMessage:
             sm = <SmallMessage>msg
-            if sm.peer is not None or sm.frames is not None or sm.dropped:
+            if sm.peer is not None or sm._frames is not None or sm.dropped:
                 break
             small = sm.small
-            mid = sm.message_id
+            mid_c = sm.mid
         elif type(msg) is OutMessage:
             small = msg.small
             if small is None or msg.peer is not None or msg.frames is not None or msg.dropped:
                 break
             mid = msg.message_id
+            mid_c = PyLong_AsUnsignedLongLongMask(mid)
         else:
             break
         if type(small) is not bytes:
@@ -317,19 +418,7 @@ def take(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, 
             addr = peer._addr
         rr += 1
         size = PyBytes_GET_SIZE(small)
-        frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
-        o = <unsigned char*>PyBytes_AS_STRING(frame)
-        o[0] = 1
-        o[1] = 0
-        _put_be(o + 2, sid, 8)
-        _put_be(o + 10, PyLong_AsUnsignedLongLongMask(mid), 8)
-        o[18] = 1
-        o[19] = 0
-        _put_be(o + 20, <uint64_t>size, 4)
-        _put_be(o + 24, <uint64_t>size, 4)
-        _put_be(o + 28, <uint64_t>size, 2)
-        _put_be(o + 30, 0, 4)
-        memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
+        frame = _small_frame(sid, mid_c, <bytes>small)
         if type(msg) is SmallMessage:
             (<SmallMessage>msg).peer = peer
         else:
@@ -947,6 +1036,7 @@ cdef class _AckRun:
     code could read it (``end_round``, ``reorder_wait``, ``fast_resend``, the Python ack,
     a slow datagram) and at the end of the batch; plus the queue's counters they change."""
     cdef object win           # the Window cached, or None
+    cdef object order, popleft  # its transmission order (a deque) and that deque's popleft
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
@@ -958,6 +1048,9 @@ cdef class _AckRun:
 
     cdef int load(self, object win) except -1:
         self.win = win
+        if self.order is not win.order:
+            self.order = win.order
+            self.popleft = self.order.popleft
         self.in_flight = win.in_flight
         self.round_acked = win.round_acked
         self.round_end = win.round_end
@@ -1003,7 +1096,7 @@ cdef class _AckRun:
         return 0
 
 
-cdef object _ack(object sendq, uint64_t session_id, object h, object now, object out,
+cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now, object out,
                  _AckRun run):
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
@@ -1013,11 +1106,17 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     cdef SmallMessage sm
     inflight = <dict>sendq._inflight
     obj = inflight.get(h)
-    if type(obj) is not Flight or type(now) is not float or type(out) is not list:
+    if type(obj) is SmallMessage:  # a small message, its own flight
+        flight = <Flight>obj
+        msg = obj
+    elif type(obj) is Flight:
+        flight = <Flight>obj
+        msg = flight.message
+    else:
+        msg = None
+    if msg is None or type(now) is not float or type(out) is not list:
         run.store(sendq)
         return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
-    flight = <Flight>obj
-    msg = flight.msg
     if type(msg) is SmallMessage:
         sm = <SmallMessage>msg
         peer = sm.peer
@@ -1087,7 +1186,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     run.acked += 1  # (sendq.window_opened() at store)
     run.round_acked += 1
     tx = flight.tx
-    order = win.order
+    order = run.order
+    popleft = run.popleft
     if tx >= run.round_end:
         run.store(sendq)
         win.end_round(now)
@@ -1098,12 +1198,12 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
         entry = order[0]
         otx = (<tuple>entry)[0]
         other = (<tuple>entry)[1]
-        if type(other) is Flight:
+        if isinstance(other, Flight):  # (a SmallMessage too)
             if (<Flight>other).tx != otx or (<Flight>other).win is None:
-                order.popleft()
+                popleft()
                 continue
         elif other.tx != otx or other.win is None:
-            order.popleft()
+            popleft()
             continue
         if otx <= limit:
             run.store(sendq)  # Python code reads the window from here on
@@ -1119,7 +1219,7 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
                 sent_before = reo if reo > x else x
             if other.last_sent > sent_before:
                 break
-            order.popleft()
+            popleft()
             if not sendq.fast_resend(other, win, now, out):
                 order.appendleft(entry)  # left to its timer
                 break
@@ -1143,12 +1243,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
     if sm.dropped:
         return True
     sm.unacked -= 1
-    if sm.unacked == 0 and sm.frames is not None and sm.sent == len(sm.frames):
-        if sm.group is None:  # SendQueue.release_message
-            run.released += 1
-        else:
-            run.store(sendq)
-            sendq.release_message(msg)
+    if sm.unacked == 0 and sm.sent == 1:  # (its one frame made and sent; group: None)
+        run.released += 1  # SendQueue.release_message
     return True
 
 
@@ -1157,75 +1253,8 @@ cdef object _ack(object sendq, uint64_t session_id, object h, object now, object
 from nbmq.engine.congestion import Window as _Window
 
 
-@cython.final
-@cython.no_gc
-cdef class Flight:
-    """One SafeDealer frame awaiting its ack: the compiled twin of
-    ``nbmq.engine.queues._Flight`` (same attributes, constructor and ``forget``), made by
-    :func:`take_safe` without a Python ``__init__`` and read by :func:`ack` as C fields.
-
-    Not tracked by the cycle collector (one per message in flight: the 100 B sender's
-    collections walked them all). Its one cycle, window -> ``order`` -> flight ->
-    ``win``, is broken by ``SendQueue.clear`` and ``SendQueue.__del__``; an ack or
-    ``forget`` breaks it for each flight."""
-
-    cdef public object hash, view, msg, win
-    cdef public double due, sent_at, last_sent
-    cdef public Py_ssize_t resends, tx, fast
-
-    def __init__(self, h, view, msg, double due, double sent_at=0.0, win=None):
-        self.hash = h
-        self.view = view
-        self.msg = msg
-        self.due = due
-        self.resends = 0
-        self.sent_at = sent_at
-        self.win = win
-        self.tx = -1
-        self.last_sent = sent_at
-        self.fast = 0
-
-    def forget(self):
-        if self.win is not None:
-            self.win.forget(len(self.view))
-            self.win = None
-
-
-cdef inline Flight _flight(object h, object view, object msg, double due, double now, object win,
-                           Py_ssize_t tx):
-    """``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``."""
-    cdef Flight f = Flight.__new__(Flight)
-    f.hash = h
-    f.view = view
-    f.msg = msg
-    f.due = due
-    f.sent_at = now
-    f.last_sent = now
-    f.win = win
-    f.tx = tx
-    return f
-
 cdef object _take_safe_py = SendQueue._take_safe
 cdef object _frames_of_py = _frames_of
-
-
-cdef inline bytes _small_frame(uint64_t sid, object mid, bytes small):
-    """codec.encode_data_frame(sid, mid, 1, 0, size, size, 0, small): a whole one-frame message."""
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(small)
-    cdef bytes frame = PyBytes_FromStringAndSize(NULL, DATA_HEADER + size)
-    cdef unsigned char* o = <unsigned char*>PyBytes_AS_STRING(frame)
-    o[0] = 1
-    o[1] = 0
-    _put_be(o + 2, sid, 8)
-    _put_be(o + 10, PyLong_AsUnsignedLongLongMask(mid), 8)
-    o[18] = 1
-    o[19] = 0
-    _put_be(o + 20, <uint64_t>size, 4)
-    _put_be(o + 24, <uint64_t>size, 4)
-    _put_be(o + 28, <uint64_t>size, 2)
-    _put_be(o + 30, 0, 4)
-    memcpy(o + DATA_HEADER, PyBytes_AS_STRING(small), size)
-    return frame
 
 
 cdef list _frames(object sharded, object session_id):
@@ -1278,6 +1307,60 @@ cdef inline bint _one_bytes_frame(object frames):
     return type(frames) is list and len(<list>frames) == 1 and type((<list>frames)[0]) is bytes
 
 
+cdef enum:
+    HASH_RUN = 8        # small messages whose frames take_safe hashes together
+
+
+cdef inline void _fnv4(const unsigned char** p, const Py_ssize_t* n, uint64_t* out) noexcept nogil:
+    """FNV-1a 64 of the four byte ranges ``p[k][:n[k]]`` into ``out[k]``: four independent
+    chains in one loop, so the multiplications of one overlap the others' (one chain waits on
+    each multiply: about 4 cycles a byte)."""
+    cdef uint64_t h0 = FNV_BASIS, h1 = FNV_BASIS, h2 = FNV_BASIS, h3 = FNV_BASIS
+    cdef Py_ssize_t i, m = n[0]
+    for i in range(1, 4):
+        if n[i] < m:
+            m = n[i]
+    for i in range(m):
+        h0 = (h0 ^ p[0][i]) * FNV_MUL
+        h1 = (h1 ^ p[1][i]) * FNV_MUL
+        h2 = (h2 ^ p[2][i]) * FNV_MUL
+        h3 = (h3 ^ p[3][i]) * FNV_MUL
+    out[0] = _fnv(p[0] + m, n[0] - m, h0)
+    out[1] = _fnv(p[1] + m, n[1] - m, h1)
+    out[2] = _fnv(p[2] + m, n[2] - m, h2)
+    out[3] = _fnv(p[3] + m, n[3] - m, h3)
+
+
+cdef int _fly(list sent, dict inflight, object order_append, double due, double now, object win,
+              Py_ssize_t tx_end) except -1:
+    """Keep the small messages of ``sent`` (sent in that order, the last with transmission
+    number ``tx_end - 1``, their frames in ``view``) as their own flights: each frame's
+    FNV-1a 64 (four at a time), the flight's fields, its entry in ``inflight`` and its place in
+    the window's transmission order; then empty ``sent``."""
+    cdef Py_ssize_t n = len(sent), j, k, tx = tx_end - n
+    cdef const unsigned char* p[4]
+    cdef Py_ssize_t size[4]
+    cdef uint64_t hashes[HASH_RUN]
+    cdef SmallMessage sm
+    for j in range(n):
+        view = (<SmallMessage>sent[j]).view
+        p[j & 3] = <const unsigned char*>PyBytes_AS_STRING(view)
+        size[j & 3] = PyBytes_GET_SIZE(view)
+        if j & 3 == 3:
+            _fnv4(p, size, hashes + j - 3)
+    for k in range(n & ~3, n):
+        hashes[k] = _fnv(p[k & 3], size[k & 3], FNV_BASIS)
+    for j in range(n):
+        sm = <SmallMessage>sent[j]
+        h = PyLong_FromUnsignedLongLong(hashes[j])
+        _flight(sm, h, sm.view, None, due, now, win, tx)
+        inflight[h] = sm
+        order_append(_pair(tx, sm))
+        tx += 1
+    del sent[:]
+    return 0
+
+
 def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, list ring):
     """``SendQueue._take_safe(now, limit, out, ring)`` (same arguments, return and effects).
 
@@ -1288,7 +1371,8 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     their fixed peer or the next of ``ring``, frame after frame (each a memoryview into the
     message's buffer, its session id written in), up to the window (at least one frame per
     message when the window has room at its start, as the twin). Each frame
-    is kept as a :class:`Flight` in the peer's transmission order. From the first other
+    is kept as a :class:`Flight` (a small message: the message itself) in the peer's
+    transmission order. From the first other
     message (dropped, a peer not connected, a full window) on, ``SendQueue._take_safe`` does
     the rest, from the same state."""
     cdef Py_ssize_t n = 0, nbytes = 0, size, nring = len(ring), rr, tx = 0, in_flight = 0
@@ -1300,13 +1384,14 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     cdef Py_buffer* b
     cdef bytes frame
     cdef Flight flight
-    cdef object small, msg, peer, addr = None, last = None, win = None, order = None
+    cdef object small, msg, peer, addr = None, last = None, win = None, order_append = None
     cdef object h, frames, view
     cdef SmallMessage sm
+    cdef list sent = []  # small messages sent, not yet kept as flights (see _fly)
     if not sendq.congestion or not nring:
         return _take_safe_py(sendq, now, limit, out, ring)
     queue = sendq._queue
-    inflight = sendq._inflight
+    cdef dict inflight = <dict?>sendq._inflight
     windows = sendq.windows
     ivl = sendq.resend_ivl
     rr = sendq._rr
@@ -1320,17 +1405,19 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             sm = <SmallMessage>msg
             if sm.dropped:
                 break
-            if sm.frames is not None:
+            if sm._frames is not None:
                 # its frame was made, but its window was full (the Python code assigns the
                 # peer and encodes before that check): send it as that code would
-                if sm.peer is None or sm.sent != 0 or not _one_bytes_frame(sm.frames):
+                if sm.peer is None or sm.sent != 0 or not _one_bytes_frame(sm._frames):
                     break
                 peer = sm.peer
-                frame = <bytes>sm.frames[0]
+                frame = <bytes>sm._frames[0]
             elif sm.peer is not None:
                 break
             small = sm.small
         elif type(msg) is OutMessage:
+            if sent:  # (its flights come after theirs in the window's order)
+                _fly(sent, inflight, order_append, due_c, now, win, tx)
             small = msg.small
             if small is None:  # sharded: its peer and frames made as the twin makes them
                 if msg.dropped or msg.sharded is None:
@@ -1363,6 +1450,8 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                     rr = 0
                 peer = ring[rr]
         if peer is not last and last is not None:
+            if sent:
+                _fly(sent, inflight, order_append, due_c, now, win, tx)
             win.tx = tx
             win.pace_tokens -= in_flight - win.in_flight  # (Window.pace_allow's bucket)
             win.in_flight = in_flight
@@ -1382,7 +1471,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
-            order = win.order
+            order_append = win.order.append
             rto = win.rto
             due_c = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
             tx = win.tx
@@ -1417,9 +1506,9 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 room -= size
                 in_flight += size
                 h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
-                flight = _flight(h, view, msg, due_c, now, win, tx)
+                flight = _flight(Flight.__new__(Flight), h, view, msg, due_c, now, win, tx)
                 inflight[h] = flight
-                order.append(_pair(tx, flight))
+                order_append(_pair(tx, flight))
                 tx += 1
                 j += 1
             msg.unacked += j - i
@@ -1432,23 +1521,29 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             continue
         if frame is None:
             rr += 1
-            frame = _small_frame(sid, sm.message_id if type(msg) is SmallMessage
-                                 else msg.message_id, <bytes>small)
             if type(msg) is SmallMessage:
+                frame = _small_frame(sid, sm.mid, <bytes>small)
                 sm.peer = peer
-                sm.frames = (frame,)
             else:
+                frame = _small_frame(sid, PyLong_AsUnsignedLongLongMask(msg.message_id),
+                                     <bytes>small)
                 msg.peer = peer
                 msg.frames = [frame]
         size = PyBytes_GET_SIZE(frame)
         out.append(_pair(frame, addr))
         nbytes += size
         in_flight += size
-        h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size,
-                                             FNV_BASIS))
-        flight = _flight(h, frame, msg, due_c, now, win, tx)  # tx: its place in win.order
-        inflight[h] = flight
-        order.append(_pair(tx, flight))
+        if type(msg) is SmallMessage:  # its own flight, made by _fly (tx: its place in win.order)
+            sm.view = frame
+            sent.append(sm)
+            if len(sent) == HASH_RUN:
+                _fly(sent, inflight, order_append, due_c, now, win, tx + 1)
+        else:
+            h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame),
+                                                 size, FNV_BASIS))
+            flight = _flight(Flight.__new__(Flight), h, frame, msg, due_c, now, win, tx)
+            inflight[h] = flight
+            order_append(_pair(tx, flight))
         tx += 1
         if type(msg) is SmallMessage:
             sm.unacked += 1
@@ -1458,6 +1553,8 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             msg.sent = 1
         n += 1
         popleft()
+    if sent:
+        _fly(sent, inflight, order_append, due_c, now, win, tx)
     if last is not None:
         win.tx = tx
         win.pace_tokens -= in_flight - win.in_flight

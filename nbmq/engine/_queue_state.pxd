@@ -1,6 +1,7 @@
-# The queues' state that compiled code reads and writes as C fields (nbmq.engine.queues'
-# SendQueue and RecvQueue derive from these classes; twins: queues.SendQueueStatePy,
-# RecvQueueStatePy, DedupWindowPy).
+# The queues' and the engine socket's state that compiled code reads and writes as C fields
+# (nbmq.engine.queues' SendQueue and RecvQueue and nbmq.engine.sockets' Socket derive from these
+# classes; twins: queues.SendQueueStatePy, RecvQueueStatePy, DedupWindowPy,
+# sockets.SocketStatePy).
 
 from libc.stdint cimport uint64_t
 
@@ -10,6 +11,11 @@ cdef class SendQueueState:
     cdef public bint safe, congestion, _blocked
     cdef public double resend_ivl
     cdef public object _queue, _inflight, windows
+
+
+cdef class SocketState:
+    cdef public bint _closed
+    cdef public object _now, _nonce, _sendq, _opts
 
 
 cdef class RecvQueueState:

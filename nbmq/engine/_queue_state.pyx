@@ -1,12 +1,13 @@
 # cython: language_level=3, embedsignature=True, boundscheck=False, wraparound=False
-"""The queues' hot state as C fields: the compiled bases of ``nbmq.engine.queues.SendQueue``
-and ``RecvQueue``, and the receive queue's dedup window.
+"""The engine's hot state as C fields: the compiled bases of ``nbmq.engine.queues.SendQueue``
+and ``RecvQueue`` and of ``nbmq.engine.sockets.Socket``, and the receive queue's dedup window.
 
 The queues (pure Python, the reference) derive from :class:`SendQueueState` and
 :class:`RecvQueueState`; compiled code (``nbmq.engine._fast``) cimports them
 (``_queue_state.pxd``) and reads and writes these fields without an attribute look-up, while
-the Python code reaches the same fields as attributes. Their twins, ``queues.SendQueueStatePy``
-and ``queues.RecvQueueStatePy``, have the same names as slots (``NBMQ_NO_EXTENSIONS=1``). The
+the Python code reaches the same fields as attributes. Their twins, ``queues.SendQueueStatePy``,
+``queues.RecvQueueStatePy`` and ``sockets.SocketStatePy``, have the same names as slots
+(``NBMQ_NO_EXTENSIONS=1``). The
 fields' meaning is documented on the queues. :class:`DedupWindow` is the C table twin of
 ``queues.DedupWindowPy``.
 """
@@ -52,6 +53,13 @@ cdef class SendQueueState:
     ``bytes_out`` and the round-robin index ``_rr``; ints), flags (``safe``, ``congestion``,
     ``_blocked``), ``resend_ivl`` (seconds) and the containers ``_queue`` (deque of messages),
     ``_inflight`` (dict hash -> flight) and ``windows`` (dict peer -> congestion window)."""
+
+
+cdef class SocketState:
+    """Fields of an engine ``Socket`` that every message's ``send`` reads or writes: ``_closed``
+    (bool), ``_now`` (seconds, the latest call's time), ``_nonce`` (int: the next message id's
+    counter), ``_sendq`` (its ``SendQueue``) and ``_opts`` (its ``SocketOptions``). A Python
+    attribute each cost the compiled send a look-up in the instance's dict."""
 
 
 cdef class RecvQueueState:

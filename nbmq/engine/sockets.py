@@ -45,7 +45,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Hashable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from ..errors import DecodeError, InteropError, NotSupported, OptionError, Would
 from ..events import DatagramsDropped, DisconnectReason, DropReason, MessageDropped
 from ..options import FIXED_OPTIONS, SocketOptions
 from ..wire import FNV_OFFSET_BASIS, VERSION, ControlFrame, DataFrame, FrameKind
+from . import queues
 from .connection import _CONNECTED, MAX_CONTROL_QUEUE, Connection, Datagram
 from .counters import PathState
 from .peers import Peer
@@ -84,7 +85,22 @@ def _load_fast() -> Any:
     return extensions.load("nbmq.engine._fast", needs="nbmq._codec")
 
 
-class Socket(Connection):
+class SocketStatePy:
+    """The fields of :class:`Socket` that the compiled ``send`` reads and writes (the
+    pure-Python twin of ``nbmq.engine._queue_state.SocketState``, which holds them as C
+    fields): ``_closed``, ``_now``, ``_nonce``, ``_sendq``, ``_opts``. Meanings: see
+    :class:`~nbmq.engine.connection.Connection` and :class:`Socket`."""
+
+    __slots__ = ("_closed", "_now", "_nonce", "_sendq", "_opts")
+
+
+if TYPE_CHECKING:
+    _SocketState = SocketStatePy
+else:  # the queues' module chose: the compiled fields, or the twin's slots
+    _SocketState = SocketStatePy if queues._compiled_state is None else queues._compiled_state.SocketState
+
+
+class Socket(Connection, _SocketState):
     """What every socket type shares: the queues, ``send``/``recv``, ``tick`` and the flush.
 
     Args:

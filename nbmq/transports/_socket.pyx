@@ -18,8 +18,6 @@ look-ups): about half of a 100 B Dealer sender's time per message.
 from cpython.bytes cimport PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_GET_SIZE
 
-import time
-
 import numpy
 
 from nbmq.errors import WouldBlock
@@ -42,7 +40,6 @@ cdef extern from "<time.h>" nogil:
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
 
-cdef object _monotonic = time.monotonic
 cdef object _ndarray = numpy.ndarray
 cdef object _send_py = None
 cdef object _recv_py = None
@@ -50,6 +47,13 @@ cdef Py_ssize_t _auto_flush = 64
 
 cdef enum:
     CHUNK = 466     # payload bytes of one datagram (wire.MAX_CHUNK)
+
+
+cdef inline double _now() noexcept nogil:
+    """``time.monotonic()`` (the same clock, rounded as CPython rounds it), without a call."""
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>(<long long>ts.tv_sec * 1000000000 + ts.tv_nsec) / 1e9
 
 
 def install(send_py, recv_py, Py_ssize_t auto_flush):
@@ -96,7 +100,7 @@ def send(self, parts, timeout=0.0, flush=None):
     if size > CHUNK:
         return _send_py(self, parts, timeout, flush)
     try:
-        self.engine.send(parts, _monotonic())
+        self._engine_send(parts, _now())  # (_now: time.monotonic's clock, without a call)
     except WouldBlock:  # (nothing was queued) the Python method waits, then queues it
         return _send_py(self, parts, timeout, flush)
     if flush is None:
@@ -106,7 +110,7 @@ def send(self, parts, timeout=0.0, flush=None):
             return
     elif not flush:
         return
-    self._flush_sent(_monotonic())
+    self._flush_sent(_now())
 
 
 def recv(self, timeout=0.0):
@@ -120,12 +124,6 @@ def recv(self, timeout=0.0):
     if ready and not self._unflushed:
         return ready.popleft()
     return _recv_py(self, timeout)
-
-
-cdef inline double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 def spin_readable(int fd, double seconds):

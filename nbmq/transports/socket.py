@@ -88,6 +88,7 @@ class Socket(OptionAttributes):
     __slots__ = (
         "options",
         "engine",
+        "_engine_send",
         "closed",
         "_link",
         "_events",
@@ -121,6 +122,7 @@ class Socket(OptionAttributes):
         except BaseException:
             link.close()
             raise
+        self._engine_send = self.engine.send  # (bound once: the compiled send calls it per message)
         self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
         self._cache_options()
         self._ready = self.engine.ready_queue

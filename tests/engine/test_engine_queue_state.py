@@ -1,6 +1,7 @@
-"""The queues' fields as C fields (``nbmq.engine._queue_state.SendQueueState`` and
-``RecvQueueState``, cimported by the compiled engine) and their pure-Python twins
-(``queues.SendQueueStatePy``, ``RecvQueueStatePy``): the same names, the ones chosen by the
+"""The queues' and the engine socket's fields as C fields (``nbmq.engine._queue_state.
+SendQueueState``, ``RecvQueueState`` and ``SocketState``, cimported by the compiled engine) and
+their pure-Python twins (``queues.SendQueueStatePy``, ``RecvQueueStatePy``,
+``sockets.SocketStatePy``): the same names, the ones chosen by the
 extension policy, and values that behave as Python attributes either way (the rest of the
 engine suite runs on whichever is built, and again with NBMQ_NO_EXTENSIONS=1)."""
 
@@ -66,6 +67,32 @@ def test_receive_fields_read_and_write_as_attributes():
     q.completed += 1
     assert (len(q), q.pulled, q.pull()) == (1, 0, [b"m"])
     assert q.pulled == 1
+
+
+def test_the_socket_derives_from_the_chosen_fields_class():
+    from nbmq.engine import sockets
+
+    base = sockets.Socket.__mro__[2]  # (after Connection)
+    assert sockets.Socket.__mro__[1].__name__ == "Connection"
+    if queues.COMPILED:
+        assert base is _compiled_class("SocketState")
+        names = {name for name, value in vars(base).items() if type(value).__name__ == "getset_descriptor"}
+        assert names == set(sockets.SocketStatePy.__slots__)
+    else:
+        assert base is sockets.SocketStatePy
+
+
+def test_socket_fields_read_and_write_as_attributes():
+    from nbmq.engine import Dealer, SafeDealer
+
+    for kind, first in ((Dealer, 1), (SafeDealer, 0)):
+        engine = kind.connecting(("127.0.0.1", 9), 0.5)
+        assert (engine._closed, engine._now, engine._nonce) == (False, 0.5, first)
+        assert isinstance(engine._sendq, SendQueue) and engine._opts.send_hwm == 1000
+        engine.send([b"m"], 0.75)  # the compiled send where built: the same fields
+        assert (engine._now, engine._nonce, len(engine._sendq)) == (0.75, first + 1, 1)
+        engine.close(1.0)
+        assert engine._closed is True and engine.closed
 
 
 def test_high_water_marks_past_a_machine_word_mean_no_bound_in_both_twins():

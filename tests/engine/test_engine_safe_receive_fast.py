@@ -362,7 +362,7 @@ def test_compiled_flight_is_the_python_flight():
 def test_compiled_take_keeps_going_after_a_full_window():
     """Once a peer's window filled (the Python take then makes the waiting message's frame),
     the compiled take still sends the messages after it when acks open the window: every
-    flight it makes is a _fast.Flight (it once handed the whole rest of the queue to the
+    flight it makes is a compiled one (a SmallMessage is its own; it once handed the whole rest of the queue to the
     Python take after the first full window)."""
     from nbmq.engine import sockets
 
@@ -399,7 +399,7 @@ def test_compiled_take_keeps_going_after_a_full_window():
         )
     assert sum(rounds) == 121 and q.held == 0 and q.in_flight == 0
     assert len([n for n in rounds if n]) >= 4  # the window filled, round after round
-    assert kinds == {"Flight"}
+    assert kinds == {"SmallMessage"}  # (a small message is its own flight)
 
 
 @pytest.mark.parametrize("close", [True, False])
@@ -607,3 +607,47 @@ def test_multi_frame_flights_in_flight_are_freed_with_their_engine(close):
     del engine
     gc.collect()
     assert order() is None
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 7, 8, 9, 13, 17])
+def test_small_messages_are_their_own_flights_hashed_as_the_codec_hashes(count):
+    """Small messages sent by the compiled take (hashed several at a time) are their own
+    flights, each under the codec's hash of its frame, in the window's transmission order
+    with the frames of a sharded message sent between them; every ack releases its message."""
+    from nbmq.engine import sockets
+
+    if sockets._fast is None:
+        pytest.skip("nbmq.engine._fast is not built")
+    engine = SafeDealer(SocketOptions(send_hwm=100, max_tick_send=1000), random.Random(7))
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    q = engine._sendq
+    engine.send([b"first"], 1.0)
+    engine.datagrams_to_send(1.0)
+    (win,) = q.windows.values()
+    win.cwnd = 1e9
+    sizes = [(i * 37) % 120 + 1 for i in range(count)]  # of differing lengths
+    for i, size in enumerate(sizes):
+        engine.send([bytes([i]) * size], 1.0)
+        if i == count // 2:
+            engine.send([bytes(1000)], 1.0)  # three frames, between the small ones
+    out = [d for d, _ in engine.datagrams_to_send(1.0) if bytes(d)[1] == 0]
+    assert len(out) == count + 3
+    flights = [q._inflight[codec.ack_hash(d)] for d in out]
+    for d, f in zip(out, flights):
+        assert bytes(f.view) == bytes(d) and f.win is win
+    small = [f for d, f in zip(out, flights) if int.from_bytes(bytes(d)[20:24], "big") != 1000]
+    assert all(type(f).__name__ == "SmallMessage" and f.msg is f for f in small)
+    assert [bytes(f.small) for f in small] == [bytes([i]) * size for i, size in enumerate(sizes)]
+    order = [(tx, f) for tx, f in win.order if f.win is not None][1:]  # (after "first")
+    assert [f for _, f in order] == flights and [f.tx for f in flights] == [tx for tx, _ in order]
+    assert [tx for tx, _ in order] == list(range(order[0][0], order[0][0] + len(out)))
+    acks = b"".join(_ack(sid, d) for d in out)
+    engine.receive_datagrams(
+        memoryview(acks), [18 * i for i in range(len(out))], [18] * len(out), [A] * len(out), 1.001
+    )
+    assert q.in_flight == 1 and q.held == 1  # ("first" is not acked)
