@@ -45,7 +45,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
 from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
-from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState
+from nbmq.engine._queue_state cimport DedupWindow, ReadyQueue, RecvQueueState, SendQueueState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -433,77 +433,6 @@ cdef inline bint _whole_frame(const unsigned char* p, Py_ssize_t length, int64_t
             and _be(p + 30, 4) == 0 and <int64_t>size <= room)
 
 
-cdef inline cnp.ndarray _part(const unsigned char* p, Py_ssize_t length):
-    """The message's one part: a new uint8 array holding the frame's chunk."""
-    cdef cnp.npy_intp dims[1]
-    dims[0] = <cnp.npy_intp>(length - DATA_HEADER)
-    cdef cnp.ndarray part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
-    memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, length - DATA_HEADER)
-    return part
-
-
-cdef inline cnp.ndarray _int64s(Py_ssize_t n):
-    cdef cnp.npy_intp dims[1]
-    dims[0] = <cnp.npy_intp>n
-    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
-
-
-def pack_ready(ready, Py_ssize_t max_messages):
-    """Compiled twin of ``sockets._pack_ready`` (``Socket.recv_packed``'s packing): pop up to
-    ``max_messages`` one-part messages off ``ready`` and return ``(data, offsets, lengths)``
-    (uint8, int64, int64), or None when the first is multipart (nothing popped)."""
-    cdef list taken = []
-    cdef list message
-    cdef Py_ssize_t n = 0, i, total = 0, size
-    cdef Py_buffer view
-    cdef cnp.ndarray offsets, lengths, data
-    cdef int64_t* off
-    cdef int64_t* lens
-    cdef unsigned char* out
-    while n < max_messages and ready:
-        message = ready[0]
-        if len(message) != 1:
-            break
-        taken.append(message[0])
-        ready.popleft()
-        n += 1
-    if not n:
-        return None
-    offsets = _int64s(n)
-    lengths = _int64s(n)
-    off = <int64_t*>cnp.PyArray_DATA(offsets)
-    lens = <int64_t*>cnp.PyArray_DATA(lengths)
-    for i in range(n):
-        part = taken[i]
-        size = cnp.PyArray_DIM(<cnp.ndarray>part, 0) if _flat_array(part) else len(part)
-        off[i] = total
-        lens[i] = size
-        total += size
-    cdef cnp.npy_intp dims[1]
-    dims[0] = <cnp.npy_intp>total
-    data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
-    out = <unsigned char*>cnp.PyArray_DATA(data)
-    for i in range(n):
-        part = taken[i]
-        if _flat_array(part):  # (the reassembler's parts: no buffer request per message)
-            memcpy(out + off[i], cnp.PyArray_DATA(<cnp.ndarray>part), lens[i])
-            continue
-        PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
-        try:
-            memcpy(out + off[i], view.buf, view.len)
-        finally:
-            PyBuffer_Release(&view)
-    return data, offsets, lengths
-
-
-cdef inline bint _flat_array(object obj):
-    """A 1-D C-contiguous numpy array of single bytes (what ``_part`` and the reassembler
-    make): its length is its size in bytes and its data pointer its first byte."""
-    return (type(obj) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
-            and cnp.PyArray_ITEMSIZE(<cnp.ndarray>obj) == 1
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
-
-
 cdef object _receive_one_py = None
 
 
@@ -518,8 +447,9 @@ def receive_one(self, data, addr, now):
     cdef const unsigned char* p
     cdef int64_t room
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
+    cdef ReadyQueue ready
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
-            or not _flat_bytes(data)):
+            or type(recvq._ready) is not ReadyQueue or not _flat_bytes(data)):
         return _receive_one_py(self, data, addr, now)
     reassembler = recvq.reassembler
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -540,9 +470,9 @@ def receive_one(self, data, addr, now):
         reassembler.note_owner(peer_sid)  # the owner entry add() would make
         reassembler.frames += 1
         reassembler.completed += 1
-        ready = recvq._ready
-        if len(ready) < recvq.recv_hwm:
-            ready.append([_part(p, view.len)])
+        ready = <ReadyQueue>recvq._ready
+        if ready._count < recvq.recv_hwm:
+            ready.push_bytes(p + DATA_HEADER, view.len - DATA_HEADER)
             recvq.completed += 1
         else:
             recvq.dropped_hwm += 1
@@ -571,17 +501,18 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef uint64_t sid
     cdef bint whole_ok = False, stale = True, noted = False
     cdef uint64_t noted_sid = 0
-    cdef object addr, peer, reassembler, ready
+    cdef object addr, peer, reassembler
+    cdef ReadyQueue ready
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
-            or not _flat_bytes(buffer)):
+            or type(recvq._ready) is not ReadyQueue or not _flat_bytes(buffer)):
         return _receive_py(self, buffer, offsets, lengths, addrs, now)
     total = min(len(offsets), len(lengths), len(addrs))
     self._now = now
     counters = self._counters
     peers = self._peers
-    ready = recvq._ready
+    ready = <ReadyQueue>recvq._ready
     hwm = recvq.recv_hwm
     reassembler = recvq.reassembler
     slow = self.receive_datagram
@@ -612,8 +543,8 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         whole += 1
-                        if len(ready) < hwm:
-                            ready.append([_part(p, length)])
+                        if ready._count < hwm:
+                            ready.push_bytes(p + DATA_HEADER, length - DATA_HEADER)
                             completed += 1
                         else:  # recv_hwm: the generic drop, with the frame for its event
                             recvq.dropped_hwm += 1
@@ -643,7 +574,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                         recvq.report_evicted()
                     if parts is None:
                         continue
-                    if len(ready) < hwm:
+                    if ready._count < hwm:
                         ready.append(parts)
                         completed += 1
                     else:
@@ -750,7 +681,9 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef _AckRun run = _AckRun.__new__(_AckRun)
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     cdef DedupWindow dedup
-    if self._closed or type(recvq._dedup) is not DedupWindow or not _flat_bytes(buffer):
+    cdef ReadyQueue ready
+    if (self._closed or type(recvq._dedup) is not DedupWindow or type(recvq._ready) is not ReadyQueue
+            or not _flat_bytes(buffer)):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
     dedup = <DedupWindow>recvq._dedup
     total = min(len(offsets), len(lengths), len(addrs))
@@ -758,7 +691,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     now_c = now
     counters = self._counters
     peers = self._peers
-    ready = recvq._ready
+    ready = <ReadyQueue>recvq._ready
     ttl_c = recvq.dedup_ttl
     hwm = recvq.recv_hwm
     reassembler = recvq.reassembler
@@ -792,7 +725,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl,
                              run)
                         continue
-                elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
+                elif (whole_ok and length <= MAX_FRAME and <int64_t>ready._count < hwm
                         and _whole_frame(p, length, room)):
                     sid = _be(p + 2, 8)
                     peer = cache.get(peers, sid, addr, now)
@@ -806,7 +739,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             count += 1  # (cache.get recorded it heard: now, for this batch)
                             nbytes += length
                             whole += 1
-                            ready.append([_part(p, length)])
+                            ready.push_bytes(p + DATA_HEADER, length - DATA_HEADER)
                             completed += 1
                             dedup.store(sid, mid, now_c + ttl_c)
                             if len(ctrl) < MAX_CTRL:
@@ -830,7 +763,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
             if type(frame) is DataFrame:
                 sid_o = (<tuple>frame)[0]
                 peer = peers.get(sid_o)
-                if _peer_ok(peer, addr) and <int64_t>len(ready) < hwm:
+                if _peer_ok(peer, addr) and <int64_t>ready._count < hwm:
                     key = (sid_o, (<tuple>frame)[1])
                     sid = PyLong_AsUnsignedLongLongMask(sid_o)
                     mid = PyLong_AsUnsignedLongLongMask(key[1])

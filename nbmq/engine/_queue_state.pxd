@@ -2,7 +2,7 @@
 # SendQueue and RecvQueue derive from these classes; twins: queues.SendQueueStatePy,
 # RecvQueueStatePy, DedupWindowPy).
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 
 
 cdef class SendQueueState:
@@ -44,3 +44,15 @@ cdef class DedupWindow:
     cdef void prefetch(self, uint64_t session_id, uint64_t message_id) noexcept
     cdef double find(self, uint64_t session_id, uint64_t message_id) noexcept
     cdef int store(self, uint64_t session_id, uint64_t message_id, double until) except -1
+
+
+cdef class ReadyQueue:
+    cdef object _lists                      # deque of the part lists not held in the arena
+    cdef int64_t* _sizes                    # ring of entries: bytes in the arena, or -1
+    cdef Py_ssize_t _head, _count, _ring_capacity
+    cdef unsigned char* _data               # the arena: one-part messages' bytes, oldest first
+    cdef Py_ssize_t _start, _end, _data_capacity
+    cdef int _entry(self, int64_t size) except -1
+    cdef void _pop_entry(self) noexcept
+    cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1
+    cpdef object pack(self, Py_ssize_t max_messages)

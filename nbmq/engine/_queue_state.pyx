@@ -8,15 +8,21 @@ The queues (pure Python, the reference) derive from :class:`SendQueueState` and
 the Python code reaches the same fields as attributes. Their twins, ``queues.SendQueueStatePy``
 and ``queues.RecvQueueStatePy``, have the same names as slots (``NBMQ_NO_EXTENSIONS=1``). The
 fields' meaning is documented on the queues. :class:`DedupWindow` is the C table twin of
-``queues.DedupWindowPy``.
+``queues.DedupWindowPy``; :class:`ReadyQueue` the compiled twin of the receive queue's
+``collections.deque`` of completed messages.
 """
 
+cimport numpy as cnp
+from collections import deque
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.long cimport PyLong_AsUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport isnan, NAN
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memmove, memset
+
+cnp.import_array()
 
 cdef extern from *:
     """
@@ -57,7 +63,8 @@ cdef class SendQueueState:
 cdef class RecvQueueState:
     """Fields of ``RecvQueue``: counts (``recv_hwm``, ``completed``, ``dropped_hwm``; ints), the
     flag ``refuse_when_full``, ``dedup_ttl`` (seconds or None), the codec's ``reassembler``,
-    ``_ready`` (deque of completed messages) and ``_dedup`` (a dedup window or None)."""
+    ``_ready`` (the completed messages: a :class:`ReadyQueue`) and ``_dedup`` (a dedup window or
+    None)."""
 
 
 DEF MIN_CAPACITY = 64        # slots (a power of two) and ring records of an empty window
@@ -250,3 +257,253 @@ cdef class DedupWindow:
 
     def __repr__(self):
         return f"DedupWindow({self.live} remembered)"
+
+
+DEF MIN_ENTRIES = 64         # ring entries (a power of two) of an empty ready queue
+DEF MIN_ARENA = 16384        # arena bytes of an empty ready queue
+
+
+cdef inline cnp.ndarray _uint8s(Py_ssize_t size):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>size
+    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+
+
+cdef inline cnp.ndarray _int64s(Py_ssize_t n):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>n
+    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+
+
+cdef inline list _one_part(const unsigned char* p, Py_ssize_t size):
+    """A one-part message: a list of one new uint8 array holding ``size`` bytes from ``p``."""
+    cdef cnp.ndarray part = _uint8s(size)
+    memcpy(cnp.PyArray_DATA(part), p, size)
+    return [part]
+
+
+cdef class ReadyQueue:
+    """The receive queue's completed messages, oldest first: the compiled twin of the
+    ``collections.deque`` of part lists the Python code keeps (``append``, ``popleft``,
+    ``clear``, ``len``, truth, indexing and iteration as a deque's), plus :meth:`pack`, the
+    batch form of ``popleft`` (``Socket.recv_packed``).
+
+    The compiled receive loops (``nbmq.engine._fast``) put a whole one-frame message here as
+    its bytes alone (``push_bytes``): copied once into an arena of such messages back to back,
+    no Python object per message. ``popleft`` then builds its part (one uint8 array, a copy:
+    the same as the deque held), and :meth:`pack` copies a run of them into one buffer. Other
+    messages keep their part lists, in order among the others. Indexing and iteration build
+    a fresh list for an arena message (changing it changes nothing queued).
+
+    Memory: the bytes of the messages queued (at most ``recv_hwm`` of them, each at most a
+    frame's chunk in the arena), the arena twice that at most.
+
+    Raises:
+        IndexError: ``popleft`` or an index on an empty queue / out of range.
+        MemoryError: the arena or ring cannot grow."""
+
+    def __cinit__(self):
+        self._lists = deque()
+        self._sizes = <int64_t*>PyMem_Malloc(MIN_ENTRIES * sizeof(int64_t))
+        self._data = <unsigned char*>PyMem_Malloc(MIN_ARENA)
+        if self._sizes == NULL or self._data == NULL:
+            raise MemoryError()
+        self._ring_capacity = MIN_ENTRIES
+        self._data_capacity = MIN_ARENA
+        self._head = self._count = self._start = self._end = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._sizes)
+        PyMem_Free(self._data)
+
+    cdef int _entry(self, int64_t size) except -1:
+        """Add an entry at the tail: ``size`` bytes in the arena, or -1 for the next list."""
+        cdef Py_ssize_t capacity = self._ring_capacity, first, k
+        cdef int64_t* fresh
+        if self._count == capacity:
+            fresh = <int64_t*>PyMem_Malloc(2 * capacity * sizeof(int64_t))
+            if fresh == NULL:
+                raise MemoryError()
+            first = capacity - self._head  # the entries up to the ring's end, then the rest
+            memcpy(fresh, self._sizes + self._head, first * sizeof(int64_t))
+            memcpy(fresh + first, self._sizes, self._head * sizeof(int64_t))
+            PyMem_Free(self._sizes)
+            self._sizes = fresh
+            self._head = 0
+            self._ring_capacity = capacity = 2 * capacity
+        self._sizes[(self._head + self._count) & (capacity - 1)] = size
+        self._count += 1
+        return 0
+
+    cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1:
+        """Queue a one-part message of ``size`` bytes (>= 0) read from ``p`` (copied)."""
+        cdef Py_ssize_t used = self._end - self._start, capacity
+        cdef unsigned char* fresh
+        if self._end + size > self._data_capacity:
+            if used + size <= self._data_capacity // 2:  # slide the live bytes to the front
+                memmove(self._data, self._data + self._start, used)
+            else:
+                capacity = max(2 * self._data_capacity, 2 * (used + size))
+                fresh = <unsigned char*>PyMem_Malloc(capacity)
+                if fresh == NULL:
+                    raise MemoryError()
+                memcpy(fresh, self._data + self._start, used)
+                PyMem_Free(self._data)
+                self._data = fresh
+                self._data_capacity = capacity
+            self._start = 0
+            self._end = used
+        self._entry(size)
+        memcpy(self._data + self._end, p, size)
+        self._end += size
+        return 0
+
+    def push(self, data):
+        """Queue a one-part message holding a copy of ``data``'s bytes (any contiguous buffer),
+        as the compiled receive loops queue a whole one-frame message."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            self.push_bytes(<const unsigned char*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    def append(self, parts):
+        """Queue a message (its list of parts) at the tail."""
+        self._lists.append(parts)
+        try:
+            self._entry(-1)
+        except MemoryError:
+            self._lists.pop()
+            raise
+
+    cdef void _pop_entry(self) noexcept:
+        self._head = (self._head + 1) & (self._ring_capacity - 1)
+        self._count -= 1
+        if not self._count:
+            self._head = self._start = self._end = 0
+
+    def popleft(self):
+        """The oldest message (its list of parts), removed. IndexError when empty."""
+        cdef int64_t size
+        cdef list message
+        if not self._count:
+            raise IndexError("pop from an empty ReadyQueue")
+        size = self._sizes[self._head]
+        if size < 0:
+            message = self._lists.popleft()
+        else:
+            message = _one_part(self._data + self._start, size)
+            self._start += size
+        self._pop_entry()
+        return message
+
+    def __getitem__(self, Py_ssize_t index):
+        """Message ``index`` (negative counts from the newest) without removing it."""
+        cdef Py_ssize_t i, offset = self._start, lists = 0
+        cdef int64_t size
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("ReadyQueue index out of range")
+        for i in range(index):
+            size = self._sizes[(self._head + i) & (self._ring_capacity - 1)]
+            if size < 0:
+                lists += 1
+            else:
+                offset += size
+        size = self._sizes[(self._head + index) & (self._ring_capacity - 1)]
+        if size < 0:
+            return self._lists[lists]
+        return _one_part(self._data + offset, size)
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        for i in range(self._count):
+            yield self[i]
+
+    def __len__(self):
+        return self._count
+
+    def __bool__(self):
+        return self._count > 0
+
+    def clear(self):
+        """Remove every message."""
+        self._lists.clear()
+        self._head = self._count = self._start = self._end = 0
+
+    cpdef object pack(self, Py_ssize_t max_messages):
+        """Pop up to ``max_messages`` one-part messages off the head and return them packed
+        back to back: ``(data, offsets, lengths)`` (uint8, int64, int64 arrays; message ``i`` is
+        ``data[offsets[i] : offsets[i] + lengths[i]]``), stopping before a multipart message;
+        None when the oldest is multipart or nothing is queued (nothing popped). The twin of
+        ``sockets._pack_ready`` over a deque."""
+        cdef Py_ssize_t n = 0, lists = 0, total = 0, mask = self._ring_capacity - 1, i, k
+        cdef Py_ssize_t run_start, run_bytes
+        cdef int64_t size
+        cdef Py_buffer view
+        cdef cnp.ndarray data, offsets, lengths
+        cdef int64_t* offs
+        cdef int64_t* lens
+        cdef unsigned char* out
+        cdef list message
+        while n < max_messages and n < self._count:  # how many, and their bytes
+            size = self._sizes[(self._head + n) & mask]
+            if size < 0:
+                message = self._lists[lists]
+                if len(message) != 1:
+                    break
+                PyObject_GetBuffer(message[0], &view, PyBUF_SIMPLE)
+                size = view.len
+                PyBuffer_Release(&view)
+                lists += 1
+            total += size
+            n += 1
+        if not n:
+            return None
+        data = _uint8s(total)
+        offsets = _int64s(n)
+        lengths = _int64s(n)
+        out = <unsigned char*>cnp.PyArray_DATA(data)
+        offs = <int64_t*>cnp.PyArray_DATA(offsets)
+        lens = <int64_t*>cnp.PyArray_DATA(lengths)
+        total = 0
+        run_start = self._start  # arena messages in a row: one copy
+        run_bytes = 0
+        i = 0
+        while i < n:
+            size = self._sizes[(self._head + i) & mask]
+            if size >= 0:
+                offs[i] = total + run_bytes
+                lens[i] = size
+                run_bytes += size
+                i += 1
+                continue
+            if run_bytes:
+                memcpy(out + total, self._data + run_start, run_bytes)
+                total += run_bytes
+                run_start += run_bytes
+                run_bytes = 0
+            PyObject_GetBuffer(self._lists[0][0], &view, PyBUF_SIMPLE)
+            try:
+                memcpy(out + total, view.buf, view.len)
+                offs[i] = total
+                lens[i] = view.len
+                total += view.len
+            finally:
+                PyBuffer_Release(&view)
+            self._lists.popleft()
+            i += 1
+        if run_bytes:
+            memcpy(out + total, self._data + run_start, run_bytes)
+            run_start += run_bytes
+        self._start = run_start
+        self._head = (self._head + n) & mask
+        self._count -= n
+        if not self._count:
+            self._head = self._start = self._end = 0
+        return data, offsets, lengths
+
+    def __repr__(self):
+        return f"ReadyQueue({self._count} messages, {self._end - self._start} bytes in the arena)"

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -331,10 +332,10 @@ class Socket(Connection):
         if not ready:
             raise WouldBlock("no message ready")
         packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-        if _fast is not None:
-            packed = _fast.pack_ready(ready, max_messages)
-        else:
+        if type(ready) is deque:
             packed = _pack_ready(ready, max_messages)
+        else:  # the compiled ReadyQueue packs its own
+            packed = ready.pack(max_messages)
         if packed is None:
             raise ValueError(
                 f"the oldest message has {len(ready[0])} parts: recv_packed takes one-part messages, recv() takes it"
