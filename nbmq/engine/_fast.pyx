@@ -40,11 +40,12 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
-from nbmq._wire cimport DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
+from nbmq._wire cimport DATA_HEADER, FNV_BASIS, FNV_MUL, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
 from nbmq.engine._queue_state cimport DedupWindow, ReadyQueue, RecvQueueState, SendQueueState
 
 cdef extern from "Python.h":
@@ -682,6 +683,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     cdef DedupWindow dedup
     cdef ReadyQueue ready
+    cdef uint64_t* hashes = NULL
     if (self._closed or type(recvq._dedup) is not DedupWindow or type(recvq._ready) is not ReadyQueue
             or not _flat_bytes(buffer)):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
@@ -701,7 +703,10 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char*>view.buf
-        _prefetch_dedup(dedup, base, view.len, offsets, lengths, total)
+        hashes = <uint64_t*>PyMem_Malloc(max(total, 1) * sizeof(uint64_t))
+        if hashes == NULL:
+            raise MemoryError()
+        _prepare_batch(dedup, base, view.len, offsets, lengths, total, hashes)
         i = 0
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
@@ -743,7 +748,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             completed += 1
                             dedup.store(sid, mid, now_c + ttl_c)
                             if len(ctrl) < MAX_CTRL:
-                                ctrl.append(_pair(_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
+                                ctrl.append(_pair(_ack_frame(sid, hashes[i - 1]), addr))
                                 queued += 1
                             else:
                                 counters.control_dropped += 1
@@ -809,23 +814,63 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                     acks_out, queued, acks_in)
     finally:
         run.store(sendq)  # (also before any slow datagram: see above)
+        PyMem_Free(hashes)
         PyBuffer_Release(&view)
 
 
-cdef void _prefetch_dedup(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
-                          object offsets, object lengths, Py_ssize_t total) except *:
-    """Start loading the dedup slot of every data frame of the batch (a random access into a
-    table of the messages of the last ``dedup_ttl``: the misses overlap instead of stalling
-    the loop one by one). Offsets and lengths are checked as the loop checks them."""
-    cdef Py_ssize_t i, off, length
+cdef void _prepare_batch(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
+                         object offsets, object lengths, Py_ssize_t total, uint64_t* hashes) except *:
+    """For every data frame of the batch (at most MAX_FRAME bytes; offsets and lengths checked
+    as the loop checks them): start loading its dedup slot (a random access into a table of
+    the messages of the last ``dedup_ttl``: the misses overlap instead of stalling the loop
+    one by one), and put its Ack's hash (FNV-1a 64 of the whole frame) at ``hashes[i]``,
+    four frames at a time (:func:`_fnv4`). Other entries of ``hashes`` are left unset."""
+    cdef Py_ssize_t i, off, length, j
     cdef const unsigned char* p
+    cdef const unsigned char* ps[4]
+    cdef Py_ssize_t ns[4]
+    cdef Py_ssize_t at[4]
+    cdef uint64_t hs[4]
+    cdef int lanes = 0
     for i in range(total):
         off = offsets[i]
         length = lengths[i]
-        if DATA_HEADER < length and 0 <= off <= size - length:
+        if DATA_HEADER < length <= MAX_FRAME and 0 <= off <= size - length:
             p = base + off
             if p[1] == 0:
                 dedup.prefetch(_be(p + 2, 8), _be(p + 10, 8))
+                ps[lanes] = p
+                ns[lanes] = length
+                at[lanes] = i
+                lanes += 1
+                if lanes == 4:
+                    _fnv4(ps, ns, hs)
+                    for j in range(4):
+                        hashes[at[j]] = hs[j]
+                    lanes = 0
+    for j in range(lanes):
+        hashes[at[j]] = _fnv(ps[j], ns[j], FNV_BASIS)
+
+
+cdef inline void _fnv4(const unsigned char** ps, Py_ssize_t* ns, uint64_t* out) noexcept nogil:
+    """FNV-1a 64 of four byte strings at once. One string's hash is a chain of dependent
+    multiplies (each byte waits for the last product); four independent chains run side by
+    side, so the four cost about what one does."""
+    cdef Py_ssize_t common = min(min(ns[0], ns[1]), min(ns[2], ns[3])), k
+    cdef const unsigned char* p0 = ps[0]
+    cdef const unsigned char* p1 = ps[1]
+    cdef const unsigned char* p2 = ps[2]
+    cdef const unsigned char* p3 = ps[3]
+    cdef uint64_t a = FNV_BASIS, b = FNV_BASIS, c = FNV_BASIS, d = FNV_BASIS
+    for k in range(common):
+        a = (a ^ p0[k]) * FNV_MUL
+        b = (b ^ p1[k]) * FNV_MUL
+        c = (c ^ p2[k]) * FNV_MUL
+        d = (d ^ p3[k]) * FNV_MUL
+    out[0] = _fnv(p0 + common, ns[0] - common, a)
+    out[1] = _fnv(p1 + common, ns[1] - common, b)
+    out[2] = _fnv(p2 + common, ns[2] - common, c)
+    out[3] = _fnv(p3 + common, ns[3] - common, d)
 
 
 cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq, object reassembler,
