@@ -52,7 +52,9 @@ cdef class ReadyQueue:
     cdef Py_ssize_t _head, _count, _ring_capacity
     cdef unsigned char* _data               # the arena: one-part messages' bytes, oldest first
     cdef Py_ssize_t _start, _end, _data_capacity
+    cdef Py_ssize_t _peak_bytes, _peak_count   # the most held since the queue last emptied
     cdef int _entry(self, int64_t size) except -1
     cdef void _pop_entry(self) noexcept
+    cdef void _emptied(self) noexcept
     cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1
     cpdef object pack(self, Py_ssize_t max_messages)

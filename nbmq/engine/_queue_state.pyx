@@ -261,6 +261,7 @@ cdef class DedupWindow:
 
 DEF MIN_ENTRIES = 64         # ring entries (a power of two) of an empty ready queue
 DEF MIN_ARENA = 16384        # arena bytes of an empty ready queue
+DEF SHRINK_ABOVE = 1 << 20   # bytes of arena or ring from which an emptied queue gives memory back
 
 
 cdef inline cnp.ndarray _uint8s(Py_ssize_t size):
@@ -296,7 +297,9 @@ cdef class ReadyQueue:
     a fresh list for an arena message (changing it changes nothing queued).
 
     Memory: the bytes of the messages queued (at most ``recv_hwm`` of them, each at most a
-    frame's chunk in the arena), the arena twice that at most.
+    frame's chunk in the arena), the arena twice that at most; once the queue empties, an
+    arena (or ring) over 1 MiB that the messages since it last emptied used less than an
+    eighth of shrinks to twice their use (a burst's memory goes back).
 
     Raises:
         IndexError: ``popleft`` or an index on an empty queue / out of range.
@@ -311,6 +314,7 @@ cdef class ReadyQueue:
         self._ring_capacity = MIN_ENTRIES
         self._data_capacity = MIN_ARENA
         self._head = self._count = self._start = self._end = 0
+        self._peak_bytes = self._peak_count = 0
 
     def __dealloc__(self):
         PyMem_Free(self._sizes)
@@ -333,7 +337,35 @@ cdef class ReadyQueue:
             self._ring_capacity = capacity = 2 * capacity
         self._sizes[(self._head + self._count) & (capacity - 1)] = size
         self._count += 1
+        if self._count > self._peak_count:
+            self._peak_count = self._count
         return 0
+
+    cdef void _emptied(self) noexcept:
+        """The queue just emptied: start again at the front, and give back an arena or ring
+        that the messages held since the last time it emptied used less than an eighth of
+        (what a burst grew it to), keeping twice that use."""
+        cdef unsigned char* data
+        cdef int64_t* sizes
+        cdef Py_ssize_t keep
+        self._head = self._start = self._end = 0
+        if self._data_capacity > SHRINK_ABOVE and self._peak_bytes * 8 < self._data_capacity:
+            keep = max(<Py_ssize_t>MIN_ARENA, 2 * self._peak_bytes)
+            data = <unsigned char*>PyMem_Malloc(keep)
+            if data != NULL:  # (else keep the larger one)
+                PyMem_Free(self._data)
+                self._data = data
+                self._data_capacity = keep
+        if self._ring_capacity * sizeof(int64_t) > SHRINK_ABOVE and self._peak_count * 8 < self._ring_capacity:
+            keep = MIN_ENTRIES
+            while keep < 2 * self._peak_count:
+                keep *= 2
+            sizes = <int64_t*>PyMem_Malloc(keep * sizeof(int64_t))
+            if sizes != NULL:
+                PyMem_Free(self._sizes)
+                self._sizes = sizes
+                self._ring_capacity = keep
+        self._peak_bytes = self._peak_count = 0
 
     cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1:
         """Queue a one-part message of ``size`` bytes (>= 0) read from ``p`` (copied)."""
@@ -356,6 +388,8 @@ cdef class ReadyQueue:
         self._entry(size)
         memcpy(self._data + self._end, p, size)
         self._end += size
+        if self._end - self._start > self._peak_bytes:
+            self._peak_bytes = self._end - self._start
         return 0
 
     def push(self, data):
@@ -381,7 +415,7 @@ cdef class ReadyQueue:
         self._head = (self._head + 1) & (self._ring_capacity - 1)
         self._count -= 1
         if not self._count:
-            self._head = self._start = self._end = 0
+            self._emptied()
 
     def popleft(self):
         """The oldest message (its list of parts), removed. IndexError when empty."""
@@ -431,7 +465,8 @@ cdef class ReadyQueue:
     def clear(self):
         """Remove every message."""
         self._lists.clear()
-        self._head = self._count = self._start = self._end = 0
+        self._count = 0
+        self._emptied()
 
     cpdef object pack(self, Py_ssize_t max_messages):
         """Pop up to ``max_messages`` one-part messages off the head and return them packed
@@ -502,8 +537,12 @@ cdef class ReadyQueue:
         self._head = (self._head + n) & mask
         self._count -= n
         if not self._count:
-            self._head = self._start = self._end = 0
+            self._emptied()
         return data, offsets, lengths
+
+    def __sizeof__(self):
+        """Bytes held: the object, its arena and its ring (the part lists are not counted)."""
+        return sizeof(ReadyQueue) + self._data_capacity + self._ring_capacity * sizeof(int64_t)
 
     def __repr__(self):
         return f"ReadyQueue({self._count} messages, {self._end - self._start} bytes in the arena)"

@@ -217,6 +217,34 @@ def test_compiled_ready_queue_matches_the_deque():
     assert fast.pack(5) is None
 
 
+def test_compiled_ready_queue_gives_a_burst_s_memory_back():
+    """An arena grown by a burst shrinks once the queue empties and later use is small; one
+    in steady use keeps its size."""
+    import sys
+    from collections import deque
+
+    from nbmq.engine import queues
+
+    if queues.ReadyQueue is deque:
+        pytest.skip("the compiled queue state is not loaded")
+    q = queues.ReadyQueue()
+    small = sys.getsizeof(q)
+    for _ in range(20_000):  # the arena grows past 9 MB
+        q.push(b"x" * 466)
+    for _ in range(150_000):  # the ring past 1 MiB
+        q.push(b"z")
+    burst = sys.getsizeof(q)
+    assert burst > 9_000_000 + 150_000 * 8
+    data, offsets, lengths = q.pack(200_000)
+    assert len(q) == 0 and data.size == 20_000 * 466 + 150_000
+    assert lengths.tolist() == [466] * 20_000 + [1] * 150_000
+    assert sys.getsizeof(q) == burst  # (the burst's own use: kept)
+    for _ in range(100):
+        q.push(b"y" * 100)
+    assert len(q.pack(4096)[1]) == 100
+    assert small <= sys.getsizeof(q) < small + 100_000
+
+
 def _same(got: list, want: list) -> None:
     assert type(got) is list and len(got) == len(want)
     for x, y in zip(got, want):
