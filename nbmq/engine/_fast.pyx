@@ -11,9 +11,9 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
   (``SendQueue.take``'s common case: next peer in turn, encode the one frame, hand it out);
   from the first other message on, ``SendQueue.take`` itself.
 - :func:`receive_batch`: ``Socket._receive_batch_unacked`` for a datagram that is a whole
-  one-frame message from a connected peer on its known path (parsed, checked and copied into
-  its part without building a frame object); every other datagram goes to
-  ``receive_datagram`` itself.
+  one-frame message from a connected peer on its known path (parsed, checked and its chunk
+  copied into the receive queue's arena, ``_queue_state.ReadyQueue.push_bytes``, without a
+  Python object); every other datagram goes to ``receive_datagram`` itself.
 
 SafeDealer: :func:`send` too; :func:`receive_batch_safe` (twin of
 ``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),

@@ -189,8 +189,10 @@ def test_compiled_ready_queue_matches_the_deque():
             fast.push(data)
             twin.append([np.frombuffer(data, np.uint8).copy()])
         elif op < 0.55:
-            message = [np.frombuffer(rng.randbytes(rng.randrange(50)), np.uint8).copy()
-                       for _ in range(rng.choice((1, 1, 2, 3)))]
+            message = [
+                np.frombuffer(rng.randbytes(rng.randrange(50)), np.uint8).copy()
+                for _ in range(rng.choice((1, 1, 2, 3)))
+            ]
             fast.append(message)
             twin.append(message)
         elif op < 0.75 and twin:
