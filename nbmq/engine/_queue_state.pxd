@@ -34,6 +34,8 @@ cdef struct DedupRecord:
 cdef class DedupWindow:
     cdef DedupSlot* slots
     cdef Py_ssize_t capacity, used, live    # used: live and deleted slots
+    cdef DedupSlot* spare                   # the table a same-size rehash left, or NULL
+    cdef Py_ssize_t spare_capacity
     cdef DedupRecord* ring
     cdef Py_ssize_t ring_capacity, head, count
     cdef uint64_t next_seq
