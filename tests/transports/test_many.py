@@ -219,7 +219,7 @@ def test_compiled_ready_queue_matches_the_deque():
     assert fast.pack(5) is None
 
 
-def test_compiled_ready_queue_gives_a_burst_s_memory_back():
+def test_compiled_ready_queue_shrinks_after_a_burst():
     """An arena grown by a burst shrinks once the queue empties and later use is small; one
     in steady use keeps its size."""
     import sys
