@@ -11,9 +11,9 @@ Three functions, each the exact twin of pure-Python engine code it replaces when
   (``SendQueue.take``'s common case: next peer in turn, encode the one frame, hand it out);
   from the first other message on, ``SendQueue.take`` itself.
 - :func:`receive_batch`: ``Socket._receive_batch_unacked`` for a datagram that is a whole
-  one-frame message from a connected peer on its known path (parsed, checked and copied into
-  its part without building a frame object); every other datagram goes to
-  ``receive_datagram`` itself.
+  one-frame message from a connected peer on its known path (parsed, checked and its chunk
+  copied into the receive queue's arena, ``_queue_state.ReadyQueue.push_bytes``, without a
+  Python object); every other datagram goes to ``receive_datagram`` itself.
 
 SafeDealer: :func:`send` too; :func:`receive_batch_safe` (twin of
 ``SafeDealer._receive_datagrams_py``: dedup, queue and Ack of one-frame messages, Acks parsed),
@@ -41,12 +41,14 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 
-from nbmq._wire cimport DATA_HEADER, FNV_BASIS, FNV_MUL, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv
-from nbmq.engine._queue_state cimport DedupWindow, RecvQueueState, SendQueueState, SocketState
+from nbmq._wire cimport (DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv,
+                        fnv1a64x4 as _fnv4)
+from nbmq.engine._queue_state cimport DedupWindow, ReadyQueue, RecvQueueState, SendQueueState, SocketState
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -522,77 +524,6 @@ cdef inline bint _whole_frame(const unsigned char* p, Py_ssize_t length, int64_t
             and _be(p + 30, 4) == 0 and <int64_t>size <= room)
 
 
-cdef inline cnp.ndarray _part(const unsigned char* p, Py_ssize_t length):
-    """The message's one part: a new uint8 array holding the frame's chunk."""
-    cdef cnp.npy_intp dims[1]
-    dims[0] = <cnp.npy_intp>(length - DATA_HEADER)
-    cdef cnp.ndarray part = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
-    memcpy(cnp.PyArray_DATA(part), p + DATA_HEADER, length - DATA_HEADER)
-    return part
-
-
-cdef inline cnp.ndarray _int64s(Py_ssize_t n):
-    cdef cnp.npy_intp dims[1]
-    dims[0] = <cnp.npy_intp>n
-    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
-
-
-def pack_ready(ready, Py_ssize_t max_messages):
-    """Compiled twin of ``sockets._pack_ready`` (``Socket.recv_packed``'s packing): pop up to
-    ``max_messages`` one-part messages off ``ready`` and return ``(data, offsets, lengths)``
-    (uint8, int64, int64), or None when the first is multipart (nothing popped)."""
-    cdef list taken = []
-    cdef list message
-    cdef Py_ssize_t n = 0, i, total = 0, size
-    cdef Py_buffer view
-    cdef cnp.ndarray offsets, lengths, data
-    cdef int64_t* off
-    cdef int64_t* lens
-    cdef unsigned char* out
-    while n < max_messages and ready:
-        message = ready[0]
-        if len(message) != 1:
-            break
-        taken.append(message[0])
-        ready.popleft()
-        n += 1
-    if not n:
-        return None
-    offsets = _int64s(n)
-    lengths = _int64s(n)
-    off = <int64_t*>cnp.PyArray_DATA(offsets)
-    lens = <int64_t*>cnp.PyArray_DATA(lengths)
-    for i in range(n):
-        part = taken[i]
-        size = cnp.PyArray_DIM(<cnp.ndarray>part, 0) if _flat_array(part) else len(part)
-        off[i] = total
-        lens[i] = size
-        total += size
-    cdef cnp.npy_intp dims[1]
-    dims[0] = <cnp.npy_intp>total
-    data = cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
-    out = <unsigned char*>cnp.PyArray_DATA(data)
-    for i in range(n):
-        part = taken[i]
-        if _flat_array(part):  # (the reassembler's parts: no buffer request per message)
-            memcpy(out + off[i], cnp.PyArray_DATA(<cnp.ndarray>part), lens[i])
-            continue
-        PyObject_GetBuffer(part, &view, PyBUF_SIMPLE)
-        try:
-            memcpy(out + off[i], view.buf, view.len)
-        finally:
-            PyBuffer_Release(&view)
-    return data, offsets, lengths
-
-
-cdef inline bint _flat_array(object obj):
-    """A 1-D C-contiguous numpy array of single bytes (what ``_part`` and the reassembler
-    make): its length is its size in bytes and its data pointer its first byte."""
-    return (type(obj) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>obj) == 1
-            and cnp.PyArray_ITEMSIZE(<cnp.ndarray>obj) == 1
-            and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>obj))
-
-
 cdef object _receive_one_py = None
 
 
@@ -607,8 +538,9 @@ def receive_one(self, data, addr, now):
     cdef const unsigned char* p
     cdef int64_t room
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
+    cdef ReadyQueue ready
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
-            or not _flat_bytes(data)):
+            or type(recvq._ready) is not ReadyQueue or not _flat_bytes(data)):
         return _receive_one_py(self, data, addr, now)
     reassembler = recvq.reassembler
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -629,9 +561,9 @@ def receive_one(self, data, addr, now):
         reassembler.note_owner(peer_sid)  # the owner entry add() would make
         reassembler.frames += 1
         reassembler.completed += 1
-        ready = recvq._ready
-        if len(ready) < recvq.recv_hwm:
-            ready.append([_part(p, view.len)])
+        ready = <ReadyQueue>recvq._ready
+        if ready._count < recvq.recv_hwm:
+            ready.push_bytes(p + DATA_HEADER, view.len - DATA_HEADER)
             recvq.completed += 1
         else:
             recvq.dropped_hwm += 1
@@ -660,17 +592,18 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
     cdef uint64_t sid
     cdef bint whole_ok = False, stale = True, noted = False
     cdef uint64_t noted_sid = 0
-    cdef object addr, peer, reassembler, ready
+    cdef object addr, peer, reassembler
+    cdef ReadyQueue ready
     cdef _PeerCache cache = _PeerCache.__new__(_PeerCache)
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     if (self._closed or recvq._dedup is not None or recvq.refuse_when_full
-            or not _flat_bytes(buffer)):
+            or type(recvq._ready) is not ReadyQueue or not _flat_bytes(buffer)):
         return _receive_py(self, buffer, offsets, lengths, addrs, now)
     total = min(len(offsets), len(lengths), len(addrs))
     self._now = now
     counters = self._counters
     peers = self._peers
-    ready = recvq._ready
+    ready = <ReadyQueue>recvq._ready
     hwm = recvq.recv_hwm
     reassembler = recvq.reassembler
     slow = self.receive_datagram
@@ -701,8 +634,8 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         whole += 1
-                        if len(ready) < hwm:
-                            ready.append([_part(p, length)])
+                        if ready._count < hwm:
+                            ready.push_bytes(p + DATA_HEADER, length - DATA_HEADER)
                             completed += 1
                         else:  # recv_hwm: the generic drop, with the frame for its event
                             recvq.dropped_hwm += 1
@@ -732,7 +665,7 @@ def receive_batch(self, buffer, offsets, lengths, addrs, now):
                         recvq.report_evicted()
                     if parts is None:
                         continue
-                    if len(ready) < hwm:
+                    if ready._count < hwm:
                         ready.append(parts)
                         completed += 1
                     else:
@@ -839,7 +772,10 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef _AckRun run = _AckRun.__new__(_AckRun)
     cdef RecvQueueState recvq = <RecvQueueState?>self._recvq
     cdef DedupWindow dedup
-    if self._closed or type(recvq._dedup) is not DedupWindow or not _flat_bytes(buffer):
+    cdef ReadyQueue ready
+    cdef uint64_t* hashes = NULL
+    if (self._closed or type(recvq._dedup) is not DedupWindow or type(recvq._ready) is not ReadyQueue
+            or not _flat_bytes(buffer)):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
     dedup = <DedupWindow>recvq._dedup
     total = min(len(offsets), len(lengths), len(addrs))
@@ -847,7 +783,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     now_c = now
     counters = self._counters
     peers = self._peers
-    ready = recvq._ready
+    ready = <ReadyQueue>recvq._ready
     ttl_c = recvq.dedup_ttl
     hwm = recvq.recv_hwm
     reassembler = recvq.reassembler
@@ -857,7 +793,10 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         base = <const unsigned char*>view.buf
-        _prefetch_dedup(dedup, base, view.len, offsets, lengths, total)
+        hashes = <uint64_t*>PyMem_Malloc(max(total, 1) * sizeof(uint64_t))
+        if hashes == NULL:
+            raise MemoryError()
+        _prepare_batch(dedup, base, view.len, offsets, lengths, total, hashes)
         i = 0
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
@@ -881,7 +820,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl,
                              run)
                         continue
-                elif (whole_ok and length <= MAX_FRAME and <int64_t>len(ready) < hwm
+                elif (whole_ok and length <= MAX_FRAME and <int64_t>ready._count < hwm
                         and _whole_frame(p, length, room)):
                     sid = _be(p + 2, 8)
                     peer = cache.get(peers, sid, addr, now)
@@ -895,11 +834,11 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                             count += 1  # (cache.get recorded it heard: now, for this batch)
                             nbytes += length
                             whole += 1
-                            ready.append([_part(p, length)])
+                            ready.push_bytes(p + DATA_HEADER, length - DATA_HEADER)
                             completed += 1
                             dedup.store(sid, mid, now_c + ttl_c)
                             if len(ctrl) < MAX_CTRL:
-                                ctrl.append(_pair(_ack_frame(sid, _fnv(p, length, FNV_BASIS)), addr))
+                                ctrl.append(_pair(_ack_frame(sid, hashes[i - 1]), addr))
                                 queued += 1
                             else:
                                 counters.control_dropped += 1
@@ -919,7 +858,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
             if type(frame) is DataFrame:
                 sid_o = (<tuple>frame)[0]
                 peer = peers.get(sid_o)
-                if _peer_ok(peer, addr) and <int64_t>len(ready) < hwm:
+                if _peer_ok(peer, addr) and <int64_t>ready._count < hwm:
                     key = (sid_o, (<tuple>frame)[1])
                     sid = PyLong_AsUnsignedLongLongMask(sid_o)
                     mid = PyLong_AsUnsignedLongLongMask(key[1])
@@ -965,23 +904,42 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                     acks_out, queued, acks_in)
     finally:
         run.store(sendq)  # (also before any slow datagram: see above)
+        PyMem_Free(hashes)
         PyBuffer_Release(&view)
 
 
-cdef void _prefetch_dedup(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
-                          object offsets, object lengths, Py_ssize_t total) except *:
-    """Start loading the dedup slot of every data frame of the batch (a random access into a
-    table of the messages of the last ``dedup_ttl``: the misses overlap instead of stalling
-    the loop one by one). Offsets and lengths are checked as the loop checks them."""
-    cdef Py_ssize_t i, off, length
+cdef void _prepare_batch(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
+                         object offsets, object lengths, Py_ssize_t total, uint64_t* hashes) except *:
+    """For every data frame of the batch (at most MAX_FRAME bytes; offsets and lengths checked
+    as the loop checks them): start loading its dedup slot (a random access into a table of
+    the messages of the last ``dedup_ttl``: the misses overlap instead of stalling the loop
+    one by one), and put its Ack's hash (FNV-1a 64 of the whole frame) at ``hashes[i]``,
+    four frames at a time (``fnv1a64x4``). Other entries of ``hashes`` are left unset."""
+    cdef Py_ssize_t i, off, length, j
     cdef const unsigned char* p
+    cdef const unsigned char* ps[4]
+    cdef Py_ssize_t ns[4]
+    cdef Py_ssize_t at[4]
+    cdef uint64_t hs[4]
+    cdef int lanes = 0
     for i in range(total):
         off = offsets[i]
         length = lengths[i]
-        if DATA_HEADER < length and 0 <= off <= size - length:
+        if DATA_HEADER < length <= MAX_FRAME and 0 <= off <= size - length:
             p = base + off
             if p[1] == 0:
                 dedup.prefetch(_be(p + 2, 8), _be(p + 10, 8))
+                ps[lanes] = p
+                ns[lanes] = length
+                at[lanes] = i
+                lanes += 1
+                if lanes == 4:
+                    _fnv4(ps, ns, hs)
+                    for j in range(4):
+                        hashes[at[j]] = hs[j]
+                    lanes = 0
+    for j in range(lanes):
+        hashes[at[j]] = _fnv(ps[j], ns[j], FNV_BASIS)
 
 
 cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq, object reassembler,
@@ -1309,26 +1267,6 @@ cdef inline bint _one_bytes_frame(object frames):
 
 cdef enum:
     HASH_RUN = 8        # small messages whose frames take_safe hashes together
-
-
-cdef inline void _fnv4(const unsigned char** p, const Py_ssize_t* n, uint64_t* out) noexcept nogil:
-    """FNV-1a 64 of the four byte ranges ``p[k][:n[k]]`` into ``out[k]``: four independent
-    chains in one loop, so the multiplications of one overlap the others' (one chain waits on
-    each multiply: about 4 cycles a byte)."""
-    cdef uint64_t h0 = FNV_BASIS, h1 = FNV_BASIS, h2 = FNV_BASIS, h3 = FNV_BASIS
-    cdef Py_ssize_t i, m = n[0]
-    for i in range(1, 4):
-        if n[i] < m:
-            m = n[i]
-    for i in range(m):
-        h0 = (h0 ^ p[0][i]) * FNV_MUL
-        h1 = (h1 ^ p[1][i]) * FNV_MUL
-        h2 = (h2 ^ p[2][i]) * FNV_MUL
-        h3 = (h3 ^ p[3][i]) * FNV_MUL
-    out[0] = _fnv(p[0] + m, n[0] - m, h0)
-    out[1] = _fnv(p[1] + m, n[1] - m, h1)
-    out[2] = _fnv(p[2] + m, n[2] - m, h2)
-    out[3] = _fnv(p[3] + m, n[3] - m, h3)
 
 
 cdef int _fly(list sent, dict inflight, object order_append, double due, double now, object win,

@@ -3,7 +3,7 @@
 # classes; twins: queues.SendQueueStatePy, RecvQueueStatePy, DedupWindowPy,
 # sockets.SocketStatePy).
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 
 
 cdef class SendQueueState:
@@ -40,6 +40,8 @@ cdef struct DedupRecord:
 cdef class DedupWindow:
     cdef DedupSlot* slots
     cdef Py_ssize_t capacity, used, live    # used: live and deleted slots
+    cdef DedupSlot* spare                   # the table a same-size rehash left, or NULL
+    cdef Py_ssize_t spare_capacity
     cdef DedupRecord* ring
     cdef Py_ssize_t ring_capacity, head, count
     cdef uint64_t next_seq
@@ -50,3 +52,17 @@ cdef class DedupWindow:
     cdef void prefetch(self, uint64_t session_id, uint64_t message_id) noexcept
     cdef double find(self, uint64_t session_id, uint64_t message_id) noexcept
     cdef int store(self, uint64_t session_id, uint64_t message_id, double until) except -1
+
+
+cdef class ReadyQueue:
+    cdef object _lists                      # deque of the part lists not held in the arena
+    cdef int64_t* _sizes                    # ring of entries: bytes in the arena, or -1
+    cdef Py_ssize_t _head, _count, _ring_capacity
+    cdef unsigned char* _data               # the arena: one-part messages' bytes, oldest first
+    cdef Py_ssize_t _start, _end, _data_capacity
+    cdef Py_ssize_t _peak_bytes, _peak_count   # the most held since the queue last emptied
+    cdef int _entry(self, int64_t size) except -1
+    cdef void _pop_entry(self) noexcept
+    cdef void _emptied(self) noexcept
+    cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1
+    cpdef object pack(self, Py_ssize_t max_messages)

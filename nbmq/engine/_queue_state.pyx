@@ -9,15 +9,21 @@ the Python code reaches the same fields as attributes. Their twins, ``queues.Sen
 ``queues.RecvQueueStatePy`` and ``sockets.SocketStatePy``, have the same names as slots
 (``NBMQ_NO_EXTENSIONS=1``). The
 fields' meaning is documented on the queues. :class:`DedupWindow` is the C table twin of
-``queues.DedupWindowPy``.
+``queues.DedupWindowPy``; :class:`ReadyQueue` the compiled twin of the receive queue's
+``collections.deque`` of completed messages.
 """
 
+cimport numpy as cnp
+from collections import deque
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.long cimport PyLong_AsUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport isnan, NAN
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memmove, memset
+
+cnp.import_array()
 
 cdef extern from *:
     """
@@ -65,7 +71,8 @@ cdef class SocketState:
 cdef class RecvQueueState:
     """Fields of ``RecvQueue``: counts (``recv_hwm``, ``completed``, ``dropped_hwm``; ints), the
     flag ``refuse_when_full``, ``dedup_ttl`` (seconds or None), the codec's ``reassembler``,
-    ``_ready`` (deque of completed messages) and ``_dedup`` (a dedup window or None)."""
+    ``_ready`` (the completed messages: a :class:`ReadyQueue`) and ``_dedup`` (a dedup window or
+    None)."""
 
 
 DEF MIN_CAPACITY = 64        # slots (a power of two) and ring records of an empty window
@@ -102,7 +109,8 @@ cdef class DedupWindow:
     a delivered message costs no Python object (the dict of tuples it replaces was a fifth of
     a SafeDealer receiver's time at 100 B). A key put again gets a new record; the old one is
     skipped when :meth:`expire` reaches it. Memory grows with the messages delivered within
-    the ttl, as the dict's did, never with what a frame claims.
+    the ttl, as the dict's did, never with what a frame claims; once expiry keeps pace, a
+    second table of the same size is kept for the rehashes that clear deleted slots.
 
     Raises:
         MemoryError: the table or ring cannot grow.
@@ -120,6 +128,7 @@ cdef class DedupWindow:
 
     def __dealloc__(self):
         free(self.slots)
+        free(self.spare)
         PyMem_Free(self.ring)
 
     cdef Py_ssize_t _index(self, uint64_t session_id, uint64_t message_id) noexcept:
@@ -146,11 +155,23 @@ cdef class DedupWindow:
         return NAN if i < 0 else self.slots[i].until
 
     cdef int _rehash(self, Py_ssize_t capacity) except -1:
+        """Move the live keys into a table of ``capacity`` slots. A rehash that keeps the size
+        (it clears the deleted slots: the steady state, where expiry deletes as fast as
+        messages come) reuses the table the last one left, cleared here: fresh memory would
+        cost a kernel page fault and zeroing per page, each time (a fifth of a SafeDealer
+        receiver's time at 100 B)."""
         cdef DedupSlot* old = self.slots
         cdef Py_ssize_t old_capacity = self.capacity, k, i, mask = capacity - 1
-        cdef DedupSlot* fresh = <DedupSlot*>nbmq_table_alloc(capacity * sizeof(DedupSlot))
-        if fresh == NULL:
-            raise MemoryError()
+        cdef DedupSlot* fresh
+        if self.spare != NULL and self.spare_capacity == capacity:
+            fresh = self.spare
+            memset(fresh, 0, capacity * sizeof(DedupSlot))
+        else:
+            fresh = <DedupSlot*>nbmq_table_alloc(capacity * sizeof(DedupSlot))
+            if fresh == NULL:
+                raise MemoryError()
+            free(self.spare)  # (one of another size: of no more use)
+        self.spare = NULL
         for k in range(old_capacity):
             if old[k].seq >= FIRST_SEQ:
                 i = <Py_ssize_t>(_slot_hash(old[k].session_id, old[k].message_id) & <uint64_t>mask)
@@ -160,7 +181,10 @@ cdef class DedupWindow:
         self.slots = fresh
         self.capacity = capacity
         self.used = self.live
-        free(old)
+        if old_capacity == capacity:  # kept for the next rehash of this size
+            self.spare, self.spare_capacity = old, old_capacity
+        else:
+            free(old)
         return 0
 
     cdef int _resize_ring(self, Py_ssize_t capacity) except -1:
@@ -258,3 +282,292 @@ cdef class DedupWindow:
 
     def __repr__(self):
         return f"DedupWindow({self.live} remembered)"
+
+
+DEF MIN_ENTRIES = 64         # ring entries (a power of two) of an empty ready queue
+DEF MIN_ARENA = 16384        # arena bytes of an empty ready queue
+DEF SHRINK_ABOVE = 1 << 20   # bytes of arena or ring from which an emptied queue gives memory back
+
+
+cdef inline cnp.ndarray _uint8s(Py_ssize_t size):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>size
+    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_UINT8, 0)
+
+
+cdef inline cnp.ndarray _int64s(Py_ssize_t n):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = <cnp.npy_intp>n
+    return cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+
+
+cdef inline list _one_part(const unsigned char* p, Py_ssize_t size):
+    """A one-part message: a list of one new uint8 array holding ``size`` bytes from ``p``."""
+    cdef cnp.ndarray part = _uint8s(size)
+    memcpy(cnp.PyArray_DATA(part), p, size)
+    return [part]
+
+
+cdef class ReadyQueue:
+    """The receive queue's completed messages, oldest first: the compiled twin of the
+    ``collections.deque`` of part lists the Python code keeps (``append``, ``popleft``,
+    ``clear``, ``len``, truth, indexing and iteration as a deque's), plus :meth:`pack`, the
+    batch form of ``popleft`` (``Socket.recv_packed``).
+
+    The compiled receive loops (``nbmq.engine._fast``) put a whole one-frame message here as
+    its bytes alone (``push_bytes``): copied once into an arena of such messages back to back,
+    no Python object per message. ``popleft`` then builds its part (one uint8 array, a copy:
+    the same as the deque held), and :meth:`pack` copies a run of them into one buffer. Other
+    messages keep their part lists, in order among the others. Indexing and iteration build
+    a fresh list for an arena message (changing it changes nothing queued).
+
+    Memory: the bytes of the messages queued (at most ``recv_hwm`` of them, each at most a
+    frame's chunk in the arena), the arena twice that at most; once the queue empties, an
+    arena (or ring) over 1 MiB that the messages since it last emptied used less than an
+    eighth of shrinks to twice their use (a burst's memory goes back).
+
+    Raises:
+        IndexError: ``popleft`` or an index on an empty queue / out of range.
+        MemoryError: the arena or ring cannot grow."""
+
+    def __cinit__(self):
+        self._lists = deque()
+        self._sizes = <int64_t*>PyMem_Malloc(MIN_ENTRIES * sizeof(int64_t))
+        self._data = <unsigned char*>PyMem_Malloc(MIN_ARENA)
+        if self._sizes == NULL or self._data == NULL:
+            raise MemoryError()
+        self._ring_capacity = MIN_ENTRIES
+        self._data_capacity = MIN_ARENA
+        self._head = self._count = self._start = self._end = 0
+        self._peak_bytes = self._peak_count = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self._sizes)
+        PyMem_Free(self._data)
+
+    cdef int _entry(self, int64_t size) except -1:
+        """Add an entry at the tail: ``size`` bytes in the arena, or -1 for the next list."""
+        cdef Py_ssize_t capacity = self._ring_capacity, first, k
+        cdef int64_t* fresh
+        if self._count == capacity:
+            fresh = <int64_t*>PyMem_Malloc(2 * capacity * sizeof(int64_t))
+            if fresh == NULL:
+                raise MemoryError()
+            first = capacity - self._head  # the entries up to the ring's end, then the rest
+            memcpy(fresh, self._sizes + self._head, first * sizeof(int64_t))
+            memcpy(fresh + first, self._sizes, self._head * sizeof(int64_t))
+            PyMem_Free(self._sizes)
+            self._sizes = fresh
+            self._head = 0
+            self._ring_capacity = capacity = 2 * capacity
+        self._sizes[(self._head + self._count) & (capacity - 1)] = size
+        self._count += 1
+        if self._count > self._peak_count:
+            self._peak_count = self._count
+        return 0
+
+    cdef void _emptied(self) noexcept:
+        """The queue just emptied: start again at the front, and give back an arena or ring
+        that the messages held since the last time it emptied used less than an eighth of
+        (what a burst grew it to), keeping twice that use."""
+        cdef unsigned char* data
+        cdef int64_t* sizes
+        cdef Py_ssize_t keep
+        self._head = self._start = self._end = 0
+        if self._data_capacity > SHRINK_ABOVE and self._peak_bytes * 8 < self._data_capacity:
+            keep = max(<Py_ssize_t>MIN_ARENA, 2 * self._peak_bytes)
+            data = <unsigned char*>PyMem_Malloc(keep)
+            if data != NULL:  # (else keep the larger one)
+                PyMem_Free(self._data)
+                self._data = data
+                self._data_capacity = keep
+        if self._ring_capacity * sizeof(int64_t) > SHRINK_ABOVE and self._peak_count * 8 < self._ring_capacity:
+            keep = MIN_ENTRIES
+            while keep < 2 * self._peak_count:
+                keep *= 2
+            sizes = <int64_t*>PyMem_Malloc(keep * sizeof(int64_t))
+            if sizes != NULL:
+                PyMem_Free(self._sizes)
+                self._sizes = sizes
+                self._ring_capacity = keep
+        self._peak_bytes = self._peak_count = 0
+
+    cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1:
+        """Queue a one-part message of ``size`` bytes (>= 0) read from ``p`` (copied)."""
+        cdef Py_ssize_t used = self._end - self._start, capacity
+        cdef unsigned char* fresh
+        if self._end + size > self._data_capacity:
+            if used + size <= self._data_capacity // 2:  # slide the live bytes to the front
+                memmove(self._data, self._data + self._start, used)
+            else:
+                capacity = max(2 * self._data_capacity, 2 * (used + size))
+                fresh = <unsigned char*>PyMem_Malloc(capacity)
+                if fresh == NULL:
+                    raise MemoryError()
+                memcpy(fresh, self._data + self._start, used)
+                PyMem_Free(self._data)
+                self._data = fresh
+                self._data_capacity = capacity
+            self._start = 0
+            self._end = used
+        self._entry(size)
+        memcpy(self._data + self._end, p, size)
+        self._end += size
+        if self._end - self._start > self._peak_bytes:
+            self._peak_bytes = self._end - self._start
+        return 0
+
+    def push(self, data):
+        """Queue a one-part message holding a copy of ``data``'s bytes (any contiguous buffer),
+        as the compiled receive loops queue a whole one-frame message."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            self.push_bytes(<const unsigned char*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+
+    def append(self, parts):
+        """Queue a message (its list of parts) at the tail."""
+        self._lists.append(parts)
+        try:
+            self._entry(-1)
+        except MemoryError:
+            self._lists.pop()
+            raise
+
+    cdef void _pop_entry(self) noexcept:
+        self._head = (self._head + 1) & (self._ring_capacity - 1)
+        self._count -= 1
+        if not self._count:
+            self._emptied()
+
+    def popleft(self):
+        """The oldest message (its list of parts), removed. IndexError when empty."""
+        cdef int64_t size
+        cdef list message
+        if not self._count:
+            raise IndexError("pop from an empty ReadyQueue")
+        size = self._sizes[self._head]
+        if size < 0:
+            message = self._lists.popleft()
+        else:
+            message = _one_part(self._data + self._start, size)
+            self._start += size
+        self._pop_entry()
+        return message
+
+    def __getitem__(self, Py_ssize_t index):
+        """Message ``index`` (negative counts from the newest) without removing it."""
+        cdef Py_ssize_t i, offset = self._start, lists = 0
+        cdef int64_t size
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError("ReadyQueue index out of range")
+        for i in range(index):
+            size = self._sizes[(self._head + i) & (self._ring_capacity - 1)]
+            if size < 0:
+                lists += 1
+            else:
+                offset += size
+        size = self._sizes[(self._head + index) & (self._ring_capacity - 1)]
+        if size < 0:
+            return self._lists[lists]
+        return _one_part(self._data + offset, size)
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        for i in range(self._count):
+            yield self[i]
+
+    def __len__(self):
+        return self._count
+
+    def __bool__(self):
+        return self._count > 0
+
+    def clear(self):
+        """Remove every message."""
+        self._lists.clear()
+        self._count = 0
+        self._emptied()
+
+    cpdef object pack(self, Py_ssize_t max_messages):
+        """Pop up to ``max_messages`` one-part messages off the head and return them packed
+        back to back: ``(data, offsets, lengths)`` (uint8, int64, int64 arrays; message ``i`` is
+        ``data[offsets[i] : offsets[i] + lengths[i]]``), stopping before a multipart message;
+        None when the oldest is multipart or nothing is queued (nothing popped). The twin of
+        ``sockets._pack_ready`` over a deque."""
+        cdef Py_ssize_t n = 0, lists = 0, total = 0, mask = self._ring_capacity - 1, i, k
+        cdef Py_ssize_t run_start, run_bytes
+        cdef int64_t size
+        cdef Py_buffer view
+        cdef cnp.ndarray data, offsets, lengths
+        cdef int64_t* offs
+        cdef int64_t* lens
+        cdef unsigned char* out
+        cdef list message
+        while n < max_messages and n < self._count:  # how many, and their bytes
+            size = self._sizes[(self._head + n) & mask]
+            if size < 0:
+                message = self._lists[lists]
+                if len(message) != 1:
+                    break
+                PyObject_GetBuffer(message[0], &view, PyBUF_SIMPLE)
+                size = view.len
+                PyBuffer_Release(&view)
+                lists += 1
+            total += size
+            n += 1
+        if not n:
+            return None
+        data = _uint8s(total)
+        offsets = _int64s(n)
+        lengths = _int64s(n)
+        out = <unsigned char*>cnp.PyArray_DATA(data)
+        offs = <int64_t*>cnp.PyArray_DATA(offsets)
+        lens = <int64_t*>cnp.PyArray_DATA(lengths)
+        total = 0
+        run_start = self._start  # arena messages in a row: one copy
+        run_bytes = 0
+        i = 0
+        while i < n:
+            size = self._sizes[(self._head + i) & mask]
+            if size >= 0:
+                offs[i] = total + run_bytes
+                lens[i] = size
+                run_bytes += size
+                i += 1
+                continue
+            if run_bytes:
+                memcpy(out + total, self._data + run_start, run_bytes)
+                total += run_bytes
+                run_start += run_bytes
+                run_bytes = 0
+            PyObject_GetBuffer(self._lists[0][0], &view, PyBUF_SIMPLE)
+            try:
+                memcpy(out + total, view.buf, view.len)
+                offs[i] = total
+                lens[i] = view.len
+                total += view.len
+            finally:
+                PyBuffer_Release(&view)
+            self._lists.popleft()
+            i += 1
+        if run_bytes:
+            memcpy(out + total, self._data + run_start, run_bytes)
+            run_start += run_bytes
+        self._start = run_start
+        self._head = (self._head + n) & mask
+        self._count -= n
+        if not self._count:
+            self._emptied()
+        return data, offsets, lengths
+
+    def __sizeof__(self):
+        """Bytes held: the object, its arena and its ring (the part lists are not counted)."""
+        return sizeof(ReadyQueue) + self._data_capacity + self._ring_capacity * sizeof(int64_t)
+
+    def __repr__(self):
+        return f"ReadyQueue({self._count} messages, {self._end - self._start} bytes in the arena)"

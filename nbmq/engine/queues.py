@@ -195,6 +195,9 @@ else:  # one module chooses: the compiled fields, or the twins' slots
     _RecvQueueState = RecvQueueStatePy if _compiled_state is None else _compiled_state.RecvQueueState
 #: The dedup window of a receive queue: the compiled C table, or its twin.
 DedupWindow: type[DedupWindowPy] = DedupWindowPy if _compiled_state is None else _compiled_state.DedupWindow
+#: The completed messages of a receive queue: the compiled ``ReadyQueue`` (whole one-frame
+#: messages as bytes in one arena), or its twin, a plain deque of part lists.
+ReadyQueue: type[deque[Any]] = deque if _compiled_state is None else _compiled_state.ReadyQueue
 
 
 class RecvQueue(_RecvQueueState):
@@ -264,7 +267,7 @@ class RecvQueue(_RecvQueueState):
         self.refuse_when_full = refuse_when_full
         self.reassembler = codec.Reassembler(max_message_size, max_incomplete_bytes, max_peer_incomplete_bytes)
         self.on_drop = on_drop
-        self._ready: deque[Parts] = deque()
+        self._ready: deque[Parts] = ReadyQueue()
         self._dedup: DedupWindowPy | None = None if dedup_ttl is None else DedupWindow()
         self._next_maint = 0.0
         self.completed = 0

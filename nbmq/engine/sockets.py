@@ -44,8 +44,9 @@ from __future__ import annotations
 
 import random
 import struct
+from collections import deque
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -308,8 +309,9 @@ class Socket(Connection, _SocketState):
 
         Returns:
             Its parts: a list of 1-D ``uint8`` numpy arrays, shape ``(part_size,)``, which own
-            their memory (the reassembler copied each chunk once into them; the engine keeps no
-            reference). ``bytes(part)`` or ``part.tobytes()`` gives bytes.
+            their memory (the reassembler copied each chunk into them; a one-frame message
+            waits as bytes in the compiled queue's arena and is copied out here; the engine
+            keeps no reference). ``bytes(part)`` or ``part.tobytes()`` gives bytes.
 
         Raises:
             WouldBlock: no message is ready.
@@ -347,10 +349,10 @@ class Socket(Connection, _SocketState):
         if not ready:
             raise WouldBlock("no message ready")
         packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-        if _fast is not None:
-            packed = _fast.pack_ready(ready, max_messages)
-        else:
+        if type(ready) is deque:
             packed = _pack_ready(ready, max_messages)
+        else:  # the compiled ReadyQueue packs its own
+            packed = cast(Any, ready).pack(max_messages)
         if packed is None:
             raise ValueError(
                 f"the oldest message has {len(ready[0])} parts: recv_packed takes one-part messages, recv() takes it"
@@ -374,10 +376,12 @@ class Socket(Connection, _SocketState):
 
     @property
     def ready_queue(self) -> Any:
-        """The completed messages, oldest first: the ``collections.deque`` (of part lists) that
-        :meth:`recv` pops, the same object for the engine's life. A driver may take messages
-        from its left end (``popleft``) instead of calling :meth:`recv` once per message;
-        nothing else may change it. Always empty on a Radio."""
+        """The completed messages, oldest first: the queue :meth:`recv` pops, the same object
+        for the engine's life: a ``collections.deque`` of part lists, or with the extensions
+        built its compiled twin ``nbmq.engine._queue_state.ReadyQueue`` (the same ``popleft``,
+        ``len`` and truth). A driver may take messages from its left end (``popleft``) instead
+        of calling :meth:`recv` once per message; nothing else may change it. Always empty on
+        a Radio."""
         return self._ready
 
     def recv_ready(self) -> int:

@@ -66,6 +66,18 @@ def test_keys_span_the_whole_u64_range(window):
         window.get(0, 2**64)
 
 
+def test_a_steady_stream_keeps_the_live_keys_through_rehashes_of_one_size(window):
+    """Expiry as fast as puts: the deleted slots fill the table and each rehash keeps its
+    size (the compiled one then reuses the table the previous rehash left)."""
+    live = 300
+    for i in range(6000):
+        window.put(3, i * 0x9E3779B97F4A7C15 & U64, float(i))
+        window.expire(float(i - live))
+    assert len(window) == live
+    assert all(window.get(3, i * 0x9E3779B97F4A7C15 & U64) == float(i) for i in range(6000 - live, 6000))
+    assert all(window.get(3, i * 0x9E3779B97F4A7C15 & U64) is None for i in range(6000 - live))
+
+
 def test_many_keys_grow_and_shrink_the_table(window):
     n = 5000
     for i in range(n):

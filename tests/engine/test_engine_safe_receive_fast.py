@@ -42,6 +42,8 @@ def _script(sid):
     steps += ["recv", [(_data(sid, m), A) for m in (3, 4, 5, 6)]]  # 6: refused (recv_hwm)
     steps += ["recv", [(_data(sid, 6), A)]]  # its resend, taken
     steps += [[(_data(sid, 30), A)], [(_data(sid, 30), A), (_data(sid, 31), A)], "recv"]  # a resend, a batch later
+    sizes = ((40, 1), (41, 466), (42, 7), (43, 250), (44, 3), (45, 100))  # Ack hashes four at a time
+    steps += [[(_data(sid, m, size=n), A) for m, n in sizes], "recv"]
     frames = codec.shard_message([bytes(range(256)) * 6], sid, 7).frames()
     steps += [[(bytes(f), A) for f in frames]]  # several chunks: INCOMPLETE then COMPLETE
     steps += [("send", b"s" * (codec.MAX_CHUNK_SIZE * 12))]  # 12 frames out
@@ -140,9 +142,9 @@ def test_inlined_safe_receive_matches_the_generic_path():
     log, c, peers, (fast_resends, in_flight, held), windows = fast
     assert len(windows) == 1 and windows[0][3] is not None  # acks clocked it, RTT sampled
     # the script reaches every case it claims to
-    assert sum(1 for kind, _ in log if kind == "msg") == 13
+    assert sum(1 for kind, _ in log if kind == "msg") == 16  # (3 of the six sizes: recv_hwm)
     assert c["acks_out"] >= 20 and c["acks_in"] == 15 and c["acks_unknown"] == 2
-    assert c["duplicate_frames"] == 3 and c["refused_frames"] == 1
+    assert c["duplicate_frames"] == 3 and c["refused_frames"] == 4
     assert c["malformed"] == 2 and c["unknown_session"] == 1 and c["addr_changes"] == 1
     assert c["dropped_too_large"] == 1 and c["dropped_rejected"] == 1 and c["dropped_evicted"] >= 1
     assert fast_resends == 1 and in_flight == 0 and held == 0

@@ -169,26 +169,88 @@ def test_asyncio_recv_packed():
     asyncio.run(main())
 
 
-def test_compiled_packing_matches_the_python_one():
+def test_compiled_ready_queue_matches_the_deque():
+    """ReadyQueue (arena messages pushed as bytes, part lists appended) against the deque of
+    part lists the Python engine keeps: the same messages, in order, through popleft, pack,
+    indexing and clear, across ring and arena growth and the slide to the arena's front."""
+    import random
     from collections import deque
 
-    from nbmq.engine import sockets
+    from nbmq.engine import queues, sockets
 
-    if sockets._fast is None:
-        pytest.skip("the compiled engine is not loaded")
+    if queues.ReadyQueue is deque:
+        pytest.skip("the compiled queue state is not loaded")
+    rng = random.Random(7)
+    fast, twin = queues.ReadyQueue(), deque()
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.45:
+            data = rng.randbytes(rng.choice((0, 1, 100, 466, 2000)))
+            fast.push(data)
+            twin.append([np.frombuffer(data, np.uint8).copy()])
+        elif op < 0.55:
+            message = [
+                np.frombuffer(rng.randbytes(rng.randrange(50)), np.uint8).copy()
+                for _ in range(rng.choice((1, 1, 2, 3)))
+            ]
+            fast.append(message)
+            twin.append(message)
+        elif op < 0.75 and twin:
+            _same(fast.popleft(), twin.popleft())
+        elif op < 0.95:
+            limit = rng.choice((1, 5, 64, 4096))
+            got, want = fast.pack(limit), sockets._pack_ready(twin, limit)
+            assert (got is None) == (want is None)
+            for x, y in zip(got or (), want or ()):
+                assert x.dtype == y.dtype and np.array_equal(x, y)
+        elif op < 0.99 and twin:
+            index = rng.randrange(-len(twin), len(twin))
+            _same(fast[index], twin[index])
+        else:
+            fast.clear()
+            twin.clear()
+        assert len(fast) == len(twin) and bool(fast) == bool(twin)
+    assert [[bytes(p) for p in m] for m in fast] == [[bytes(p) for p in m] for m in twin]
+    with pytest.raises(IndexError):
+        fast[len(twin)]
+    fast.clear()
+    with pytest.raises(IndexError):
+        fast.popleft()
+    assert fast.pack(5) is None
 
-    def ready():
-        parts = [np.frombuffer(b"m%d" % i * (i % 4), np.uint8).copy() for i in range(20)]
-        return deque([[p] for p in parts] + [[parts[1], parts[2]], [parts[3]]])
 
-    for limit in (1, 7, 20, 50):
-        a, b = ready(), ready()
-        got, want = sockets._fast.pack_ready(a, limit), sockets._pack_ready(b, limit)
-        assert len(a) == len(b)
-        for x, y in zip(got, want):
-            assert x.dtype == y.dtype and np.array_equal(x, y)
-    a, b = deque([[np.zeros(1, np.uint8)] * 2]), deque([[np.zeros(1, np.uint8)] * 2])
-    assert sockets._fast.pack_ready(a, 5) is None and sockets._pack_ready(b, 5) is None and len(a) == len(b) == 1
+def test_compiled_ready_queue_shrinks_after_a_burst():
+    """An arena grown by a burst shrinks once the queue empties and later use is small; one
+    in steady use keeps its size."""
+    import sys
+    from collections import deque
+
+    from nbmq.engine import queues
+
+    if queues.ReadyQueue is deque:
+        pytest.skip("the compiled queue state is not loaded")
+    q = queues.ReadyQueue()
+    small = sys.getsizeof(q)
+    for _ in range(20_000):  # the arena grows past 9 MB
+        q.push(b"x" * 466)
+    for _ in range(150_000):  # the ring past 1 MiB
+        q.push(b"z")
+    burst = sys.getsizeof(q)
+    assert burst > 9_000_000 + 150_000 * 8
+    data, offsets, lengths = q.pack(200_000)
+    assert len(q) == 0 and data.size == 20_000 * 466 + 150_000
+    assert lengths.tolist() == [466] * 20_000 + [1] * 150_000
+    assert sys.getsizeof(q) == burst  # (the burst's own use: kept)
+    for _ in range(100):
+        q.push(b"y" * 100)
+    assert len(q.pack(4096)[1]) == 100
+    assert small <= sys.getsizeof(q) < small + 100_000
+
+
+def _same(got: list, want: list) -> None:
+    assert type(got) is list and len(got) == len(want)
+    for x, y in zip(got, want):
+        assert x.dtype == np.uint8 and bytes(x) == bytes(y)
 
 
 def _pack(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
