@@ -445,7 +445,7 @@ cdef class ReadyQueue:
     def popleft(self):
         """The oldest message (its list of parts), removed. IndexError when empty."""
         cdef int64_t size
-        cdef list message
+        cdef object message  # (a deque takes any object: so does append)
         if not self._count:
             raise IndexError("pop from an empty ReadyQueue")
         size = self._sizes[self._head]
@@ -507,7 +507,7 @@ cdef class ReadyQueue:
         cdef int64_t* offs
         cdef int64_t* lens
         cdef unsigned char* out
-        cdef list message
+        cdef object message  # (a deque takes any object: so does append)
         while n < max_messages and n < self._count:  # how many, and their bytes
             size = self._sizes[(self._head + n) & mask]
             if size < 0:

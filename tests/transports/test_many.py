@@ -219,6 +219,26 @@ def test_compiled_ready_queue_matches_the_deque():
     assert fast.pack(5) is None
 
 
+def test_compiled_ready_queue_takes_any_message_object_as_the_deque_does():
+    """A message appended as a tuple of parts (a deque takes any object) comes back from
+    popleft and pack unchanged, and the queue stays in order: no type check that fails after
+    the message was taken."""
+    from collections import deque
+
+    from nbmq.engine import queues
+
+    if queues.ReadyQueue is deque:
+        pytest.skip("the compiled queue state is not loaded")
+    ready = queues.ReadyQueue()
+    ready.append((np.frombuffer(b"first", np.uint8),))
+    ready.push(b"second")
+    ready.append((np.frombuffer(b"third", np.uint8),))
+    assert bytes(ready.popleft()[0]) == b"first"
+    data, offsets, lengths = ready.pack(5)
+    assert [bytes(data[o : o + n]) for o, n in zip(offsets, lengths)] == [b"second", b"third"]
+    assert not ready
+
+
 def test_compiled_ready_queue_shrinks_after_a_burst():
     """An arena grown by a burst shrinks once the queue empties and later use is small; one
     in steady use keeps its size."""
