@@ -34,6 +34,18 @@ def _ack(sid, frame):
     return codec.encode_control_frame(FrameKind.ACK, sid, codec.ack_hash(frame).to_bytes(8, "big"))
 
 
+def _connect_peer(engine) -> int:
+    """Bind ``engine`` to S and connect peer A to it: the handshake, then one data frame that
+    completes it (its Ack taken out). Returns the session id, time 1.0 throughout."""
+    engine.bind(S)
+    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
+    ((reply, _),) = engine.datagrams_to_send(1.0)
+    sid = codec.parse_frame(reply).session_id
+    engine.receive_datagram(_data(sid, 1), A, 1.0)
+    engine.datagrams_to_send(1.0)
+    return sid
+
+
 def _script(sid):
     """Steps (1 ms apart): lists of (datagram, addr) fed as one batch; "recv" (every message
     ready); ("send", bytes); ("ack", indices, addr): acks for those frames of the engine's last
@@ -171,12 +183,7 @@ def test_compiled_safe_receive_in_use_when_built():
 def test_ack_frame_bytes_match_the_codec(size):
     # the inlined Ack is the codec's control frame, byte for byte
     engine = SafeDealer(OPTS, random.Random(7))
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)  # connects the peer
-    engine.datagrams_to_send(1.0)
+    sid = _connect_peer(engine)
     frame = _data(sid, 2, size=size)
     engine.receive_datagrams(memoryview(frame), [0], [len(frame)], [A], 1.1)
     assert engine.datagrams_to_send(1.1) == [(_ack(sid, frame), A)]
@@ -186,12 +193,7 @@ def _send_script(engine):
     """Sends of every shape (the compiled small case and the rest), errors included, then
     the frames handed out: the same for the compiled and the Python ``send``."""
     log: list = []
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)
-    engine.datagrams_to_send(1.0)
+    _connect_peer(engine)
     for parts in (
         [b"a" * 100],
         (b"b" * 466,),
@@ -371,12 +373,7 @@ def test_compiled_take_keeps_going_after_a_full_window():
     if sockets._fast is None:
         pytest.skip("nbmq.engine._fast is not built")
     engine = SafeDealer(SocketOptions(send_hwm=200, max_tick_send=1000), random.Random(7))
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)  # the handshake completes
-    engine.datagrams_to_send(1.0)  # its ack
+    sid = _connect_peer(engine)
     q = engine._sendq
     now = 1.0
     engine.send([b"first"], now)
@@ -412,12 +409,7 @@ def test_flights_in_flight_are_freed_with_their_engine(close):
     import weakref
 
     engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)
-    engine.datagrams_to_send(1.0)
+    _connect_peer(engine)
     for i in range(20):
         engine.send([bytes([i]) * 100], 1.0)
     assert len(engine.datagrams_to_send(1.0)) == 20
@@ -560,12 +552,7 @@ def test_compiled_take_keeps_multi_frame_messages_as_compiled_flights():
     if sockets._fast is None:
         pytest.skip("nbmq.engine._fast is not built")
     engine = SafeDealer(SocketOptions(send_hwm=4, max_tick_send=1000), random.Random(7))
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)
-    engine.datagrams_to_send(1.0)
+    _connect_peer(engine)
     q = engine._sendq
     engine.send([b"first"], 1.0)
     engine.datagrams_to_send(1.0)
@@ -591,12 +578,7 @@ def test_multi_frame_flights_in_flight_are_freed_with_their_engine(close):
     import weakref
 
     engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)
-    engine.datagrams_to_send(1.0)
+    _connect_peer(engine)
     engine.send([b"z" * 5000], 1.0)  # eleven frames
     assert len(engine.datagrams_to_send(1.0)) == 11
     q = engine._sendq
@@ -621,12 +603,7 @@ def test_small_messages_are_their_own_flights_hashed_as_the_codec_hashes(count):
     if sockets._fast is None:
         pytest.skip("nbmq.engine._fast is not built")
     engine = SafeDealer(SocketOptions(send_hwm=100, max_tick_send=1000), random.Random(7))
-    engine.bind(S)
-    engine.receive_datagram(codec.encode_control_frame(FrameKind.CONNECT, 0), A, 1.0)
-    ((reply, _),) = engine.datagrams_to_send(1.0)
-    sid = codec.parse_frame(reply).session_id
-    engine.receive_datagram(_data(sid, 1), A, 1.0)
-    engine.datagrams_to_send(1.0)
+    sid = _connect_peer(engine)
     q = engine._sendq
     engine.send([b"first"], 1.0)
     engine.datagrams_to_send(1.0)
