@@ -55,6 +55,8 @@ cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
     const Py_ssize_t PY_SSIZE_T_MIN
 
+from collections import deque
+
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
 from nbmq.engine.queues import OutMessage, SendQueue, _frames_of
@@ -63,6 +65,8 @@ from nbmq.errors import WouldBlock
 cnp.import_array()
 
 cdef object _CONNECTED = PeerState.CONNECTED
+cdef object _deque = deque
+cdef object _deque_append = deque.append  # (called unbound: no method look-up per message)
 cdef object _U64_MAX = 0xFFFFFFFFFFFFFFFF
 cdef object _take_py = SendQueue.take
 cdef object _receive_py = Connection.receive_datagrams
@@ -309,7 +313,11 @@ cdef int queue_small(SocketState self, object part, object now) except -2:
         return SMALL_OTHER
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
-    sendq._queue.append(_small_message(part, _message_id(nonce)))
+    queue = sendq._queue
+    if type(queue) is _deque:
+        _deque_append(queue, _small_message(part, _message_id(nonce)))
+    else:
+        queue.append(_small_message(part, _message_id(nonce)))
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
