@@ -128,7 +128,7 @@ def send(SocketFields self not None, parts, timeout=0.0, flush=None):
         return _send_py(self, parts, timeout, flush)
     engine = self._small_engine
     if engine is not None:  # (_now: time.monotonic's clock, without a call)
-        queued = queue_small(<SocketState>engine, part, _now())
+        queued = queue_small(<SocketState?>engine, part, _now())
         if queued == SMALL_FULL:  # (nothing was queued) the Python method waits, then queues it
             return _send_py(self, parts, timeout, flush)
     if engine is None or queued != SMALL_QUEUED:  # the engine's own send, for any other case

@@ -182,3 +182,12 @@ def test_compiled_send_and_recv_refuse_what_is_not_a_socket():
         Socket.send(object(), b"x")
     with pytest.raises(TypeError):
         Socket.recv(None)
+
+
+@needs_compiled
+def test_a_foreign_small_engine_is_refused_not_trusted():
+    name = f"inproc://foreign-{uuid.uuid4().hex}"
+    with Dealer.bind(name, **FAST) as server:
+        server._small_engine = object()  # the compiled send checks the type it casts to
+        with pytest.raises(TypeError):
+            server.send(b"x")
