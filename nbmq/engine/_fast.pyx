@@ -55,6 +55,8 @@ cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
     const Py_ssize_t PY_SSIZE_T_MIN
 
+from collections import deque
+
 from nbmq.engine.connection import Connection
 from nbmq.engine.peers import PeerState
 from nbmq.engine.queues import OutMessage, SendQueue, _frames_of
@@ -63,6 +65,8 @@ from nbmq.errors import WouldBlock
 cnp.import_array()
 
 cdef object _CONNECTED = PeerState.CONNECTED
+cdef object _deque = deque
+cdef object _deque_append = deque.append  # (called unbound: no method look-up per message)
 cdef object _U64_MAX = 0xFFFFFFFFFFFFFFFF
 cdef object _take_py = SendQueue.take
 cdef object _receive_py = Connection.receive_datagrams
@@ -256,9 +260,8 @@ def send(SocketState self not None, parts, now):
 
     A one-part ``bytes``, ``bytearray`` or 1-D contiguous ``uint8`` numpy array (what ``recv``
     returns: an echo's reply) message of at most 466 bytes (one frame) is queued here as a
-    :class:`SmallMessage` (a bytearray or array copied once into bytes, as ``Socket.send``
-    copies it into its frame); any other message, a closed engine and ``reference_compat`` go
-    to ``Socket.send`` itself.
+    :class:`SmallMessage` (:func:`queue_small`); any other message, a closed engine and
+    ``reference_compat`` go to ``Socket.send`` itself.
 
     Args:
         parts: 1..255 bytes-like parts (see ``Socket.send``). now: seconds (monotonic).
@@ -269,11 +272,30 @@ def send(SocketState self not None, parts, now):
 
     Queues output: flush with :meth:`datagrams_to_send`. Mutates state.
     """
-    cdef object part
-    cdef uint64_t nonce
+    cdef int queued
     if (type(parts) is not list and type(parts) is not tuple) or len(parts) != 1:
         return _send_py(self, parts, now)
-    part = parts[0]
+    queued = queue_small(self, parts[0], now)
+    if queued == SMALL_FULL:
+        raise WouldBlock(f"send_hwm ({(<SendQueueState>self._sendq).send_hwm}) messages held")
+    if queued == SMALL_OTHER:
+        return _send_py(self, parts, now)
+
+
+cdef int queue_small(SocketState self, object part, object now) except -2:
+    """Queue ``part``, the one part of a message, as :func:`send` does when it is small: a
+    ``bytes``, ``bytearray`` or 1-D contiguous ``uint8`` array of at most 466 bytes (the
+    last two copied once into ``bytes``) on an open engine outside ``reference_compat``. A
+    C call for the blocking socket's compiled ``send`` (``nbmq.transports._socket``): no part
+    list and no Python call per message.
+
+    Returns:
+        SMALL_QUEUED (1); SMALL_FULL (-1): ``send_hwm`` messages are held, nothing queued
+        (``send`` raises WouldBlock); SMALL_OTHER (0): anything else, nothing done (the caller
+        hands the message to ``Socket.send``). ``now`` (seconds) is recorded unless OTHER.
+    """
+    cdef uint64_t nonce
+    cdef SendQueueState sendq
     if type(part) is bytearray and PyByteArray_GET_SIZE(part) <= MAX_CHUNK:
         part = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(part), PyByteArray_GET_SIZE(part))  # the one copy
     elif type(part) is cnp.ndarray and _small_u8(<cnp.ndarray>part):
@@ -281,20 +303,25 @@ def send(SocketState self not None, parts, now):
                                          cnp.PyArray_NBYTES(<cnp.ndarray>part))  # the one copy
     if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
             or self._opts.reference_compat):
-        return _send_py(self, parts, now)
+        return SMALL_OTHER
     self._now = now
-    cdef SendQueueState sendq = <SendQueueState?>self._sendq
+    sendq = <SendQueueState?>self._sendq
     if sendq.held >= sendq.send_hwm:
-        raise WouldBlock(f"send_hwm ({sendq.send_hwm}) messages held")
+        return SMALL_FULL
     py_nonce = self._nonce
     if py_nonce > _U64_MAX:  # codec.message_id refuses it: Socket.send raises as the twin
-        return _send_py(self, parts, now)
+        return SMALL_OTHER
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
-    sendq._queue.append(_small_message(part, _message_id(nonce)))
+    queue = sendq._queue
+    if type(queue) is _deque:
+        _deque_append(queue, _small_message(part, _message_id(nonce)))
+    else:
+        queue.append(_small_message(part, _message_id(nonce)))
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
+    return SMALL_QUEUED
 
 
 def send_packed(SocketState self not None, data, offsets, lengths, now):

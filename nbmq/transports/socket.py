@@ -33,7 +33,7 @@ __all__ = ["Socket", "Dealer", "SafeDealer", "Radio", "Dish", "spin_readable"]
 
 _monotonic = time.monotonic
 _yield = getattr(os, "sched_yield", lambda: None)  # (Unix; elsewhere the spin just polls)
-_compiled = extensions.load("nbmq.transports._socket")
+_compiled = extensions.load("nbmq.transports._socket", needs="nbmq.engine._fast")
 #: True when ``Socket.send`` / ``Socket.recv`` are the compiled twins (``nbmq.transports._socket``).
 COMPILED = _compiled is not None
 _BYTES = engine_binding.BYTES
@@ -69,7 +69,18 @@ if _compiled is not None:
     spin_readable = _compiled.spin_readable  # noqa: F811 (the same, without the GIL)
 
 
-class Socket(OptionAttributes):
+class SocketFieldsPy:
+    """The fields the compiled ``send``/``recv`` read per message (twin of
+    ``_socket.SocketFields``, which holds them as C fields): ``closed``, ``_unflushed``,
+    ``_engine_send``, ``_small_engine``, ``_ready`` (see :class:`Socket`)."""
+
+    __slots__ = ("closed", "_unflushed", "_engine_send", "_small_engine", "_ready")
+
+
+SocketFields = SocketFieldsPy if _compiled is None else _compiled.SocketFields
+
+
+class Socket(SocketFields, OptionAttributes):
     """An nbmq socket over UDP, IPC or inproc. Build with :meth:`bind` or :meth:`connect`.
 
     Attributes:
@@ -88,11 +99,8 @@ class Socket(OptionAttributes):
     __slots__ = (
         "options",
         "engine",
-        "_engine_send",
-        "closed",
         "_link",
         "_events",
-        "_unflushed",
         "_sel",
         "_mask",
         "_tick_recv",
@@ -101,7 +109,6 @@ class Socket(OptionAttributes):
         "_max_events",
         "_busy_poll",
         "_spin_next",
-        "_ready",
         "_pingpong",
         "_acked_at",
         "__weakref__",
@@ -123,6 +130,8 @@ class Socket(OptionAttributes):
             link.close()
             raise
         self._engine_send = self.engine.send  # (bound once: the compiled send calls it per message)
+        # the engine when the compiled send may queue a small message into it with one C call
+        self._small_engine = None if _compiled is None else _compiled.small_sender(self.engine)
         self.options = engine_binding.LiveOptions(self.engine, self._option_changed)
         self._cache_options()
         self._ready = self.engine.ready_queue

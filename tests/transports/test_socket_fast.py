@@ -139,3 +139,55 @@ def test_send_recv_round_trip_through_whichever_methods_run():
                 if len(got) == len(sent):
                     break
         assert got == sent
+
+
+@needs_compiled
+@pytest.mark.parametrize("kind", [Dealer, SafeDealer])
+def test_a_small_message_is_queued_without_the_engines_python_send(kind):
+    """The compiled send queues a small message into a compiled engine with one C call; the
+    engine's bound ``send`` runs only for the other cases (here ``reference_compat``)."""
+    name = f"inproc://small-{uuid.uuid4().hex}"
+    with kind.bind(name, **FAST) as server, kind.connect(name, **FAST) as client:
+        assert pump(server, client, until=lambda: server.connected and client.connected)
+        assert socket_module._compiled.small_sender(client.engine) is client.engine
+        calls = []
+        engine_send = client._engine_send
+        client._engine_send = lambda parts, now: calls.append(parts) or engine_send(parts, now)
+        client.send(b"a" * 100)
+        client.send([bytearray(b"b" * 466)])
+        client.send((np.full(10, 7, dtype=np.uint8),))
+        assert calls == [] and client.engine.pending_messages == 3
+        client.options.reference_compat = True  # the engine's own send, which checks parts
+        client.send(b"c" * 10)
+        assert calls == [[b"c" * 10]] and client.engine.pending_messages == 4
+        client.flush()
+        assert pump(server, client, until=lambda: server.engine.recv_ready() >= 4)
+        got = [bytes(server.recv()[0]) for _ in range(4)]
+        assert got == [b"a" * 100, b"b" * 466, bytes([7] * 10), b"c" * 10]
+
+
+@needs_compiled
+def test_small_sender_takes_only_engines_whose_send_is_compiled():
+    name = f"inproc://radio-{uuid.uuid4().hex}"
+    with Dish.bind(name, **FAST) as dish, Radio.connect(name, **FAST) as radio:
+        assert socket_module._compiled.small_sender(radio.engine) is None
+        assert socket_module._compiled.small_sender(dish.engine) is None
+        assert radio._small_engine is None
+    assert socket_module._compiled.small_sender(object()) is None
+
+
+@needs_compiled
+def test_compiled_send_and_recv_refuse_what_is_not_a_socket():
+    with pytest.raises(TypeError):
+        Socket.send(object(), b"x")
+    with pytest.raises(TypeError):
+        Socket.recv(None)
+
+
+@needs_compiled
+def test_a_foreign_small_engine_is_refused_not_trusted():
+    name = f"inproc://foreign-{uuid.uuid4().hex}"
+    with Dealer.bind(name, **FAST) as server:
+        server._small_engine = object()  # the compiled send checks the type it casts to
+        with pytest.raises(TypeError):
+            server.send(b"x")
