@@ -48,7 +48,8 @@ from libc.string cimport memcpy
 
 from nbmq._wire cimport (DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv,
                         fnv1a64x4 as _fnv4)
-from nbmq.engine._queue_state cimport DedupWindow, ReadyQueue, RecvQueueState, SendQueueState, SocketState
+from nbmq.engine._queue_state cimport (DedupWindow, ReadyQueue, RecvQueueState, SendQueueState, SocketState,
+                                      TransmissionOrder, TxRecord)
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -87,10 +88,10 @@ cdef inline void _put_be(unsigned char* p, uint64_t v, int n) noexcept nogil:
 
 
 cdef inline tuple _pair(object first, object second):
-    """``(first, second)``, not tracked by the cycle collector: a datagram and its address, or
-    a transmission number and its :class:`Flight`, which never lead back to the pair. Tens of
-    thousands of them live while frames are in flight or acks wait; tracked, each young
-    collection walked them and promoted them into the old generation's full collections."""
+    """``(first, second)``, not tracked by the cycle collector: a datagram and its address,
+    which never lead back to the pair. Tens of thousands of them live while acks wait;
+    tracked, each young collection walked them and promoted them into the old generation's
+    full collections."""
     cdef tuple pair = (first, second)
     PyObject_GC_UnTrack(<void*>pair)
     return pair
@@ -994,7 +995,7 @@ cdef class _AckRun:
     code could read it (``end_round``, ``reorder_wait``, ``fast_resend``, the Python ack,
     a slow datagram) and at the end of the batch; plus the queue's counters they change."""
     cdef object win           # the Window cached, or None
-    cdef object order, popleft  # its transmission order (a deque) and that deque's popleft
+    cdef TransmissionOrder order  # its transmission order
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
@@ -1006,9 +1007,7 @@ cdef class _AckRun:
 
     cdef int load(self, object win) except -1:
         self.win = win
-        if self.order is not win.order:
-            self.order = win.order
-            self.popleft = self.order.popleft
+        self.order = <TransmissionOrder?>win.order
         self.in_flight = win.in_flight
         self.round_acked = win.round_acked
         self.round_end = win.round_end
@@ -1062,6 +1061,8 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
     cdef Py_ssize_t size, in_flight, tx, limit, otx
     cdef Flight flight
     cdef SmallMessage sm
+    cdef TransmissionOrder order
+    cdef TxRecord* rec
     inflight = <dict>sendq._inflight
     obj = inflight.get(h)
     if type(obj) is SmallMessage:  # a small message, its own flight
@@ -1144,26 +1145,25 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
     run.acked += 1  # (sendq.window_opened() at store)
     run.round_acked += 1
     tx = flight.tx
-    order = run.order
-    popleft = run.popleft
     if tx >= run.round_end:
         run.store(sendq)
         win.end_round(now)
         run.load(win)
+    order = run.order
     limit = tx - DUPTHRESH_C
     sent_before = None
-    while order:  # oldest transmissions first: skip the acked, resend the lost
-        entry = order[0]
-        otx = (<tuple>entry)[0]
-        other = (<tuple>entry)[1]
-        if isinstance(other, Flight):  # (a SmallMessage too)
-            if (<Flight>other).tx != otx or (<Flight>other).win is None:
-                popleft()
+    while order.count:  # oldest transmissions first: skip the acked, resend the lost
+        rec = &order.ring[order.head]
+        otx = rec.tx
+        if isinstance(<object>rec.flight, Flight):  # (a SmallMessage too)
+            if (<Flight>rec.flight).tx != otx or (<Flight>rec.flight).win is None:
+                order.drop_front()
                 continue
-        elif other.tx != otx or other.win is None:
-            popleft()
+        elif (<object>rec.flight).tx != otx or (<object>rec.flight).win is None:
+            order.drop_front()
             continue
         if otx <= limit:
+            other = <object>rec.flight
             run.store(sendq)  # Python code reads the window from here on
             if sent_before is None:  # (SendQueue.ack; Window.reorder_window / reorder_wait inlined)
                 reo = <double>win.reo_mult * <double>win.min_rtt / 4
@@ -1177,9 +1177,9 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
                 sent_before = reo if reo > x else x
             if other.last_sent > sent_before:
                 break
-            popleft()
+            order.drop_front()
             if not sendq.fast_resend(other, win, now, out):
-                order.appendleft(entry)  # left to its timer
+                order.push_front(otx, other)  # left to its timer
                 break
         else:
             break
@@ -1269,7 +1269,7 @@ cdef enum:
     HASH_RUN = 8        # small messages whose frames take_safe hashes together
 
 
-cdef int _fly(list sent, dict inflight, object order_append, double due, double now, object win,
+cdef int _fly(list sent, dict inflight, TransmissionOrder order, double due, double now, object win,
               Py_ssize_t tx_end) except -1:
     """Keep the small messages of ``sent`` (sent in that order, the last with transmission
     number ``tx_end - 1``, their frames in ``view``) as their own flights: each frame's
@@ -1293,7 +1293,7 @@ cdef int _fly(list sent, dict inflight, object order_append, double due, double 
         h = PyLong_FromUnsignedLongLong(hashes[j])
         _flight(sm, h, sm.view, None, due, now, win, tx)
         inflight[h] = sm
-        order_append(_pair(tx, sm))
+        order.push(tx, sm)
         tx += 1
     del sent[:]
     return 0
@@ -1322,7 +1322,8 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     cdef Py_buffer* b
     cdef bytes frame
     cdef Flight flight
-    cdef object small, msg, peer, addr = None, last = None, win = None, order_append = None
+    cdef object small, msg, peer, addr = None, last = None, win = None
+    cdef TransmissionOrder order = None
     cdef object h, frames, view
     cdef SmallMessage sm
     cdef list sent = []  # small messages sent, not yet kept as flights (see _fly)
@@ -1355,7 +1356,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             small = sm.small
         elif type(msg) is OutMessage:
             if sent:  # (its flights come after theirs in the window's order)
-                _fly(sent, inflight, order_append, due_c, now, win, tx)
+                _fly(sent, inflight, order, due_c, now, win, tx)
             small = msg.small
             if small is None:  # sharded: its peer and frames made as the twin makes them
                 if msg.dropped or msg.sharded is None:
@@ -1389,7 +1390,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 peer = ring[rr]
         if peer is not last and last is not None:
             if sent:
-                _fly(sent, inflight, order_append, due_c, now, win, tx)
+                _fly(sent, inflight, order, due_c, now, win, tx)
             win.tx = tx
             win.pace_tokens -= in_flight - win.in_flight  # (Window.pace_allow's bucket)
             win.in_flight = in_flight
@@ -1409,7 +1410,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
-            order_append = win.order.append
+            order = <TransmissionOrder?>win.order
             rto = win.rto
             due_c = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
             tx = win.tx
@@ -1446,7 +1447,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
                 flight = _flight(Flight.__new__(Flight), h, view, msg, due_c, now, win, tx)
                 inflight[h] = flight
-                order_append(_pair(tx, flight))
+                order.push(tx, flight)
                 tx += 1
                 j += 1
             msg.unacked += j - i
@@ -1475,13 +1476,13 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             sm.view = frame
             sent.append(sm)
             if len(sent) == HASH_RUN:
-                _fly(sent, inflight, order_append, due_c, now, win, tx + 1)
+                _fly(sent, inflight, order, due_c, now, win, tx + 1)
         else:
             h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame),
                                                  size, FNV_BASIS))
             flight = _flight(Flight.__new__(Flight), h, frame, msg, due_c, now, win, tx)
             inflight[h] = flight
-            order_append(_pair(tx, flight))
+            order.push(tx, flight)
         tx += 1
         if type(msg) is SmallMessage:
             sm.unacked += 1
@@ -1492,7 +1493,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
         n += 1
         popleft()
     if sent:
-        _fly(sent, inflight, order_append, due_c, now, win, tx)
+        _fly(sent, inflight, order, due_c, now, win, tx)
     if last is not None:
         win.tx = tx
         win.pace_tokens -= in_flight - win.in_flight

@@ -3,6 +3,7 @@
 # classes; twins: queues.SendQueueStatePy, RecvQueueStatePy, DedupWindowPy,
 # sockets.SocketStatePy).
 
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint64_t
 
 
@@ -66,3 +67,18 @@ cdef class ReadyQueue:
     cdef void _emptied(self) noexcept
     cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1
     cpdef object pack(self, Py_ssize_t max_messages)
+
+
+cdef struct TxRecord:
+    Py_ssize_t tx           # the transmission's number
+    PyObject* flight        # its flight (an owned reference)
+
+
+cdef class TransmissionOrder:
+    cdef TxRecord* ring
+    cdef Py_ssize_t head, count, capacity   # capacity: a power of two
+    cdef object __weakref__
+    cdef int _resize(self, Py_ssize_t capacity) except -1
+    cdef int push(self, Py_ssize_t tx, object flight) except -1
+    cdef int push_front(self, Py_ssize_t tx, object flight) except -1
+    cdef void drop_front(self) noexcept

@@ -10,7 +10,8 @@ the Python code reaches the same fields as attributes. Their twins, ``queues.Sen
 (``NBMQ_NO_EXTENSIONS=1``). The
 fields' meaning is documented on the queues. :class:`DedupWindow` is the C table twin of
 ``queues.DedupWindowPy``; :class:`ReadyQueue` the compiled twin of the receive queue's
-``collections.deque`` of completed messages.
+``collections.deque`` of completed messages; :class:`TransmissionOrder` that of a congestion
+window's ``deque`` of ``(tx, flight)`` pairs.
 """
 
 cimport numpy as cnp
@@ -18,6 +19,7 @@ from collections import deque
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.long cimport PyLong_AsUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.math cimport isnan, NAN
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free
@@ -97,6 +99,24 @@ cdef inline Py_ssize_t _table_capacity(Py_ssize_t live) noexcept:
     while capacity < (live + 1) * 4:
         capacity *= 2
     return capacity
+
+
+cdef void* _moved_ring(void* ring, Py_ssize_t head, Py_ssize_t count, Py_ssize_t capacity,
+                       Py_ssize_t new_capacity, size_t item) except NULL:
+    """A ring of ``new_capacity`` (>= count) records of ``item`` bytes holding the ``count``
+    records of ``ring`` (``capacity`` records, the oldest at ``head``) from its start, oldest
+    first; ``ring`` is freed. MemoryError (``ring`` kept) when it cannot be had."""
+    cdef char* fresh = <char*>PyMem_Malloc(new_capacity * item)
+    cdef Py_ssize_t first = capacity - head
+    if fresh == NULL:
+        raise MemoryError()
+    if first >= count:
+        memcpy(fresh, <const char*>ring + head * item, count * item)
+    else:
+        memcpy(fresh, <const char*>ring + head * item, first * item)
+        memcpy(fresh + first * item, ring, (count - first) * item)
+    PyMem_Free(ring)
+    return fresh
 
 
 cdef class DedupWindow:
@@ -189,17 +209,8 @@ cdef class DedupWindow:
 
     cdef int _resize_ring(self, Py_ssize_t capacity) except -1:
         """Move the records, oldest first, into a ring of ``capacity`` (>= count) records."""
-        cdef DedupRecord* fresh = <DedupRecord*>PyMem_Malloc(capacity * sizeof(DedupRecord))
-        cdef Py_ssize_t first = self.ring_capacity - self.head
-        if fresh == NULL:
-            raise MemoryError()
-        if first >= self.count:
-            memcpy(fresh, self.ring + self.head, self.count * sizeof(DedupRecord))
-        else:
-            memcpy(fresh, self.ring + self.head, first * sizeof(DedupRecord))
-            memcpy(fresh + first, self.ring, (self.count - first) * sizeof(DedupRecord))
-        PyMem_Free(self.ring)
-        self.ring = fresh
+        self.ring = <DedupRecord*>_moved_ring(self.ring, self.head, self.count, self.ring_capacity,
+                                              capacity, sizeof(DedupRecord))
         self.ring_capacity = capacity
         self.head = 0
         return 0
@@ -571,3 +582,154 @@ cdef class ReadyQueue:
 
     def __repr__(self):
         return f"ReadyQueue({self._count} messages, {self._end - self._start} bytes in the arena)"
+
+
+DEF MIN_RECORDS = 64         # records (a power of two) of an empty transmission order
+
+
+cdef class TransmissionOrder:
+    """A congestion window's transmissions, oldest first: ``(tx, flight)`` records (the
+    transmission's number, an int, and the frame's flight), the compiled twin of the
+    ``collections.deque`` of pairs the Python code keeps (``append``, ``appendleft``,
+    ``popleft``, ``clear``, ``len``, truth, indexing and iteration as a deque's, each taking or
+    giving a pair). Stale records (the flight acked or sent again since) stay until they reach
+    the front, as in the deque.
+
+    The compiled send and ack loops (``nbmq.engine._fast``) push and read C records of 16
+    bytes, ``{tx, flight}``, in one ring: no pair tuple and no int per transmission (the ack
+    loop's walk of the deque loaded three cold objects per record, the pair, its int and the
+    flight; now the flight alone). The ring owns a reference to each flight; the cycle window
+    -> order -> flight -> window is not seen by the cycle collector (neither the flights nor
+    this ring are tracked, as the deque's flights were not), and is broken by emptying the
+    order (``SendQueue.clear``, ``SendQueue.__del__``).
+
+    Memory: 16 bytes per record, in a ring that doubles when full and halves when less than
+    an eighth full (never below 64 records).
+
+    Raises:
+        IndexError: ``popleft`` or an index on an empty order / out of range.
+        TypeError / ValueError: a pair that is not two items, or its tx not an int.
+        MemoryError: the ring cannot grow."""
+
+    def __cinit__(self):
+        self.ring = <TxRecord*>PyMem_Malloc(MIN_RECORDS * sizeof(TxRecord))
+        if self.ring == NULL:
+            raise MemoryError()
+        self.capacity = MIN_RECORDS
+        self.head = self.count = 0
+
+    def __dealloc__(self):
+        cdef TxRecord* ring = self.ring
+        cdef Py_ssize_t i, head = self.head, count = self.count, mask = self.capacity - 1
+        self.ring = NULL
+        self.count = 0
+        if ring != NULL:
+            for i in range(count):
+                Py_XDECREF(ring[(head + i) & mask].flight)
+            PyMem_Free(ring)
+
+    cdef int _resize(self, Py_ssize_t capacity) except -1:
+        """Move the records, oldest first, into a ring of ``capacity`` (a power of two, >= count)."""
+        self.ring = <TxRecord*>_moved_ring(self.ring, self.head, self.count, self.capacity,
+                                           capacity, sizeof(TxRecord))
+        self.capacity = capacity
+        self.head = 0
+        return 0
+
+    cdef int push(self, Py_ssize_t tx, object flight) except -1:
+        """Add ``(tx, flight)`` as the newest record."""
+        cdef TxRecord* r
+        if self.count == self.capacity:
+            self._resize(2 * self.capacity)
+        r = &self.ring[(self.head + self.count) & (self.capacity - 1)]
+        Py_INCREF(flight)
+        r.tx = tx
+        r.flight = <PyObject*>flight
+        self.count += 1
+        return 0
+
+    cdef int push_front(self, Py_ssize_t tx, object flight) except -1:
+        """Add ``(tx, flight)`` as the oldest record."""
+        if self.count == self.capacity:
+            self._resize(2 * self.capacity)
+        self.head = (self.head - 1) & (self.capacity - 1)
+        Py_INCREF(flight)
+        self.ring[self.head].tx = tx
+        self.ring[self.head].flight = <PyObject*>flight
+        self.count += 1
+        return 0
+
+    cdef void drop_front(self) noexcept:
+        """Remove the oldest record (there is one) and release its flight. The ring is left
+        consistent before the release, which may free the flight (the caller holds the
+        order)."""
+        cdef PyObject* flight = self.ring[self.head].flight
+        self.head = (self.head + 1) & (self.capacity - 1)
+        self.count -= 1
+        if self.count * 8 < self.capacity and self.capacity > MIN_RECORDS:
+            try:
+                self._resize(self.capacity // 2)
+            except MemoryError:  # (keep the larger ring)
+                pass
+        Py_XDECREF(flight)
+
+    def append(self, pair):
+        """Add the pair ``(tx, flight)`` as the newest transmission."""
+        tx, flight = pair
+        self.push(tx, flight)
+
+    def appendleft(self, pair):
+        """Add the pair ``(tx, flight)`` as the oldest transmission."""
+        tx, flight = pair
+        self.push_front(tx, flight)
+
+    def popleft(self):
+        """The oldest ``(tx, flight)``, removed. IndexError when empty."""
+        if not self.count:
+            raise IndexError("pop from an empty TransmissionOrder")
+        cdef TxRecord* r = &self.ring[self.head]
+        pair = (r.tx, <object>r.flight)
+        self.drop_front()
+        return pair
+
+    def __getitem__(self, Py_ssize_t index):
+        """The pair ``(tx, flight)`` at ``index`` (negative counts from the newest)."""
+        cdef TxRecord* r
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError("TransmissionOrder index out of range")
+        r = &self.ring[(self.head + index) & (self.capacity - 1)]
+        return (r.tx, <object>r.flight)
+
+    def __iter__(self):
+        """The pairs, oldest first (a snapshot: changing the order meanwhile changes nothing
+        iterated)."""
+        return iter([self[i] for i in range(self.count)])
+
+    def __len__(self):
+        return self.count
+
+    def __bool__(self):
+        return self.count > 0
+
+    def clear(self):
+        """Remove every record (releasing its flight)."""
+        cdef TxRecord* ring = self.ring
+        cdef Py_ssize_t i, head = self.head, count = self.count, mask = self.capacity - 1
+        cdef TxRecord* fresh = <TxRecord*>PyMem_Malloc(MIN_RECORDS * sizeof(TxRecord))
+        if fresh == NULL:
+            raise MemoryError()
+        self.ring = fresh  # (emptied before any flight is released: releasing may run code)
+        self.capacity = MIN_RECORDS
+        self.head = self.count = 0
+        for i in range(count):
+            Py_XDECREF(ring[(head + i) & mask].flight)
+        PyMem_Free(ring)
+
+    def __sizeof__(self):
+        """Bytes held: the object and its ring (the flights are not counted)."""
+        return sizeof(TransmissionOrder) + self.capacity * sizeof(TxRecord)
+
+    def __repr__(self):
+        return f"TransmissionOrder({self.count} transmissions)"
