@@ -1317,7 +1317,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     cdef Py_ssize_t i, j, end, total
     cdef uint64_t sid = 0
     cdef double cwnd = 0.0, due_c = 0.0, room, pace = 0.0
-    cdef bint multi, rest
+    cdef bint multi, rest, full = False
     cdef const unsigned char* p
     cdef Py_buffer* b
     cdef bytes frame
@@ -1403,7 +1403,8 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             if win is None:
                 win = windows[peer] = _Window(ivl)
             if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
-                break  # full: the Python code blocks, from the same state
+                full = True
+                break  # full: the queue blocks (below), from the same state
             pace = win.pace_allow(py_now)
             if pace <= 0:
                 break  # paced: the Python code waits, from the same state
@@ -1419,6 +1420,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             if in_flight + pace < cwnd:  # pacing's bytes bound this call as the window does
                 cwnd = in_flight + pace
         elif in_flight > 0 and cwnd - in_flight <= 0:
+            full = True
             break  # full, as above (win.tx / in_flight written back below)
         if multi:
             # the twin's frame loop: room as it counts it, at least one frame
@@ -1499,7 +1501,17 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
         win.pace_tokens -= in_flight - win.in_flight
         win.in_flight = in_flight
         last.sent(py_now)
+    if full and not multi and type(msg) is SmallMessage:
+        # a small message stopped by its peer's full window, as the Python code leaves it:
+        # its peer assigned and its frame made (sent once the window opens), the queue blocked
+        if frame is None:
+            rr += 1
+            sm.peer = peer
+            sm.frames = [_small_frame(PyLong_AsUnsignedLongLongMask(peer._sid), sm.mid, <bytes>small)]
+        sendq.window_full()
+    else:
+        full = False
     sendq.took(rr, n, nbytes, 0)
-    if n < limit and queue:
+    if n < limit and queue and not full:
         n += _take_safe_py(sendq, now, limit - n, out, ring)
     return n

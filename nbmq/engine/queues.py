@@ -616,6 +616,11 @@ class SendQueue(_SendQueueState):
         self.frames_out += frames
         self.bytes_out += nbytes
 
+    def window_full(self) -> None:
+        """Record that a :meth:`take` stopped at a peer's full congestion window: not
+        :meth:`ready` until an ack or a timeout opens it (:meth:`window_opened`)."""
+        self._blocked = True
+
     def window_opened(self) -> None:
         """Record that a frame left a peer's congestion window (acked, dropped or given up):
         a :meth:`take` stopped at a full window may run again (:meth:`ready`)."""
@@ -895,7 +900,7 @@ class SendQueue(_SendQueueState):
             else:
                 room = win.cwnd - win.in_flight
                 if room <= 0 and win.in_flight > 0:
-                    self._blocked = True  # until an ack or a timeout opens the window
+                    self.window_full()
                     break
                 pace = win.pace_allow(now)
                 if pace <= 0:
