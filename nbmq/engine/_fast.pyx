@@ -40,7 +40,7 @@ import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
@@ -48,8 +48,9 @@ from libc.string cimport memcpy
 
 from nbmq._wire cimport (DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv,
                         fnv1a64x4 as _fnv4)
-from nbmq.engine._queue_state cimport (DedupWindow, ReadyQueue, RecvQueueState, SendQueueState, SocketState,
-                                      TransmissionOrder, TxRecord)
+from cpython.ref cimport PyObject
+from nbmq.engine._queue_state cimport (DedupWindow, InflightTable, ReadyQueue, RecvQueueState, SendQueueState,
+                                      SocketState, TransmissionOrder, TxRecord)
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -137,13 +138,14 @@ cdef class Flight:
     ``win``, is broken by ``SendQueue.clear`` and ``SendQueue.__del__``; an ack or
     ``forget`` breaks it for each flight."""
 
-    cdef public object hash, view, win
+    cdef public object view, win
     cdef object message          # the message; None for a SmallMessage, which is its own
+    cdef uint64_t h              # the frame's ack hash (``hash`` makes the int)
     cdef public double due, sent_at, last_sent
     cdef public Py_ssize_t resends, tx, fast
 
     def __init__(self, h, view, msg, double due, double sent_at=0.0, win=None):
-        self.hash = h
+        self.h = PyLong_AsUnsignedLongLong(h)
         self.view = view
         self.message = msg
         self.due = due
@@ -153,6 +155,11 @@ cdef class Flight:
         self.tx = -1
         self.last_sent = sent_at
         self.fast = 0
+
+    @property
+    def hash(self):
+        """The frame's ack hash (``codec.ack_hash``; u64 int)."""
+        return PyLong_FromUnsignedLongLong(self.h)
 
     @property
     def msg(self):
@@ -165,11 +172,11 @@ cdef class Flight:
             self.win = None
 
 
-cdef inline Flight _flight(Flight f, object h, object view, object msg, double due, double now,
+cdef inline Flight _flight(Flight f, uint64_t h, object view, object msg, double due, double now,
                            object win, Py_ssize_t tx):
     """``f`` made ``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``
     (``f``: a new Flight, or a SmallMessage sent, with ``msg`` None: its own flight)."""
-    f.hash = h
+    f.h = h
     f.view = view
     f.message = msg
     f.due = due
@@ -818,8 +825,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         acks_in += 1
-                        _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl,
-                             run)
+                        _ack(sendq, sid, _be(p + 10, 8), now, ctrl, run)
                         continue
                 elif (whole_ok and length <= MAX_FRAME and <int64_t>ready._count < hwm
                         and _whole_frame(p, length, room)):
@@ -981,9 +987,12 @@ def ack(sendq, uint64_t session_id, h, now, out):
     ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
     ``SendQueue.fast_resend``). Every other case is ``SendQueue.ack`` itself
     (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
-    cdef _AckRun run = _AckRun.__new__(_AckRun)
+    cdef _AckRun run
+    if type(h) is not int or h < 0 or h > _U64_MAX:
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    run = _AckRun.__new__(_AckRun)
     try:
-        return _ack(sendq, session_id, h, now, out, run)
+        return _ack(sendq, session_id, PyLong_AsUnsignedLongLongMask(h), now, out, run)
     finally:
         run.store(sendq)
 
@@ -1053,7 +1062,7 @@ cdef class _AckRun:
         return 0
 
 
-cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now, object out,
+cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object now, object out,
                  _AckRun run):
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
@@ -1063,8 +1072,9 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
     cdef SmallMessage sm
     cdef TransmissionOrder order
     cdef TxRecord* rec
-    inflight = <dict>sendq._inflight
-    obj = inflight.get(h)
+    cdef InflightTable inflight = <InflightTable?>sendq._inflight
+    cdef PyObject* found = inflight.find(h)
+    obj = None if found == NULL else <object>found
     if type(obj) is SmallMessage:  # a small message, its own flight
         flight = <Flight>obj
         msg = obj
@@ -1075,7 +1085,7 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
         msg = None
     if msg is None or type(now) is not float or type(out) is not list:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     if type(msg) is SmallMessage:
         sm = <SmallMessage>msg
         peer = sm.peer
@@ -1084,25 +1094,25 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
         peer = msg.peer
     else:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     win = flight.win
     if peer is None or win is None or flight.resends != 0 or flight.fast != 0:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     sid_obj = peer._sid
     if sid_obj is not run.sid_obj:  # (checked once per peer of the batch)
         if type(sid_obj) is not int or sid_obj < 0 or sid_obj > _U64_MAX:
             run.store(sendq)
-            return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+            return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
         run.sid_obj = sid_obj
         run.sid = PyLong_AsUnsignedLongLongMask(sid_obj)
     if run.sid != session_id:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     if win is not run.win:
         run.store(sendq)
         run.load(win)
-    del inflight[h]
+    inflight.take(h)
     t = now
     flight.due = -1.0  # marks its resend-queue entries stale
     # Window.acked(len(flight.view), now - flight.sent_at), inlined
@@ -1269,7 +1279,7 @@ cdef enum:
     HASH_RUN = 8        # small messages whose frames take_safe hashes together
 
 
-cdef int _fly(list sent, dict inflight, TransmissionOrder order, double due, double now, object win,
+cdef int _fly(list sent, InflightTable inflight, TransmissionOrder order, double due, double now, object win,
               Py_ssize_t tx_end) except -1:
     """Keep the small messages of ``sent`` (sent in that order, the last with transmission
     number ``tx_end - 1``, their frames in ``view``) as their own flights: each frame's
@@ -1290,9 +1300,8 @@ cdef int _fly(list sent, dict inflight, TransmissionOrder order, double due, dou
         hashes[k] = _fnv(p[k & 3], size[k & 3], FNV_BASIS)
     for j in range(n):
         sm = <SmallMessage>sent[j]
-        h = PyLong_FromUnsignedLongLong(hashes[j])
-        _flight(sm, h, sm.view, None, due, now, win, tx)
-        inflight[h] = sm
+        _flight(sm, hashes[j], sm.view, None, due, now, win, tx)
+        inflight.store(hashes[j], sm)
         order.push(tx, sm)
         tx += 1
     del sent[:]
@@ -1324,13 +1333,14 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     cdef Flight flight
     cdef object small, msg, peer, addr = None, last = None, win = None
     cdef TransmissionOrder order = None
-    cdef object h, frames, view
+    cdef uint64_t h
+    cdef object frames, view
     cdef SmallMessage sm
     cdef list sent = []  # small messages sent, not yet kept as flights (see _fly)
     if not sendq.congestion or not nring:
         return _take_safe_py(sendq, now, limit, out, ring)
     queue = sendq._queue
-    cdef dict inflight = <dict?>sendq._inflight
+    cdef InflightTable inflight = <InflightTable?>sendq._inflight
     windows = sendq.windows
     ivl = sendq.resend_ivl
     rr = sendq._rr
@@ -1446,9 +1456,9 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 nbytes += size
                 room -= size
                 in_flight += size
-                h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
+                h = _fnv(p, size, FNV_BASIS)
                 flight = _flight(Flight.__new__(Flight), h, view, msg, due_c, now, win, tx)
-                inflight[h] = flight
+                inflight.store(h, flight)
                 order.push(tx, flight)
                 tx += 1
                 j += 1
@@ -1480,10 +1490,9 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             if len(sent) == HASH_RUN:
                 _fly(sent, inflight, order, due_c, now, win, tx + 1)
         else:
-            h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame),
-                                                 size, FNV_BASIS))
+            h = _fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size, FNV_BASIS)
             flight = _flight(Flight.__new__(Flight), h, frame, msg, due_c, now, win, tx)
-            inflight[h] = flight
+            inflight.store(h, flight)
             order.push(tx, flight)
         tx += 1
         if type(msg) is SmallMessage:

@@ -82,3 +82,22 @@ cdef class TransmissionOrder:
     cdef int push(self, Py_ssize_t tx, object flight) except -1
     cdef int push_front(self, Py_ssize_t tx, object flight) except -1
     cdef void drop_front(self) noexcept
+
+
+cdef struct FlightSlot:
+    uint64_t hash           # the frame's ack hash
+    PyObject* flight        # its flight (an owned reference); NULL: an empty slot
+    uint64_t seq            # when it was put (the dict's insertion order)
+
+
+cdef class InflightTable:
+    cdef FlightSlot* slots
+    cdef Py_ssize_t capacity, live          # capacity: a power of two, at least twice live
+    cdef uint64_t next_seq
+    cdef Py_ssize_t _index(self, uint64_t h) noexcept
+    cdef int _resize(self, Py_ssize_t capacity) except -1
+    cdef void _unlink(self, Py_ssize_t i) noexcept
+    cdef void prefetch(self, uint64_t h) noexcept
+    cdef PyObject* find(self, uint64_t h) noexcept
+    cdef int store(self, uint64_t h, object flight) except -1
+    cdef object take(self, uint64_t h)

@@ -1,7 +1,9 @@
-"""A congestion window's transmission order: the compiled ring of ``(tx, flight)`` C records
-(``nbmq.engine._queue_state.TransmissionOrder``) and its twin, the deque of pairs, give the same
-results for the same calls, and the ring holds a reference to each flight while it keeps it
-and none after (popped, cleared or freed)."""
+"""The SafeDealer sender's records of its frames in flight, compiled and twin: a congestion
+window's transmission order (the ring of ``(tx, flight)`` C records,
+``nbmq.engine._queue_state.TransmissionOrder``; twin: a deque of pairs) and a safe queue's
+frames by ack hash (the C table ``InflightTable``; twin: a dict). Each gives what its twin
+gives for the same calls, and holds a reference to each flight while it keeps it and none
+after (removed, cleared or freed)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nbmq.engine import congestion
+from nbmq.engine import congestion, queues
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COMPILED = congestion.TransmissionOrder is not deque
@@ -104,4 +106,88 @@ def test_the_ring_owns_one_reference_per_record():
     assert sys.getrefcount(flight) == base and not ring
     ring.append((1, flight))
     del ring
+    assert sys.getrefcount(flight) == base
+
+
+_TABLE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "get", "pop", "del", "in", "burst", "drain", "clear"]),
+        # few distinct low bits: hashes that share home slots, so removals shift runs back
+        st.one_of(st.integers(0, 40), st.integers(0, 2**64 - 1), st.sampled_from([-1, 2**64, "x"])),
+    ),
+    max_size=150,
+)
+
+
+def _key(k):
+    return k * 1024 if type(k) is int and 0 <= k <= 40 else k
+
+
+@needs_compiled
+@SETTINGS
+@given(_TABLE_OPS)
+def test_the_table_gives_what_the_dict_gives(ops):
+    """The in-flight table against a dict under the calls the send queue makes: the same
+    flights for the same hashes, the same misses and errors (a hash outside u64 is never
+    held), and keys, values and items in the order the hashes were put, across growth,
+    shrinking and removals inside probe runs."""
+    table, twin = queues.InflightTable(), {}
+    for step, (op, k) in enumerate(ops):
+        k = _key(k)
+        flight = object()
+        valid = type(k) is int and 0 <= k < 2**64
+        if op == "set":
+            if valid:
+                table[k] = flight
+                twin[k] = flight
+            else:
+                with pytest.raises((OverflowError, TypeError)):
+                    table[k] = flight
+        elif op == "get":
+            assert table.get(k) is twin.get(k) and table.get(k, "d") is twin.get(k, "d")
+        elif op == "pop":
+            assert table.pop(k, None) is twin.pop(k, None)
+        elif op == "del":
+            if k in twin:
+                del table[k]
+                del twin[k]
+            else:
+                with pytest.raises(KeyError):
+                    del table[k]
+                with pytest.raises(KeyError):
+                    table[k]
+        elif op == "in":
+            assert (k in table) == (k in twin)
+        elif op == "burst":
+            for i in range(step * 7, step * 7 + 200):  # (hashes of no particular pattern)
+                table[i * 0x9E3779B97F4A7C15 % 2**64] = flight
+                twin[i * 0x9E3779B97F4A7C15 % 2**64] = flight
+        elif op == "drain":
+            for key in list(twin)[:150]:
+                assert table.pop(key) is twin.pop(key)
+        else:
+            table.clear()
+            twin.clear()
+        assert len(table) == len(twin) and bool(table) == bool(twin)
+    assert table.keys() == list(twin) and list(table) == list(twin)
+    assert all(a is b for a, b in zip(table.values(), twin.values()))
+    assert table.items() == list(twin.items())
+
+
+@needs_compiled
+def test_the_table_owns_one_reference_per_flight():
+    flight = object()
+    base = sys.getrefcount(flight)
+    table = queues.InflightTable()
+    for h in range(1000):
+        table[h << 20] = flight
+    table[5 << 20] = flight  # (replaced: still one)
+    assert sys.getrefcount(flight) == base + 1000
+    for h in range(990):
+        assert table.pop(h << 20) is flight
+    assert sys.getrefcount(flight) == base + 10
+    table.clear()
+    assert sys.getrefcount(flight) == base and not table
+    table[1] = flight
+    del table
     assert sys.getrefcount(flight) == base
