@@ -783,7 +783,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef ReadyQueue ready
     cdef uint64_t* hashes = NULL
     if (self._closed or type(recvq._dedup) is not DedupWindow or type(recvq._ready) is not ReadyQueue
-            or not _flat_bytes(buffer)):
+            or type((<SendQueueState?>self._sendq)._inflight) is not InflightTable or not _flat_bytes(buffer)):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
     dedup = <DedupWindow>recvq._dedup
     total = min(len(offsets), len(lengths), len(addrs))
@@ -804,7 +804,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         hashes = <uint64_t*>PyMem_Malloc(max(total, 1) * sizeof(uint64_t))
         if hashes == NULL:
             raise MemoryError()
-        _prepare_batch(dedup, base, view.len, offsets, lengths, total, hashes)
+        _prepare_batch(dedup, <InflightTable>(<SendQueueState>sendq)._inflight, base, view.len, offsets,
+                       lengths, total, hashes)
         i = 0
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
@@ -915,13 +916,16 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         PyBuffer_Release(&view)
 
 
-cdef void _prepare_batch(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
-                         object offsets, object lengths, Py_ssize_t total, uint64_t* hashes) except *:
+cdef void _prepare_batch(DedupWindow dedup, InflightTable inflight, const unsigned char* base,
+                         Py_ssize_t size, object offsets, object lengths, Py_ssize_t total,
+                         uint64_t* hashes) except *:
     """For every data frame of the batch (at most MAX_FRAME bytes; offsets and lengths checked
     as the loop checks them): start loading its dedup slot (a random access into a table of
     the messages of the last ``dedup_ttl``: the misses overlap instead of stalling the loop
     one by one), and put its Ack's hash (FNV-1a 64 of the whole frame) at ``hashes[i]``,
-    four frames at a time (``fnv1a64x4``). Other entries of ``hashes`` are left unset."""
+    four frames at a time (``fnv1a64x4``). Other entries of ``hashes`` are left unset. For
+    every Ack: start loading the in-flight slot of the frame it acks (the same random access,
+    into the table of a window's frames)."""
     cdef Py_ssize_t i, off, length, j
     cdef const unsigned char* p
     cdef const unsigned char* ps[4]
@@ -932,7 +936,11 @@ cdef void _prepare_batch(DedupWindow dedup, const unsigned char* base, Py_ssize_
     for i in range(total):
         off = offsets[i]
         length = lengths[i]
-        if DATA_HEADER < length <= MAX_FRAME and 0 <= off <= size - length:
+        if length == ACK_FRAME and 0 <= off <= size - length:
+            p = base + off
+            if p[0] == 1 and p[1] == ACK_KIND:
+                inflight.prefetch(_be(p + 10, 8))
+        elif DATA_HEADER < length <= MAX_FRAME and 0 <= off <= size - length:
             p = base + off
             if p[1] == 0:
                 dedup.prefetch(_be(p + 2, 8), _be(p + 10, 8))
@@ -1298,6 +1306,8 @@ cdef int _fly(list sent, InflightTable inflight, TransmissionOrder order, double
             _fnv4(p, size, hashes + j - 3)
     for k in range(n & ~3, n):
         hashes[k] = _fnv(p[k & 3], size[k & 3], FNV_BASIS)
+    for j in range(n):  # (their slots load together, not one miss after the other)
+        inflight.prefetch(hashes[j])
     for j in range(n):
         sm = <SmallMessage>sent[j]
         _flight(sm, hashes[j], sm.view, None, due, now, win, tx)
