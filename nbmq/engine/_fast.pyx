@@ -40,7 +40,7 @@ import numpy as np
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
@@ -48,7 +48,9 @@ from libc.string cimport memcpy
 
 from nbmq._wire cimport (DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv,
                         fnv1a64x4 as _fnv4)
-from nbmq.engine._queue_state cimport DedupWindow, ReadyQueue, RecvQueueState, SendQueueState, SocketState
+from cpython.ref cimport PyObject
+from nbmq.engine._queue_state cimport (DedupWindow, InflightTable, ReadyQueue, RecvQueueState, SendQueueState,
+                                      SocketState, TransmissionOrder, TxRecord)
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void* op)
@@ -91,10 +93,10 @@ cdef inline void _put_be(unsigned char* p, uint64_t v, int n) noexcept nogil:
 
 
 cdef inline tuple _pair(object first, object second):
-    """``(first, second)``, not tracked by the cycle collector: a datagram and its address, or
-    a transmission number and its :class:`Flight`, which never lead back to the pair. Tens of
-    thousands of them live while frames are in flight or acks wait; tracked, each young
-    collection walked them and promoted them into the old generation's full collections."""
+    """``(first, second)``, not tracked by the cycle collector: a datagram and its address,
+    which never lead back to the pair. Tens of thousands of them live while acks wait;
+    tracked, each young collection walked them and promoted them into the old generation's
+    full collections."""
     cdef tuple pair = (first, second)
     PyObject_GC_UnTrack(<void*>pair)
     return pair
@@ -140,13 +142,14 @@ cdef class Flight:
     ``win``, is broken by ``SendQueue.clear`` and ``SendQueue.__del__``; an ack or
     ``forget`` breaks it for each flight."""
 
-    cdef public object hash, view, win
+    cdef public object view, win
     cdef object message          # the message; None for a SmallMessage, which is its own
+    cdef uint64_t h              # the frame's ack hash (``hash`` makes the int)
     cdef public double due, sent_at, last_sent
     cdef public Py_ssize_t resends, tx, fast
 
     def __init__(self, h, view, msg, double due, double sent_at=0.0, win=None):
-        self.hash = h
+        self.h = PyLong_AsUnsignedLongLong(h)
         self.view = view
         self.message = msg
         self.due = due
@@ -156,6 +159,11 @@ cdef class Flight:
         self.tx = -1
         self.last_sent = sent_at
         self.fast = 0
+
+    @property
+    def hash(self):
+        """The frame's ack hash (``codec.ack_hash``; u64 int)."""
+        return PyLong_FromUnsignedLongLong(self.h)
 
     @property
     def msg(self):
@@ -168,11 +176,11 @@ cdef class Flight:
             self.win = None
 
 
-cdef inline Flight _flight(Flight f, object h, object view, object msg, double due, double now,
+cdef inline Flight _flight(Flight f, uint64_t h, object view, object msg, double due, double now,
                            object win, Py_ssize_t tx):
     """``f`` made ``_Flight(h, view, msg, due, now, win)`` with ``tx`` set, without ``__init__``
     (``f``: a new Flight, or a SmallMessage sent, with ``msg`` None: its own flight)."""
-    f.hash = h
+    f.h = h
     f.view = view
     f.message = msg
     f.due = due
@@ -802,7 +810,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
     cdef ReadyQueue ready
     cdef uint64_t* hashes = NULL
     if (self._closed or type(recvq._dedup) is not DedupWindow or type(recvq._ready) is not ReadyQueue
-            or not _flat_bytes(buffer)):
+            or type((<SendQueueState?>self._sendq)._inflight) is not InflightTable or not _flat_bytes(buffer)):
         return _receive_safe_py(self, buffer, offsets, lengths, addrs, now)
     dedup = <DedupWindow>recvq._dedup
     total = min(len(offsets), len(lengths), len(addrs))
@@ -823,7 +831,8 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         hashes = <uint64_t*>PyMem_Malloc(max(total, 1) * sizeof(uint64_t))
         if hashes == NULL:
             raise MemoryError()
-        _prepare_batch(dedup, base, view.len, offsets, lengths, total, hashes)
+        _prepare_batch(dedup, <InflightTable>(<SendQueueState>sendq)._inflight, base, view.len, offsets,
+                       lengths, total, hashes)
         i = 0
         while i < total:
             if stale:  # (re)read what the reassembler or a slow datagram may have changed
@@ -844,8 +853,7 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
                         count += 1
                         nbytes += length
                         acks_in += 1
-                        _ack(sendq, sid, PyLong_FromUnsignedLongLong(_be(p + 10, 8)), now, ctrl,
-                             run)
+                        _ack(sendq, sid, _be(p + 10, 8), now, ctrl, run)
                         continue
                 elif (whole_ok and length <= MAX_FRAME and <int64_t>ready._count < hwm
                         and _whole_frame(p, length, room)):
@@ -935,13 +943,16 @@ def receive_batch_safe(self, buffer, offsets, lengths, addrs, now):
         PyBuffer_Release(&view)
 
 
-cdef void _prepare_batch(DedupWindow dedup, const unsigned char* base, Py_ssize_t size,
-                         object offsets, object lengths, Py_ssize_t total, uint64_t* hashes) except *:
+cdef void _prepare_batch(DedupWindow dedup, InflightTable inflight, const unsigned char* base,
+                         Py_ssize_t size, object offsets, object lengths, Py_ssize_t total,
+                         uint64_t* hashes) except *:
     """For every data frame of the batch (at most MAX_FRAME bytes; offsets and lengths checked
     as the loop checks them): start loading its dedup slot (a random access into a table of
     the messages of the last ``dedup_ttl``: the misses overlap instead of stalling the loop
     one by one), and put its Ack's hash (FNV-1a 64 of the whole frame) at ``hashes[i]``,
-    four frames at a time (``fnv1a64x4``). Other entries of ``hashes`` are left unset."""
+    four frames at a time (``fnv1a64x4``). Other entries of ``hashes`` are left unset. For
+    every Ack: start loading the in-flight slot of the frame it acks (the same random access,
+    into the table of a window's frames)."""
     cdef Py_ssize_t i, off, length, j
     cdef const unsigned char* p
     cdef const unsigned char* ps[4]
@@ -952,7 +963,11 @@ cdef void _prepare_batch(DedupWindow dedup, const unsigned char* base, Py_ssize_
     for i in range(total):
         off = offsets[i]
         length = lengths[i]
-        if DATA_HEADER < length <= MAX_FRAME and 0 <= off <= size - length:
+        if length == ACK_FRAME and 0 <= off <= size - length:
+            p = base + off
+            if p[0] == 1 and p[1] == ACK_KIND:
+                inflight.prefetch(_be(p + 10, 8))
+        elif DATA_HEADER < length <= MAX_FRAME and 0 <= off <= size - length:
             p = base + off
             if p[1] == 0:
                 dedup.prefetch(_be(p + 2, 8), _be(p + 10, 8))
@@ -1007,9 +1022,12 @@ def ack(sendq, uint64_t session_id, h, now, out):
     ``sample`` / ``end_round`` inlined; a frame the ack shows lost goes to
     ``SendQueue.fast_resend``). Every other case is ``SendQueue.ack`` itself
     (tests/engine/test_engine_safe_receive_fast.py, tests/engine/test_engine_congestion*.py)."""
-    cdef _AckRun run = _AckRun.__new__(_AckRun)
+    cdef _AckRun run
+    if type(h) is not int or h < 0 or h > _U64_MAX:
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+    run = _AckRun.__new__(_AckRun)
     try:
-        return _ack(sendq, session_id, h, now, out, run)
+        return _ack(sendq, session_id, PyLong_AsUnsignedLongLongMask(h), now, out, run)
     finally:
         run.store(sendq)
 
@@ -1021,7 +1039,7 @@ cdef class _AckRun:
     code could read it (``end_round``, ``reorder_wait``, ``fast_resend``, the Python ack,
     a slow datagram) and at the end of the batch; plus the queue's counters they change."""
     cdef object win           # the Window cached, or None
-    cdef object order, popleft  # its transmission order (a deque) and that deque's popleft
+    cdef TransmissionOrder order  # its transmission order
     cdef object srtt_obj      # its srtt / rttvar as found (None before a sample)
     cdef Py_ssize_t in_flight, round_acked, round_end
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
@@ -1033,9 +1051,7 @@ cdef class _AckRun:
 
     cdef int load(self, object win) except -1:
         self.win = win
-        if self.order is not win.order:
-            self.order = win.order
-            self.popleft = self.order.popleft
+        self.order = <TransmissionOrder?>win.order
         self.in_flight = win.in_flight
         self.round_acked = win.round_acked
         self.round_end = win.round_end
@@ -1081,7 +1097,7 @@ cdef class _AckRun:
         return 0
 
 
-cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now, object out,
+cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object now, object out,
                  _AckRun run):
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
@@ -1089,8 +1105,11 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
     cdef Py_ssize_t size, in_flight, tx, limit, otx
     cdef Flight flight
     cdef SmallMessage sm
-    inflight = <dict>sendq._inflight
-    obj = inflight.get(h)
+    cdef TransmissionOrder order
+    cdef TxRecord* rec
+    cdef InflightTable inflight = <InflightTable?>sendq._inflight
+    cdef PyObject* found = inflight.find(h)
+    obj = None if found == NULL else <object>found
     if type(obj) is SmallMessage:  # a small message, its own flight
         flight = <Flight>obj
         msg = obj
@@ -1101,7 +1120,7 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
         msg = None
     if msg is None or type(now) is not float or type(out) is not list:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     if type(msg) is SmallMessage:
         sm = <SmallMessage>msg
         peer = sm.peer
@@ -1110,25 +1129,25 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
         peer = msg.peer
     else:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     win = flight.win
     if peer is None or win is None or flight.resends != 0 or flight.fast != 0:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     sid_obj = peer._sid
     if sid_obj is not run.sid_obj:  # (checked once per peer of the batch)
         if type(sid_obj) is not int or sid_obj < 0 or sid_obj > _U64_MAX:
             run.store(sendq)
-            return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+            return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
         run.sid_obj = sid_obj
         run.sid = PyLong_AsUnsignedLongLongMask(sid_obj)
     if run.sid != session_id:
         run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), h, now, out)
+        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
     if win is not run.win:
         run.store(sendq)
         run.load(win)
-    del inflight[h]
+    inflight.take(h)
     t = now
     flight.due = -1.0  # marks its resend-queue entries stale
     # Window.acked(len(flight.view), now - flight.sent_at), inlined
@@ -1171,26 +1190,25 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
     run.acked += 1  # (sendq.window_opened() at store)
     run.round_acked += 1
     tx = flight.tx
-    order = run.order
-    popleft = run.popleft
     if tx >= run.round_end:
         run.store(sendq)
         win.end_round(now)
         run.load(win)
+    order = run.order
     limit = tx - DUPTHRESH_C
     sent_before = None
-    while order:  # oldest transmissions first: skip the acked, resend the lost
-        entry = order[0]
-        otx = (<tuple>entry)[0]
-        other = (<tuple>entry)[1]
-        if isinstance(other, Flight):  # (a SmallMessage too)
-            if (<Flight>other).tx != otx or (<Flight>other).win is None:
-                popleft()
+    while order.count:  # oldest transmissions first: skip the acked, resend the lost
+        rec = &order.ring[order.head]
+        otx = rec.tx
+        if isinstance(<object>rec.flight, Flight):  # (a SmallMessage too)
+            if (<Flight>rec.flight).tx != otx or (<Flight>rec.flight).win is None:
+                order.drop_front()
                 continue
-        elif other.tx != otx or other.win is None:
-            popleft()
+        elif (<object>rec.flight).tx != otx or (<object>rec.flight).win is None:
+            order.drop_front()
             continue
         if otx <= limit:
+            other = <object>rec.flight
             run.store(sendq)  # Python code reads the window from here on
             if sent_before is None:  # (SendQueue.ack; Window.reorder_window / reorder_wait inlined)
                 reo = <double>win.reo_mult * <double>win.min_rtt / 4
@@ -1204,9 +1222,9 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, object h, object now
                 sent_before = reo if reo > x else x
             if other.last_sent > sent_before:
                 break
-            popleft()
+            order.drop_front()
             if not sendq.fast_resend(other, win, now, out):
-                order.appendleft(entry)  # left to its timer
+                order.push_front(otx, other)  # left to its timer
                 break
         else:
             break
@@ -1296,7 +1314,7 @@ cdef enum:
     HASH_RUN = 8        # small messages whose frames take_safe hashes together
 
 
-cdef int _fly(list sent, dict inflight, object order_append, double due, double now, object win,
+cdef int _fly(list sent, InflightTable inflight, TransmissionOrder order, double due, double now, object win,
               Py_ssize_t tx_end) except -1:
     """Keep the small messages of ``sent`` (sent in that order, the last with transmission
     number ``tx_end - 1``, their frames in ``view``) as their own flights: each frame's
@@ -1315,12 +1333,13 @@ cdef int _fly(list sent, dict inflight, object order_append, double due, double 
             _fnv4(p, size, hashes + j - 3)
     for k in range(n & ~3, n):
         hashes[k] = _fnv(p[k & 3], size[k & 3], FNV_BASIS)
+    for j in range(n):  # (their slots load together, not one miss after the other)
+        inflight.prefetch(hashes[j])
     for j in range(n):
         sm = <SmallMessage>sent[j]
-        h = PyLong_FromUnsignedLongLong(hashes[j])
-        _flight(sm, h, sm.view, None, due, now, win, tx)
-        inflight[h] = sm
-        order_append(_pair(tx, sm))
+        _flight(sm, hashes[j], sm.view, None, due, now, win, tx)
+        inflight.store(hashes[j], sm)
+        order.push(tx, sm)
         tx += 1
     del sent[:]
     return 0
@@ -1344,19 +1363,21 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
     cdef Py_ssize_t i, j, end, total
     cdef uint64_t sid = 0
     cdef double cwnd = 0.0, due_c = 0.0, room, pace = 0.0
-    cdef bint multi, rest
+    cdef bint multi, rest, full = False
     cdef const unsigned char* p
     cdef Py_buffer* b
     cdef bytes frame
     cdef Flight flight
-    cdef object small, msg, peer, addr = None, last = None, win = None, order_append = None
-    cdef object h, frames, view
+    cdef object small, msg, peer, addr = None, last = None, win = None
+    cdef TransmissionOrder order = None
+    cdef uint64_t h
+    cdef object frames, view
     cdef SmallMessage sm
     cdef list sent = []  # small messages sent, not yet kept as flights (see _fly)
     if not sendq.congestion or not nring:
         return _take_safe_py(sendq, now, limit, out, ring)
     queue = sendq._queue
-    cdef dict inflight = <dict?>sendq._inflight
+    cdef InflightTable inflight = <InflightTable?>sendq._inflight
     windows = sendq.windows
     ivl = sendq.resend_ivl
     rr = sendq._rr
@@ -1382,7 +1403,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             small = sm.small
         elif type(msg) is OutMessage:
             if sent:  # (its flights come after theirs in the window's order)
-                _fly(sent, inflight, order_append, due_c, now, win, tx)
+                _fly(sent, inflight, order, due_c, now, win, tx)
             small = msg.small
             if small is None:  # sharded: its peer and frames made as the twin makes them
                 if msg.dropped or msg.sharded is None:
@@ -1416,7 +1437,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 peer = ring[rr]
         if peer is not last and last is not None:
             if sent:
-                _fly(sent, inflight, order_append, due_c, now, win, tx)
+                _fly(sent, inflight, order, due_c, now, win, tx)
             win.tx = tx
             win.pace_tokens -= in_flight - win.in_flight  # (Window.pace_allow's bucket)
             win.in_flight = in_flight
@@ -1429,14 +1450,15 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             if win is None:
                 win = windows[peer] = _Window(ivl)
             if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
-                break  # full: the Python code blocks, from the same state
+                full = True
+                break  # full: the queue blocks (below), from the same state
             pace = win.pace_allow(py_now)
             if pace <= 0:
                 break  # paced: the Python code waits, from the same state
             last = peer
             sid = PyLong_AsUnsignedLongLongMask(peer._sid)
             addr = peer._addr
-            order_append = win.order.append
+            order = <TransmissionOrder?>win.order
             rto = win.rto
             due_c = py_now + (rto if rto >= ivl else ivl)  # now + max(win.rto, ivl)
             tx = win.tx
@@ -1445,6 +1467,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             if in_flight + pace < cwnd:  # pacing's bytes bound this call as the window does
                 cwnd = in_flight + pace
         elif in_flight > 0 and cwnd - in_flight <= 0:
+            full = True
             break  # full, as above (win.tx / in_flight written back below)
         if multi:
             # the twin's frame loop: room as it counts it, at least one frame
@@ -1470,10 +1493,10 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
                 nbytes += size
                 room -= size
                 in_flight += size
-                h = PyLong_FromUnsignedLongLong(_fnv(p, size, FNV_BASIS))
+                h = _fnv(p, size, FNV_BASIS)
                 flight = _flight(Flight.__new__(Flight), h, view, msg, due_c, now, win, tx)
-                inflight[h] = flight
-                order_append(_pair(tx, flight))
+                inflight.store(h, flight)
+                order.push(tx, flight)
                 tx += 1
                 j += 1
             msg.unacked += j - i
@@ -1502,13 +1525,12 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
             sm.view = frame
             sent.append(sm)
             if len(sent) == HASH_RUN:
-                _fly(sent, inflight, order_append, due_c, now, win, tx + 1)
+                _fly(sent, inflight, order, due_c, now, win, tx + 1)
         else:
-            h = PyLong_FromUnsignedLongLong(_fnv(<const unsigned char*>PyBytes_AS_STRING(frame),
-                                                 size, FNV_BASIS))
+            h = _fnv(<const unsigned char*>PyBytes_AS_STRING(frame), size, FNV_BASIS)
             flight = _flight(Flight.__new__(Flight), h, frame, msg, due_c, now, win, tx)
-            inflight[h] = flight
-            order_append(_pair(tx, flight))
+            inflight.store(h, flight)
+            order.push(tx, flight)
         tx += 1
         if type(msg) is SmallMessage:
             sm.unacked += 1
@@ -1519,13 +1541,23 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
         n += 1
         popleft()
     if sent:
-        _fly(sent, inflight, order_append, due_c, now, win, tx)
+        _fly(sent, inflight, order, due_c, now, win, tx)
     if last is not None:
         win.tx = tx
         win.pace_tokens -= in_flight - win.in_flight
         win.in_flight = in_flight
         last.sent(py_now)
+    if full and not multi and type(msg) is SmallMessage:
+        # a small message stopped by its peer's full window, as the Python code leaves it:
+        # its peer assigned and its frame made (sent once the window opens), the queue blocked
+        if frame is None:
+            rr += 1
+            sm.peer = peer
+            sm.frames = [_small_frame(PyLong_AsUnsignedLongLongMask(peer._sid), sm.mid, <bytes>small)]
+        sendq.window_full()
+    else:
+        full = False
     sendq.took(rr, n, nbytes, 0)
-    if n < limit and queue:
+    if n < limit and queue and not full:
         n += _take_safe_py(sendq, now, limit - n, out, ring)
     return n

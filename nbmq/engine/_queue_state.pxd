@@ -3,6 +3,7 @@
 # classes; twins: queues.SendQueueStatePy, RecvQueueStatePy, DedupWindowPy,
 # sockets.SocketStatePy).
 
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint64_t
 
 
@@ -66,3 +67,37 @@ cdef class ReadyQueue:
     cdef void _emptied(self) noexcept
     cdef int push_bytes(self, const unsigned char* p, Py_ssize_t size) except -1
     cpdef object pack(self, Py_ssize_t max_messages)
+
+
+cdef struct TxRecord:
+    Py_ssize_t tx           # the transmission's number
+    PyObject* flight        # its flight (an owned reference)
+
+
+cdef class TransmissionOrder:
+    cdef TxRecord* ring
+    cdef Py_ssize_t head, count, capacity   # capacity: a power of two
+    cdef object __weakref__
+    cdef int _resize(self, Py_ssize_t capacity) except -1
+    cdef int push(self, Py_ssize_t tx, object flight) except -1
+    cdef int push_front(self, Py_ssize_t tx, object flight) except -1
+    cdef void drop_front(self) noexcept
+
+
+cdef struct FlightSlot:
+    uint64_t hash           # the frame's ack hash
+    PyObject* flight        # its flight (an owned reference); NULL: an empty slot
+    uint64_t seq            # when it was put (the dict's insertion order)
+
+
+cdef class InflightTable:
+    cdef FlightSlot* slots
+    cdef Py_ssize_t capacity, live          # capacity: a power of two, at least twice live
+    cdef uint64_t next_seq
+    cdef Py_ssize_t _index(self, uint64_t h) noexcept
+    cdef int _resize(self, Py_ssize_t capacity) except -1
+    cdef void _unlink(self, Py_ssize_t i) noexcept
+    cdef void prefetch(self, uint64_t h) noexcept
+    cdef PyObject* find(self, uint64_t h) noexcept
+    cdef int store(self, uint64_t h, object flight) except -1
+    cdef object take(self, uint64_t h)

@@ -10,7 +10,9 @@ the Python code reaches the same fields as attributes. Their twins, ``queues.Sen
 (``NBMQ_NO_EXTENSIONS=1``). The
 fields' meaning is documented on the queues. :class:`DedupWindow` is the C table twin of
 ``queues.DedupWindowPy``; :class:`ReadyQueue` the compiled twin of the receive queue's
-``collections.deque`` of completed messages.
+``collections.deque`` of completed messages; :class:`TransmissionOrder` that of a congestion
+window's ``deque`` of ``(tx, flight)`` pairs; :class:`InflightTable` that of a safe send
+queue's ``dict`` of frames in flight by their ack hash.
 """
 
 cimport numpy as cnp
@@ -18,6 +20,7 @@ from collections import deque
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.long cimport PyLong_AsUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.math cimport isnan, NAN
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free
@@ -58,7 +61,8 @@ cdef class SendQueueState:
     """Fields of ``SendQueue``: counts (``held``, ``send_hwm``, ``pushed``, ``frames_out``,
     ``bytes_out`` and the round-robin index ``_rr``; ints), flags (``safe``, ``congestion``,
     ``_blocked``), ``resend_ivl`` (seconds) and the containers ``_queue`` (deque of messages),
-    ``_inflight`` (dict hash -> flight) and ``windows`` (dict peer -> congestion window)."""
+    ``_inflight`` (hash -> flight: an :class:`InflightTable`) and ``windows`` (dict peer ->
+    congestion window)."""
 
 
 cdef class SocketState:
@@ -97,6 +101,24 @@ cdef inline Py_ssize_t _table_capacity(Py_ssize_t live) noexcept:
     while capacity < (live + 1) * 4:
         capacity *= 2
     return capacity
+
+
+cdef void* _moved_ring(void* ring, Py_ssize_t head, Py_ssize_t count, Py_ssize_t capacity,
+                       Py_ssize_t new_capacity, size_t item) except NULL:
+    """A ring of ``new_capacity`` (>= count) records of ``item`` bytes holding the ``count``
+    records of ``ring`` (``capacity`` records, the oldest at ``head``) from its start, oldest
+    first; ``ring`` is freed. MemoryError (``ring`` kept) when it cannot be had."""
+    cdef char* fresh = <char*>PyMem_Malloc(new_capacity * item)
+    cdef Py_ssize_t first = capacity - head
+    if fresh == NULL:
+        raise MemoryError()
+    if first >= count:
+        memcpy(fresh, <const char*>ring + head * item, count * item)
+    else:
+        memcpy(fresh, <const char*>ring + head * item, first * item)
+        memcpy(fresh + first * item, ring, (count - first) * item)
+    PyMem_Free(ring)
+    return fresh
 
 
 cdef class DedupWindow:
@@ -189,17 +211,8 @@ cdef class DedupWindow:
 
     cdef int _resize_ring(self, Py_ssize_t capacity) except -1:
         """Move the records, oldest first, into a ring of ``capacity`` (>= count) records."""
-        cdef DedupRecord* fresh = <DedupRecord*>PyMem_Malloc(capacity * sizeof(DedupRecord))
-        cdef Py_ssize_t first = self.ring_capacity - self.head
-        if fresh == NULL:
-            raise MemoryError()
-        if first >= self.count:
-            memcpy(fresh, self.ring + self.head, self.count * sizeof(DedupRecord))
-        else:
-            memcpy(fresh, self.ring + self.head, first * sizeof(DedupRecord))
-            memcpy(fresh + first, self.ring, (self.count - first) * sizeof(DedupRecord))
-        PyMem_Free(self.ring)
-        self.ring = fresh
+        self.ring = <DedupRecord*>_moved_ring(self.ring, self.head, self.count, self.ring_capacity,
+                                              capacity, sizeof(DedupRecord))
         self.ring_capacity = capacity
         self.head = 0
         return 0
@@ -571,3 +584,375 @@ cdef class ReadyQueue:
 
     def __repr__(self):
         return f"ReadyQueue({self._count} messages, {self._end - self._start} bytes in the arena)"
+
+
+DEF MIN_RECORDS = 64         # records (a power of two) of an empty transmission order
+
+
+cdef class TransmissionOrder:
+    """A congestion window's transmissions, oldest first: ``(tx, flight)`` records (the
+    transmission's number, an int, and the frame's flight), the compiled twin of the
+    ``collections.deque`` of pairs the Python code keeps (``append``, ``appendleft``,
+    ``popleft``, ``clear``, ``len``, truth, indexing and iteration as a deque's, each taking or
+    giving a pair). Stale records (the flight acked or sent again since) stay until they reach
+    the front, as in the deque.
+
+    The compiled send and ack loops (``nbmq.engine._fast``) push and read C records of 16
+    bytes, ``{tx, flight}``, in one ring: no pair tuple and no int per transmission (the ack
+    loop's walk of the deque loaded three cold objects per record, the pair, its int and the
+    flight; now the flight alone). The ring owns a reference to each flight; the cycle window
+    -> order -> flight -> window is not seen by the cycle collector (neither the flights nor
+    this ring are tracked, as the deque's flights were not), and is broken by emptying the
+    order (``SendQueue.clear``, ``SendQueue.__del__``).
+
+    Memory: 16 bytes per record, in a ring that doubles when full and halves when less than
+    an eighth full (never below 64 records).
+
+    Raises:
+        IndexError: ``popleft`` or an index on an empty order / out of range.
+        TypeError / ValueError: a pair that is not two items, or its tx not an int.
+        MemoryError: the ring cannot grow."""
+
+    def __cinit__(self):
+        self.ring = <TxRecord*>PyMem_Malloc(MIN_RECORDS * sizeof(TxRecord))
+        if self.ring == NULL:
+            raise MemoryError()
+        self.capacity = MIN_RECORDS
+        self.head = self.count = 0
+
+    def __dealloc__(self):
+        cdef TxRecord* ring = self.ring
+        cdef Py_ssize_t i, head = self.head, count = self.count, mask = self.capacity - 1
+        self.ring = NULL
+        self.count = 0
+        if ring != NULL:
+            for i in range(count):
+                Py_XDECREF(ring[(head + i) & mask].flight)
+            PyMem_Free(ring)
+
+    cdef int _resize(self, Py_ssize_t capacity) except -1:
+        """Move the records, oldest first, into a ring of ``capacity`` (a power of two, >= count)."""
+        self.ring = <TxRecord*>_moved_ring(self.ring, self.head, self.count, self.capacity,
+                                           capacity, sizeof(TxRecord))
+        self.capacity = capacity
+        self.head = 0
+        return 0
+
+    cdef int push(self, Py_ssize_t tx, object flight) except -1:
+        """Add ``(tx, flight)`` as the newest record."""
+        cdef TxRecord* r
+        if self.count == self.capacity:
+            self._resize(2 * self.capacity)
+        r = &self.ring[(self.head + self.count) & (self.capacity - 1)]
+        Py_INCREF(flight)
+        r.tx = tx
+        r.flight = <PyObject*>flight
+        self.count += 1
+        return 0
+
+    cdef int push_front(self, Py_ssize_t tx, object flight) except -1:
+        """Add ``(tx, flight)`` as the oldest record."""
+        if self.count == self.capacity:
+            self._resize(2 * self.capacity)
+        self.head = (self.head - 1) & (self.capacity - 1)
+        Py_INCREF(flight)
+        self.ring[self.head].tx = tx
+        self.ring[self.head].flight = <PyObject*>flight
+        self.count += 1
+        return 0
+
+    cdef void drop_front(self) noexcept:
+        """Remove the oldest record (there is one) and release its flight. The ring is left
+        consistent before the release, which may free the flight (the caller holds the
+        order)."""
+        cdef PyObject* flight = self.ring[self.head].flight
+        self.head = (self.head + 1) & (self.capacity - 1)
+        self.count -= 1
+        if self.count * 8 < self.capacity and self.capacity > MIN_RECORDS:
+            try:
+                self._resize(self.capacity // 2)
+            except MemoryError:  # (keep the larger ring)
+                pass
+        Py_XDECREF(flight)
+
+    def append(self, pair):
+        """Add the pair ``(tx, flight)`` as the newest transmission."""
+        tx, flight = pair
+        self.push(tx, flight)
+
+    def appendleft(self, pair):
+        """Add the pair ``(tx, flight)`` as the oldest transmission."""
+        tx, flight = pair
+        self.push_front(tx, flight)
+
+    def popleft(self):
+        """The oldest ``(tx, flight)``, removed. IndexError when empty."""
+        if not self.count:
+            raise IndexError("pop from an empty TransmissionOrder")
+        cdef TxRecord* r = &self.ring[self.head]
+        pair = (r.tx, <object>r.flight)
+        self.drop_front()
+        return pair
+
+    def __getitem__(self, Py_ssize_t index):
+        """The pair ``(tx, flight)`` at ``index`` (negative counts from the newest)."""
+        cdef TxRecord* r
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError("TransmissionOrder index out of range")
+        r = &self.ring[(self.head + index) & (self.capacity - 1)]
+        return (r.tx, <object>r.flight)
+
+    def __iter__(self):
+        """The pairs, oldest first (a snapshot: changing the order meanwhile changes nothing
+        iterated)."""
+        return iter([self[i] for i in range(self.count)])
+
+    def __len__(self):
+        return self.count
+
+    def __bool__(self):
+        return self.count > 0
+
+    def clear(self):
+        """Remove every record (releasing its flight)."""
+        cdef TxRecord* ring = self.ring
+        cdef Py_ssize_t i, head = self.head, count = self.count, mask = self.capacity - 1
+        cdef TxRecord* fresh = <TxRecord*>PyMem_Malloc(MIN_RECORDS * sizeof(TxRecord))
+        if fresh == NULL:
+            raise MemoryError()
+        self.ring = fresh  # (emptied before any flight is released: releasing may run code)
+        self.capacity = MIN_RECORDS
+        self.head = self.count = 0
+        for i in range(count):
+            Py_XDECREF(ring[(head + i) & mask].flight)
+        PyMem_Free(ring)
+
+    def __sizeof__(self):
+        """Bytes held: the object and its ring (the flights are not counted)."""
+        return sizeof(TransmissionOrder) + self.capacity * sizeof(TxRecord)
+
+    def __repr__(self):
+        return f"TransmissionOrder({self.count} transmissions)"
+
+
+DEF MIN_SLOTS = MIN_CAPACITY  # slots (a power of two) of an empty in-flight table
+
+
+cdef inline bint _u64(object key) noexcept:
+    return type(key) is int and 0 <= key <= 0xFFFFFFFFFFFFFFFF
+
+
+cdef class InflightTable:
+    """A safe send queue's frames awaiting their ack: the frame's ack hash (u64, FNV-1a 64 of
+    the frame) -> its flight. The compiled twin of the ``dict`` the Python code keeps (``[h]``,
+    ``get``, ``pop``, ``del``, ``in``, ``len``, truth, ``clear``, and ``keys`` / ``values`` /
+    ``items`` / iteration in the order the hashes were put, as a dict's), and what the
+    compiled send and ack loops (``nbmq.engine._fast``) put flights in and take them from by
+    a C u64: no Python int per frame, on either side.
+
+    An open-addressing table of 24-byte slots ``{hash, flight, seq}`` (linear probing, at
+    most half full; a removal shifts the slots after it back, so no deleted slots pile up).
+    The table owns a reference to each flight. Memory: the table grows with the frames in
+    flight (the peers' congestion windows), never with what a frame claims, from 2 MiB on in
+    huge pages where the kernel gives them; it doubles at half full and shrinks when less
+    than an eighth full.
+
+    Raises:
+        KeyError: ``[h]`` or ``del`` of a hash not held.
+        OverflowError / TypeError: putting a hash that is not a u64 int (looking one up
+        finds nothing, as in the dict).
+        MemoryError: the table cannot grow."""
+
+    def __cinit__(self):
+        self.slots = <FlightSlot*>nbmq_table_alloc(MIN_SLOTS * sizeof(FlightSlot))
+        if self.slots == NULL:
+            raise MemoryError()
+        self.capacity = MIN_SLOTS
+        self.live = 0
+        self.next_seq = 0
+
+    def __dealloc__(self):
+        cdef FlightSlot* slots = self.slots
+        cdef Py_ssize_t i, capacity = self.capacity
+        self.slots = NULL
+        self.live = 0
+        if slots != NULL:
+            for i in range(capacity):
+                Py_XDECREF(slots[i].flight)
+            free(slots)
+
+    cdef Py_ssize_t _index(self, uint64_t h) noexcept:
+        """The slot holding ``h``, or -1."""
+        cdef Py_ssize_t mask = self.capacity - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_slot_hash(0, h) & <uint64_t>mask)
+        while self.slots[i].flight != NULL:
+            if self.slots[i].hash == h:
+                return i
+            i = (i + 1) & mask
+        return -1
+
+    cdef void prefetch(self, uint64_t h) noexcept:
+        """Start loading ``h``'s first slot into the cache (a batch of acks looks up many)."""
+        nbmq_prefetch(&self.slots[_slot_hash(0, h) & <uint64_t>(self.capacity - 1)])
+
+    cdef int _resize(self, Py_ssize_t capacity) except -1:
+        """Move the flights into a table of ``capacity`` slots (a power of two > 2 * live)."""
+        cdef FlightSlot* fresh = <FlightSlot*>nbmq_table_alloc(capacity * sizeof(FlightSlot))
+        cdef FlightSlot* old = self.slots
+        cdef Py_ssize_t k, i, mask = capacity - 1
+        if fresh == NULL:
+            raise MemoryError()
+        for k in range(self.capacity):
+            if old[k].flight != NULL:
+                i = <Py_ssize_t>(_slot_hash(0, old[k].hash) & <uint64_t>mask)
+                while fresh[i].flight != NULL:
+                    i = (i + 1) & mask
+                fresh[i] = old[k]
+        self.slots = fresh
+        self.capacity = capacity
+        free(old)
+        return 0
+
+    cdef PyObject* find(self, uint64_t h) noexcept:
+        """``h``'s flight (a borrowed reference), or NULL."""
+        cdef Py_ssize_t i = self._index(h)
+        return NULL if i < 0 else self.slots[i].flight
+
+    cdef int store(self, uint64_t h, object flight) except -1:
+        """Put ``flight`` under ``h`` (replacing the one held: it keeps its place in the order)."""
+        cdef Py_ssize_t i = self._index(h), mask
+        cdef PyObject* old
+        if i >= 0:
+            old = self.slots[i].flight
+            Py_INCREF(flight)
+            self.slots[i].flight = <PyObject*>flight
+            Py_XDECREF(old)
+            return 0
+        if (self.live + 1) * 2 > self.capacity:
+            self._resize(2 * self.capacity)
+        mask = self.capacity - 1
+        i = <Py_ssize_t>(_slot_hash(0, h) & <uint64_t>mask)
+        while self.slots[i].flight != NULL:
+            i = (i + 1) & mask
+        Py_INCREF(flight)
+        self.slots[i].hash = h
+        self.slots[i].flight = <PyObject*>flight
+        self.slots[i].seq = self.next_seq
+        self.next_seq += 1
+        self.live += 1
+        return 0
+
+    cdef void _unlink(self, Py_ssize_t i) noexcept:
+        """Empty slot ``i`` (its reference passes to the caller), shifting back the slots of
+        its probe run that may take its place, so every held hash stays reachable."""
+        cdef Py_ssize_t mask = self.capacity - 1, j = i, k
+        while True:
+            j = (j + 1) & mask
+            if self.slots[j].flight == NULL:
+                break
+            k = <Py_ssize_t>(_slot_hash(0, self.slots[j].hash) & <uint64_t>mask)
+            # slot j may move to i unless its home k lies cyclically in (i, j]
+            if (i <= j and (k <= i or k > j)) or (i > j and k <= i and k > j):
+                self.slots[i] = self.slots[j]
+                i = j
+        self.slots[i].flight = NULL
+        self.live -= 1
+
+    cdef object take(self, uint64_t h):
+        """``h``'s flight, removed (the caller's reference now), or None."""
+        cdef Py_ssize_t i = self._index(h)
+        cdef PyObject* flight
+        if i < 0:
+            return None
+        flight = self.slots[i].flight
+        self._unlink(i)
+        if self.live * 8 < self.capacity and self.capacity > MIN_SLOTS:
+            try:
+                self._resize(_table_capacity(self.live))
+            except MemoryError:  # (keep the larger table)
+                pass
+        result = <object>flight  # (a new reference: the table's is released below)
+        Py_XDECREF(flight)
+        return result
+
+    def __getitem__(self, h):
+        cdef PyObject* flight = self.find(h) if _u64(h) else NULL
+        if flight == NULL:
+            raise KeyError(h)
+        return <object>flight
+
+    def get(self, h, default=None):
+        """``h``'s flight, or ``default``."""
+        cdef PyObject* flight = self.find(h) if _u64(h) else NULL
+        return default if flight == NULL else <object>flight
+
+    def __setitem__(self, h, flight):
+        self.store(PyLong_AsUnsignedLongLong(h), flight)
+
+    def __delitem__(self, h):
+        if not _u64(h) or self.take(h) is None:
+            raise KeyError(h)
+
+    def pop(self, h, *default):
+        """``h``'s flight, removed; ``default`` (or KeyError without one) when not held."""
+        flight = self.take(h) if _u64(h) else None
+        if flight is None:
+            if default:
+                return default[0]
+            raise KeyError(h)
+        return flight
+
+    def __contains__(self, h):
+        return _u64(h) and self.find(h) != NULL
+
+    def __len__(self):
+        return self.live
+
+    def __bool__(self):
+        return self.live > 0
+
+    def items(self):
+        """``(hash, flight)`` pairs in the order the hashes were put (a list)."""
+        cdef Py_ssize_t i
+        held = [(self.slots[i].seq, self.slots[i].hash, <object>self.slots[i].flight)
+                for i in range(self.capacity) if self.slots[i].flight != NULL]
+        held.sort(key=_first)
+        return [(h, flight) for _, h, flight in held]
+
+    def keys(self):
+        """The hashes held, in the order they were put (a list)."""
+        return [h for h, _ in self.items()]
+
+    def values(self):
+        """The flights held, in the order their hashes were put (a list)."""
+        return [flight for _, flight in self.items()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def clear(self):
+        """Remove every flight (releasing it)."""
+        cdef FlightSlot* fresh = <FlightSlot*>nbmq_table_alloc(MIN_SLOTS * sizeof(FlightSlot))
+        cdef FlightSlot* old = self.slots
+        cdef Py_ssize_t i, capacity = self.capacity
+        if fresh == NULL:
+            raise MemoryError()
+        self.slots = fresh  # (emptied before any flight is released: releasing may run code)
+        self.capacity = MIN_SLOTS
+        self.live = 0
+        for i in range(capacity):
+            Py_XDECREF(old[i].flight)
+        free(old)
+
+    def __sizeof__(self):
+        """Bytes held: the object and its table (the flights are not counted)."""
+        return sizeof(InflightTable) + self.capacity * sizeof(FlightSlot)
+
+    def __repr__(self):
+        return f"InflightTable({self.live} frames in flight)"
+
+
+cdef object _first(object t):
+    return t[0]

@@ -88,6 +88,8 @@ import math
 from collections import deque
 from typing import Any
 
+from .. import extensions
+
 __all__ = [
     "Window",
     "DATAGRAM",
@@ -207,6 +209,14 @@ PACE_QUANTUM = 0.01
 PACE_MIN_BURST = 4 * DATAGRAM
 
 
+_compiled_state = extensions.load("nbmq.engine._queue_state")
+#: A window's transmission order: the compiled ring of ``(tx, flight)`` C records, or its
+#: twin, a plain deque of pairs (the same methods, each taking or giving a pair).
+TransmissionOrder: type[deque[tuple[int, Any]]] = (
+    deque if _compiled_state is None else _compiled_state.TransmissionOrder
+)
+
+
 class Window:
     """One peer's congestion window and round-trip estimate.
 
@@ -223,8 +233,8 @@ class Window:
         probed_tx: the transmission number of the last tail loss probe (-1: none); probe: the
             frame (``_Flight``) it resent; probes: tail loss probes sent. rto: the resend timeout in use, seconds. decreases: window decreases
             (timeouts and lossy rounds). backoff: the timer's factor after timeouts (1..
-            ``MAX_BACKOFF``) for frames the timer has not resent yet. tx: the next transmission number. order: a deque of
-            ``(tx, flight)`` in transmission order (stale entries skipped by the queue).
+            ``MAX_BACKOFF``) for frames the timer has not resent yet. tx: the next transmission number. order: the ``(tx, flight)`` pairs in transmission
+            order (a :data:`TransmissionOrder`; stale entries skipped by the queue).
         round_end: the transmission number that ends the current round; round_acked,
             round_lost: frames acked and found lost in it; round_min_rtt: its smallest RTT
             sample, seconds (``inf`` before one).
@@ -321,7 +331,7 @@ class Window:
         self.decreases = 0
         self.tx = 0
         self.backoff = 1.0
-        self.order: deque[tuple[int, Any]] = deque()  # (transmission, flight) in send order
+        self.order: deque[tuple[int, Any]] = TransmissionOrder()  # (transmission, flight) in send order
         self.round_end = 0
         self.round_acked = 0
         self.round_lost = 0

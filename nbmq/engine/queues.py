@@ -198,6 +198,9 @@ DedupWindow: type[DedupWindowPy] = DedupWindowPy if _compiled_state is None else
 #: The completed messages of a receive queue: the compiled ``ReadyQueue`` (whole one-frame
 #: messages as bytes in one arena), or its twin, a plain deque of part lists.
 ReadyQueue: type[deque[Any]] = deque if _compiled_state is None else _compiled_state.ReadyQueue
+#: The frames a safe send queue awaits acks for, by ack hash: the compiled C table, or its
+#: twin, a plain dict (the same methods and order).
+InflightTable: type[dict[int, Any]] = dict if _compiled_state is None else _compiled_state.InflightTable
 
 
 class RecvQueue(_RecvQueueState):
@@ -584,7 +587,7 @@ class SendQueue(_SendQueueState):
         self.on_drop = on_drop
         self.held = 0
         self._queue: deque[OutMessage] = deque()
-        self._inflight: dict[int, _Flight] = {}
+        self._inflight: dict[int, _Flight] = InflightTable()
         # (due, seq, flight) heap: resend timers differ per peer (each peer's rto)
         self._resend: list[tuple[float, int, _Flight]] = []
         self._seq = itertools.count()
@@ -615,6 +618,11 @@ class SendQueue(_SendQueueState):
         self.held -= released
         self.frames_out += frames
         self.bytes_out += nbytes
+
+    def window_full(self) -> None:
+        """Record that a :meth:`take` stopped at a peer's full congestion window: not
+        :meth:`ready` until an ack or a timeout opens it (:meth:`window_opened`)."""
+        self._blocked = True
 
     def window_opened(self) -> None:
         """Record that a frame left a peer's congestion window (acked, dropped or given up):
@@ -895,7 +903,7 @@ class SendQueue(_SendQueueState):
             else:
                 room = win.cwnd - win.in_flight
                 if room <= 0 and win.in_flight > 0:
-                    self._blocked = True  # until an ack or a timeout opens the window
+                    self.window_full()
                     break
                 pace = win.pace_allow(now)
                 if pace <= 0:

@@ -46,7 +46,7 @@ def test_compiled_fields_are_the_twins_slots(queue, twin, compiled):
 def test_fields_read_and_write_as_attributes():
     q = SendQueue(send_hwm=3, safe=True, resend_ivl=0.25, congestion=True)
     assert (q.held, q.send_hwm, q.pushed, q.safe, q.congestion, q.resend_ivl) == (0, 3, 0, True, True, 0.25)
-    assert len(q._queue) == 0 and q._inflight == {} and q.windows == {}
+    assert len(q._queue) == 0 and len(q._inflight) == 0 and q.windows == {}
     q.push_small(b"x", 1)
     q.push_small(b"y", 2)
     assert (q.held, q.pushed, len(q)) == (2, 2, 2)

@@ -425,6 +425,29 @@ def test_flights_in_flight_are_freed_with_their_engine(close):
     assert order() is None
 
 
+@pytest.mark.parametrize("close", [True, False])
+def test_a_message_in_flight_is_freed_with_its_engine(close):
+    """A SafeDealer dropped (closed or not) with small messages in flight lets go of every
+    one: the user's parts (each message keeps its own) are referenced by nothing of the
+    engine after a collection (the transmission order released its flights)."""
+    import gc
+    import sys
+
+    engine = SafeDealer(SocketOptions(send_hwm=50), random.Random(7))
+    _connect_peer(engine)
+    parts = [bytes([i]) * 100 for i in range(20)]
+    base = [sys.getrefcount(p) for p in parts]
+    for i in range(20):
+        engine.send([parts[i]], 1.0)
+    assert engine.datagrams_to_send(1.0)
+    assert engine._sendq._inflight
+    if close:
+        engine.close(1.0)
+    del engine
+    gc.collect()
+    assert [sys.getrefcount(p) for p in parts] == base
+
+
 def _big_take_script(python: bool, monkeypatch):
     """Multi-frame messages to two peers in turn, with small ones between
     them, through windows that fill mid-message and max_tick_send cutting messages, acks that
