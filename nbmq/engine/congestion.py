@@ -519,10 +519,22 @@ class Window:
         if self.competing:
             self.increase = float(COMPETE_INCREASE)
         else:
-            self.increase = float(min(DATAGRAM * self.velocity, max(VELOCITY_SHARE * self.cwnd, DATAGRAM)))
+            self.increase = float(min(DATAGRAM * self.velocity, max(self._velocity_cap(), DATAGRAM)))
         self.round_acked = self.round_lost = 0
         self.round_min_rtt = math.inf
         self.round_end = self.tx
+
+    def _velocity_cap(self) -> float:
+        """The most the window grows by per round, bytes: ``VELOCITY_SHARE`` of the larger of
+        the window and what the path carries in a smoothed round trip (:attr:`path_rate` times
+        ``srtt``). Not of the window alone: flows sharing a queue then grow by shares of their own
+        windows, keep the ratio of their windows, and a starved flow never catches up; the
+        path's window is about the same for every flow on it, so their growth is additive and
+        their decreases (the same factor for all) converge them (AIMD)."""
+        srtt = self.srtt
+        path = self.path_rate * srtt if srtt else 0.0
+        cwnd = self.cwnd
+        return VELOCITY_SHARE * (cwnd if cwnd > path else path)
 
     def _standing(self, rtt: float, now: float | None) -> float:
         """The smallest RTT (seconds) of the rounds that ended in the last
@@ -578,7 +590,7 @@ class Window:
                 self.calm_rounds = 0
             elif rtt != math.inf and self.cwnd >= self.ssthresh and not self.competing:
                 self.calm_rounds += 1  # the window, in use, grew and found no standing queue
-                if self.calm_rounds >= VELOCITY_ROUNDS and DATAGRAM * self.velocity < VELOCITY_SHARE * self.cwnd:
+                if self.calm_rounds >= VELOCITY_ROUNDS and DATAGRAM * self.velocity < self._velocity_cap():
                     self.velocity *= 2
         elif not self.competing:
             if self.streak_qdelay == math.inf:

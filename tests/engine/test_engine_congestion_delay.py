@@ -252,6 +252,25 @@ def test_growth_speeds_up_while_rounds_find_no_queue_and_starts_over_at_one():
     assert win.decreases == 1 and win.velocity == 1 and win.increase == DATAGRAM
 
 
+def test_a_starved_window_speeds_up_by_as_much_as_a_large_one_on_the_same_path():
+    """Growth per round is capped by a share of what the path carries, not of the window
+    alone: two flows on one queue then grow by the same bytes per round (additive), and the
+    decreases they share converge them; capped by their own windows they kept their ratio."""
+    rate = 400 * DATAGRAM / BASE  # the path carries 400 datagrams per round trip
+    large, starved = _avoiding(400 * DATAGRAM), _avoiding(20 * DATAGRAM)
+    grown = {}
+    for win in (large, starved):
+        win.period_rate = rate
+        increases = []
+        for _ in range(VELOCITY_ROUNDS + 4):  # (the large window's own share is not reached)
+            _round(win, BASE)
+            increases.append(win.increase)
+        grown[id(win)] = increases
+    assert grown[id(starved)] == grown[id(large)]
+    assert starved.increase > VELOCITY_SHARE * starved.cwnd
+    assert starved.increase <= VELOCITY_SHARE * rate * starved.srtt
+
+
 def test_a_sub_ms_round_stretched_by_a_scheduler_slice_is_not_a_standing_queue():
     sub_ms = 0.0005
     win = Window(floor=0.2)
