@@ -51,7 +51,9 @@ window is scaled so that the next round's RTT comes back to ``min_rtt`` plus hal
 sharing the queue converge, as AIMD's do), and the round after the decrease is left to show its
 effect. Growth is a datagram per round trip until ``VELOCITY_ROUNDS`` rounds in a row grew the
 window with no round found above the target; then it doubles every round (Copa's velocity), up to
-``VELOCITY_SHARE`` of the window per round, and starts over at one datagram on the first such
+``VELOCITY_SHARE`` per round of the window or of what the path carries in a round trip
+(``path_rate * srtt``), whichever is larger (the same for every flow on a path: flows sharing a
+queue grow by the same bytes and converge), and starts over at one datagram on the first such
 round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) regrows a cut
 window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
@@ -173,8 +175,8 @@ FIRST_DRAIN = 0.5
 #: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
 #: to regrow the window a noisy round had cut.
 VELOCITY_ROUNDS = 3
-#: ... up to this fraction of the window per round (HyStart++'s conservative slow start grows by
-#: a quarter of slow start's rate).
+#: ... up to this fraction per round of the window, or of the path's rate times ``srtt`` if
+#: larger (HyStart++'s conservative slow start grows by a quarter of slow start's rate).
 VELOCITY_SHARE = 0.25
 #: Above this path rate (bytes per second, 240 Mbit/s; measured over ``RATE_SPAN``) the
 #: bottleneck is a process's CPU (on loopback the sender runs a whole core at 100-200 MB/s, a
@@ -248,7 +250,7 @@ class Window:
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
         increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``
-            times ``velocity``, at most ``VELOCITY_SHARE`` of the window; ``COMPETE_INCREASE``
+            times ``velocity``, at most ``VELOCITY_SHARE`` of the window or of ``path_rate * srtt``; ``COMPETE_INCREASE``
             while ``competing``). velocity: that factor (1, doubled each round once
             ``VELOCITY_ROUNDS`` rounds in a row grew the window with no standing queue; back
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
@@ -481,8 +483,8 @@ class Window:
         ``COMPETE_STRIKES`` decreases that do not drain the queue give the window back what
         they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
         times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
-        grew the window with no round above the target (at most ``VELOCITY_SHARE`` of the
-        window; ``COMPETE_INCREASE`` while ``competing``), the window in use (it held, or on a
+        grew the window with no round above the target (at most :meth:`_velocity_cap`;
+        ``COMPETE_INCREASE`` while ``competing``), the window in use (it held, or on a
         host-bound path the round delivered, at least half of it). A span of rounds ``RATE_SPAN`` long or longer
         gives the path's rate (:attr:`path_rate`).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
