@@ -250,8 +250,8 @@ class Window:
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
         increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``
-            times ``velocity``, at most ``VELOCITY_SHARE`` of the window or of ``path_rate * srtt``; ``COMPETE_INCREASE``
-            while ``competing``). velocity: that factor (1, doubled each round once
+            times ``velocity``, at most :meth:`_velocity_cap`; ``COMPETE_INCREASE`` while
+            ``competing``). velocity: that factor (1, doubled each round once
             ``VELOCITY_ROUNDS`` rounds in a row grew the window with no standing queue; back
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round

@@ -258,15 +258,13 @@ def test_a_starved_window_speeds_up_by_as_much_as_a_large_one_on_the_same_path()
     decreases they share converge them; capped by their own windows they kept their ratio."""
     rate = 400 * DATAGRAM / BASE  # the path carries 400 datagrams per round trip
     large, starved = _avoiding(400 * DATAGRAM), _avoiding(20 * DATAGRAM)
-    grown = {}
-    for win in (large, starved):
+    increases: list[list[float]] = [[], []]
+    for win, grown in zip((large, starved), increases):
         win.period_rate = rate
-        increases = []
         for _ in range(VELOCITY_ROUNDS + 4):  # (the large window's own share is not reached)
             _round(win, BASE)
-            increases.append(win.increase)
-        grown[id(win)] = increases
-    assert grown[id(starved)] == grown[id(large)]
+            grown.append(win.increase)
+    assert increases[0] == increases[1]
     assert starved.increase > VELOCITY_SHARE * starved.cwnd
     assert starved.increase <= VELOCITY_SHARE * rate * starved.srtt
 
