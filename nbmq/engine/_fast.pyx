@@ -67,7 +67,6 @@ from nbmq.errors import WouldBlock
 cnp.import_array()
 
 cdef object _CONNECTED = PeerState.CONNECTED
-cdef object _deque = deque
 cdef object _deque_append = deque.append  # (called unbound: no method look-up per message)
 cdef object _U64_MAX = 0xFFFFFFFFFFFFFFFF
 cdef object _take_py = SendQueue.take
@@ -321,11 +320,7 @@ cdef int queue_small(SocketState self, object part, object now) except -2:
         return SMALL_OTHER
     nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
     # SendQueue.push_small, inlined (its send_hwm check was just made)
-    queue = sendq._queue
-    if type(queue) is _deque:
-        _deque_append(queue, _small_message(part, _message_id(nonce)))
-    else:
-        queue.append(_small_message(part, _message_id(nonce)))
+    _deque_append(sendq._queue, _small_message(part, _message_id(nonce)))  # (a deque: SendQueue's)
     sendq.held += 1
     sendq.pushed += 1
     self._nonce = py_nonce + 1
@@ -1097,6 +1092,14 @@ cdef class _AckRun:
         return 0
 
 
+cdef object _ack_slow(SendQueueState sendq, uint64_t session_id, uint64_t h, object now, object out,
+                      _AckRun run):
+    """The Python ``SendQueue.ack`` for a case :func:`_ack` leaves to it, after ``run`` is
+    stored (the Python code reads the window and the queue)."""
+    run.store(sendq)
+    return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
+
+
 cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object now, object out,
                  _AckRun run):
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
@@ -1119,8 +1122,7 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
     else:
         msg = None
     if msg is None or type(now) is not float or type(out) is not list:
-        run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
+        return _ack_slow(sendq, session_id, h, now, out, run)
     if type(msg) is SmallMessage:
         sm = <SmallMessage>msg
         peer = sm.peer
@@ -1128,22 +1130,18 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
         sm = None
         peer = msg.peer
     else:
-        run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
+        return _ack_slow(sendq, session_id, h, now, out, run)
     win = flight.win
     if peer is None or win is None or flight.resends != 0 or flight.fast != 0:
-        run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
+        return _ack_slow(sendq, session_id, h, now, out, run)
     sid_obj = peer._sid
     if sid_obj is not run.sid_obj:  # (checked once per peer of the batch)
         if type(sid_obj) is not int or sid_obj < 0 or sid_obj > _U64_MAX:
-            run.store(sendq)
-            return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
+            return _ack_slow(sendq, session_id, h, now, out, run)
         run.sid_obj = sid_obj
         run.sid = PyLong_AsUnsignedLongLongMask(sid_obj)
     if run.sid != session_id:
-        run.store(sendq)
-        return _ack_py(sendq, PyLong_FromUnsignedLongLong(session_id), PyLong_FromUnsignedLongLong(h), now, out)
+        return _ack_slow(sendq, session_id, h, now, out, run)
     if win is not run.win:
         run.store(sendq)
         run.load(win)
