@@ -18,7 +18,7 @@ queue's ``dict`` of frames in flight by their ack hash.
 cimport numpy as cnp
 from collections import deque
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
-from cpython.long cimport PyLong_AsUnsignedLongLong
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.math cimport isnan, NAN
@@ -67,9 +67,24 @@ cdef class SendQueueState:
 
 cdef class SocketState:
     """Fields of an engine ``Socket`` that every message's ``send`` reads or writes: ``_closed``
-    (bool), ``_now`` (seconds, the latest call's time), ``_nonce`` (int: the next message id's
+    (bool), ``_reference_compat`` (bool: the option of that name, as ``set_option`` last set
+    it), ``_now`` (seconds, the latest call's time), ``_nonce`` (int: the next message id's
     counter), ``_sendq`` (its ``SendQueue``) and ``_opts`` (its ``SocketOptions``). A Python
-    attribute each cost the compiled send a look-up in the instance's dict."""
+    attribute each cost the compiled send a look-up in the instance's dict; the nonce is a C
+    u64 (a Python int each cost a message an allocation and its arithmetic), any other value
+    (2**64 once the last u64 was used) is kept as given, as the twin keeps it."""
+
+    @property
+    def _nonce(self):
+        return PyLong_FromUnsignedLongLong(self.nonce) if self.nonce_other is None else self.nonce_other
+
+    @_nonce.setter
+    def _nonce(self, value):
+        if type(value) is int and 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+            self.nonce = value
+            self.nonce_other = None
+        else:
+            self.nonce_other = value
 
 
 cdef class RecvQueueState:
