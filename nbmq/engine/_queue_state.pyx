@@ -753,6 +753,10 @@ cdef class TransmissionOrder:
 
 
 DEF MIN_SLOTS = MIN_CAPACITY  # slots (a power of two) of an empty in-flight table
+# Slots (96 KiB) an in-flight table keeps however empty it gets: a sender whose acks come back
+# faster than it sends drains its table to a few frames every flush; shrinking it each time
+# (to four times what is left) made every flush regrow it, one doubling per 64 frames or so.
+DEF KEEP_SLOTS = 4096
 
 
 cdef inline bint _u64(object key) noexcept:
@@ -772,7 +776,7 @@ cdef class InflightTable:
     The table owns a reference to each flight. Memory: the table grows with the frames in
     flight (the peers' congestion windows), never with what a frame claims, from 2 MiB on in
     huge pages where the kernel gives them; it doubles at half full and shrinks when less
-    than an eighth full.
+    than an eighth full, never below 4096 slots (96 KiB) once it grew past them.
 
     Raises:
         KeyError: ``[h]`` or ``del`` of a hash not held.
@@ -883,9 +887,9 @@ cdef class InflightTable:
             return None
         flight = self.slots[i].flight
         self._unlink(i)
-        if self.live * 8 < self.capacity and self.capacity > MIN_SLOTS:
+        if self.live * 8 < self.capacity and self.capacity > KEEP_SLOTS:
             try:
-                self._resize(_table_capacity(self.live))
+                self._resize(max(KEEP_SLOTS, _table_capacity(self.live)))
             except MemoryError:  # (keep the larger table)
                 pass
         result = <object>flight  # (a new reference: the table's is released below)
