@@ -43,7 +43,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_AsUnsignedLongLongMask, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, UINT64_MAX
 from libc.string cimport memcpy
 
 from nbmq._wire cimport (DATA_HEADER, FNV_BASIS, MAX_CHUNK, MAX_FRAME, fnv1a64 as _fnv,
@@ -309,21 +309,23 @@ cdef int queue_small(SocketState self, object part, object now) except -2:
         part = PyBytes_FromStringAndSize(<char*>cnp.PyArray_DATA(<cnp.ndarray>part),
                                          cnp.PyArray_NBYTES(<cnp.ndarray>part))  # the one copy
     if (type(part) is not bytes or PyBytes_GET_SIZE(part) > MAX_CHUNK or self._closed
-            or self._opts.reference_compat):
+            or self._reference_compat):
         return SMALL_OTHER
     self._now = now
     sendq = <SendQueueState?>self._sendq
     if sendq.held >= sendq.send_hwm:
         return SMALL_FULL
-    py_nonce = self._nonce
-    if py_nonce > _U64_MAX:  # codec.message_id refuses it: Socket.send raises as the twin
+    if self.nonce_other is not None:  # past 2**64 - 1: codec.message_id refuses it, Socket.send raises
         return SMALL_OTHER
-    nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
+    nonce = self.nonce
     # SendQueue.push_small, inlined (its send_hwm check was just made)
     _deque_append(sendq._queue, _small_message(part, _message_id(nonce)))  # (a deque: SendQueue's)
     sendq.held += 1
     sendq.pushed += 1
-    self._nonce = py_nonce + 1
+    if nonce == UINT64_MAX:
+        self.nonce_other = _U64_MAX + 1  # (the twin's int: the next send raises)
+    else:
+        self.nonce = nonce + 1
     return SMALL_QUEUED
 
 
@@ -351,7 +353,7 @@ def send_packed(SocketState self not None, data, offsets, lengths, now):
         offs, lens = _packed_ranges_py(offsets, lengths, view.len)  # checked before any is queued
         n = offs.shape[0]
         sendq = <SendQueueState?>self._sendq
-        slow = self._closed or self._opts.reference_compat
+        slow = self._closed or self._reference_compat
         # the queue's count and the nonce live in C for the run of small messages, written
         # back before any other message goes through Socket.send and at the end
         append = sendq._queue.append
@@ -365,10 +367,10 @@ def send_packed(SocketState self not None, data, offsets, lengths, now):
             size = lens[i]
             part = PyBytes_FromStringAndSize(<const char*>(base + off), size)
             if not fast:
-                py_nonce = self._nonce
-                fast = not slow and py_nonce <= _U64_MAX - n  # (no nonce of the run wraps)
+                # (no nonce of the run wraps)
+                fast = not slow and self.nonce_other is None and self.nonce <= UINT64_MAX - <uint64_t>n
                 if fast:
-                    nonce = PyLong_AsUnsignedLongLongMask(py_nonce)
+                    nonce = self.nonce
             if not fast or size > MAX_CHUNK:
                 if fast:
                     _write_back(self, sendq, held, queued, nonce)
@@ -398,7 +400,7 @@ cdef inline void _write_back(SocketState self, SendQueueState sendq, Py_ssize_t 
     if queued:
         sendq.held = held
         sendq.pushed += queued
-        self._nonce = PyLong_FromUnsignedLongLong(nonce)
+        self.nonce = nonce
 
 
 def take(SendQueueState sendq not None, double now, Py_ssize_t limit, list out, list ring):

@@ -15,8 +15,10 @@ cdef class SendQueueState:
 
 
 cdef class SocketState:
-    cdef public bint _closed
-    cdef public object _now, _nonce, _sendq, _opts
+    cdef public bint _closed, _reference_compat
+    cdef public object _now, _sendq, _opts
+    cdef uint64_t nonce             # the next nonce, while nonce_other is None
+    cdef object nonce_other         # the next nonce when it is no u64 (2**64 once all are spent), else None
 
 
 cdef class RecvQueueState:

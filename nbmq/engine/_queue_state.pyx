@@ -18,7 +18,7 @@ queue's ``dict`` of frames in flight by their ack hash.
 cimport numpy as cnp
 from collections import deque
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
-from cpython.long cimport PyLong_AsUnsignedLongLong
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_FromUnsignedLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from libc.math cimport isnan, NAN
@@ -67,9 +67,24 @@ cdef class SendQueueState:
 
 cdef class SocketState:
     """Fields of an engine ``Socket`` that every message's ``send`` reads or writes: ``_closed``
-    (bool), ``_now`` (seconds, the latest call's time), ``_nonce`` (int: the next message id's
+    (bool), ``_reference_compat`` (bool: the option of that name, as ``set_option`` last set
+    it), ``_now`` (seconds, the latest call's time), ``_nonce`` (int: the next message id's
     counter), ``_sendq`` (its ``SendQueue``) and ``_opts`` (its ``SocketOptions``). A Python
-    attribute each cost the compiled send a look-up in the instance's dict."""
+    attribute each cost the compiled send a look-up in the instance's dict; the nonce is a C
+    u64 (a Python int each cost a message an allocation and its arithmetic), any other value
+    (2**64 once the last u64 was used) is kept as given, as the twin keeps it."""
+
+    @property
+    def _nonce(self):
+        return PyLong_FromUnsignedLongLong(self.nonce) if self.nonce_other is None else self.nonce_other
+
+    @_nonce.setter
+    def _nonce(self, value):
+        if type(value) is int and 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+            self.nonce = value
+            self.nonce_other = None
+        else:
+            self.nonce_other = value
 
 
 cdef class RecvQueueState:
@@ -738,6 +753,10 @@ cdef class TransmissionOrder:
 
 
 DEF MIN_SLOTS = MIN_CAPACITY  # slots (a power of two) of an empty in-flight table
+# Slots (96 KiB) an in-flight table keeps however empty it gets: a sender whose acks come back
+# faster than it sends drains its table to a few frames every flush; shrinking it each time
+# (to four times what is left) made every flush regrow it, one doubling per 64 frames or so.
+DEF KEEP_SLOTS = 4096
 
 
 cdef inline bint _u64(object key) noexcept:
@@ -757,7 +776,7 @@ cdef class InflightTable:
     The table owns a reference to each flight. Memory: the table grows with the frames in
     flight (the peers' congestion windows), never with what a frame claims, from 2 MiB on in
     huge pages where the kernel gives them; it doubles at half full and shrinks when less
-    than an eighth full.
+    than an eighth full, never below 4096 slots (96 KiB) once it grew past them.
 
     Raises:
         KeyError: ``[h]`` or ``del`` of a hash not held.
@@ -868,9 +887,9 @@ cdef class InflightTable:
             return None
         flight = self.slots[i].flight
         self._unlink(i)
-        if self.live * 8 < self.capacity and self.capacity > MIN_SLOTS:
+        if self.live * 8 < self.capacity and self.capacity > KEEP_SLOTS:
             try:
-                self._resize(_table_capacity(self.live))
+                self._resize(max(KEEP_SLOTS, _table_capacity(self.live)))
             except MemoryError:  # (keep the larger table)
                 pass
         result = <object>flight  # (a new reference: the table's is released below)

@@ -89,10 +89,10 @@ def _load_fast() -> Any:
 class SocketStatePy:
     """The fields of :class:`Socket` that the compiled ``send`` reads and writes (the
     pure-Python twin of ``nbmq.engine._queue_state.SocketState``, which holds them as C
-    fields): ``_closed``, ``_now``, ``_nonce``, ``_sendq``, ``_opts``. Meanings: see
-    :class:`~nbmq.engine.connection.Connection` and :class:`Socket`."""
+    fields): ``_closed``, ``_reference_compat``, ``_now``, ``_nonce``, ``_sendq``, ``_opts``.
+    Meanings: see :class:`~nbmq.engine.connection.Connection` and :class:`Socket`."""
 
-    __slots__ = ("_closed", "_now", "_nonce", "_sendq", "_opts")
+    __slots__ = ("_closed", "_reference_compat", "_now", "_nonce", "_sendq", "_opts")
 
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ class Socket(Connection, _SocketState):
         super().__init__(options, rng)
         opts = self._opts
         self._nonce = self.FIRST_NONCE
+        self._reference_compat = opts.reference_compat  # (read per message; set_option keeps it)
         self._sendq = SendQueue(
             opts.send_hwm,
             safe=self.SAFE,
@@ -177,6 +178,8 @@ class Socket(Connection, _SocketState):
             recvq.recv_hwm = hwm_count(int(value))
         elif name == "max_tick_send":
             self._max_tick_send = int(value)
+        elif name == "reference_compat":
+            self._reference_compat = bool(value)
         elif name == "safe_resend_ivl":
             sendq.resend_ivl = float(value)
         elif name == "safe_resend_limit":
@@ -257,13 +260,13 @@ class Socket(Connection, _SocketState):
             raise NotSupported(f"{type(self).__name__} cannot send")
         if self._closed:
             self._check_open()
-        if self._opts.reference_compat:
+        if self._reference_compat:
             _check_reference_compat(parts)
         self._now = now
         sendq = self._sendq
         sendq.check_room()
         nonce = self._nonce
-        message_id = codec.message_id(parts if self._opts.reference_compat else (), nonce)
+        message_id = codec.message_id(parts if self._reference_compat else (), nonce)
         if len(parts) == 1 and type(parts[0]) is bytes and len(parts[0]) <= _MAX_CHUNK:
             sendq.push_small(parts[0], message_id)  # immutable: no copy, one frame later
         else:
@@ -909,7 +912,7 @@ class Radio(Socket):
             NbmqError: the engine is closed. TypeError / ValueError: bad ``parts``.
         """
         self._check_open()
-        if self._opts.reference_compat:
+        if self._reference_compat:
             _check_reference_compat(parts)
         self._now = now
         sendq = self._sendq
@@ -920,7 +923,7 @@ class Radio(Socket):
             self._counters.dropped[DropReason.NO_PEER] += 1
             return
         state = FNV_OFFSET_BASIS  # the parts (reference_compat only) are hashed once for every copy
-        if self._opts.reference_compat:
+        if self._reference_compat:
             for part in parts:
                 state = codec.fnv1a64(part, state)
         copies = []

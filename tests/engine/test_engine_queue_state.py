@@ -95,6 +95,34 @@ def test_socket_fields_read_and_write_as_attributes():
         assert engine._closed is True and engine.closed
 
 
+def test_the_nonce_reads_back_any_int_it_was_given():
+    """The compiled field holds a u64 in C and keeps any other value as given (2**64 once the
+    last u64 was used; the twin's slot holds any int), so both read back what was set."""
+    from nbmq.engine import Dealer
+
+    engine = Dealer.connecting(("127.0.0.1", 9), 0.0)
+    for value in (0, 7, 2**64 - 1, 2**64, 2**70, -1, 3):
+        engine._nonce = value
+        assert engine._nonce == value and type(engine._nonce) is int
+
+
+def test_reference_compat_follows_set_option_in_the_send_path():
+    """``send`` reads the engine's copy of ``reference_compat``: ``set_option`` changes it at
+    once (an empty part is refused while it is set), the options object alone does not."""
+    from nbmq.engine import Dealer, SafeDealer
+    from nbmq.errors import InteropError
+
+    for kind in (Dealer, SafeDealer):
+        engine = kind.connecting(("127.0.0.1", 9), 0.0)
+        engine.set_option("reference_compat", True)
+        assert engine._reference_compat is True
+        with pytest.raises(InteropError):
+            engine.send([b""], 0.0)
+        engine.set_option("reference_compat", False)
+        engine.send([b""], 0.0)
+        assert engine._reference_compat is False and engine.pending_messages == 1
+
+
 def test_high_water_marks_past_a_machine_word_mean_no_bound_in_both_twins():
     from nbmq.engine import Dealer, SafeDealer
     from nbmq.options import SocketOptions

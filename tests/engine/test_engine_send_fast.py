@@ -262,6 +262,26 @@ def test_compiled_send_refuses_a_nonce_past_u64_as_the_python_path(monkeypatch):
     assert results[0] == results[1] == (results[0][0], 1, 2**64)
 
 
+@needs_fast
+def test_compiled_send_packed_meets_the_last_nonce_as_the_python_path():
+    """A packed run that would pass 2**64 - 1 queues up to the last u64 nonce, then raises the
+    codec's OverflowError, in both paths (the compiled one keeps the nonce in C)."""
+    results = []
+    for python in (False, True):
+        engine = Dealer(SocketOptions(), random.Random(3))
+        if python:
+            engine.send = types.MethodType(Socket.send, engine)
+            engine.send_packed = types.MethodType(Socket.send_packed, engine)
+        engine._nonce = 2**64 - 3
+        data = bytes(range(5)) * 4
+        with pytest.raises(OverflowError) as info:
+            engine.send_packed(data, [0, 4, 8, 12, 16], [4] * 5, 1.0)
+        ids = [m.message_id for m in engine._sendq._queue]
+        results.append((str(info.value), engine.pending_messages, engine._nonce, ids))
+    assert results[0] == results[1]
+    assert results[0][1:3] == (3, 2**64)
+
+
 def test_compiled_engine_path_in_use_when_required():
     """Under NBMQ_REQUIRE_EXTENSIONS=1 (CI) the Dealer runs the compiled path, not a silent
     fallback; under NBMQ_NO_EXTENSIONS=1 it runs the Python twin."""
