@@ -110,6 +110,7 @@ __all__ = [
     "MIN_RTT_WINDOW",
     "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
+    "REDRAIN_FALL",
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
@@ -170,6 +171,11 @@ COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
+#: A drain round that finds an RTT below this fraction of ``min_rtt`` drains again
+#: ``FIRST_DRAIN`` later, whether or not ``min_rtt`` is seen again in between: a flow that
+#: started behind another flow's standing queue finds part of it at its first drain, and
+#: more once the other flow has yielded to it.
+REDRAIN_FALL = 0.75
 #: Rounds in a row that grew the window and found no standing queue after which the growth per
 #: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
 #: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
@@ -225,6 +231,14 @@ class Window:
     Args:
         floor: the smallest resend timeout, seconds (``safe_resend_ivl``); also the timeout
             before the first RTT sample.
+        handshake_rtt: the round trip of the handshake that connected the peer, seconds
+            (``inf``: none, e.g. on the bound side or after a repeated ``Connect``); it counts
+            in the first period between drains (``period_min``), so the first drain takes it
+            for the base if no data sample was smaller. A flow that starts beside TCP sends
+            its first frame behind the queue TCP's slow start filled, and no drain empties a
+            queue TCP keeps full; its handshake went through the empty link. Not the base at
+            once: a sender whose data round trips include its receiver's late reads would see
+            a queue and hold frames behind its window until it is stepped again.
 
     Attributes:
         cwnd: window, bytes (float). ssthresh: slow-start threshold, bytes.
@@ -256,7 +270,10 @@ class Window:
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
-            round under way (0.0: none under way); drains: drain rounds done.
+            round under way (0.0: none under way); drains: drain rounds done. drain_base:
+            ``min_rtt`` when the last drain round began, seconds; drain_soon: that round found
+            an RTT below ``REDRAIN_FALL`` of it, and the next drain is due ``FIRST_DRAIN``
+            after it, whether ``min_rtt`` is seen again or not.
         period_min, last_period_min: the smallest RTT of the rounds since the last drain and
             of those between the two before, seconds (``min_rtt`` is re-measured as the
             smaller of the two). streak_cwnd: the window before the first delay decrease of
@@ -306,6 +323,8 @@ class Window:
         "drain_due",
         "drain_cwnd",
         "drains",
+        "drain_soon",
+        "drain_base",
         "period_min",
         "last_period_min",
         "streak_cwnd",
@@ -315,7 +334,7 @@ class Window:
         "last_period_rate",
     )
 
-    def __init__(self, floor: float) -> None:
+    def __init__(self, floor: float, handshake_rtt: float = math.inf) -> None:
         self.cwnd = float(INITIAL_WINDOW)
         self.ssthresh = float(MAX_WINDOW)
         self.in_flight = 0
@@ -354,7 +373,9 @@ class Window:
         self.drain_due = -1.0
         self.drain_cwnd = 0.0
         self.drains = 0
-        self.period_min = math.inf
+        self.drain_soon = False
+        self.drain_base = math.inf
+        self.period_min = handshake_rtt  # (the first drain makes it the base if nothing was smaller)
         self.last_period_min = math.inf
         self.streak_cwnd = 0.0
         self.span_start = -1.0
@@ -513,7 +534,7 @@ class Window:
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
-                elif self.drains and rtt - self.min_rtt <= QDELAY_TARGET / 2:
+                elif self.drains and not self.drain_soon and rtt - self.min_rtt <= QDELAY_TARGET / 2:
                     if self.drain_due < now + MIN_RTT_WINDOW:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
@@ -600,11 +621,10 @@ class Window:
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
                 self.strikes += 1  # the last decrease did not drain it: not ours
             if self.strikes >= COMPETE_STRIKES:
-                # the decreases yielded to a queue that is not ours: take back what they gave up
-                self.competing = True
-                if self.cwnd < self.streak_cwnd:
-                    self.cwnd = self.streak_cwnd
-                self.ssthresh = self.cwnd
+                if self.drain_due < 0.0:
+                    self._compete()  # (no clock, no drain rounds to check with)
+                else:
+                    self._drain()  # the queue is not ours if it outlasts this window
                 return
             self.streak_qdelay = qdelay
             scale = (self.min_rtt + target / 2) / standing
@@ -614,11 +634,20 @@ class Window:
             self.decreases += 1
             self.hold = 1
 
+    def _compete(self) -> None:
+        """The queue is not ours: react to loss only (``competing``), and take back what the
+        decreases of the streak under way gave up (they yielded to it)."""
+        self.competing = True
+        if self.streak_qdelay != math.inf and self.cwnd < self.streak_cwnd:
+            self.cwnd = self.streak_cwnd
+        self.ssthresh = self.cwnd
+
     def _drain(self) -> None:
         """Start a drain round: the window drops to ``MIN_WINDOW`` until the round is over
         (the frames in flight are acked and one more goes out into the emptied queue), so
         that its RTT samples find the queue without this flow's share of it."""
         self.drain_cwnd = self.cwnd
+        self.drain_base = self.min_rtt
         self.cwnd = float(MIN_WINDOW)
 
     def _drained(self, now: float | None) -> None:
@@ -639,20 +668,30 @@ class Window:
         self.recent.clear()  # (rounds measured against the old base)
         rtt = self.round_min_rtt
         if rtt != math.inf:
-            self.qdelay = rtt - self.min_rtt
-            if self.competing and self.qdelay < self.delay_target():
-                self.competing = False
-                self.strikes = 0
-                self.streak_qdelay = math.inf
             period = self.period_min
             last = self.last_period_min
             self.min_rtt = period if period < last else last
             self.last_period_min = period
             self.period_min = math.inf
+            self.qdelay = rtt - self.min_rtt
+            target = self.delay_target()
+            if self.competing:
+                if self.qdelay < target:
+                    self.competing = False
+                    self.strikes = 0
+                    self.streak_qdelay = math.inf
+            elif self.qdelay > 2 * target:
+                self._compete()  # a queue that outlasted this window is not ours
+            else:
+                self.strikes = 0  # what the decreases could not drain went with this window
+                self.streak_qdelay = math.inf
             self.last_period_rate = self.period_rate
             self.period_rate = 0.0
         if now is not None:
-            self.drain_due = now + MIN_RTT_WINDOW
+            # a drain that found the base well below the one it had (a flow that started behind
+            # another's queue, which has yielded since) looks again soon: it may be lower still
+            self.drain_soon = rtt < self.drain_base * REDRAIN_FALL
+            self.drain_due = now + (FIRST_DRAIN if self.drain_soon else MIN_RTT_WINDOW)
 
     def pace_allow(self, now: float) -> float:
         """Bytes of first sends pacing allows at ``now`` (seconds): a token bucket filled at
