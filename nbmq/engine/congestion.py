@@ -58,21 +58,26 @@ round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) re
 window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
-least half as long as it was, the queue is not ours; the window stops yielding to delay
-(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (about a TCP segment)
-per round trip, until a round finds the queue below half the target again (Copa's competitive
-mode); the decreases that did not drain it are given back, since they yielded to a queue that
-was not ours. A queue counts as not ours only past twice the target (a floor window's own
-queue on a slow link sits near the target).
+least half as long as it was, the window drains (below) to check; a drain round that still finds
+more than twice the target standing (this one, or one after which the base fell below
+``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only and
+grows by ``COMPETE_INCREASE`` (about a TCP segment) per round trip, until a round finds the
+queue below half the target again (Copa's competitive mode); the decreases that did not drain
+it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
+window's own queue on a slow link sits near the target.
 
 ``min_rtt`` is re-measured (LEDBAT++'s slowdowns, BBR's ProbeRTT): a *drain round* drops the
 window to ``MIN_WINDOW`` until the frames in flight are acked and one more went through the
 emptied queue, then restores it. A flow drains ``FIRST_DRAIN`` after it starts (one that
 started behind another flow's standing queue took that queue for its base, and the other
-flow yields to it: its drain finds the true base), then whenever no round came within half the
+flow yields to it: its drain finds the true base), again ``FIRST_DRAIN`` after a drain that
+left the base below ``REDRAIN_FALL`` of what it was (the other flow may have yielded more
+since), then whenever no round came within half the
 target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds (``COMPETE_DRAIN_DELAY`` later while
 ``competing``: a drain gives the neighbour that fills the queue this window's share for a round
-trip). The drain round's acks do not grow the window. ``min_rtt`` is the smallest RTT of the
+trip). The drain round's acks do not grow the window. The dialling side's handshake round trip
+counts in the first period: beside TCP the first frame already waits behind the queue TCP's
+slow start filled, and only the handshake went through the empty link. ``min_rtt`` is the smallest RTT of the
 last two periods between drains, so a base that grew for good is learnt within two periods;
 a competing window whose drain finds the queue gone (it was ours after all) yields to delay
 again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
@@ -171,10 +176,12 @@ COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
-#: A drain round that finds an RTT below this fraction of ``min_rtt`` drains again
+#: A drain after which ``min_rtt`` is below this fraction of what it was (the drain round's
+#: samples, or the handshake's round trip at the first drain) is followed by another
 #: ``FIRST_DRAIN`` later, whether or not ``min_rtt`` is seen again in between: a flow that
 #: started behind another flow's standing queue finds part of it at its first drain, and
-#: more once the other flow has yielded to it.
+#: more once the other flow has yielded to it. Then a queue past twice the target that
+#: outlasted the drain is not ours (the rounds before were measured against that queue).
 REDRAIN_FALL = 0.75
 #: Rounds in a row that grew the window and found no standing queue after which the growth per
 #: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
@@ -271,8 +278,8 @@ class Window:
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
             round under way (0.0: none under way); drains: drain rounds done. drain_base:
-            ``min_rtt`` when the last drain round began, seconds; drain_soon: that round found
-            an RTT below ``REDRAIN_FALL`` of it, and the next drain is due ``FIRST_DRAIN``
+            ``min_rtt`` when the last drain round began, seconds; drain_soon: that drain left
+            ``min_rtt`` below ``REDRAIN_FALL`` of it, and the next drain is due ``FIRST_DRAIN``
             after it, whether ``min_rtt`` is seen again or not.
         period_min, last_period_min: the smallest RTT of the rounds since the last drain and
             of those between the two before, seconds (``min_rtt`` is re-measured as the
@@ -666,6 +673,7 @@ class Window:
         self.velocity = 1
         self.calm_rounds = 0
         self.recent.clear()  # (rounds measured against the old base)
+        self.drain_soon = False
         rtt = self.round_min_rtt
         if rtt != math.inf:
             period = self.period_min
@@ -675,22 +683,25 @@ class Window:
             self.period_min = math.inf
             self.qdelay = rtt - self.min_rtt
             target = self.delay_target()
+            # the base fell well below the one the rounds before were measured against (the
+            # queue this flow started behind was in it): their streak says nothing
+            fell = self.min_rtt < self.drain_base * REDRAIN_FALL
             if self.competing:
                 if self.qdelay < target:
                     self.competing = False
                     self.strikes = 0
                     self.streak_qdelay = math.inf
-            elif self.qdelay > 2 * target:
+            elif self.qdelay > 2 * target and (fell or self.streak_qdelay != math.inf):
                 self._compete()  # a queue that outlasted this window is not ours
             else:
                 self.strikes = 0  # what the decreases could not drain went with this window
                 self.streak_qdelay = math.inf
             self.last_period_rate = self.period_rate
             self.period_rate = 0.0
+            # and a flow that started behind another's queue, which may have yielded to it
+            # since, looks again soon: the base may be lower still
+            self.drain_soon = fell
         if now is not None:
-            # a drain that found the base well below the one it had (a flow that started behind
-            # another's queue, which has yielded since) looks again soon: it may be lower still
-            self.drain_soon = rtt < self.drain_base * REDRAIN_FALL
             self.drain_due = now + (FIRST_DRAIN if self.drain_soon else MIN_RTT_WINDOW)
 
     def pace_allow(self, now: float) -> float:
