@@ -58,21 +58,26 @@ round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) re
 window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
-least half as long as it was, the queue is not ours; the window stops yielding to delay
-(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (about a TCP segment)
-per round trip, until a round finds the queue below half the target again (Copa's competitive
-mode); the decreases that did not drain it are given back, since they yielded to a queue that
-was not ours. A queue counts as not ours only past twice the target (a floor window's own
-queue on a slow link sits near the target).
+least half as long as it was, the window drains (below) to check; a drain round that still finds
+more than twice the target standing (this one, or one after which the base fell below
+``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only and
+grows by ``COMPETE_INCREASE`` (about a TCP segment) per round trip, until a round finds the
+queue below half the target again (Copa's competitive mode); the decreases that did not drain
+it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
+window's own queue on a slow link sits near the target.
 
 ``min_rtt`` is re-measured (LEDBAT++'s slowdowns, BBR's ProbeRTT): a *drain round* drops the
 window to ``MIN_WINDOW`` until the frames in flight are acked and one more went through the
 emptied queue, then restores it. A flow drains ``FIRST_DRAIN`` after it starts (one that
 started behind another flow's standing queue took that queue for its base, and the other
-flow yields to it: its drain finds the true base), then whenever no round came within half the
+flow yields to it: its drain finds the true base), again ``FIRST_DRAIN`` after a drain that
+left the base below ``REDRAIN_FALL`` of what it was (the other flow may have yielded more
+since), then whenever no round came within half the
 target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds (``COMPETE_DRAIN_DELAY`` later while
 ``competing``: a drain gives the neighbour that fills the queue this window's share for a round
-trip). The drain round's acks do not grow the window. ``min_rtt`` is the smallest RTT of the
+trip). The drain round's acks do not grow the window. The dialling side's handshake round trip
+counts in the first period: beside TCP the first frame already waits behind the queue TCP's
+slow start filled, and only the handshake went through the empty link. ``min_rtt`` is the smallest RTT of the
 last two periods between drains, so a base that grew for good is learnt within two periods;
 a competing window whose drain finds the queue gone (it was ours after all) yields to delay
 again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
@@ -110,6 +115,7 @@ __all__ = [
     "MIN_RTT_WINDOW",
     "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
+    "REDRAIN_FALL",
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
@@ -170,6 +176,13 @@ COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
+#: A drain after which ``min_rtt`` is below this fraction of what it was (the drain round's
+#: samples, or the handshake's round trip at the first drain) is followed by another
+#: ``FIRST_DRAIN`` later, whether or not ``min_rtt`` is seen again in between: a flow that
+#: started behind another flow's standing queue finds part of it at its first drain, and
+#: more once the other flow has yielded to it. Then a queue past twice the target that
+#: outlasted the drain is not ours (the rounds before were measured against that queue).
+REDRAIN_FALL = 0.75
 #: Rounds in a row that grew the window and found no standing queue after which the growth per
 #: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
 #: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
@@ -225,6 +238,14 @@ class Window:
     Args:
         floor: the smallest resend timeout, seconds (``safe_resend_ivl``); also the timeout
             before the first RTT sample.
+        handshake_rtt: the round trip of the handshake that connected the peer, seconds
+            (``inf``: none, e.g. on the bound side or after a repeated ``Connect``); it counts
+            in the first period between drains (``period_min``), so the first drain takes it
+            for the base if no data sample was smaller. A flow that starts beside TCP sends
+            its first frame behind the queue TCP's slow start filled, and no drain empties a
+            queue TCP keeps full; its handshake went through the empty link. Not the base at
+            once: a sender whose data round trips include its receiver's late reads would see
+            a queue and hold frames behind its window until it is stepped again.
 
     Attributes:
         cwnd: window, bytes (float). ssthresh: slow-start threshold, bytes.
@@ -256,7 +277,10 @@ class Window:
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
-            round under way (0.0: none under way); drains: drain rounds done.
+            round under way (0.0: none under way); drains: drain rounds done. drain_base:
+            ``min_rtt`` when the last drain round began, seconds; drain_soon: that drain left
+            ``min_rtt`` below ``REDRAIN_FALL`` of it, and the next drain is due ``FIRST_DRAIN``
+            after it, whether ``min_rtt`` is seen again or not.
         period_min, last_period_min: the smallest RTT of the rounds since the last drain and
             of those between the two before, seconds (``min_rtt`` is re-measured as the
             smaller of the two). streak_cwnd: the window before the first delay decrease of
@@ -306,6 +330,8 @@ class Window:
         "drain_due",
         "drain_cwnd",
         "drains",
+        "drain_soon",
+        "drain_base",
         "period_min",
         "last_period_min",
         "streak_cwnd",
@@ -315,7 +341,7 @@ class Window:
         "last_period_rate",
     )
 
-    def __init__(self, floor: float) -> None:
+    def __init__(self, floor: float, handshake_rtt: float = math.inf) -> None:
         self.cwnd = float(INITIAL_WINDOW)
         self.ssthresh = float(MAX_WINDOW)
         self.in_flight = 0
@@ -354,7 +380,9 @@ class Window:
         self.drain_due = -1.0
         self.drain_cwnd = 0.0
         self.drains = 0
-        self.period_min = math.inf
+        self.drain_soon = False
+        self.drain_base = math.inf
+        self.period_min = handshake_rtt  # (the first drain makes it the base if nothing was smaller)
         self.last_period_min = math.inf
         self.streak_cwnd = 0.0
         self.span_start = -1.0
@@ -513,7 +541,7 @@ class Window:
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
-                elif self.drains and rtt - self.min_rtt <= QDELAY_TARGET / 2:
+                elif self.drains and not self.drain_soon and rtt - self.min_rtt <= QDELAY_TARGET / 2:
                     if self.drain_due < now + MIN_RTT_WINDOW:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
@@ -600,11 +628,10 @@ class Window:
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
                 self.strikes += 1  # the last decrease did not drain it: not ours
             if self.strikes >= COMPETE_STRIKES:
-                # the decreases yielded to a queue that is not ours: take back what they gave up
-                self.competing = True
-                if self.cwnd < self.streak_cwnd:
-                    self.cwnd = self.streak_cwnd
-                self.ssthresh = self.cwnd
+                if self.drain_due < 0.0:
+                    self._compete()  # (no clock, no drain rounds to check with)
+                else:
+                    self._drain()  # the queue is not ours if it outlasts this window
                 return
             self.streak_qdelay = qdelay
             scale = (self.min_rtt + target / 2) / standing
@@ -614,11 +641,20 @@ class Window:
             self.decreases += 1
             self.hold = 1
 
+    def _compete(self) -> None:
+        """The queue is not ours: react to loss only (``competing``), and take back what the
+        decreases of the streak under way gave up (they yielded to it)."""
+        self.competing = True
+        if self.streak_qdelay != math.inf and self.cwnd < self.streak_cwnd:
+            self.cwnd = self.streak_cwnd
+        self.ssthresh = self.cwnd
+
     def _drain(self) -> None:
         """Start a drain round: the window drops to ``MIN_WINDOW`` until the round is over
         (the frames in flight are acked and one more goes out into the emptied queue), so
         that its RTT samples find the queue without this flow's share of it."""
         self.drain_cwnd = self.cwnd
+        self.drain_base = self.min_rtt
         self.cwnd = float(MIN_WINDOW)
 
     def _drained(self, now: float | None) -> None:
@@ -637,22 +673,36 @@ class Window:
         self.velocity = 1
         self.calm_rounds = 0
         self.recent.clear()  # (rounds measured against the old base)
+        self.drain_soon = False
         rtt = self.round_min_rtt
         if rtt != math.inf:
-            self.qdelay = rtt - self.min_rtt
-            if self.competing and self.qdelay < self.delay_target():
-                self.competing = False
-                self.strikes = 0
-                self.streak_qdelay = math.inf
             period = self.period_min
             last = self.last_period_min
             self.min_rtt = period if period < last else last
             self.last_period_min = period
             self.period_min = math.inf
+            self.qdelay = rtt - self.min_rtt
+            target = self.delay_target()
+            # the base fell well below the one the rounds before were measured against (the
+            # queue this flow started behind was in it): their streak says nothing
+            fell = self.min_rtt < self.drain_base * REDRAIN_FALL
+            if self.competing:
+                if self.qdelay < target:
+                    self.competing = False
+                    self.strikes = 0
+                    self.streak_qdelay = math.inf
+            elif self.qdelay > 2 * target and (fell or self.streak_qdelay != math.inf):
+                self._compete()  # a queue that outlasted this window is not ours
+            else:
+                self.strikes = 0  # what the decreases could not drain went with this window
+                self.streak_qdelay = math.inf
             self.last_period_rate = self.period_rate
             self.period_rate = 0.0
+            # and a flow that started behind another's queue, which may have yielded to it
+            # since, looks again soon: the base may be lower still
+            self.drain_soon = fell
         if now is not None:
-            self.drain_due = now + MIN_RTT_WINDOW
+            self.drain_due = now + (FIRST_DRAIN if self.drain_soon else MIN_RTT_WINDOW)
 
     def pace_allow(self, now: float) -> float:
         """Bytes of first sends pacing allows at ``now`` (seconds): a token bucket filled at
