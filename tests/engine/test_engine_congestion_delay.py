@@ -451,6 +451,27 @@ def test_decreases_that_do_not_drain_a_queue_start_a_drain_that_decides(outlasts
     assert win.cwnd >= before if outlasts else win.strikes == 0
 
 
+def _window(client) -> Window:  # type: ignore[no-untyped-def]
+    (win,) = client.engine._sendq.windows.values()
+    return win  # type: ignore[no-any-return]
+
+
+def _send_until(net, server, client, burst: int, done) -> None:  # type: ignore[no-untyped-def]
+    """Queue up to ``burst`` messages of 400 B a step of 5 ms (fewer at ``send_hwm``) and deliver,
+    until ``done()`` or 400 steps."""
+    for _ in range(400):  # bounded: 400 steps of 5 ms
+        for _ in range(burst):
+            try:
+                client.engine.send([b"m" * 400], net.now)
+            except WouldBlock:
+                break
+        net.flush(client)
+        net.step(0.005)
+        server.recv_all()
+        if done():
+            return
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_a_dialled_peers_handshake_round_trip_is_its_windows_first_base(compiled):
     if compiled and sockets._fast is None:
@@ -464,18 +485,8 @@ def test_a_dialled_peers_handshake_round_trip_is_its_windows_first_base(compiled
         (dialling,) = server.engine.peers.values()
         assert dialled.handshake_rtt == pytest.approx(0.004) and dialling.handshake_rtt == math.inf
         net.set_links(server.addr, client.addr, Link(delay=0.010))  # a neighbour's queue, both ways
-        for _ in range(400):  # bounded: 400 steps of 5 ms
-            for _ in range(20):
-                try:
-                    client.engine.send([b"m" * 400], net.now)
-                except WouldBlock:
-                    break
-            net.flush(client)
-            net.step(0.005)
-            server.recv_all()
-            (win,) = client.engine._sendq.windows.values()
-            if win.drains:
-                break
+        _send_until(net, server, client, burst=20, done=lambda: _window(client).drains > 0)
+        win = _window(client)
     assert win.drains == 1 and win.min_rtt == pytest.approx(0.004)
 
 
@@ -577,18 +588,8 @@ def test_a_drain_round_ends_with_its_queue_empty_in_the_engine(monkeypatch):
     monkeypatch.setattr(Window, "_drained", record)
     opts = SocketOptions(send_hwm=2000, safe_congestion=True)
     net, server, client = connected_pair(SafeDealer(opts, random.Random(1)), SafeDealer(opts), seed=3)
-    for _ in range(400):  # bounded: 400 steps of 5 ms
-        for _ in range(100):
-            try:
-                client.engine.send([b"m" * 400], net.now)
-            except WouldBlock:
-                break
-        net.flush(client)
-        net.step(0.005)
-        server.recv_all()
-        if ends:
-            break
-    (win,) = client.engine._sendq.windows.values()
+    _send_until(net, server, client, burst=100, done=lambda: bool(ends))
+    win = _window(client)
     assert ends and ends[0] <= MIN_WINDOW + DATAGRAM and win.drains == 1
     assert win.cwnd > 10 * MIN_WINDOW  # restored
 
