@@ -62,7 +62,10 @@ least half as long as it was, the window drains (below) to check; a drain round 
 more than twice the target standing (this one, or one after which the base fell below
 ``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only and
 grows by ``COMPETE_INCREASE`` (about a TCP segment) per round trip, until a round finds the
-queue below half the target again (Copa's competitive mode); the decreases that did not drain
+queue below half the target again (Copa's competitive mode). A competing round whose queue
+nears the largest seen since (``PEAK_QUEUE_NEAR``) after this window's growth filled it counts
+as a loss: the queue is about to overflow, and the neighbour's bursts would lose there before
+this window's losses show. The decreases that did not drain
 it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
 window's own queue on a slow link sits near the target.
 
@@ -112,6 +115,8 @@ __all__ = [
     "DELAY_FLOOR",
     "COMPETE_STRIKES",
     "COMPETE_INCREASE",
+    "PEAK_QUEUE_NEAR",
+    "PEAK_QUEUE_REARM",
     "MIN_RTT_WINDOW",
     "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
@@ -165,6 +170,20 @@ COMPETE_STRIKES = 3
 #: bytes) per round trip; one datagram's growth lost the queue to it, and three took 0.6 of the
 #: link from it (a paced flow loses less at a full drop-tail queue than a bursty one).
 COMPETE_INCREASE = 2 * DATAGRAM
+#: While ``competing``, a round whose standing queue reaches this fraction of the largest one seen
+#: since competing began is about to overflow it (delay near its largest predicts loss: TCP
+#: Illinois, CDG). If this window's growth since the queue was low filled it (it grew by at least
+#: half of what the queue grew, counted at this window's rate), that round is a congestion event
+#: like a lossy round (``BETA``). A loss shows only a round trip later (RACK), and meanwhile the
+#: full queue drops the neighbour's bursts: beside CUBIC at 50 Mbit/s with a 15 ms queue this
+#: window grows 1000 bytes per 13 ms round trip, CUBIC about a sixth of that per second, yet
+#: CUBIC's window fell about 1.4 times a second and it kept 0.3 of the link. A queue that the
+#: neighbour's growth filled is its to overflow: cutting there too left 0.23-0.25 of a 5 Mbit/s
+#: link with a 150 ms queue to this window beside CUBIC.
+PEAK_QUEUE_NEAR = 0.9
+#: ... and the next such round waits until one found the queue below this fraction of it (the
+#: queue fell back: one event per overflow, as TCP counts one per recovery episode).
+PEAK_QUEUE_REARM = 0.8
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
 #: late must not keep another flow's queue as its base for that long).
@@ -265,7 +284,10 @@ class Window:
             min_rtt``). competing: True while a queue-filling flow holds the queue (the window
             then reacts to loss only); strikes: delay decreases in a row that did not drain
             the queue; streak_qdelay: ``qdelay`` at the last of them. hold: rounds to leave
-            alone after a decrease.
+            alone after a decrease. compete_peak: the largest ``qdelay`` since competing began,
+            seconds; peak_armed: the queue fell below ``PEAK_QUEUE_REARM`` of it since the last
+            decrease or judgement of a near-full queue; climb_cwnd, climb_qdelay: the window
+            (bytes) and ``qdelay`` (seconds) at the last round below that.
         resends: frames sent again (timer, fast resend, probe). lost: frames found lost
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
@@ -316,6 +338,10 @@ class Window:
         "round_min_rtt",
         "qdelay",
         "competing",
+        "compete_peak",
+        "peak_armed",
+        "climb_cwnd",
+        "climb_qdelay",
         "strikes",
         "streak_qdelay",
         "hold",
@@ -366,6 +392,10 @@ class Window:
         self.round_min_rtt = math.inf
         self.qdelay = 0.0
         self.competing = False
+        self.compete_peak = 0.0
+        self.peak_armed = False
+        self.climb_cwnd = 0.0
+        self.climb_qdelay = 0.0
         self.strikes = 0
         self.streak_qdelay = math.inf
         self.hold = 0
@@ -503,7 +533,11 @@ class Window:
         None: no clock, no drain rounds): the round is over.
 
         Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
-        round's frames were lost, or any while the round was congested (once per round).
+        round's frames were lost, or any while the round was congested (once per round), or,
+        ``competing``, when the round's queue reached ``PEAK_QUEUE_NEAR`` of the largest seen
+        since competing began and this window's growth since the queue was below
+        ``PEAK_QUEUE_REARM`` of it (``climb_cwnd``) is at least half of the queue's growth in
+        bytes at :attr:`path_rate` (once per such climb).
         Delay: a congested round (``qdelay``, of the smallest RTT of the rounds in the last
         ``STANDING_INTERVAL``, past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
@@ -582,11 +616,23 @@ class Window:
         """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
         seconds (``inf``: no sample), ``standing`` the smallest of the last
         ``STANDING_INTERVAL`` (:meth:`_standing`): see :meth:`end_round`."""
-        congested = False
+        congested = full = False
         if rtt != math.inf:
             self.qdelay = qdelay = standing - self.min_rtt
             target = self.delay_target()
             congested = qdelay > target
+            if self.competing:
+                peak = self.compete_peak
+                if qdelay > peak:
+                    self.compete_peak = peak = qdelay
+                if qdelay < PEAK_QUEUE_REARM * peak:
+                    self.peak_armed = True
+                    self.climb_cwnd = self.cwnd
+                    self.climb_qdelay = qdelay
+                elif self.peak_armed and not self.hold and qdelay >= PEAK_QUEUE_NEAR * peak:
+                    self.peak_armed = False  # (one judgement per climb of the queue)
+                    grown = self.cwnd - self.climb_cwnd
+                    full = 2 * grown >= (qdelay - self.climb_qdelay) * self.path_rate
             if rtt - self.min_rtt > target:
                 self.velocity = 1  # this round found a queue, standing or not: stop speeding up
                 self.calm_rounds = 0
@@ -599,11 +645,12 @@ class Window:
         if congested or self.competing or self.cwnd < self.ssthresh:
             self.velocity = 1  # (slow start grows faster; a queue or a neighbour: one datagram)
             self.calm_rounds = 0
-        if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
+        if full or lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
             self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
             self.cwnd = self.ssthresh
             self.decreases += 1
             self.hold = 1
+            self.peak_armed = False  # (this overflow is answered: wait for the queue to fall)
             self.velocity = 1
             self.calm_rounds = 0
         elif self.hold:
@@ -645,6 +692,8 @@ class Window:
         """The queue is not ours: react to loss only (``competing``), and take back what the
         decreases of the streak under way gave up (they yielded to it)."""
         self.competing = True
+        self.compete_peak = 0.0
+        self.peak_armed = False
         if self.streak_qdelay != math.inf and self.cwnd < self.streak_cwnd:
             self.cwnd = self.streak_cwnd
         self.ssthresh = self.cwnd

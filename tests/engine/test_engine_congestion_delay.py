@@ -33,6 +33,8 @@ from nbmq.engine.congestion import (
     PACE_MIN_BURST,
     PACE_QUANTUM,
     PACING_GAIN,
+    PEAK_QUEUE_NEAR,
+    PEAK_QUEUE_REARM,
     QDELAY_TARGET,
     RATE_SPAN,
     REDRAIN_FALL,
@@ -232,6 +234,49 @@ def test_competing_grows_by_a_tcp_segment_per_window():
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
+
+
+PEAK = 10 * QDELAY_TARGET  # the largest queue a competing window below has seen, seconds
+RATE = 1e6  # its path's rate, bytes per second
+
+
+def _competing() -> Window:
+    """A window competing with a queue of ``PEAK`` that its decreases did not drain (no clock:
+    no drain round to check with), on a path of ``RATE``."""
+    win = _avoiding(400 * DATAGRAM)
+    for _ in range(2 * (COMPETE_STRIKES + 1)):
+        _round(win, BASE + PEAK)
+    assert win.competing and win.compete_peak == pytest.approx(PEAK)
+    win.period_rate = RATE
+    return win
+
+
+def test_a_competing_window_whose_growth_refills_the_queue_cuts_before_it_overflows():
+    win = _competing()
+    _round(win, BASE + PEAK / 2)  # the queue fell back
+    win.cwnd += PEAK / 2 * RATE  # and this window's growth refilled it
+    decreases = win.decreases
+    before = win.cwnd
+    _round(win, BASE + PEAK_QUEUE_NEAR * PEAK)  # nearly full, nothing lost yet
+    assert win.decreases == decreases + 1 and win.cwnd < (BETA + 0.01) * before
+    for _ in range(3):  # once per overflow: not again until the queue falls back
+        _round(win, BASE + PEAK)
+    assert win.decreases == decreases + 1 and win.competing
+    _round(win, BASE + PEAK_QUEUE_REARM * PEAK / 2)
+    win.cwnd += PEAK / 2 * RATE
+    _round(win, BASE + PEAK)
+    assert win.decreases == decreases + 2
+
+
+def test_a_queue_the_neighbour_refilled_is_its_to_overflow():
+    win = _competing()
+    _round(win, BASE + PEAK / 2)
+    decreases = win.decreases
+    for _ in range(3):  # the neighbour's growth refilled it: this window grew by 50 bytes a round
+        _round(win, BASE + PEAK_QUEUE_NEAR * PEAK)
+    assert win.decreases == decreases and win.competing
+    _round(win, BASE + PEAK, lost=3)  # a loss is congestion as before
+    assert win.decreases == decreases + 1
 
 
 def test_growth_speeds_up_while_rounds_find_no_queue_and_starts_over_at_one():
