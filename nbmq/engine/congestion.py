@@ -177,9 +177,9 @@ COMPETE_INCREASE = 2 * DATAGRAM
 #: like a lossy round (``BETA``). A loss shows only a round trip later (RACK), and meanwhile the
 #: full queue drops the neighbour's bursts: beside CUBIC at 50 Mbit/s with a 15 ms queue this
 #: window grows 1000 bytes per 13 ms round trip, CUBIC about a sixth of that per second, yet
-#: CUBIC's window fell about 1.4 times a second and it kept 0.3 of the link. A queue that the
-#: neighbour's growth filled is its to overflow: cutting there too left 0.23-0.25 of a 5 Mbit/s
-#: link with a 150 ms queue to this window beside CUBIC.
+#: CUBIC's window fell about 1.4 times a second and it kept 0.34-0.36 of the link. A queue that
+#: the neighbour's growth filled is its to overflow: cutting there too left 0.23-0.25 of a
+#: 5 Mbit/s link with a 150 ms queue to this window beside CUBIC.
 PEAK_QUEUE_NEAR = 0.9
 #: ... and the next such round waits until one found the queue below this fraction of it (the
 #: queue fell back: one event per overflow, as TCP counts one per recovery episode).
