@@ -1448,7 +1448,7 @@ def take_safe(SendQueueState sendq not None, double now, Py_ssize_t limit, list 
         if peer is not last:
             win = windows.get(peer)
             if win is None:
-                win = windows[peer] = _Window(ivl)
+                win = windows[peer] = _Window(ivl, peer._handshake_rtt)
             if win.in_flight > 0 and win.cwnd - win.in_flight <= 0:
                 full = True
                 break  # full: the queue blocks (below), from the same state

@@ -58,21 +58,29 @@ round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) re
 window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
-least half as long as it was, the queue is not ours; the window stops yielding to delay
-(``competing``), reacts to loss only and grows by ``COMPETE_INCREASE`` (about a TCP segment)
-per round trip, until a round finds the queue below half the target again (Copa's competitive
-mode); the decreases that did not drain it are given back, since they yielded to a queue that
-was not ours. A queue counts as not ours only past twice the target (a floor window's own
-queue on a slow link sits near the target).
+least half as long as it was, the window drains (below) to check; a drain round that still finds
+more than twice the target standing (this one, or one after which the base fell below
+``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only and
+grows by ``COMPETE_INCREASE`` (about a TCP segment) per round trip, until a round finds the
+queue below half the target again (Copa's competitive mode). A competing round whose queue
+nears the largest seen since (``PEAK_QUEUE_NEAR``) after this window's growth filled it counts
+as a loss: the queue is about to overflow, and the neighbour's bursts would lose there before
+this window's losses show. The decreases that did not drain
+it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
+window's own queue on a slow link sits near the target.
 
 ``min_rtt`` is re-measured (LEDBAT++'s slowdowns, BBR's ProbeRTT): a *drain round* drops the
 window to ``MIN_WINDOW`` until the frames in flight are acked and one more went through the
 emptied queue, then restores it. A flow drains ``FIRST_DRAIN`` after it starts (one that
 started behind another flow's standing queue took that queue for its base, and the other
-flow yields to it: its drain finds the true base), then whenever no round came within half the
+flow yields to it: its drain finds the true base), again ``FIRST_DRAIN`` after a drain that
+left the base below ``REDRAIN_FALL`` of what it was (the other flow may have yielded more
+since), then whenever no round came within half the
 target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds (``COMPETE_DRAIN_DELAY`` later while
 ``competing``: a drain gives the neighbour that fills the queue this window's share for a round
-trip). The drain round's acks do not grow the window. ``min_rtt`` is the smallest RTT of the
+trip). The drain round's acks do not grow the window. The dialling side's handshake round trip
+counts in the first period: beside TCP the first frame already waits behind the queue TCP's
+slow start filled, and only the handshake went through the empty link. ``min_rtt`` is the smallest RTT of the
 last two periods between drains, so a base that grew for good is learnt within two periods;
 a competing window whose drain finds the queue gone (it was ours after all) yields to delay
 again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
@@ -107,9 +115,12 @@ __all__ = [
     "DELAY_FLOOR",
     "COMPETE_STRIKES",
     "COMPETE_INCREASE",
+    "PEAK_QUEUE_NEAR",
+    "PEAK_QUEUE_REARM",
     "MIN_RTT_WINDOW",
     "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
+    "REDRAIN_FALL",
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
@@ -159,6 +170,20 @@ COMPETE_STRIKES = 3
 #: bytes) per round trip; one datagram's growth lost the queue to it, and three took 0.6 of the
 #: link from it (a paced flow loses less at a full drop-tail queue than a bursty one).
 COMPETE_INCREASE = 2 * DATAGRAM
+#: While ``competing``, a round whose standing queue reaches this fraction of the largest one seen
+#: since competing began is about to overflow it (delay near its largest predicts loss: TCP
+#: Illinois, CDG). If this window's growth since the queue was low filled it (it grew by at least
+#: half of what the queue grew, counted at this window's rate), that round is a congestion event
+#: like a lossy round (``BETA``). A loss shows only a round trip later (RACK), and meanwhile the
+#: full queue drops the neighbour's bursts: beside CUBIC at 50 Mbit/s with a 15 ms queue this
+#: window grows 1000 bytes per 13 ms round trip, CUBIC about a sixth of that per second, yet
+#: CUBIC's window fell about 1.4 times a second and it kept 0.34-0.36 of the link. A queue that
+#: the neighbour's growth filled is its to overflow: cutting there too left 0.23-0.25 of a
+#: 5 Mbit/s link with a 150 ms queue to this window beside CUBIC.
+PEAK_QUEUE_NEAR = 0.9
+#: ... and the next such round waits until one found the queue below this fraction of it (the
+#: queue fell back: one event per overflow, as TCP counts one per recovery episode).
+PEAK_QUEUE_REARM = 0.8
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
 #: late must not keep another flow's queue as its base for that long).
@@ -170,6 +195,13 @@ COMPETE_DRAIN_DELAY = 7.5
 #: A flow's first drain comes this many seconds after its first RTT sample: a flow that started
 #: behind another's standing queue measured that queue into its ``min_rtt``.
 FIRST_DRAIN = 0.5
+#: A drain after which ``min_rtt`` is below this fraction of what it was (the drain round's
+#: samples, or the handshake's round trip at the first drain) is followed by another
+#: ``FIRST_DRAIN`` later, whether or not ``min_rtt`` is seen again in between: a flow that
+#: started behind another flow's standing queue finds part of it at its first drain, and
+#: more once the other flow has yielded to it. Then a queue past twice the target that
+#: outlasted the drain is not ours (the rounds before were measured against that queue).
+REDRAIN_FALL = 0.75
 #: Rounds in a row that grew the window and found no standing queue after which the growth per
 #: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
 #: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
@@ -225,6 +257,14 @@ class Window:
     Args:
         floor: the smallest resend timeout, seconds (``safe_resend_ivl``); also the timeout
             before the first RTT sample.
+        handshake_rtt: the round trip of the handshake that connected the peer, seconds
+            (``inf``: none, e.g. on the bound side or after a repeated ``Connect``); it counts
+            in the first period between drains (``period_min``), so the first drain takes it
+            for the base if no data sample was smaller. A flow that starts beside TCP sends
+            its first frame behind the queue TCP's slow start filled, and no drain empties a
+            queue TCP keeps full; its handshake went through the empty link. Not the base at
+            once: a sender whose data round trips include its receiver's late reads would see
+            a queue and hold frames behind its window until it is stepped again.
 
     Attributes:
         cwnd: window, bytes (float). ssthresh: slow-start threshold, bytes.
@@ -244,7 +284,10 @@ class Window:
             min_rtt``). competing: True while a queue-filling flow holds the queue (the window
             then reacts to loss only); strikes: delay decreases in a row that did not drain
             the queue; streak_qdelay: ``qdelay`` at the last of them. hold: rounds to leave
-            alone after a decrease.
+            alone after a decrease. compete_peak: the largest ``qdelay`` since competing began,
+            seconds; peak_armed: the queue fell below ``PEAK_QUEUE_REARM`` of it since the last
+            decrease or judgement of a near-full queue; climb_cwnd, climb_qdelay: the window
+            (bytes) and ``qdelay`` (seconds) at the last round below that.
         resends: frames sent again (timer, fast resend, probe). lost: frames found lost
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
@@ -256,7 +299,10 @@ class Window:
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
-            round under way (0.0: none under way); drains: drain rounds done.
+            round under way (0.0: none under way); drains: drain rounds done. drain_base:
+            ``min_rtt`` when the last drain round began, seconds; drain_soon: that drain left
+            ``min_rtt`` below ``REDRAIN_FALL`` of it, and the next drain is due ``FIRST_DRAIN``
+            after it, whether ``min_rtt`` is seen again or not.
         period_min, last_period_min: the smallest RTT of the rounds since the last drain and
             of those between the two before, seconds (``min_rtt`` is re-measured as the
             smaller of the two). streak_cwnd: the window before the first delay decrease of
@@ -292,6 +338,10 @@ class Window:
         "round_min_rtt",
         "qdelay",
         "competing",
+        "compete_peak",
+        "peak_armed",
+        "climb_cwnd",
+        "climb_qdelay",
         "strikes",
         "streak_qdelay",
         "hold",
@@ -306,6 +356,8 @@ class Window:
         "drain_due",
         "drain_cwnd",
         "drains",
+        "drain_soon",
+        "drain_base",
         "period_min",
         "last_period_min",
         "streak_cwnd",
@@ -315,7 +367,7 @@ class Window:
         "last_period_rate",
     )
 
-    def __init__(self, floor: float) -> None:
+    def __init__(self, floor: float, handshake_rtt: float = math.inf) -> None:
         self.cwnd = float(INITIAL_WINDOW)
         self.ssthresh = float(MAX_WINDOW)
         self.in_flight = 0
@@ -340,6 +392,10 @@ class Window:
         self.round_min_rtt = math.inf
         self.qdelay = 0.0
         self.competing = False
+        self.compete_peak = 0.0
+        self.peak_armed = False
+        self.climb_cwnd = 0.0
+        self.climb_qdelay = 0.0
         self.strikes = 0
         self.streak_qdelay = math.inf
         self.hold = 0
@@ -354,7 +410,9 @@ class Window:
         self.drain_due = -1.0
         self.drain_cwnd = 0.0
         self.drains = 0
-        self.period_min = math.inf
+        self.drain_soon = False
+        self.drain_base = math.inf
+        self.period_min = handshake_rtt  # (the first drain makes it the base if nothing was smaller)
         self.last_period_min = math.inf
         self.streak_cwnd = 0.0
         self.span_start = -1.0
@@ -475,7 +533,11 @@ class Window:
         None: no clock, no drain rounds): the round is over.
 
         Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
-        round's frames were lost, or any while the round was congested (once per round).
+        round's frames were lost, or any while the round was congested (once per round), or,
+        ``competing``, when the round's queue reached ``PEAK_QUEUE_NEAR`` of the largest seen
+        since competing began and this window's growth since the queue was below
+        ``PEAK_QUEUE_REARM`` of it (``climb_cwnd``) is at least half of the queue's growth in
+        bytes at :attr:`path_rate` (once per such climb).
         Delay: a congested round (``qdelay``, of the smallest RTT of the rounds in the last
         ``STANDING_INTERVAL``, past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
@@ -513,7 +575,7 @@ class Window:
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
-                elif self.drains and rtt - self.min_rtt <= QDELAY_TARGET / 2:
+                elif self.drains and not self.drain_soon and rtt - self.min_rtt <= QDELAY_TARGET / 2:
                     if self.drain_due < now + MIN_RTT_WINDOW:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
@@ -554,11 +616,23 @@ class Window:
         """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
         seconds (``inf``: no sample), ``standing`` the smallest of the last
         ``STANDING_INTERVAL`` (:meth:`_standing`): see :meth:`end_round`."""
-        congested = False
+        congested = full = False
         if rtt != math.inf:
             self.qdelay = qdelay = standing - self.min_rtt
             target = self.delay_target()
             congested = qdelay > target
+            if self.competing:
+                peak = self.compete_peak
+                if qdelay > peak:
+                    self.compete_peak = peak = qdelay
+                if qdelay < PEAK_QUEUE_REARM * peak:
+                    self.peak_armed = True
+                    self.climb_cwnd = self.cwnd
+                    self.climb_qdelay = qdelay
+                elif self.peak_armed and not self.hold and qdelay >= PEAK_QUEUE_NEAR * peak:
+                    self.peak_armed = False  # (one judgement per climb of the queue)
+                    grown = self.cwnd - self.climb_cwnd
+                    full = 2 * grown >= (qdelay - self.climb_qdelay) * self.path_rate
             if rtt - self.min_rtt > target:
                 self.velocity = 1  # this round found a queue, standing or not: stop speeding up
                 self.calm_rounds = 0
@@ -571,11 +645,12 @@ class Window:
         if congested or self.competing or self.cwnd < self.ssthresh:
             self.velocity = 1  # (slow start grows faster; a queue or a neighbour: one datagram)
             self.calm_rounds = 0
-        if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
+        if full or lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
             self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
             self.cwnd = self.ssthresh
             self.decreases += 1
             self.hold = 1
+            self.peak_armed = False  # (this overflow is answered: wait for the queue to fall)
             self.velocity = 1
             self.calm_rounds = 0
         elif self.hold:
@@ -600,11 +675,10 @@ class Window:
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
                 self.strikes += 1  # the last decrease did not drain it: not ours
             if self.strikes >= COMPETE_STRIKES:
-                # the decreases yielded to a queue that is not ours: take back what they gave up
-                self.competing = True
-                if self.cwnd < self.streak_cwnd:
-                    self.cwnd = self.streak_cwnd
-                self.ssthresh = self.cwnd
+                if self.drain_due < 0.0:
+                    self._compete()  # (no clock, no drain rounds to check with)
+                else:
+                    self._drain()  # the queue is not ours if it outlasts this window
                 return
             self.streak_qdelay = qdelay
             scale = (self.min_rtt + target / 2) / standing
@@ -614,11 +688,22 @@ class Window:
             self.decreases += 1
             self.hold = 1
 
+    def _compete(self) -> None:
+        """The queue is not ours: react to loss only (``competing``), and take back what the
+        decreases of the streak under way gave up (they yielded to it)."""
+        self.competing = True
+        self.compete_peak = 0.0
+        self.peak_armed = False
+        if self.streak_qdelay != math.inf and self.cwnd < self.streak_cwnd:
+            self.cwnd = self.streak_cwnd
+        self.ssthresh = self.cwnd
+
     def _drain(self) -> None:
         """Start a drain round: the window drops to ``MIN_WINDOW`` until the round is over
         (the frames in flight are acked and one more goes out into the emptied queue), so
         that its RTT samples find the queue without this flow's share of it."""
         self.drain_cwnd = self.cwnd
+        self.drain_base = self.min_rtt
         self.cwnd = float(MIN_WINDOW)
 
     def _drained(self, now: float | None) -> None:
@@ -637,22 +722,36 @@ class Window:
         self.velocity = 1
         self.calm_rounds = 0
         self.recent.clear()  # (rounds measured against the old base)
+        self.drain_soon = False
         rtt = self.round_min_rtt
         if rtt != math.inf:
-            self.qdelay = rtt - self.min_rtt
-            if self.competing and self.qdelay < self.delay_target():
-                self.competing = False
-                self.strikes = 0
-                self.streak_qdelay = math.inf
             period = self.period_min
             last = self.last_period_min
             self.min_rtt = period if period < last else last
             self.last_period_min = period
             self.period_min = math.inf
+            self.qdelay = rtt - self.min_rtt
+            target = self.delay_target()
+            # the base fell well below the one the rounds before were measured against (the
+            # queue this flow started behind was in it): their streak says nothing
+            fell = self.min_rtt < self.drain_base * REDRAIN_FALL
+            if self.competing:
+                if self.qdelay < target:
+                    self.competing = False
+                    self.strikes = 0
+                    self.streak_qdelay = math.inf
+            elif self.qdelay > 2 * target and (fell or self.streak_qdelay != math.inf):
+                self._compete()  # a queue that outlasted this window is not ours
+            else:
+                self.strikes = 0  # what the decreases could not drain went with this window
+                self.streak_qdelay = math.inf
             self.last_period_rate = self.period_rate
             self.period_rate = 0.0
+            # and a flow that started behind another's queue, which may have yielded to it
+            # since, looks again soon: the base may be lower still
+            self.drain_soon = fell
         if now is not None:
-            self.drain_due = now + MIN_RTT_WINDOW
+            self.drain_due = now + (FIRST_DRAIN if self.drain_soon else MIN_RTT_WINDOW)
 
     def pace_allow(self, now: float) -> float:
         """Bytes of first sends pacing allows at ``now`` (seconds): a token bucket filled at

@@ -119,14 +119,18 @@ class Role:
 
 
 class _Remote:
-    """A remote address this engine dials (connect role)."""
+    """A remote address this engine dials (connect role). ``connect_at``: when the last
+    ``Connect`` went out, seconds; ``connects``: how many went out since the last session
+    (the handshake's round trip is timed only from a single one, Karn's rule)."""
 
-    __slots__ = ("addr", "peer", "next_connect")
+    __slots__ = ("addr", "peer", "next_connect", "connect_at", "connects")
 
     def __init__(self, addr: Hashable, now: float) -> None:
         self.addr = addr
         self.peer: Peer | None = None
         self.next_connect = now
+        self.connect_at = now
+        self.connects = 0
 
 
 class Connection:
@@ -681,6 +685,9 @@ class Connection:
             self._reject(addr, "Connected with an unusable session id")
             return
         peer = Peer(sid, addr, _HALF_OPEN, now, True)
+        if remote.connects == 1:
+            peer._handshake_rtt = now - remote.connect_at
+        remote.connects = 0
         remote.peer = peer
         self._add(peer)
         self._set_state(peer, _CONNECTED, now)
@@ -962,6 +969,8 @@ class Connection:
             self._queue_ctrl(_SECURE_CONNECT_HEAD + secure.connect_payload(remote.addr), remote.addr)
         self._counters.connects_out += 1
         remote.next_connect = now + self._opts.reconnect_wait
+        remote.connect_at = now
+        remote.connects += 1
 
     def _emit(self, event: Event) -> None:
         events = self._events

@@ -8,6 +8,7 @@ properties.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from enum import Enum
 
@@ -42,6 +43,9 @@ class Peer:
         outbound: True for the peer a connecting engine dialled, False for one that connected
             to this (bound) engine.
         path_candidates: new addresses its session came from, awaiting validation.
+        handshake_rtt: seconds from our ``Connect`` to its ``Connected`` (a dialled peer
+            answering the only ``Connect`` sent), else ``inf``; SafeDealer's congestion
+            window counts it as a sample of the path's base RTT.
     """
 
     __slots__ = (
@@ -54,6 +58,7 @@ class Peer:
         "_outbound",
         "_timer",
         "_paths",
+        "_handshake_rtt",
     )
 
     def __init__(self, session_id: int, addr: Hashable, state: PeerState, now: float, outbound: bool) -> None:
@@ -67,6 +72,7 @@ class Peer:
         self._timer = -1.0  # due time of this peer's live entry in the engine's timer heap
         # candidate new addresses (NAT rebinding) -> [frames since the challenge, first seen]
         self._paths: dict[Hashable, list[float]] | None = None
+        self._handshake_rtt = math.inf
 
     @property
     def session_id(self) -> int:
@@ -95,6 +101,10 @@ class Peer:
     @property
     def outbound(self) -> bool:
         return self._outbound
+
+    @property
+    def handshake_rtt(self) -> float:
+        return self._handshake_rtt
 
     @property
     def path_candidates(self) -> list[Hashable]:

@@ -884,7 +884,7 @@ class SendQueue(_SendQueueState):
                 if congestion:
                     win = windows.get(peer)
                     if win is None:
-                        win = windows[peer] = Window(ivl)
+                        win = windows[peer] = Window(ivl, peer._handshake_rtt)
                     order = win.order
                     due = now + max(win.rto, ivl)
             i = msg.sent
