@@ -22,7 +22,8 @@ in the same run:
   goodputs over 1 s windows: the first time after the second start that it reaches 0.95, and
   its value 4-5 s after the second start.
 - ``share``: a SafeDealer flow and a TCP flow together (CUBIC, Linux's default, then BBR);
-  each one's goodput over the link rate.
+  each one's goodput over the link rate. A run of 16 s or more also prints them after 12 s: BBR
+  sizes its window from the smallest RTT of its first 10 s, and a 6 s run sees only that phase.
 - ``tcpshare``: the baseline for ``share``: a TCP CUBIC flow in the SafeDealer's place.
 - ``--repeat N`` runs ``fair`` and ``share`` N times per link and prints the medians too (the
   shares swing from run to run, more so on a loaded machine).
@@ -49,6 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bottleneck_link import BIN, Bottleneck, unavailable  # noqa: E402
 
 WARMUP = 1.0  #: seconds before the steady part of a run
+#: seconds before the late part of a long ``share`` run: BBR keeps the smallest RTT of its first
+#: 10 s (its min-RTT filter), taken on the empty path at its start, so until its first ProbeRTT
+#: its window is its floor (about 20 segments) whatever queue stands; after it, it is 2x its rate
+#: times an RTT that includes the standing queue.
+LATE = 12.0
 LEAD = 2.0  #: seconds the flows' processes get to start and connect (more under load) before the run
 PORT = 7000
 TCP_PORT = 7100
@@ -181,7 +187,8 @@ def share(
 ) -> dict[str, Any]:
     """A SafeDealer flow (``ours="safe"``; or a TCP flow with that congestion control, the
     baseline: how TCP itself fares there) and a TCP flow (congestion control ``cc``) at once:
-    each one's share of the link (``safe``: the first, ``tcp``: the second)."""
+    each one's share of the link (``safe``: the first, ``tcp``: the second) after ``WARMUP``, and
+    (``safe_late``, ``tcp_late``; runs longer than ``LATE`` + 4 s) after ``LATE``."""
     with Bottleneck(rate, queue) as link:
         start = time.time() + LEAD
         if ours == "safe":
@@ -202,11 +209,15 @@ def share(
         s, sr, _, tr = ssend.result(), srecv.result(), tsend.result(), trecv.result()
     a, b = start + WARMUP, start + seconds
     counters = s.get("counters", {})
-    return {
+    row = {
         "safe": _steady(sr["bins"], sr["epoch"], a, b) / link.rate_bytes,
         "tcp": _steady(tr["bins"], tr["epoch"], a, b) / link.rate_bytes,
         "resends": counters.get("resends", 0) / max(1, counters.get("data_frames_out", 0)),
     }
+    if seconds >= LATE + 4:
+        row["safe_late"] = _steady(sr["bins"], sr["epoch"], start + LATE, b) / link.rate_bytes
+        row["tcp_late"] = _steady(tr["bins"], tr["epoch"], start + LATE, b) / link.rate_bytes
+    return row
 
 
 DEALER_SIZE = 400  #: one datagram per message: losses count the same in messages and packets
@@ -322,7 +333,12 @@ def main() -> None:
                     for row in rows:
                         print(
                             f"{tag}  {case}  {ours} {row['safe']:.3f}  tcp ({cc}) {row['tcp']:.3f}"
-                            + (f"  safe resends {row['resends']:.2%}" if ours == "safe" else ""),
+                            + (f"  safe resends {row['resends']:.2%}" if ours == "safe" else "")
+                            + (
+                                f"  after {LATE:g} s: {ours} {row['safe_late']:.3f}  tcp ({cc}) {row['tcp_late']:.3f}"
+                                if "safe_late" in row
+                                else ""
+                            ),
                             flush=True,
                         )
                     if len(rows) > 1:
