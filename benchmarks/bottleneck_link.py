@@ -1,15 +1,15 @@
-"""A real bottleneck: two network namespaces joined by a veth pair, each end shaped by tbf.
+"""A real bottleneck: two hosts (network namespaces) and a router between them, its ends shaped by tbf.
 
     with Bottleneck(rate_mbit=50, queue_ms=10) as link:
         receiver = link.start("b", "safe_recv", port=7000, seconds=4)
         sender = link.start("a", "safe_send", dest=f"{link.addr_b}:7000", seconds=3)
         print(sender.result(), receiver.result(), link.qdisc("a"))
 
-The link is ``tc qdisc add dev <veth> root tbf rate R burst 32kb latency Q`` on both ends
-(the queue holds ``Q`` of traffic at rate ``R``; tbf counts each packet's Ethernet, IP and UDP
-or TCP headers). Needs root, ``ip`` and ``tc``: :func:`unavailable` says why not otherwise.
-Namespaces get unique names and are deleted on exit, also on failure (deleting a namespace
-deletes its veth end and the qdisc).
+The link is ``tc qdisc add dev <veth> root tbf rate R burst 32kb latency Q`` on both of the
+router's ends (the queue holds ``Q`` of traffic at rate ``R``; tbf counts each packet's
+Ethernet, IP and UDP or TCP headers). Needs root, ``ip`` and ``tc``: :func:`unavailable` says
+why not otherwise. Namespaces get unique names and are deleted on exit, also on failure
+(deleting a namespace deletes its veth ends and their qdiscs).
 
 Each flow runs as its own process inside a namespace (``ip netns exec``), running this file as
 a script with the same interpreter: ``python bottleneck_link.py ROLE JSON`` prints one JSON
@@ -98,14 +98,21 @@ class Flow:
 
 
 class Bottleneck:
-    """Two namespaces ``a`` (10.77.0.1) and ``b`` (10.77.0.2) on a veth pair shaped by tbf.
+    """Two hosts, namespaces ``a`` and ``b``, and a router between them (namespace ``r``),
+    joined by veth pairs; the router's two ends are shaped by tbf.
+
+    The queue is on the router, not on a sending host. Packets in a host's own qdisc still
+    count against their socket (TCP small queues bound what a socket keeps there): with tbf
+    on the sender's end, TCP CUBIC kept less in flight than its window with data waiting
+    (``ss``: 90 segments unacked of a window of 108), its window stayed flat, and two CUBIC
+    flows never filled a 100 ms queue. Behind a router the same flows fill it and lose.
 
     Args:
         rate_mbit: the link rate each way, Mbit/s (10**6 bits/s of whole packets).
         queue_ms: tbf's ``latency``: the most a packet waits in the queue, ms (the queue holds
             ``rate * queue_ms`` bytes).
 
-    Use as a context manager; :meth:`close` deletes both namespaces and ends every flow
+    Use as a context manager; :meth:`close` deletes the namespaces and ends every flow
     still running. RuntimeError: a command failed (what was built is removed first).
     """
 
@@ -113,9 +120,10 @@ class Bottleneck:
         self.rate_mbit = rate_mbit
         self.queue_ms = queue_ms
         tag = uuid.uuid4().hex[:8]
-        self.ns = {"a": f"nbmq-bn-{tag}-a", "b": f"nbmq-bn-{tag}-b"}
-        self.dev = {"a": f"bna{tag}", "b": f"bnb{tag}"}
-        self.addr_a, self.addr_b = "10.77.0.1", "10.77.0.2"
+        self.ns = {side: f"nbmq-bn-{tag}-{side}" for side in "arb"}
+        # each host's end, and the router's end facing it (where what goes to that host queues)
+        self.dev = {"a": f"bna{tag}", "b": f"bnb{tag}", "ra": f"bnra{tag}", "rb": f"bnrb{tag}"}
+        self.addr_a, self.addr_b = "10.77.0.1", "10.77.0.6"
         self.flows: list[Flow] = []
         try:
             self._build()
@@ -134,47 +142,43 @@ class Bottleneck:
         return self.rate_bytes * self.queue_ms / 1000
 
     def _build(self) -> None:
-        for side in "ab":
-            _run("ip", "netns", "add", self.ns[side])
-        _run(
-            "ip",
-            "link",
-            "add",
-            self.dev["a"],
-            "netns",
-            self.ns["a"],
-            "type",
-            "veth",
-            "peer",
-            "name",
-            self.dev["b"],
-            "netns",
-            self.ns["b"],
-        )
-        for side, addr in (("a", self.addr_a), ("b", self.addr_b)):
-            ns, dev = self.ns[side], self.dev[side]
-            _run("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
-            _run("ip", "-n", ns, "link", "set", "dev", dev, "up")
-            _run("ip", "-n", ns, "link", "set", "dev", "lo", "up")
+        ns, dev = self.ns, self.dev
+        for name in ns.values():
+            _run("ip", "netns", "add", name)
+            _run("ip", "-n", name, "link", "set", "dev", "lo", "up")
+        for host, router_end in (("a", "ra"), ("b", "rb")):
             _run(
                 "ip",
-                "netns",
-                "exec",
-                ns,
-                "tc",
-                "qdisc",
+                "link",
                 "add",
-                "dev",
-                dev,
-                "root",
-                "tbf",
-                "rate",
-                f"{self.rate_mbit}mbit",
-                "burst",
-                TBF_BURST,
-                "latency",
-                f"{self.queue_ms}ms",
+                dev[host],
+                "netns",
+                ns[host],
+                "type",
+                "veth",
+                "peer",
+                "name",
+                dev[router_end],
+                "netns",
+                ns["r"],
             )
+        # a: 10.77.0.1/30 via the router's 10.77.0.2; b: 10.77.0.6/30 via 10.77.0.5
+        for name, device, addr in (
+            (ns["a"], dev["a"], "10.77.0.1/30"),
+            (ns["r"], dev["ra"], "10.77.0.2/30"),
+            (ns["r"], dev["rb"], "10.77.0.5/30"),
+            (ns["b"], dev["b"], "10.77.0.6/30"),
+        ):
+            _run("ip", "-n", name, "addr", "add", addr, "dev", device)
+            _run("ip", "-n", name, "link", "set", "dev", device, "up")
+        _run("ip", "-n", ns["a"], "route", "add", "default", "via", "10.77.0.2")
+        _run("ip", "-n", ns["b"], "route", "add", "default", "via", "10.77.0.5")
+        _run("ip", "netns", "exec", ns["r"], "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+        for router_end in ("ra", "rb"):
+            _run(
+                "ip", "netns", "exec", ns["r"], "tc", "qdisc", "add", "dev", dev[router_end], "root", "tbf",
+                "rate", f"{self.rate_mbit}mbit", "burst", TBF_BURST, "latency", f"{self.queue_ms}ms",
+            )  # fmt: skip
 
     def start(self, side: str, role: str, pythonpath: str | None = None, cpu: int | None = None, **args: Any) -> Flow:
         """Run ``role`` (see the module docstring) in namespace ``side`` ("a" or "b") with
@@ -202,9 +206,10 @@ class Bottleneck:
         return flow
 
     def qdisc(self, side: str) -> dict[str, int]:
-        """tbf's counters on ``side``'s veth end: ``bytes``, ``packets`` sent, ``dropped``,
-        ``overlimits`` (``tc -s qdisc``)."""
-        text = _run("ip", "netns", "exec", self.ns[side], "tc", "-s", "qdisc", "show", "dev", self.dev[side])
+        """The counters of the router's tbf that what ``side`` ("a" or "b") sends queues in:
+        ``bytes``, ``packets`` sent, ``dropped``, ``overlimits`` (``tc -s qdisc``)."""
+        toward = "rb" if side == "a" else "ra"
+        text = _run("ip", "netns", "exec", self.ns["r"], "tc", "-s", "qdisc", "show", "dev", self.dev[toward])
         match = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", text)
         if match is None:
             raise RuntimeError(f"cannot read tc statistics: {text!r}")
@@ -212,7 +217,7 @@ class Bottleneck:
         return {"bytes": sent, "packets": packets, "dropped": dropped, "overlimits": over}
 
     def close(self) -> None:
-        """End the flows still running and delete both namespaces (idempotent)."""
+        """End the flows still running and delete the namespaces (idempotent)."""
         for flow in self.flows:
             flow.kill()
         for ns in self.ns.values():

@@ -1,5 +1,5 @@
-"""SafeDealer and Dealer on a real bottleneck: two network namespaces on a veth pair shaped by
-tbf (``benchmarks/bottleneck_link.py``), a few seconds per case. Skipped, with the reason,
+"""SafeDealer and Dealer on a real bottleneck: two hosts' network namespaces and a router's,
+its ends shaped by tbf (``benchmarks/bottleneck_link.py``), a few seconds per case. Skipped, with the reason,
 without root, ``ip`` or ``tc``. The floors here are looser than the benchmark's targets
 (``benchmarks/bench_bottleneck.py``): the machine is shared while the suite runs."""
 
