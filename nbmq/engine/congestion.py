@@ -61,11 +61,9 @@ congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only
 least half as long as it was, the window drains (below) to check; a drain round that still finds
 more than twice the target standing (this one, or one after which the base fell below
 ``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only and
-grows by ``COMPETE_INCREASE`` (about a TCP segment) per round trip, until a round finds the
-queue below half the target again (Copa's competitive mode). A competing round whose queue
-nears the largest seen since (``PEAK_QUEUE_NEAR``) after this window's growth filled it counts
-as a loss: the queue is about to overflow, and the neighbour's bursts would lose there before
-this window's losses show. The decreases that did not drain
+grows as TCP CUBIC would from its last decrease (``CUBIC_C``, at least ``COMPETE_INCREASE``
+per round trip), until a round finds the queue below half the target again (Copa's
+competitive mode). The decreases that did not drain
 it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
 window's own queue on a slow link sits near the target.
 
@@ -115,8 +113,6 @@ __all__ = [
     "DELAY_FLOOR",
     "COMPETE_STRIKES",
     "COMPETE_INCREASE",
-    "PEAK_QUEUE_NEAR",
-    "PEAK_QUEUE_REARM",
     "MIN_RTT_WINDOW",
     "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
@@ -166,24 +162,19 @@ DELAY_FLOOR = 0.25
 #: not ours: a queue-filling flow shares the bottleneck) after which the window reacts to loss
 #: only.
 COMPETE_STRIKES = 3
-#: Growth per window of acks while ``competing``, bytes. TCP grows by a segment (about 1500
-#: bytes) per round trip; one datagram's growth lost the queue to it, and three took 0.6 of the
-#: link from it (a paced flow loses less at a full drop-tail queue than a bursty one).
+#: The least growth per window of acks while ``competing``, bytes (TCP Reno grows by a
+#: segment, about 1500 bytes, per round trip; CUBIC's TCP-friendly rate is half that).
 COMPETE_INCREASE = 2 * DATAGRAM
-#: While ``competing``, a round whose standing queue reaches this fraction of the largest one seen
-#: since competing began is about to overflow it (delay near its largest predicts loss: TCP
-#: Illinois, CDG). If this window's growth since the queue was low filled it (it grew by at least
-#: half of what the queue grew, counted at this window's rate), that round is a congestion event
-#: like a lossy round (``BETA``). A loss shows only a round trip later (RACK), and meanwhile the
-#: full queue drops the neighbour's bursts: beside CUBIC at 50 Mbit/s with a 15 ms queue this
-#: window grows 1000 bytes per 13 ms round trip, CUBIC about a sixth of that per second, yet
-#: CUBIC's window fell about 1.4 times a second and it kept 0.34-0.36 of the link. A queue that
-#: the neighbour's growth filled is its to overflow: cutting there too left 0.23-0.25 of a
-#: 5 Mbit/s link with a 150 ms queue to this window beside CUBIC.
-PEAK_QUEUE_NEAR = 0.9
-#: ... and the next such round waits until one found the queue below this fraction of it (the
-#: queue fell back: one event per overflow, as TCP counts one per recovery episode).
-PEAK_QUEUE_REARM = 0.8
+#: While ``competing`` the window grows as TCP CUBIC's does (RFC 9438 section 4.2:
+#: ``W(t) = C * (t - K)**3 + W_max``, ``t`` the seconds since the last decrease, ``W_max`` the
+#: window before it, ``K`` the seconds back to it), ``C`` in segments per second cubed...
+CUBIC_C = 0.4
+#: ... of this many bytes (TCP's segment on Ethernet). Behind a router CUBIC outgrew a fixed
+#: 1000 bytes per round trip on a long path (at 50 Mbit/s with a 100 ms queue this window grew
+#: from 37 KB to 134 KB in 13 s beside CUBIC's 480 KB, and got 0.11-0.19 of the link), and a
+#: cut before the queue overflowed (it was cut near its largest when this window's growth had
+#: refilled it) left CUBIC the queue on a short one (0.32-0.37 at 50 Mbit/s, 10 ms).
+CUBIC_SEGMENT = 1448
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
 #: late must not keep another flow's queue as its base for that long).
@@ -278,23 +269,24 @@ class Window:
             ``MAX_BACKOFF``) for frames the timer has not resent yet. tx: the next transmission number. order: the ``(tx, flight)`` pairs in transmission
             order (a :data:`TransmissionOrder`; stale entries skipped by the queue).
         round_end: the transmission number that ends the current round; round_acked,
-            round_lost: frames acked and found lost in it; round_min_rtt: its smallest RTT
-            sample, seconds (``inf`` before one).
+            round_lost: frames acked and found lost in it (only those sent from
+            ``recovery_tx`` on: see :meth:`found_lost`); round_min_rtt: its smallest RTT
+            sample, seconds (``inf`` before one). recovery_tx: the transmission number at the
+            last decrease for loss or a resend timeout.
         qdelay: the standing queue the last round found, seconds (``round_min_rtt -
             min_rtt``). competing: True while a queue-filling flow holds the queue (the window
             then reacts to loss only); strikes: delay decreases in a row that did not drain
             the queue; streak_qdelay: ``qdelay`` at the last of them. hold: rounds to leave
-            alone after a decrease. compete_peak: the largest ``qdelay`` since competing began,
-            seconds; peak_armed: the queue fell below ``PEAK_QUEUE_REARM`` of it since the last
-            decrease or judgement of a near-full queue; climb_cwnd, climb_qdelay: the window
-            (bytes) and ``qdelay`` (seconds) at the last round below that.
+            alone after a decrease. cubic_epoch, cubic_wmax, cubic_k: a competing window's
+            CUBIC curve: when it started (seconds; -1: at the next round), ``W_max`` (bytes)
+            and ``K`` (seconds).
         resends: frames sent again (timer, fast resend, probe). lost: frames found lost
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
             frame) as of ``pace_stamp`` seconds (see :meth:`pace_allow`).
         increase: growth per window of acks in congestion avoidance, bytes (``DATAGRAM``
-            times ``velocity``, at most :meth:`_velocity_cap`; ``COMPETE_INCREASE`` while
-            ``competing``). velocity: that factor (1, doubled each round once
+            times ``velocity``, at most :meth:`_velocity_cap`; CUBIC's curve while
+            ``competing``, :meth:`_cubic_increase`). velocity: that factor (1, doubled each round once
             ``VELOCITY_ROUNDS`` rounds in a row grew the window with no standing queue; back
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
@@ -335,13 +327,13 @@ class Window:
         "round_end",
         "round_acked",
         "round_lost",
+        "recovery_tx",
         "round_min_rtt",
         "qdelay",
         "competing",
-        "compete_peak",
-        "peak_armed",
-        "climb_cwnd",
-        "climb_qdelay",
+        "cubic_epoch",
+        "cubic_wmax",
+        "cubic_k",
         "strikes",
         "streak_qdelay",
         "hold",
@@ -389,13 +381,13 @@ class Window:
         self.round_end = 0
         self.round_acked = 0
         self.round_lost = 0
+        self.recovery_tx = 0
         self.round_min_rtt = math.inf
         self.qdelay = 0.0
         self.competing = False
-        self.compete_peak = 0.0
-        self.peak_armed = False
-        self.climb_cwnd = 0.0
-        self.climb_qdelay = 0.0
+        self.cubic_epoch = -1.0
+        self.cubic_wmax = 0.0
+        self.cubic_k = 0.0
         self.strikes = 0
         self.streak_qdelay = math.inf
         self.hold = 0
@@ -498,6 +490,17 @@ class Window:
         if self.round_lost:
             self.round_lost -= 1
 
+    def found_lost(self, tx: int) -> None:
+        """A frame sent as transmission number ``tx`` was found lost (an ack showed it,
+        RACK): counted in ``lost``, and in the round's losses only if it was sent at or after
+        ``recovery_tx``. A loss of a frame sent before the last decrease belongs to the
+        congestion event that decrease answered: one decrease per event, as TCP makes one per
+        recovery episode (RFC 5681 section 3.2, RFC 6675 section 5); without it one overflow
+        cut the window in two or three rounds in a row."""
+        self.lost += 1
+        if tx >= self.recovery_tx:
+            self.round_lost += 1
+
     def delay_target(self) -> float:
         """The standing queue a round may find before it counts as congested, seconds:
         ``QDELAY_TARGET`` (times ``rate / HOST_RATE`` on a path faster than ``HOST_RATE``, at
@@ -533,11 +536,8 @@ class Window:
         None: no clock, no drain rounds): the round is over.
 
         Loss: shrink the window to ``BETA`` of itself when more than ``LOSS_TOLERANCE`` of the
-        round's frames were lost, or any while the round was congested (once per round), or,
-        ``competing``, when the round's queue reached ``PEAK_QUEUE_NEAR`` of the largest seen
-        since competing began and this window's growth since the queue was below
-        ``PEAK_QUEUE_REARM`` of it (``climb_cwnd``) is at least half of the queue's growth in
-        bytes at :attr:`path_rate` (once per such climb).
+        round's frames were lost, or any while the round was congested (once per round;
+        losses of frames sent before the last decrease do not count, :meth:`found_lost`).
         Delay: a congested round (``qdelay``, of the smallest RTT of the rounds in the last
         ``STANDING_INTERVAL``, past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
@@ -546,7 +546,8 @@ class Window:
         they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
         times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
         grew the window with no round above the target (at most :meth:`_velocity_cap`;
-        ``COMPETE_INCREASE`` while ``competing``), the window in use (it held, or on a
+        CUBIC's curve from the last decrease while ``competing``, :meth:`_cubic_increase`),
+        the window in use (it held, or on a
         host-bound path the round delivered, at least half of it). A span of rounds ``RATE_SPAN`` long or longer
         gives the path's rate (:attr:`path_rate`).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
@@ -568,10 +569,13 @@ class Window:
                         self.period_rate = rate
                     self.span_start = now
                     self.span_acked = 0
+        before, decreases = self.cwnd, self.decreases
         if self.drain_cwnd:
             self._drained(now)
         else:
             self._judge(rtt, self._standing(rtt, now))
+            if now is not None and self.competing and (self.decreases != decreases or self.cubic_epoch < 0.0):
+                self._cubic_epoch(now, before)
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
@@ -581,12 +585,35 @@ class Window:
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
                     self._drain()
         if self.competing:
-            self.increase = float(COMPETE_INCREASE)
+            self.increase = self._cubic_increase(now)
         else:
             self.increase = float(min(DATAGRAM * self.velocity, max(self._velocity_cap(), DATAGRAM)))
         self.round_acked = self.round_lost = 0
         self.round_min_rtt = math.inf
         self.round_end = self.tx
+
+    def _cubic_epoch(self, now: float, before: float) -> None:
+        """A competing window's decrease (or the start of competing) at ``now`` (seconds) from
+        ``before`` (bytes) starts CUBIC's curve over: ``W_max`` is ``before``, ``K`` the seconds
+        it takes back to it."""
+        self.cubic_epoch = now
+        self.cubic_wmax = before
+        gap = (before - self.cwnd) / (CUBIC_C * CUBIC_SEGMENT)
+        self.cubic_k = gap ** (1.0 / 3.0) if gap > 0.0 else 0.0
+
+    def _cubic_increase(self, now: float | None) -> float:
+        """A competing window's growth over the next round, bytes: what CUBIC's curve adds by
+        a smoothed round trip from ``now``, at least ``COMPETE_INCREASE`` and at most half
+        the window (RFC 9438's target bound)."""
+        srtt = self.srtt
+        if now is None or self.cubic_epoch < 0.0 or not srtt:
+            return float(COMPETE_INCREASE)
+        t = now + srtt - self.cubic_epoch - self.cubic_k
+        target = CUBIC_C * CUBIC_SEGMENT * t * t * t + self.cubic_wmax
+        grow = target - self.cwnd
+        if grow < COMPETE_INCREASE:
+            return float(COMPETE_INCREASE)
+        return grow if grow < self.cwnd / 2 else self.cwnd / 2
 
     def _velocity_cap(self) -> float:
         """The most the window grows by per round, bytes: ``VELOCITY_SHARE`` of the larger of
@@ -616,23 +643,11 @@ class Window:
         """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
         seconds (``inf``: no sample), ``standing`` the smallest of the last
         ``STANDING_INTERVAL`` (:meth:`_standing`): see :meth:`end_round`."""
-        congested = full = False
+        congested = False
         if rtt != math.inf:
             self.qdelay = qdelay = standing - self.min_rtt
             target = self.delay_target()
             congested = qdelay > target
-            if self.competing:
-                peak = self.compete_peak
-                if qdelay > peak:
-                    self.compete_peak = peak = qdelay
-                if qdelay < PEAK_QUEUE_REARM * peak:
-                    self.peak_armed = True
-                    self.climb_cwnd = self.cwnd
-                    self.climb_qdelay = qdelay
-                elif self.peak_armed and not self.hold and qdelay >= PEAK_QUEUE_NEAR * peak:
-                    self.peak_armed = False  # (one judgement per climb of the queue)
-                    grown = self.cwnd - self.climb_cwnd
-                    full = 2 * grown >= (qdelay - self.climb_qdelay) * self.path_rate
             if rtt - self.min_rtt > target:
                 self.velocity = 1  # this round found a queue, standing or not: stop speeding up
                 self.calm_rounds = 0
@@ -645,12 +660,12 @@ class Window:
         if congested or self.competing or self.cwnd < self.ssthresh:
             self.velocity = 1  # (slow start grows faster; a queue or a neighbour: one datagram)
             self.calm_rounds = 0
-        if full or lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
+        if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
             self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
             self.cwnd = self.ssthresh
             self.decreases += 1
+            self.recovery_tx = self.tx
             self.hold = 1
-            self.peak_armed = False  # (this overflow is answered: wait for the queue to fall)
             self.velocity = 1
             self.calm_rounds = 0
         elif self.hold:
@@ -692,8 +707,7 @@ class Window:
         """The queue is not ours: react to loss only (``competing``), and take back what the
         decreases of the streak under way gave up (they yielded to it)."""
         self.competing = True
-        self.compete_peak = 0.0
-        self.peak_armed = False
+        self.cubic_epoch = -1.0  # (the next competing round starts CUBIC's curve)
         if self.streak_qdelay != math.inf and self.cwnd < self.streak_cwnd:
             self.cwnd = self.streak_cwnd
         self.ssthresh = self.cwnd
@@ -805,6 +819,7 @@ class Window:
         self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
         self.cwnd = self.ssthresh
         self.decreases += 1
+        self.recovery_tx = self.tx
         self.backoff = min(2 * self.backoff, MAX_BACKOFF)
         self._calm_until = now + self.rto * self.backoff
 

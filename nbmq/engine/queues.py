@@ -1037,8 +1037,7 @@ class SendQueue(_SendQueueState):
         if flight.fast >= self.resend_limit:
             return False
         if lost:
-            win.round_lost += 1
-            win.lost += 1
+            win.found_lost(flight.tx)
         win.resends += 1
         flight.fast += 1
         flight.due = now + max(win.rto, self.resend_ivl)  # its timer: its place in win.order

@@ -21,6 +21,8 @@ from nbmq.engine.congestion import (
     COMPETE_DRAIN_DELAY,
     COMPETE_INCREASE,
     COMPETE_STRIKES,
+    CUBIC_C,
+    CUBIC_SEGMENT,
     DATAGRAM,
     DELAY_BETA,
     DELAY_FLOOR,
@@ -33,8 +35,6 @@ from nbmq.engine.congestion import (
     PACE_MIN_BURST,
     PACE_QUANTUM,
     PACING_GAIN,
-    PEAK_QUEUE_NEAR,
-    PEAK_QUEUE_REARM,
     QDELAY_TARGET,
     RATE_SPAN,
     REDRAIN_FALL,
@@ -236,47 +236,64 @@ def test_competing_grows_by_a_tcp_segment_per_window():
     assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
 
 
-PEAK = 10 * QDELAY_TARGET  # the largest queue a competing window below has seen, seconds
-RATE = 1e6  # its path's rate, bytes per second
+QUEUE = 10 * QDELAY_TARGET  # the queue a competing window below finds, seconds
 
 
-def _competing() -> Window:
-    """A window competing with a queue of ``PEAK`` that its decreases did not drain (no clock:
-    no drain round to check with), on a path of ``RATE``."""
-    win = _avoiding(400 * DATAGRAM)
+def _competing(cwnd: float = 400 * DATAGRAM) -> Window:
+    """A window competing with a queue of ``QUEUE`` that its decreases did not drain (no clock:
+    no drain round to check with), back at ``cwnd`` bytes, its smoothed RTT the queue's."""
+    win = _avoiding(cwnd)
     for _ in range(2 * (COMPETE_STRIKES + 1)):
-        _round(win, BASE + PEAK)
-    assert win.competing and win.compete_peak == pytest.approx(PEAK)
-    win.period_rate = RATE
+        _round(win, BASE + QUEUE)
+    assert win.competing
+    win.cwnd = cwnd
+    win.srtt = BASE + QUEUE
     return win
 
 
-def test_a_competing_window_whose_growth_refills_the_queue_cuts_before_it_overflows():
+def test_a_competing_window_regrows_by_cubics_curve_from_its_last_decrease():
     win = _competing()
-    _round(win, BASE + PEAK / 2)  # the queue fell back
-    win.cwnd += PEAK / 2 * RATE  # and this window's growth refilled it
-    decreases = win.decreases
-    before = win.cwnd
-    _round(win, BASE + PEAK_QUEUE_NEAR * PEAK)  # nearly full, nothing lost yet
-    assert win.decreases == decreases + 1 and win.cwnd < (BETA + 0.01) * before
-    for _ in range(3):  # once per overflow: not again until the queue falls back
-        _round(win, BASE + PEAK)
-    assert win.decreases == decreases + 1 and win.competing
-    _round(win, BASE + PEAK_QUEUE_REARM * PEAK / 2)
-    win.cwnd += PEAK / 2 * RATE
-    _round(win, BASE + PEAK)
-    assert win.decreases == decreases + 2
+    srtt = BASE + QUEUE
+    win.round_lost = 5  # a loss at the overflow, at t = 100 s
+    win.end_round(100.0)
+    wmax = 400 * DATAGRAM
+    assert win.cwnd == pytest.approx(BETA * wmax)
+    k = ((1 - BETA) * wmax / (CUBIC_C * CUBIC_SEGMENT)) ** (1 / 3)  # seconds back to W_max
+    assert win.cubic_wmax == wmax and win.cubic_k == pytest.approx(k)
+    # the next round trip follows the curve from the decrease (concave, slow near W_max)
+    assert win.increase == pytest.approx(CUBIC_C * CUBIC_SEGMENT * ((srtt - k) ** 3 + k**3))
+    win.cubic_wmax = win.cwnd  # a curve flatter than COMPETE_INCREASE: that instead
+    win.cubic_k = 0.0
+    win.end_round(100.0)
+    assert win.increase == COMPETE_INCREASE
+    win.cubic_wmax, win.cubic_k = wmax, k
+    # a round ending at 100 + k + 1 s grows the window to the curve's value a round trip later
+    win.round_lost = 0
+    win.end_round(100.0 + k + 1.0)
+    t = 1.0 + srtt
+    assert win.increase == pytest.approx(CUBIC_C * CUBIC_SEGMENT * t**3 + wmax - win.cwnd)
+    win.cwnd = 100 * DATAGRAM  # far below the curve: at most half the window per round trip
+    win.end_round(100.0 + k + 3.5)
+    assert win.increase == pytest.approx(50 * DATAGRAM)
 
 
-def test_a_queue_the_neighbour_refilled_is_its_to_overflow():
+def test_a_loss_episode_answered_by_a_decrease_does_not_decrease_again():
     win = _competing()
-    _round(win, BASE + PEAK / 2)
-    decreases = win.decreases
-    for _ in range(3):  # the neighbour's growth refilled it: this window grew by 50 bytes a round
-        _round(win, BASE + PEAK_QUEUE_NEAR * PEAK)
-    assert win.decreases == decreases and win.competing
-    _round(win, BASE + PEAK, lost=3)  # a loss is congestion as before
-    assert win.decreases == decreases + 1
+    win.tx = 1000
+    for tx in (990, 991, 992):  # found lost at the overflow
+        win.found_lost(tx)
+    win.end_round(100.0)
+    assert win.decreases == 4  # the three strikes' and this one
+    after = win.cwnd
+    win.tx = 1100
+    for tx in (995, 996):  # frames of the same overflow, sent before the decrease
+        win.found_lost(tx)
+    win.end_round(100.1)
+    win.end_round(100.2)
+    assert win.decreases == 4 and win.cwnd >= after and win.lost == 5
+    win.found_lost(1050)  # sent after it: a new congestion event
+    win.end_round(100.3)
+    assert win.decreases == 5
 
 
 def test_growth_speeds_up_while_rounds_find_no_queue_and_starts_over_at_one():

@@ -106,6 +106,30 @@ def test_a_lossy_round_shrinks_the_window_once():
     assert win.decreases == 1 and win.cwnd >= MIN_WINDOW and q.fast_resends == 30 == resends + 2
 
 
+def test_losses_sent_before_a_decrease_do_not_shrink_the_window_again():
+    win = Window(0.2)
+    win.cwnd = win.ssthresh = 100 * DATAGRAM
+
+    def round_trip(lost: range) -> None:
+        """Twenty transmissions go out and are acked (10 ms RTT); then ``lost`` are found lost."""
+        for _ in range(20):
+            win.acked(DATAGRAM, 0.010)
+        win.tx += 20
+        for tx in lost:
+            win.found_lost(tx)
+        win.round_acked = 20
+        win.end_round()
+
+    round_trip(range(0))
+    round_trip(range(20, 30))  # a third of the round lost: past LOSS_TOLERANCE
+    assert win.decreases == 1 and win.recovery_tx == win.tx == 40
+    cwnd = win.cwnd
+    round_trip(range(30, 40))  # found now, sent before the decrease: the same congestion event
+    assert win.decreases == 1 and win.cwnd >= cwnd and win.lost == 20
+    round_trip(range(45, 55))  # sent after it: a new event
+    assert win.decreases == 2 and win.cwnd < cwnd and win.lost == 30
+
+
 def test_random_loss_within_tolerance_keeps_the_window():
     q, peer, frames = _sent(90, spacing=0.001)
     win = q.windows[peer]
