@@ -569,13 +569,13 @@ class Window:
                         self.period_rate = rate
                     self.span_start = now
                     self.span_acked = 0
-        before, decreases = self.cwnd, self.decreases
+        before = self.cwnd
         if self.drain_cwnd:
             self._drained(now)
         else:
-            self._judge(rtt, self._standing(rtt, now))
-            if now is not None and self.competing and (self.decreases != decreases or self.cubic_epoch < 0.0):
-                self._cubic_epoch(now, before)
+            self._judge(rtt, self._standing(rtt, now), now)
+            if now is not None and self.competing and self.cubic_epoch < 0.0:
+                self._cubic_epoch(now, before, self.cwnd)  # (competing from this round on)
             if now is not None and rtt != math.inf:
                 if self.drain_due < 0.0:
                     self.drain_due = now + FIRST_DRAIN
@@ -592,13 +592,13 @@ class Window:
         self.round_min_rtt = math.inf
         self.round_end = self.tx
 
-    def _cubic_epoch(self, now: float, before: float) -> None:
+    def _cubic_epoch(self, now: float, before: float, after: float) -> None:
         """A competing window's decrease (or the start of competing) at ``now`` (seconds) from
-        ``before`` (bytes) starts CUBIC's curve over: ``W_max`` is ``before``, ``K`` the seconds
-        it takes back to it."""
+        ``before`` to ``after`` (bytes) starts CUBIC's curve over: ``W_max`` is ``before``,
+        ``K`` the seconds it takes from ``after`` back to it."""
         self.cubic_epoch = now
         self.cubic_wmax = before
-        gap = (before - self.cwnd) / (CUBIC_C * CUBIC_SEGMENT)
+        gap = (before - after) / (CUBIC_C * CUBIC_SEGMENT)
         self.cubic_k = gap ** (1.0 / 3.0) if gap > 0.0 else 0.0
 
     def _cubic_increase(self, now: float | None) -> float:
@@ -639,10 +639,11 @@ class Window:
             recent.popleft()
         return min(r for _, r in recent)
 
-    def _judge(self, rtt: float, standing: float) -> None:
-        """The window's reaction to a round (not a drain) whose smallest RTT was ``rtt``
-        seconds (``inf``: no sample), ``standing`` the smallest of the last
-        ``STANDING_INTERVAL`` (:meth:`_standing`): see :meth:`end_round`."""
+    def _judge(self, rtt: float, standing: float, now: float | None) -> None:
+        """The window's reaction to a round (not a drain) ending at ``now`` (seconds; None:
+        no clock) whose smallest RTT was ``rtt`` seconds (``inf``: no sample), ``standing``
+        the smallest of the last ``STANDING_INTERVAL`` (:meth:`_standing`): see
+        :meth:`end_round`."""
         congested = False
         if rtt != math.inf:
             self.qdelay = qdelay = standing - self.min_rtt
@@ -661,10 +662,7 @@ class Window:
             self.velocity = 1  # (slow start grows faster; a queue or a neighbour: one datagram)
             self.calm_rounds = 0
         if lost and (congested or lost > LOSS_TOLERANCE * (lost + self.round_acked)):
-            self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
-            self.cwnd = self.ssthresh
-            self.decreases += 1
-            self.recovery_tx = self.tx
+            self._decrease(now)
             self.hold = 1
             self.velocity = 1
             self.calm_rounds = 0
@@ -702,6 +700,26 @@ class Window:
             self.ssthresh = self.cwnd
             self.decreases += 1
             self.hold = 1
+
+    def _decrease(self, now: float | None) -> None:
+        """A loss episode's decrease at ``now`` (seconds; None: no clock), for a lossy round
+        or a resend timeout alike: the window to ``BETA`` of itself (at least ``MIN_WINDOW``),
+        the end of slow start, and a new episode from the next transmission on
+        (``recovery_tx``). A competing window starts CUBIC's curve over from the window before
+        it (RFC 9438 section 4.6): a timeout too, or the window regrew from it up to half
+        itself per round trip along the curve of the decrease before. During a drain round
+        the window it restores is cut (the frames that timed out were sent from it)."""
+        draining = self.drain_cwnd
+        before = draining if draining else self.cwnd
+        self.ssthresh = after = max(float(MIN_WINDOW), before * BETA)
+        if draining:
+            self.drain_cwnd = after
+        else:
+            self.cwnd = after
+        self.decreases += 1
+        self.recovery_tx = self.tx
+        if self.competing and now is not None:
+            self._cubic_epoch(now, before, after)
 
     def _compete(self) -> None:
         """The queue is not ours: react to loss only (``competing``), and take back what the
@@ -806,7 +824,7 @@ class Window:
         self.in_flight = max(0, self.in_flight - size)
 
     def timed_out(self, now: float) -> None:
-        """A frame's resend timer fired: shrink the window to ``BETA`` of itself and double
+        """A frame's resend timer fired: shrink the window to ``BETA`` of itself (:meth:`_decrease`) and double
         ``backoff`` (RFC 6298 section 5.5, at most ``MAX_BACKOFF``; the next RTT sample resets
         it), once per resend timeout. The frames sent with the timed-out one then wait
         ``rto * backoff``, so a stall (a receiver or a path starved of CPU) resends the oldest
@@ -816,10 +834,7 @@ class Window:
         as soon as the reference does."""
         if now < self._calm_until:
             return
-        self.ssthresh = max(float(MIN_WINDOW), self.cwnd * BETA)
-        self.cwnd = self.ssthresh
-        self.decreases += 1
-        self.recovery_tx = self.tx
+        self._decrease(now)
         self.backoff = min(2 * self.backoff, MAX_BACKOFF)
         self._calm_until = now + self.rto * self.backoff
 

@@ -296,6 +296,29 @@ def test_a_loss_episode_answered_by_a_decrease_does_not_decrease_again():
     assert win.decreases == 5
 
 
+def test_a_competing_windows_timeout_starts_cubics_curve_over_from_the_window_before_it():
+    win = _competing()
+    win.round_lost = 5
+    win.end_round(100.0)  # a loss at an overflow starts a curve...
+    before = win.cwnd = 300 * DATAGRAM  # ... regrown since; then the resend timer fires
+    win.timed_out(110.0)
+    assert win.cwnd == pytest.approx(BETA * before) and win.decreases == 5
+    k = ((1 - BETA) * before / (CUBIC_C * CUBIC_SEGMENT)) ** (1 / 3)
+    assert win.cubic_epoch == 110.0 and win.cubic_wmax == before and win.cubic_k == pytest.approx(k)
+    win.end_round(111.0)  # a round a second later grows along the new curve, not the old one's
+    t = 1.0 + win.srtt - k
+    assert win.increase == pytest.approx(CUBIC_C * CUBIC_SEGMENT * (t**3 + k**3))
+
+
+def test_a_timeout_during_a_drain_round_cuts_the_window_it_restores():
+    win = _competing()
+    win.drain_due = 0.0
+    win._drain()
+    win.timed_out(50.0)
+    assert win.cwnd == MIN_WINDOW and win.drain_cwnd == pytest.approx(BETA * 400 * DATAGRAM)
+    assert win.cubic_wmax == 400 * DATAGRAM and win.cubic_epoch == 50.0
+
+
 def test_growth_speeds_up_while_rounds_find_no_queue_and_starts_over_at_one():
     win = _avoiding(400 * DATAGRAM)  # (its round is the first calm one)
     increases = []
