@@ -30,6 +30,7 @@ from nbmq.engine.congestion import (
     HOST_RATE,
     HOST_TARGET_MAX,
     INITIAL_WINDOW,
+    MAX_WINDOW,
     MIN_RTT_WINDOW,
     MIN_WINDOW,
     PACE_MIN_BURST,
@@ -109,7 +110,7 @@ def test_one_slow_round_cannot_collapse_the_window():
 def test_a_delayed_sample_ends_slow_start_at_once():
     win = Window(floor=0.2)
     assert win.cwnd == INITIAL_WINDOW and win.ssthresh > win.cwnd
-    win.sent(DATAGRAM)
+    win.sent(INITIAL_WINDOW)
     win.acked(DATAGRAM, BASE)
     grown = win.cwnd
     assert grown == INITIAL_WINDOW + DATAGRAM  # slow start
@@ -225,12 +226,17 @@ def test_path_state_counts_resends_and_losses():
     assert 0 < path.lost <= path.resends and path.loss_rate == pytest.approx(path.lost / path.transmissions)
 
 
-def test_competing_grows_by_a_tcp_segment_per_window():
+def test_competing_slow_starts_to_the_first_loss_then_grows_by_a_tcp_segment_per_window():
     win = _avoiding(400 * DATAGRAM)
     assert win.increase == DATAGRAM
     for _ in range(2 * (COMPETE_STRIKES + 1)):
         _round(win, BASE + 10 * QDELAY_TARGET)
-    assert win.competing and win.increase == COMPETE_INCREASE
+    assert win.competing and win.ssthresh == MAX_WINDOW  # the queue is not ours: it ends no slow start
+    cwnd = win.cwnd
+    win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
+    assert win.cwnd == cwnd + DATAGRAM and win.ssthresh == MAX_WINDOW
+    _round(win, BASE + 10 * QDELAY_TARGET, lost=3)  # the queue overflowed: slow start is over
+    assert win.ssthresh < MAX_WINDOW and win.increase == COMPETE_INCREASE
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
