@@ -1003,11 +1003,13 @@ cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq,
 
 from nbmq.engine.congestion import DUPTHRESH as _DUPTHRESH_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
+from nbmq.engine.congestion import CSS_GROWTH_DIVISOR as _CSS_GROWTH_DIVISOR_PY
 from nbmq.engine.congestion import QDELAY_TARGET as _QDELAY_TARGET_PY
 
 cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
 cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
 cdef double QDELAY_TARGET_C = _QDELAY_TARGET_PY
+cdef double CSS_GROWTH_DIVISOR_C = _CSS_GROWTH_DIVISOR_PY
 cdef object _ack_py = SendQueue.ack
 
 
@@ -1186,7 +1188,7 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
     if cwnd < MAX_WINDOW_C and not run.draining:
         if cwnd < run.ssthresh:
             if 2 * used >= cwnd:  # (slow start grows only a window in use)
-                cwnd += size
+                cwnd += size if not run.competing else size / CSS_GROWTH_DIVISOR_C
         else:
             cwnd += run.increase * size / cwnd
         run.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C
