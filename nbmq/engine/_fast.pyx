@@ -1003,11 +1003,13 @@ cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq,
 
 from nbmq.engine.congestion import DUPTHRESH as _DUPTHRESH_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
+from nbmq.engine.congestion import CSS_GROWTH_DIVISOR as _CSS_GROWTH_DIVISOR_PY
 from nbmq.engine.congestion import QDELAY_TARGET as _QDELAY_TARGET_PY
 
 cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
 cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
 cdef double QDELAY_TARGET_C = _QDELAY_TARGET_PY
+cdef double CSS_GROWTH_DIVISOR_C = _CSS_GROWTH_DIVISOR_PY
 cdef object _ack_py = SendQueue.ack
 
 
@@ -1042,6 +1044,7 @@ cdef class _AckRun:
     cdef double srtt, rttvar, rto, floor, cwnd, ssthresh, min_rtt, round_min_rtt, increase
     cdef bint sampled         # an ack gave an RTT sample: write srtt, rttvar, rto, backoff
     cdef bint draining        # a drain round is under way: the window is held (Window.acked)
+    cdef bint competing       # a queue-filling neighbour holds the queue: delay ends no slow start
     cdef Py_ssize_t acked, released
     cdef object sid_obj       # the last peer session id found a u64 int, and its value
     cdef uint64_t sid
@@ -1066,6 +1069,7 @@ cdef class _AckRun:
         self.round_min_rtt = win.round_min_rtt
         self.increase = win.increase
         self.draining = win.drain_cwnd != 0.0
+        self.competing = win.competing
         self.sampled = False
         return 0
 
@@ -1107,7 +1111,7 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
     cdef double t, rtt, srtt, rttvar, cwnd, x, reo
-    cdef Py_ssize_t size, in_flight, tx, limit, otx
+    cdef Py_ssize_t size, used, in_flight, tx, limit, otx
     cdef Flight flight
     cdef SmallMessage sm
     cdef TransmissionOrder order
@@ -1153,7 +1157,8 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
     # Window.acked(len(flight.view), now - flight.sent_at), inlined
     view = flight.view
     size = PyBytes_GET_SIZE(view) if type(view) is bytes else len(view)
-    in_flight = run.in_flight - size
+    used = run.in_flight
+    in_flight = used - size
     run.in_flight = in_flight if in_flight > 0 else 0
     rtt = t - flight.sent_at
     if not rtt > 0.0:  # max(0.0, rtt)
@@ -1178,11 +1183,12 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
     cwnd = run.cwnd
     if run.draining:
         pass  # a drain round holds the window
-    elif cwnd < run.ssthresh and rtt - run.min_rtt > QDELAY_TARGET_C:
+    elif cwnd < run.ssthresh and rtt - run.min_rtt > QDELAY_TARGET_C and not run.competing:
         run.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
     if cwnd < MAX_WINDOW_C and not run.draining:
         if cwnd < run.ssthresh:
-            cwnd += size
+            if 2 * used >= cwnd:  # (slow start grows only a window in use)
+                cwnd += size if not run.competing else size / CSS_GROWTH_DIVISOR_C
         else:
             cwnd += run.increase * size / cwnd
         run.cwnd = cwnd if cwnd < MAX_WINDOW_C else MAX_WINDOW_C

@@ -36,9 +36,10 @@ def test_window_grows_on_acks_and_shrinks_once_per_timeout():
     win = Window(floor=0.2)
     win.sample(0.05)
     start = win.cwnd
-    win.sent(DATAGRAM)
+    win.sent(int(start))
     win.acked(DATAGRAM, None)  # slow start: one datagram per datagram acked
-    assert win.cwnd == start + DATAGRAM and win.in_flight == 0
+    assert win.cwnd == start + DATAGRAM and win.in_flight == start - DATAGRAM
+    win.in_flight = 0
     win.timed_out(1.0)
     assert win.cwnd == pytest.approx((start + DATAGRAM) * BETA) and win.decreases == 1
     win.timed_out(1.0 + win.rto - 0.01)  # same loss episode (within one rto): no second cut
@@ -49,6 +50,19 @@ def test_window_grows_on_acks_and_shrinks_once_per_timeout():
     for i in range(100):
         win.timed_out(2.0 + i)
     assert win.cwnd == MIN_WINDOW
+
+
+def test_slow_start_grows_only_a_window_in_use():
+    win = Window(floor=0.2)
+    win.sample(0.05)
+    start = win.cwnd
+    for _ in range(100):  # a sender held to a tenth of the window (send_hwm): no growth
+        win.sent(int(start / 10))
+        win.acked(int(start / 10), 0.05)
+    assert win.cwnd == start and win.cwnd < win.ssthresh
+    win.sent(int(start / 2))  # half of it in flight: slow start again
+    win.acked(DATAGRAM, 0.05)
+    assert win.cwnd == start + DATAGRAM
 
 
 def _peer() -> Peer:

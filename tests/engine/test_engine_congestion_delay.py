@@ -21,6 +21,7 @@ from nbmq.engine.congestion import (
     COMPETE_DRAIN_DELAY,
     COMPETE_INCREASE,
     COMPETE_STRIKES,
+    CSS_GROWTH_DIVISOR,
     CUBIC_C,
     CUBIC_SEGMENT,
     DATAGRAM,
@@ -30,6 +31,7 @@ from nbmq.engine.congestion import (
     HOST_RATE,
     HOST_TARGET_MAX,
     INITIAL_WINDOW,
+    MAX_WINDOW,
     MIN_RTT_WINDOW,
     MIN_WINDOW,
     PACE_MIN_BURST,
@@ -109,7 +111,7 @@ def test_one_slow_round_cannot_collapse_the_window():
 def test_a_delayed_sample_ends_slow_start_at_once():
     win = Window(floor=0.2)
     assert win.cwnd == INITIAL_WINDOW and win.ssthresh > win.cwnd
-    win.sent(DATAGRAM)
+    win.sent(INITIAL_WINDOW)
     win.acked(DATAGRAM, BASE)
     grown = win.cwnd
     assert grown == INITIAL_WINDOW + DATAGRAM  # slow start
@@ -225,12 +227,17 @@ def test_path_state_counts_resends_and_losses():
     assert 0 < path.lost <= path.resends and path.loss_rate == pytest.approx(path.lost / path.transmissions)
 
 
-def test_competing_grows_by_a_tcp_segment_per_window():
+def test_competing_slow_starts_to_the_first_loss_then_grows_by_a_tcp_segment_per_window():
     win = _avoiding(400 * DATAGRAM)
     assert win.increase == DATAGRAM
     for _ in range(2 * (COMPETE_STRIKES + 1)):
         _round(win, BASE + 10 * QDELAY_TARGET)
-    assert win.competing and win.increase == COMPETE_INCREASE
+    assert win.competing and win.ssthresh == MAX_WINDOW  # the queue is not ours: it ends no slow start
+    cwnd = win.cwnd
+    win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
+    assert win.cwnd == cwnd + DATAGRAM / CSS_GROWTH_DIVISOR and win.ssthresh == MAX_WINDOW  # conservatively
+    _round(win, BASE + 10 * QDELAY_TARGET, lost=3)  # the queue overflowed: slow start is over
+    assert win.ssthresh < MAX_WINDOW and win.increase == COMPETE_INCREASE
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
@@ -294,6 +301,29 @@ def test_a_loss_episode_answered_by_a_decrease_does_not_decrease_again():
     win.found_lost(1050)  # sent after it: a new congestion event
     win.end_round(100.3)
     assert win.decreases == 5
+
+
+def test_a_competing_windows_timeout_starts_cubics_curve_over_from_the_window_before_it():
+    win = _competing()
+    win.round_lost = 5
+    win.end_round(100.0)  # a loss at an overflow starts a curve...
+    before = win.cwnd = 300 * DATAGRAM  # ... regrown since; then the resend timer fires
+    win.timed_out(110.0)
+    assert win.cwnd == pytest.approx(BETA * before) and win.decreases == 5
+    k = ((1 - BETA) * before / (CUBIC_C * CUBIC_SEGMENT)) ** (1 / 3)
+    assert win.cubic_epoch == 110.0 and win.cubic_wmax == before and win.cubic_k == pytest.approx(k)
+    win.end_round(111.0)  # a round a second later grows along the new curve, not the old one's
+    t = 1.0 + win.srtt - k
+    assert win.increase == pytest.approx(CUBIC_C * CUBIC_SEGMENT * (t**3 + k**3))
+
+
+def test_a_timeout_during_a_drain_round_cuts_the_window_it_restores():
+    win = _competing()
+    win.drain_due = 0.0
+    win._drain()
+    win.timed_out(50.0)
+    assert win.cwnd == MIN_WINDOW and win.drain_cwnd == pytest.approx(BETA * 400 * DATAGRAM)
+    assert win.cubic_wmax == 400 * DATAGRAM and win.cubic_epoch == 50.0
 
 
 def test_growth_speeds_up_while_rounds_find_no_queue_and_starts_over_at_one():
