@@ -450,12 +450,12 @@ class Window:
         if rtt is not None:
             if cwnd < self.ssthresh and rtt - self.min_rtt > QDELAY_TARGET and not self.competing:
                 self.ssthresh = cwnd  # a queue is building: slow start is over (HyStart)
-        if cwnd < self.ssthresh:
-            if 2 * used >= cwnd:
-                cwnd += size if not self.competing else size / CSS_GROWTH_DIVISOR  # slow start
-                self.cwnd = cwnd if cwnd < MAX_WINDOW else float(MAX_WINDOW)
-        elif cwnd < MAX_WINDOW:
-            cwnd += self.increase * size / cwnd  # AIMD
+        if cwnd < MAX_WINDOW:
+            if cwnd < self.ssthresh:
+                if 2 * used >= cwnd:  # (slow start grows only a window in use)
+                    cwnd += size if not self.competing else size / CSS_GROWTH_DIVISOR
+            else:
+                cwnd += self.increase * size / cwnd  # AIMD
             self.cwnd = cwnd if cwnd < MAX_WINDOW else float(MAX_WINDOW)
 
     def reorder_wait(self) -> float:
