@@ -62,8 +62,9 @@ least half as long as it was, the window drains (below) to check; a drain round 
 more than twice the target standing (this one, or one after which the base fell below
 ``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
-is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease (``CUBIC_C``, at least ``COMPETE_INCREASE``
-per round trip), until a round finds the queue below half the target again (Copa's
+is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
+(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments per round trip; fast
+convergence), until a round finds the queue below half the target again (Copa's
 competitive mode). The decreases that did not drain
 it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
 window's own queue on a slow link sits near the target.
@@ -113,7 +114,7 @@ __all__ = [
     "DELAY_BETA",
     "DELAY_FLOOR",
     "COMPETE_STRIKES",
-    "COMPETE_INCREASE",
+    "ALPHA_CUBIC",
     "CSS_GROWTH_DIVISOR",
     "MIN_RTT_WINDOW",
     "COMPETE_DRAIN_DELAY",
@@ -164,9 +165,12 @@ DELAY_FLOOR = 0.25
 #: not ours: a queue-filling flow shares the bottleneck) after which the window reacts to loss
 #: only.
 COMPETE_STRIKES = 3
-#: The least growth per window of acks while ``competing``, bytes (TCP Reno grows by a
-#: segment, about 1500 bytes, per round trip; CUBIC's TCP-friendly rate is half that).
-COMPETE_INCREASE = 2 * DATAGRAM
+#: While ``competing`` the window grows at least as fast as TCP Reno would have from the last
+#: decrease (RFC 9438 section 4.3, the Reno-friendly region): this many segments per round
+#: trip, ``3 * (1 - BETA) / (1 + BETA)`` (Reno's share at CUBIC's decrease), and one segment
+#: once that estimate is past ``W_max``. A fixed 1000 bytes per round trip outgrew TCP CUBIC
+#: on a short queue, where its curve is flat and this rate is all either window grows by.
+ALPHA_CUBIC = 3 * (1 - BETA) / (1 + BETA)
 #: A window that starts competing slow-starts by this fraction of slow start's growth
 #: (RFC 9406's conservative slow start: a quarter, 1.25 times a round trip), so the round
 #: trip it takes to see the neighbour's queue overflow loses a quarter of its window, not
@@ -284,9 +288,10 @@ class Window:
             min_rtt``). competing: True while a queue-filling flow holds the queue (the window
             then reacts to loss only); strikes: delay decreases in a row that did not drain
             the queue; streak_qdelay: ``qdelay`` at the last of them. hold: rounds to leave
-            alone after a decrease. cubic_epoch, cubic_wmax, cubic_k: a competing window's
-            CUBIC curve: when it started (seconds; -1: at the next round), ``W_max`` (bytes)
-            and ``K`` (seconds).
+            alone after a decrease. cubic_epoch, cubic_wmax, cubic_k, cubic_west: a competing
+            window's CUBIC curve: when it started (seconds; -1: at the next round), ``W_max``
+            (bytes; 0 before a first decrease), ``K`` (seconds) and the Reno-friendly estimate
+            ``W_est`` (bytes).
         resends: frames sent again (timer, fast resend, probe). lost: frames found lost
             (fast resends on loss detection, timeouts).
         pace_tokens, pace_stamp: the pacing bucket (bytes, may be negative by less than a
@@ -341,6 +346,7 @@ class Window:
         "cubic_epoch",
         "cubic_wmax",
         "cubic_k",
+        "cubic_west",
         "strikes",
         "streak_qdelay",
         "hold",
@@ -395,6 +401,7 @@ class Window:
         self.cubic_epoch = -1.0
         self.cubic_wmax = 0.0
         self.cubic_k = 0.0
+        self.cubic_west = 0.0
         self.strikes = 0
         self.streak_qdelay = math.inf
         self.hold = 0
@@ -610,25 +617,38 @@ class Window:
 
     def _cubic_epoch(self, now: float, before: float, after: float) -> None:
         """A competing window's decrease (or the start of competing) at ``now`` (seconds) from
-        ``before`` to ``after`` (bytes) starts CUBIC's curve over: ``W_max`` is ``before``,
-        ``K`` the seconds it takes from ``after`` back to it."""
+        ``before`` to ``after`` (bytes) starts CUBIC's curve over: ``W_max`` is ``before``, or
+        less if the window peaked lower than at the decrease before (RFC 9438 section 4.7's
+        fast convergence: ``before * (1 + BETA) / 2``, to leave a newer flow room), ``K`` the
+        seconds it takes from ``after`` back to it, and the Reno-friendly estimate starts at
+        ``after``."""
+        wmax = before * (1.0 + BETA) / 2.0 if before < self.cubic_wmax else before
         self.cubic_epoch = now
-        self.cubic_wmax = before
-        gap = (before - after) / (CUBIC_C * CUBIC_SEGMENT)
+        self.cubic_wmax = wmax
+        self.cubic_west = after
+        gap = (wmax - after) / (CUBIC_C * CUBIC_SEGMENT)
         self.cubic_k = gap ** (1.0 / 3.0) if gap > 0.0 else 0.0
 
     def _cubic_increase(self, now: float | None) -> float:
-        """A competing window's growth over the next round, bytes: what CUBIC's curve adds by
-        a smoothed round trip from ``now``, at least ``COMPETE_INCREASE`` and at most half
-        the window (RFC 9438's target bound)."""
+        """A competing window's growth over the next round, bytes: to the larger of CUBIC's
+        curve a smoothed round trip from ``now`` and the Reno-friendly estimate a round on
+        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments per round until it passes
+        ``W_max``, then one), none if the window is past both, at most half the window (RFC
+        9438's target bound). Before the curve starts (no clock or RTT yet): the Reno-friendly
+        rate, ``ALPHA_CUBIC`` segments."""
         srtt = self.srtt
         if now is None or self.cubic_epoch < 0.0 or not srtt:
-            return float(COMPETE_INCREASE)
+            return ALPHA_CUBIC * CUBIC_SEGMENT
+        west = self.cubic_west
+        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * CUBIC_SEGMENT
+        self.cubic_west = west
         t = now + srtt - self.cubic_epoch - self.cubic_k
         target = CUBIC_C * CUBIC_SEGMENT * t * t * t + self.cubic_wmax
+        if target < west:
+            target = west
         grow = target - self.cwnd
-        if grow < COMPETE_INCREASE:
-            return float(COMPETE_INCREASE)
+        if grow <= 0.0:
+            return 0.0
         return grow if grow < self.cwnd / 2 else self.cwnd / 2
 
     def _velocity_cap(self) -> float:
@@ -745,6 +765,7 @@ class Window:
         slow start takes a few round trips (0.42-0.43 in the same runs)."""
         self.competing = True
         self.cubic_epoch = -1.0  # (the next competing round starts CUBIC's curve)
+        self.cubic_wmax = 0.0
         if self.streak_qdelay != math.inf and self.cwnd < self.streak_cwnd:
             self.cwnd = self.streak_cwnd
         self.ssthresh = float(MAX_WINDOW)

@@ -17,9 +17,9 @@ from fuzz import engine_targets
 from nbmq import codec
 from nbmq.engine import SafeDealer, sockets
 from nbmq.engine.congestion import (
+    ALPHA_CUBIC,
     BETA,
     COMPETE_DRAIN_DELAY,
-    COMPETE_INCREASE,
     COMPETE_STRIKES,
     CSS_GROWTH_DIVISOR,
     CUBIC_C,
@@ -227,7 +227,7 @@ def test_path_state_counts_resends_and_losses():
     assert 0 < path.lost <= path.resends and path.loss_rate == pytest.approx(path.lost / path.transmissions)
 
 
-def test_competing_slow_starts_to_the_first_loss_then_grows_by_a_tcp_segment_per_window():
+def test_competing_slow_starts_to_the_first_loss_then_grows_at_renos_rate():
     win = _avoiding(400 * DATAGRAM)
     assert win.increase == DATAGRAM
     for _ in range(2 * (COMPETE_STRIKES + 1)):
@@ -237,10 +237,10 @@ def test_competing_slow_starts_to_the_first_loss_then_grows_by_a_tcp_segment_per
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == cwnd + DATAGRAM / CSS_GROWTH_DIVISOR and win.ssthresh == MAX_WINDOW  # conservatively
     _round(win, BASE + 10 * QDELAY_TARGET, lost=3)  # the queue overflowed: slow start is over
-    assert win.ssthresh < MAX_WINDOW and win.increase == COMPETE_INCREASE
+    assert win.ssthresh < MAX_WINDOW and win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)  # (no clock)
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
-    assert win.cwnd == pytest.approx(cwnd + COMPETE_INCREASE * DATAGRAM / cwnd)
+    assert win.cwnd == pytest.approx(cwnd + ALPHA_CUBIC * CUBIC_SEGMENT * DATAGRAM / cwnd)
 
 
 QUEUE = 10 * QDELAY_TARGET  # the queue a competing window below finds, seconds
@@ -269,11 +269,6 @@ def test_a_competing_window_regrows_by_cubics_curve_from_its_last_decrease():
     assert win.cubic_wmax == wmax and win.cubic_k == pytest.approx(k)
     # the next round trip follows the curve from the decrease (concave, slow near W_max)
     assert win.increase == pytest.approx(CUBIC_C * CUBIC_SEGMENT * ((srtt - k) ** 3 + k**3))
-    win.cubic_wmax = win.cwnd  # a curve flatter than COMPETE_INCREASE: that instead
-    win.cubic_k = 0.0
-    win.end_round(100.0)
-    assert win.increase == COMPETE_INCREASE
-    win.cubic_wmax, win.cubic_k = wmax, k
     # a round ending at 100 + k + 1 s grows the window to the curve's value a round trip later
     win.round_lost = 0
     win.end_round(100.0 + k + 1.0)
@@ -282,6 +277,45 @@ def test_a_competing_window_regrows_by_cubics_curve_from_its_last_decrease():
     win.cwnd = 100 * DATAGRAM  # far below the curve: at most half the window per round trip
     win.end_round(100.0 + k + 3.5)
     assert win.increase == pytest.approx(50 * DATAGRAM)
+
+
+def test_a_small_competing_window_grows_at_least_as_tcp_reno_would_from_its_decrease():
+    win = _competing()
+    win.cwnd = 10 * CUBIC_SEGMENT  # a short queue: CUBIC's curve is flat this near W_max
+    win.round_lost = 2
+    win.end_round(100.0)
+    after = win.cwnd
+    assert after == pytest.approx(BETA * 10 * CUBIC_SEGMENT)
+    assert win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)  # (the estimate a round on)
+    srtt = win.srtt
+    for i in range(1, 4):  # ALPHA_CUBIC segments a round trip, the curve below that
+        win.cwnd = after + i * ALPHA_CUBIC * CUBIC_SEGMENT
+        win.end_round(100.0 + i * srtt)
+        assert win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)
+        curve = CUBIC_C * CUBIC_SEGMENT * ((i + 1) * srtt - win.cubic_k) ** 3 + win.cubic_wmax
+        assert curve < win.cwnd + win.increase
+    win.cwnd = win.cubic_west = win.cubic_wmax  # past W_max: a segment a round trip
+    win.end_round(100.0 + 4 * srtt)
+    assert win.increase == pytest.approx(CUBIC_SEGMENT)
+    win.cwnd = win.cubic_west + 5 * CUBIC_SEGMENT  # above both: no growth
+    win.end_round(100.0 + 5 * srtt)
+    assert win.increase == 0.0
+
+
+def test_a_window_that_peaked_lower_than_before_leaves_room_fast_convergence():
+    win = _competing(100 * CUBIC_SEGMENT)
+    win.round_lost = 2
+    win.end_round(100.0)
+    assert win.cubic_wmax == 100 * CUBIC_SEGMENT
+    win.cwnd = 90 * CUBIC_SEGMENT  # the next loss comes below W_max: a new flow took a share
+    win.round_lost = 2
+    win.end_round(105.0)
+    assert win.cubic_wmax == pytest.approx(90 * CUBIC_SEGMENT * (1 + BETA) / 2)
+    assert win.cwnd == pytest.approx(BETA * 90 * CUBIC_SEGMENT)
+    win.cwnd = 95 * CUBIC_SEGMENT  # past it: W_max is the window again
+    win.round_lost = 2
+    win.end_round(110.0)
+    assert win.cubic_wmax == 95 * CUBIC_SEGMENT
 
 
 def test_a_loss_episode_answered_by_a_decrease_does_not_decrease_again():
@@ -310,8 +344,9 @@ def test_a_competing_windows_timeout_starts_cubics_curve_over_from_the_window_be
     before = win.cwnd = 300 * DATAGRAM  # ... regrown since; then the resend timer fires
     win.timed_out(110.0)
     assert win.cwnd == pytest.approx(BETA * before) and win.decreases == 5
-    k = ((1 - BETA) * before / (CUBIC_C * CUBIC_SEGMENT)) ** (1 / 3)
-    assert win.cubic_epoch == 110.0 and win.cubic_wmax == before and win.cubic_k == pytest.approx(k)
+    wmax = before * (1 + BETA) / 2  # (below the W_max before: fast convergence)
+    k = ((wmax - BETA * before) / (CUBIC_C * CUBIC_SEGMENT)) ** (1 / 3)
+    assert win.cubic_epoch == 110.0 and win.cubic_wmax == pytest.approx(wmax) and win.cubic_k == pytest.approx(k)
     win.end_round(111.0)  # a round a second later grows along the new curve, not the old one's
     t = 1.0 + win.srtt - k
     assert win.increase == pytest.approx(CUBIC_C * CUBIC_SEGMENT * (t**3 + k**3))
