@@ -89,7 +89,8 @@ queue. Above ``HOST_RATE`` the path is host-bound (a process's CPU is the bottle
 socket buffer the queue) and the target grows with the rate.
 
 The pacing rate (:attr:`Window.pacing_rate`) spreads a window over the smoothed RTT:
-``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start), as Linux paces TCP.
+``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start, but not in a competing
+window's conservative slow start), as Linux paces TCP.
 """
 
 from __future__ import annotations
@@ -853,11 +854,14 @@ class Window:
     @property
     def pacing_rate(self) -> float:
         """Bytes per second to send at: ``PACING_GAIN * cwnd / srtt`` (twice ``cwnd / srtt``
-        in slow start); ``inf`` before an RTT sample or for a zero RTT."""
+        in slow start, which doubles the window a round trip; not in a competing window's
+        conservative slow start, which grows it 1.25x); ``inf`` before an RTT sample or for
+        a zero RTT."""
         srtt = self.srtt
         if not srtt:
             return math.inf
-        return (2.0 if self.cwnd < self.ssthresh else PACING_GAIN) * self.cwnd / srtt
+        fast = self.cwnd < self.ssthresh and not self.competing
+        return (2.0 if fast else PACING_GAIN) * self.cwnd / srtt
 
     def forget(self, size: int) -> None:
         """A frame of ``size`` bytes left flight without an ack (its message was dropped)."""

@@ -236,6 +236,7 @@ def test_competing_slow_starts_to_the_first_loss_then_grows_at_renos_rate():
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
     assert win.cwnd == cwnd + DATAGRAM / CSS_GROWTH_DIVISOR and win.ssthresh == MAX_WINDOW  # conservatively
+    assert win.pacing_rate == pytest.approx(PACING_GAIN * win.cwnd / win.srtt)  # paced as it grows
     _round(win, BASE + 10 * QDELAY_TARGET, lost=3)  # the queue overflowed: slow start is over
     assert win.ssthresh < MAX_WINDOW and win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)  # (no clock)
     cwnd = win.cwnd
