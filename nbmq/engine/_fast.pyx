@@ -1002,11 +1002,13 @@ cdef inline void _flush_safe(object self, object counters, RecvQueueState recvq,
 # SendQueue.ack of a safe queue with congestion control, compiled
 
 from nbmq.engine.congestion import DUPTHRESH as _DUPTHRESH_PY
+from nbmq.engine.congestion import RESENDS_PER_ACK as _RESENDS_PER_ACK_PY
 from nbmq.engine.congestion import MAX_WINDOW as _MAX_WINDOW_PY
 from nbmq.engine.congestion import CSS_GROWTH_DIVISOR as _CSS_GROWTH_DIVISOR_PY
 from nbmq.engine.congestion import QDELAY_TARGET as _QDELAY_TARGET_PY
 
 cdef Py_ssize_t DUPTHRESH_C = _DUPTHRESH_PY
+cdef Py_ssize_t RESENDS_PER_ACK_C = _RESENDS_PER_ACK_PY
 cdef double MAX_WINDOW_C = _MAX_WINDOW_PY
 cdef double QDELAY_TARGET_C = _QDELAY_TARGET_PY
 cdef double CSS_GROWTH_DIVISOR_C = _CSS_GROWTH_DIVISOR_PY
@@ -1111,7 +1113,7 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
     """:func:`ack`, called from C with the batch's ``run`` (its state is written back by
     ``run.store``: the caller stores it before other code reads the window or the queue)."""
     cdef double t, rtt, srtt, rttvar, cwnd, x, reo
-    cdef Py_ssize_t size, used, in_flight, tx, limit, otx
+    cdef Py_ssize_t size, used, in_flight, tx, limit, otx, resent = 0
     cdef Flight flight
     cdef SmallMessage sm
     cdef TransmissionOrder order
@@ -1232,6 +1234,9 @@ cdef object _ack(SendQueueState sendq, uint64_t session_id, uint64_t h, object n
             if not sendq.fast_resend(other, win, now, out):
                 order.push_front(otx, other)  # left to its timer
                 break
+            resent += 1
+            if resent >= RESENDS_PER_ACK_C:
+                break  # (SendQueue.ack: the rest on the next acks)
         else:
             break
     if sm is None:  # (OutMessage: the same, on its slots)

@@ -17,7 +17,11 @@ transmission is at most ``S - DUPTHRESH`` (TCP's duplicate-ack threshold of 3) a
 either at or before ``t - reorder_window()`` (RFC 8985 RACK: a frame sent a reordering window,
 ``min_rtt / 4``, before one that arrived should have arrived too) or longer than
 :meth:`Window.reorder_wait` (``srtt`` plus a reordering allowance) before the ack (the frames of
-one burst share a send time); the queue resends it at once (fast retransmit). So a lost frame is
+one burst share a send time); the queue resends it at once (fast retransmit), at most
+``RESENDS_PER_ACK`` of them an ack (the rest with the acks after it). Before any RTT sample the
+ack of a resend marks the frames sent before it lost (as a TCP timeout marks its window lost):
+a first window lost in a full queue is resent as the resends' acks clock it out, not one frame
+per backed-off timeout. So a lost frame is
 resent about one round trip after it went out, however much the round-trip time varies
 (with the second rule alone, a queue or a CPU-starved peer stretched the wait to
 several round trips, each holding the frame's message under ``send_hwm``). A frame is so resent
@@ -109,6 +113,7 @@ __all__ = [
     "MAX_WINDOW",
     "BETA",
     "DUPTHRESH",
+    "RESENDS_PER_ACK",
     "LOSS_TOLERANCE",
     "PROBE_FLOOR",
     "QDELAY_TARGET",
@@ -149,6 +154,10 @@ MAX_WINDOW = 32 * 1024 * 1024
 MAX_BACKOFF = 8.0
 #: A frame is lost once a transmission this many later (to the same peer) is acked.
 DUPTHRESH = 3
+#: An ack resends at most this many of the frames it shows lost, the rest going with the acks
+#: after it: a lost window's resends are clocked out by the acks, not sent as one burst into
+#: the queue that lost it (RFC 6937's slow-start reduction bound: one more than it delivered).
+RESENDS_PER_ACK = 2
 #: A round losing at most this fraction of its frames keeps the window (random loss).
 LOSS_TOLERANCE = 0.25
 #: The tail loss probe waits ``2 * srtt``, at least this, seconds (Linux's floor for it).

@@ -48,7 +48,7 @@ from ..errors import DecodeError, FrameTooLarge, WouldBlock
 from ..events import DropReason
 from ..options import DEFAULTS
 from ..wire import DataFrame
-from .congestion import DUPTHRESH, Window
+from .congestion import DUPTHRESH, RESENDS_PER_ACK, Window
 from .peers import Peer, PeerState
 
 __all__ = ["PushResult", "RecvQueue", "RecvQueueStatePy", "SendQueue", "SendQueueStatePy", "OutMessage", "hwm_count"]
@@ -946,7 +946,9 @@ class SendQueue(_SendQueueState):
         With congestion control, ``now`` and an output list ``out``, the frames this ack shows
         lost (still unacked, last sent ``DUPTHRESH`` or more transmissions before the acked
         one and ``Window.reorder_window()`` seconds or more before it, or longer than
-        ``Window.reorder_wait()`` seconds ago; see :mod:`~.congestion`) are resent at once, appended as ``(frame, addr)`` to ``out`` (counted in
+        ``Window.reorder_wait()`` seconds ago; before any RTT sample, the ack of a resend shows
+        the frames sent before it lost; see :mod:`~.congestion`) are resent at once, at most
+        ``RESENDS_PER_ACK`` of them (the rest with the next acks), appended as ``(frame, addr)`` to ``out`` (counted in
         ``resends`` and ``fast_resends``; a frame at its resend limit, or whose message was
         dropped or whose peer left, is left to :meth:`resend_due`).
 
@@ -995,6 +997,13 @@ class SendQueue(_SendQueueState):
                 # (an ack sooner than min_rtt after a resend: the first send's; a tail loss
                 # probe's ack shows every older frame lost, as none was sent after it)
                 limit = tx - (1 if flight is win.probe else DUPTHRESH)
+            elif out is not None and now is not None and win.srtt is None and (flight.resends or flight.fast):
+                # a resend acked before any RTT sample (Karn's rule gave none): what went out
+                # before it and is still unacked had longer than its round trip (a TCP timeout
+                # marks the window lost); resent two an ack, below
+                limit = tx - DUPTHRESH
+                sent_before = flight.last_sent
+            resent = 0
             while order:  # oldest transmissions first: skip the acked, resend the lost
                 otx, other = order[0]
                 if other.tx != otx or other.win is None:
@@ -1008,6 +1017,9 @@ class SendQueue(_SendQueueState):
                     if not self.fast_resend(other, win, now, out):  # type: ignore[arg-type]
                         order.appendleft((otx, other))  # left to its timer
                         break
+                    resent += 1
+                    if resent >= RESENDS_PER_ACK:
+                        break  # the rest on the next acks (ack-clocked, as PRR's bound)
                 else:
                     break
         if msg.dropped:

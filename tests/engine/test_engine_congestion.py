@@ -133,3 +133,22 @@ def test_safe_dealer_with_congestion_window_is_exactly_once_without_a_resend_sto
     sc = client.engine.counters
     assert net.lost > 0 and sc.resends <= 2 * net.lost
     assert client.engine._sendq.windows  # the window was in use
+
+
+def test_a_lost_first_window_is_resent_once_the_timers_resend_is_acked():
+    # a neighbour's slow start filled the queue: the first window is lost before any RTT
+    # sample, so neither RACK nor the tail loss probe can act; the ack of the timer's resend
+    # (no sample: Karn's rule) shows the rest lost, not one frame per backed-off timeout
+    opts = SocketOptions(send_hwm=100, safe_congestion=True, safe_resend_ivl=0.2, safe_resend_limit=30)
+    link = Link(delay=0.005)
+    net, server, client = connected_pair(SafeDealer(opts), SafeDealer(opts, random.Random(1)), link=link)
+    net.set_link(client.addr, server.addr, Link(loss=1.0, delay=0.005))
+    for i in range(4):
+        client.engine.send([bytes([i]) * 4000], net.now)
+    start = net.now
+    net.step(0.1)
+    net.set_link(client.addr, server.addr, link)
+    got: list = []
+    assert net.run_until(lambda: got.extend(server.recv_all()) or client.engine.pending_messages == 0, 10.0)
+    assert len(got) == 4
+    assert net.now - start < 0.2 + 10 * 0.01  # the timer, then a few round trips (backed off: 0.42 s)

@@ -94,3 +94,13 @@ def test_a_tail_loss_is_probed_before_the_resend_timer():
     assert q.next_resend() == pytest.approx(0.053 + 0.2)  # one probe per quiet spell, then the timer
     assert _ack(q, sent[7], probe + 0.005) == [bytes(sent[6])]
     assert q.resends == 2 and win.decreases == 0 and q.in_flight == 1
+
+
+def test_an_ack_resends_at_most_two_of_the_frames_it_shows_lost_the_rest_go_with_the_next_acks():
+    q, peer, sent = _varied_rtt(16)
+    # frames 3-11 (sent 50-58 ms) are lost together; frame 12 (sent at 59 ms) is acked first
+    assert _ack(q, sent[12], 0.063) == [bytes(sent[3]), bytes(sent[4])]
+    assert _ack(q, sent[13], 0.064) == [bytes(sent[5]), bytes(sent[6])]
+    assert _ack(q, sent[14], 0.065) == [bytes(sent[7]), bytes(sent[8])]
+    assert _ack(q, sent[15], 0.066) == [bytes(sent[9]), bytes(sent[10])]
+    assert q.fast_resends == 8  # (frame 11 goes with the next ack, or its timer)
