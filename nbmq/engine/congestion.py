@@ -645,7 +645,8 @@ class Window:
         (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments per round until it passes
         ``W_max``, then one), none if the window is past both, at most half the window (RFC
         9438's target bound). Before the curve starts (no clock or RTT yet): the Reno-friendly
-        rate, ``ALPHA_CUBIC`` segments."""
+        rate, ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once
+        per round, by :meth:`end_round`."""
         srtt = self.srtt
         if now is None or self.cubic_epoch < 0.0 or not srtt:
             return ALPHA_CUBIC * CUBIC_SEGMENT
