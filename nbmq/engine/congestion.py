@@ -62,7 +62,12 @@ round, a decrease or a drain: a sub-ms path (600 rounds a second on loopback) re
 window in tens of milliseconds, not a second. A congested round also ends slow start (HyStart's delay signal), and a loss in a
 congested round is congestion whatever ``LOSS_TOLERANCE`` says. A flow that only fills queues
 (TCP) does not let the queue drain: when ``COMPETE_STRIKES`` delay decreases in a row leave it at
-least half as long as it was, the window drains (below) to check; a drain round that still finds
+least half as long as it was, the window drains (below) to check, once the first of them is
+``FIRST_DRAIN`` old, that drain held until then (a SafeDealer that started behind this
+window's queue took its own first burst's queue for its base and keeps it standing until its
+first drain, ``FIRST_DRAIN`` after its start: this window is drained while it looks; judged
+sooner, two SafeDealers took each other for TCP within 0.1-0.3 s of the second's start and
+both filled a 100 ms queue); a drain round that still finds
 more than twice the target standing (this one, or one after which the base fell below
 ``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
@@ -75,7 +80,12 @@ window's own queue on a slow link sits near the target.
 
 ``min_rtt`` is re-measured (LEDBAT++'s slowdowns, BBR's ProbeRTT): a *drain round* drops the
 window to ``MIN_WINDOW`` until the frames in flight are acked and one more went through the
-emptied queue, then restores it. A flow drains ``FIRST_DRAIN`` after it starts (one that
+emptied queue, and ``max(2 * srtt, DRAIN_HOLD)`` has passed, then restores it. A drain finds
+the base only if the other flows on the queue drain with it, so a window also drains when a
+round shows another flow's drain (the queue, above the target, halved in a round without a
+cut of its own; not while ``competing``, nor within ``FIRST_DRAIN`` of its own last drain):
+without that, a flow that started behind another's standing queue kept part of it as its
+base, and of two SafeDealers the one with the lower base yielded the link to the other. A flow drains ``FIRST_DRAIN`` after it starts (one that
 started behind another flow's standing queue took that queue for its base, and the other
 flow yields to it: its drain finds the true base), again ``FIRST_DRAIN`` after a drain that
 left the base below ``REDRAIN_FALL`` of what it was (the other flow may have yielded more
@@ -85,12 +95,16 @@ target of ``min_rtt`` for ``MIN_RTT_WINDOW`` seconds (``COMPETE_DRAIN_DELAY`` la
 trip). The drain round's acks do not grow the window. The dialling side's handshake round trip
 counts in the first period: beside TCP the first frame already waits behind the queue TCP's
 slow start filled, and only the handshake went through the empty link. ``min_rtt`` is the smallest RTT of the
-last two periods between drains, so a base that grew for good is learnt within two periods;
+last two periods between drains (a period lasts ``MIN_RTT_WINDOW`` at least; a drain within
+one only lowers it), so a base that grew for good is learnt within two periods;
 a competing window whose drain finds the queue gone (it was ours after all) yields to delay
 again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
 those two periods), not the window's own: a window starved next to TCP must still see TCP's
 queue. Above ``HOST_RATE`` the path is host-bound (a process's CPU is the bottleneck, its
-socket buffer the queue) and the target grows with the rate.
+socket buffer the queue) and the target grows with the rate. A window tolerates the target
+over its share of the path (:meth:`Window.share`; Copa's target rate, inversely proportional
+to the queueing delay): flows whose bases differ by a little then still converge, where with
+one target for all the flow that measured the lower base found every round congested.
 
 The pacing rate (:attr:`Window.pacing_rate`) spreads a window over the smoothed RTT:
 ``PACING_GAIN`` times ``cwnd / srtt`` (twice that in slow start, but not in a competing
@@ -126,10 +140,12 @@ __all__ = [
     "COMPETE_DRAIN_DELAY",
     "FIRST_DRAIN",
     "REDRAIN_FALL",
+    "DRAIN_HOLD",
     "PACING_GAIN",
     "PACE_QUANTUM",
     "PACE_MIN_BURST",
     "VELOCITY_ROUNDS",
+    "SHARE_FLOOR",
     "VELOCITY_SHARE",
     "STANDING_INTERVAL",
     "HOST_RATE",
@@ -214,6 +230,14 @@ FIRST_DRAIN = 0.5
 #: more once the other flow has yielded to it. Then a queue past twice the target that
 #: outlasted the drain is not ours (the rounds before were measured against that queue).
 REDRAIN_FALL = 0.75
+#: A window's share of the path is taken as at least this (:meth:`Window.share`): it
+#: tolerates at most ``1 / SHARE_FLOOR`` times the delay target (two flows sharing a path meet
+#: at twice it).
+SHARE_FLOOR = 0.25
+#: A drain round lasts at least this many seconds, and twice ``srtt``: flows that drain
+#: together must overlap for each to find the queue without the others (BBR's ProbeRTT lasts
+#: 200 ms for the same reason), and one that joins another's drain is a round or two late.
+DRAIN_HOLD = 0.05
 #: Rounds in a row that grew the window and found no standing queue after which the growth per
 #: round doubles, every round (Copa's velocity): one datagram per round took a sub-ms path
 #: (loopback: 600 rounds a second, each found 1-1.5 ms of its receiver's processing) a second
@@ -313,16 +337,24 @@ class Window:
             to 1 on a decrease, a congested round or a drain); calm_rounds: those rounds.
         drain_due: when (seconds) the next drain round is due (-1 before the first round
             with an RTT sample and a time); drain_cwnd: the window to restore after the drain
-            round under way (0.0: none under way); drains: drain rounds done. drain_base:
+            round under way (0.0: none under way); drain_until: it goes on until then at
+            least (seconds; -1: one round), drain_min: the smallest RTT of its rounds so
+            far (seconds); drains: drain rounds done. drain_base:
             ``min_rtt`` when the last drain round began, seconds; drain_soon: that drain left
             ``min_rtt`` below ``REDRAIN_FALL`` of it, and the next drain is due ``FIRST_DRAIN``
             after it, whether ``min_rtt`` is seen again or not.
         period_min, last_period_min: the smallest RTT of the rounds since the last drain and
             of those between the two before, seconds (``min_rtt`` is re-measured as the
             smaller of the two). streak_cwnd: the window before the first delay decrease of
-            the current streak (restored when the streak ends in ``competing``).
+            the current streak (restored when the streak ends in ``competing``);
+            strike_start: when its first strike came (seconds; read while ``strikes``).
+            drain_at: when the last drain round began; cut_at: when the window was last cut
+            (a decrease for loss, delay or a timeout); round_q: the queue the last round found
+            (``rtt - min_rtt``); period_start: when the current period between drains began
+            (seconds; -inf before the first drain).
         span_start, span_acked: when the current span of rounds began (seconds; -1: no
-            clock yet) and the frames acked in its rounds so far; period_rate,
+            clock yet) and the frames acked in its rounds so far; span_rate: the delivery of
+            the last span, bytes per second; period_rate,
             last_period_rate: the fastest span's delivery in this and the previous period
             between drains, bytes per second (see :attr:`path_rate`).
     """
@@ -373,11 +405,19 @@ class Window:
         "drains",
         "drain_soon",
         "drain_base",
+        "drain_until",
+        "drain_min",
+        "drain_at",
+        "period_start",
+        "cut_at",
+        "round_q",
         "period_min",
         "last_period_min",
         "streak_cwnd",
+        "strike_start",
         "span_start",
         "span_acked",
+        "span_rate",
         "period_rate",
         "last_period_rate",
     )
@@ -428,11 +468,19 @@ class Window:
         self.drains = 0
         self.drain_soon = False
         self.drain_base = math.inf
+        self.drain_until = -1.0
+        self.drain_min = math.inf
+        self.drain_at = -1.0
+        self.period_start = -math.inf
+        self.cut_at = -1.0
+        self.round_q = 0.0
         self.period_min = handshake_rtt  # (the first drain makes it the base if nothing was smaller)
         self.last_period_min = math.inf
         self.streak_cwnd = 0.0
+        self.strike_start = -1.0
         self.span_start = -1.0
         self.span_acked = 0
+        self.span_rate = 0.0
         self.period_rate = 0.0
         self.last_period_rate = 0.0
 
@@ -555,6 +603,23 @@ class Window:
             return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
+    def share(self) -> float:
+        """This window's share of the path: its delivery over the last span of rounds
+        (``span_rate``) over :attr:`path_rate`, between ``SHARE_FLOOR`` and 1 (1 before a
+        span). A round is congested when its queue
+        passes :meth:`delay_target` over this share (Copa's target rate, inversely
+        proportional to the queueing delay): flows sharing a queue measure its delay against
+        bases that differ by what stood in the queue when each measured its own (a SafeDealer
+        that starts behind another's queue, a receiver's scheduling), and with one target for
+        all, the flow that measured the lower base found every round congested and yielded
+        the link (two SafeDealers at 50 Mbit/s: 0.13 and 0.72 of it). A starved flow tolerates
+        more delay and grows until the shares meet."""
+        rate = self.path_rate
+        if rate <= 0.0 or self.span_rate <= 0.0:
+            return 1.0
+        share = self.span_rate / rate
+        return SHARE_FLOOR if share < SHARE_FLOOR else 1.0 if share > 1.0 else share
+
     @property
     def path_rate(self) -> float:
         """The fastest delivery over a span of rounds at least ``RATE_SPAN`` long (datagrams
@@ -575,8 +640,9 @@ class Window:
         ``STANDING_INTERVAL``, past :meth:`delay_target`) scales the window
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
         itself) and ends slow start, unless ``competing``; then the next round is left alone.
-        ``COMPETE_STRIKES`` decreases that do not drain the queue give the window back what
-        they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
+        ``COMPETE_STRIKES`` decreases that do not drain the queue start a drain round once the
+        first of them is ``FIRST_DRAIN`` old; if the queue outlasts it, they give the window back
+        what they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
         times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
         grew the window with no round above the target (at most :meth:`_velocity_cap`;
         CUBIC's curve from the last decrease while ``competing``, :meth:`_cubic_increase`),
@@ -584,7 +650,8 @@ class Window:
         host-bound path the round delivered, at least half of it). A span of rounds ``RATE_SPAN`` long or longer
         gives the path's rate (:attr:`path_rate`).
         ``min_rtt`` not seen again for ``MIN_RTT_WINDOW`` seconds (``FIRST_DRAIN`` after the
-        first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT); the drain round's
+        first round; ``COMPETE_DRAIN_DELAY`` more while ``competing``) starts a drain round (:meth:`_drain`; BBR's ProbeRTT), and so does
+        a round that shows another flow's drain (:meth:`_echoes_a_drain`); the drain round's
         end is :meth:`_drained`. Then start the next round (it ends with the transmissions
         sent so far)."""
         rtt = self.round_min_rtt
@@ -597,16 +664,22 @@ class Window:
             else:
                 self.span_acked += self.round_acked
                 if now - start >= RATE_SPAN:
-                    rate = self.span_acked * DATAGRAM / (now - start)
+                    self.span_rate = rate = self.span_acked * DATAGRAM / (now - start)
                     if rate > self.period_rate:
                         self.period_rate = rate
                     self.span_start = now
                     self.span_acked = 0
         before = self.cwnd
         if self.drain_cwnd:
-            self._drained(now)
+            if now is not None and now < self.drain_until:
+                if rtt < self.drain_min:
+                    self.drain_min = rtt  # (the drain goes on: it is held until drain_until)
+            else:
+                self._drained(now)
         else:
             self._judge(rtt, self._standing(rtt, now), now)
+            if self._echoes_a_drain(rtt, now):
+                self._drain(now)  # another flow drains: drain with it, so both find the base
             if now is not None and self.competing and self.cubic_epoch < 0.0:
                 self._cubic_epoch(now, before, self.cwnd)  # (competing from this round on)
             if now is not None and rtt != math.inf:
@@ -616,7 +689,7 @@ class Window:
                     if self.drain_due < now + MIN_RTT_WINDOW:
                         self.drain_due = now + MIN_RTT_WINDOW  # min_rtt seen again
                 elif now >= self.drain_due + (COMPETE_DRAIN_DELAY if self.competing else 0.0):
-                    self._drain()
+                    self._drain(now)
         if self.competing:
             self.increase = self._cubic_increase(now)
         else:
@@ -695,8 +768,9 @@ class Window:
         if rtt != math.inf:
             self.qdelay = qdelay = standing - self.min_rtt
             target = self.delay_target()
-            congested = qdelay > target
-            if rtt - self.min_rtt > target:
+            tolerated = target / self.share()
+            congested = qdelay > tolerated
+            if rtt - self.min_rtt > tolerated:
                 self.velocity = 1  # this round found a queue, standing or not: stop speeding up
                 self.calm_rounds = 0
             if not congested:
@@ -733,20 +807,59 @@ class Window:
             if self.streak_qdelay == math.inf:
                 self.streak_cwnd = self.cwnd  # the first decrease of a streak
             elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
+                if not self.strikes and now is not None:
+                    self.strike_start = now
                 self.strikes += 1  # the last decrease did not drain it: not ours
             if self.strikes >= COMPETE_STRIKES:
                 if self.drain_due < 0.0:
                     self._compete()  # (no clock, no drain rounds to check with)
-                else:
-                    self._drain()  # the queue is not ours if it outlasts this window
+                    return
+                self._drain(now)  # the queue is not ours if it outlasts this window...
+                if now is not None:
+                    # ... and a SafeDealer newcomer's first drain, FIRST_DRAIN after its start
+                    until = self.strike_start + FIRST_DRAIN + (self.srtt or 0.0)
+                    if until > self.drain_until:
+                        self.drain_until = until
                 return
             self.streak_qdelay = qdelay
-            scale = (self.min_rtt + target / 2) / standing
+            scale = (self.min_rtt + tolerated / 2) / standing
             scale = DELAY_FLOOR if scale < DELAY_FLOOR else DELAY_BETA if scale > DELAY_BETA else scale
             self.cwnd = max(float(MIN_WINDOW), self.cwnd * scale)
             self.ssthresh = self.cwnd
             self.decreases += 1
             self.hold = 1
+            self.cut_at = -1.0 if now is None else now
+
+    def _echoes_a_drain(self, rtt: float, now: float | None) -> bool:
+        """This round (smallest RTT ``rtt`` seconds, ending at ``now``) shows another flow's
+        drain: the queue it found (``rtt - min_rtt``, kept in ``round_q``) is less than half the
+        last round's, which was past :meth:`delay_target`, and this window did not cut in the
+        last ``2 * srtt`` (``cut_at``). Not while ``competing`` (a loss-based neighbour's
+        decrease looks the same), before this window's first drain, or within ``FIRST_DRAIN``
+        of its last (``drain_at``: two windows must not echo each other's drains)."""
+        if rtt == math.inf:
+            return False
+        last = self.round_q
+        self.round_q = queue = rtt - self.min_rtt
+        return (
+            now is not None
+            and self.drains > 0
+            and not self.competing
+            and not self.drain_cwnd
+            and queue < last / 2
+            and last > self.delay_target()
+            and now - self.drain_at >= FIRST_DRAIN
+            and now - self.cut_at >= 2 * (self.srtt or 0.0)
+        )
+
+    def _streak_aged(self, now: float | None) -> bool:
+        """The first strike of the streak under way (a delay decrease that left the queue at
+        least half as long) came ``FIRST_DRAIN`` seconds or more before ``now`` (or there is
+        no clock to tell). A SafeDealer that started behind this window's queue took its own
+        first burst's queue for its base and keeps that much standing until its first drain,
+        ``FIRST_DRAIN`` after its start; a queue that outlasts this window only after that is
+        not a SafeDealer newcomer's."""
+        return now is None or (self.strikes > 0 and now - self.strike_start >= FIRST_DRAIN)
 
     def _decrease(self, now: float | None) -> None:
         """A loss episode's decrease at ``now`` (seconds; None: no clock), for a lossy round
@@ -765,6 +878,7 @@ class Window:
             self.cwnd = after
         self.decreases += 1
         self.recovery_tx = self.tx
+        self.cut_at = -1.0 if now is None else now
         if self.competing and now is not None:
             self._cubic_epoch(now, before, after)
 
@@ -781,12 +895,20 @@ class Window:
             self.cwnd = self.streak_cwnd
         self.ssthresh = float(MAX_WINDOW)
 
-    def _drain(self) -> None:
-        """Start a drain round: the window drops to ``MIN_WINDOW`` until the round is over
-        (the frames in flight are acked and one more goes out into the emptied queue), so
-        that its RTT samples find the queue without this flow's share of it."""
+    def _drain(self, now: float | None) -> None:
+        """Start a drain round at ``now`` (seconds; None: no clock, one round): the window
+        drops to ``MIN_WINDOW`` until the round is over (the frames in flight are acked and
+        one more goes out into the emptied queue) and ``max(2 * srtt, DRAIN_HOLD)`` has
+        passed, so that its RTT samples find the queue without this flow's share of it, nor
+        the share of another flow draining with it (one round of a small window ended before
+        a larger window's share had left)."""
         self.drain_cwnd = self.cwnd
         self.drain_base = self.min_rtt
+        self.drain_min = math.inf
+        srtt = self.srtt
+        self.drain_until = now + max(2 * srtt, DRAIN_HOLD) if now is not None and srtt else -1.0
+        if now is not None:
+            self.drain_at = now
         self.cwnd = float(MIN_WINDOW)
 
     def _drained(self, now: float | None) -> None:
@@ -795,7 +917,11 @@ class Window:
         ``min_rtt`` becomes the smallest RTT of this and the previous period between drains
         (a filter over about two ``MIN_RTT_WINDOW``: a base that grew for good is learnt, and
         a window that competed because of it stops; one flow's drain against another's
-        passing queue is not). The next round is left alone (the window comes back at once;
+        passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
+        lowers it (drains that echo other flows' come more often). A queue that outlasted the
+        drain makes the window compete only if the base fell (the queue this flow started
+        behind) or the strikes that started the drain are ``FIRST_DRAIN`` old
+        (:meth:`_streak_aged`). The next round is left alone (the window comes back at once;
         pacing spreads it)."""
         if self.cwnd < self.drain_cwnd:
             self.cwnd = self.drain_cwnd
@@ -807,12 +933,20 @@ class Window:
         self.recent.clear()  # (rounds measured against the old base)
         self.drain_soon = False
         rtt = self.round_min_rtt
+        if self.drain_min < rtt:
+            rtt = self.drain_min  # (the drain's earlier rounds)
         if rtt != math.inf:
             period = self.period_min
             last = self.last_period_min
-            self.min_rtt = period if period < last else last
-            self.last_period_min = period
-            self.period_min = math.inf
+            rotate = now is None or now - self.period_start >= MIN_RTT_WINDOW
+            if rotate:  # (a period is MIN_RTT_WINDOW at least, however often drains come)
+                self.min_rtt = period if period < last else last
+                self.last_period_min = period
+                self.period_min = math.inf
+                if now is not None:
+                    self.period_start = now
+            elif period < self.min_rtt:
+                self.min_rtt = period
             self.qdelay = rtt - self.min_rtt
             target = self.delay_target()
             # the base fell well below the one the rounds before were measured against (the
@@ -824,12 +958,15 @@ class Window:
                     self.strikes = 0
                     self.streak_qdelay = math.inf
             elif self.qdelay > 2 * target and (fell or self.streak_qdelay != math.inf):
-                self._compete()  # a queue that outlasted this window is not ours
+                if fell or self._streak_aged(now):
+                    self._compete()  # a queue that outlasted this window is not ours
+                # (else a young streak: a newcomer may not have drained to its base yet)
             else:
                 self.strikes = 0  # what the decreases could not drain went with this window
                 self.streak_qdelay = math.inf
-            self.last_period_rate = self.period_rate
-            self.period_rate = 0.0
+            if rotate:
+                self.last_period_rate = self.period_rate
+                self.period_rate = 0.0
             # and a flow that started behind another's queue, which may have yielded to it
             # since, looks again soon: the base may be lower still
             self.drain_soon = fell

@@ -27,6 +27,7 @@ from nbmq.engine.congestion import (
     DATAGRAM,
     DELAY_BETA,
     DELAY_FLOOR,
+    DRAIN_HOLD,
     FIRST_DRAIN,
     HOST_RATE,
     HOST_TARGET_MAX,
@@ -40,6 +41,7 @@ from nbmq.engine.congestion import (
     QDELAY_TARGET,
     RATE_SPAN,
     REDRAIN_FALL,
+    SHARE_FLOOR,
     STANDING_INTERVAL,
     VELOCITY_ROUNDS,
     VELOCITY_SHARE,
@@ -356,7 +358,7 @@ def test_a_competing_windows_timeout_starts_cubics_curve_over_from_the_window_be
 def test_a_timeout_during_a_drain_round_cuts_the_window_it_restores():
     win = _competing()
     win.drain_due = 0.0
-    win._drain()
+    win._drain(None)
     win.timed_out(50.0)
     assert win.cwnd == MIN_WINDOW and win.drain_cwnd == pytest.approx(BETA * 400 * DATAGRAM)
     assert win.cubic_wmax == 400 * DATAGRAM and win.cubic_epoch == 50.0
@@ -496,6 +498,17 @@ def _timed_round(win: Window, rtt: float, now: float, acks: int = 20) -> float:
     return now + rtt
 
 
+def _through_drain(win: Window, rtt: float, now: float, acks: int = 2) -> float:
+    """Rounds of ``rtt`` seconds from ``now`` until the drain round under way ends (bounded);
+    returns when the next round ends."""
+    for _ in range(1000):
+        if not win.drain_cwnd:
+            break
+        now = _timed_round(win, rtt, now, acks=acks)
+    assert not win.drain_cwnd
+    return now
+
+
 def test_a_flow_drains_once_soon_after_it_starts_and_restores_its_window():
     win = _avoiding()
     now = _timed_round(win, BASE, 1.0)  # the first round with a clock: the first drain is due
@@ -505,8 +518,12 @@ def test_a_flow_drains_once_soon_after_it_starts_and_restores_its_window():
     cwnd = win.cwnd
     now = _timed_round(win, BASE, now)
     assert win.drain_cwnd == pytest.approx(cwnd, rel=0.05) and win.cwnd == MIN_WINDOW
-    now = _timed_round(win, BASE, now, acks=2)  # the drain round ends: the window is back
-    assert win.drains == 1 and not win.drain_cwnd and win.cwnd >= cwnd
+    began = now - BASE
+    now = _timed_round(win, BASE, now, acks=2)  # its queue is empty, but the drain is held...
+    assert win.drain_cwnd and win.cwnd == MIN_WINDOW
+    now = _through_drain(win, BASE, now)  # ... for max(2 * srtt, DRAIN_HOLD): the window is back
+    assert win.drains == 1 and win.cwnd >= cwnd
+    assert now - BASE - began >= max(2 * BASE, DRAIN_HOLD)
 
 
 def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in_two_periods():
@@ -518,12 +535,16 @@ def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in
     assert win.min_rtt == pytest.approx(BASE)
     # the base grows for good (the window competes: its decreases do not drain it); one
     # period above it keeps the smaller, the second learns it, and the window stops competing
+    # (a period lasts MIN_RTT_WINDOW at least: the drain that decides to compete is not one)
     grown = BASE + 0.005
-    while win.drains < 3:
+    periods, end = 0, now + 4 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY)
+    while win.min_rtt != pytest.approx(grown) and now < end:
+        began = win.period_start
         now = _timed_round(win, grown, now, acks=60)
-        if win.drains == 2:
-            assert win.min_rtt == pytest.approx(BASE) and win.competing
-    assert win.min_rtt == pytest.approx(grown)
+        if win.period_start != began:
+            periods += 1
+            assert periods == 2 or (win.min_rtt == pytest.approx(BASE) and win.competing)
+    assert win.min_rtt == pytest.approx(grown) and periods == 2
     for _ in range(2):
         now = _timed_round(win, grown, now, acks=60)
     assert not win.competing
@@ -557,9 +578,9 @@ def test_a_drain_that_finds_the_base_well_lower_drains_again_soon():
         if draining and not win.drain_cwnd:
             ends.append(now)
     assert win.min_rtt == pytest.approx(then)
-    # the second drain does not wait for min_rtt to go unseen; the third, which found no lower
-    # base, does
-    assert ends[1] - ends[0] == pytest.approx(FIRST_DRAIN, abs=3 * found)
+    # the second drain does not wait for min_rtt to go unseen (it starts FIRST_DRAIN after the
+    # first ends and is held DRAIN_HOLD); the third, which found no lower base, does
+    assert ends[1] - ends[0] == pytest.approx(FIRST_DRAIN + DRAIN_HOLD, abs=3 * found)
     assert len(ends) == 2 or ends[2] - ends[1] > MIN_RTT_WINDOW
 
 
@@ -572,11 +593,32 @@ def test_decreases_that_do_not_drain_a_queue_start_a_drain_that_decides(outlasts
     while not win.drain_cwnd and now < 1.0 + FIRST_DRAIN:  # (before the first drain is due)
         now = _timed_round(win, queue, now)
     assert win.drain_cwnd and win.strikes >= COMPETE_STRIKES and not win.competing
-    now = _timed_round(win, queue if outlasts else BASE, now, acks=2)
+    first = win.strike_start
+    now = _through_drain(win, queue if outlasts else BASE, now)
     # a queue that outlasted this window's drain is not ours: compete, with what the
     # decreases gave up given back; one that went with it was ours: yield to delay again
     assert win.competing == outlasts and win.drains == 1
     assert win.cwnd >= before if outlasts else win.strikes == 0
+    # the drain was held until its first strike was FIRST_DRAIN old
+    assert now > first + FIRST_DRAIN
+
+
+def test_a_newcomers_queue_gone_while_the_drain_is_held_is_not_a_neighbours():
+    # another SafeDealer started behind this window's queue and took its own first burst's
+    # queue for its base: it keeps that much standing until its first drain, FIRST_DRAIN after
+    # its start; this window's drain is held until then, and sees it go
+    win = _avoiding(400 * DATAGRAM)
+    now = 1.0
+    queue = BASE + 10 * QDELAY_TARGET
+    while not win.drain_cwnd and now < 1.0 + FIRST_DRAIN:
+        now = _timed_round(win, queue, now)
+    assert win.drain_cwnd and not win.competing
+    gone = win.strike_start + FIRST_DRAIN - 5 * queue  # the newcomer's first drain
+    while now < gone:
+        now = _timed_round(win, queue, now, acks=2)
+        assert win.drain_cwnd  # (judged after one round, this window competed here)
+    now = _through_drain(win, BASE, now)
+    assert not win.competing and win.drains == 1 and win.strikes == 0
 
 
 def _window(client) -> Window:  # type: ignore[no-untyped-def]
@@ -646,7 +688,7 @@ def test_competing_ends_when_a_drain_finds_the_queue_was_ours():
     assert win.competing and win.drains == 1
     while not win.drain_cwnd and now < 20.0:
         now = _timed_round(win, queue, now)
-    now = _timed_round(win, BASE, now)  # this time the drain emptied it: it was ours
+    now = _through_drain(win, BASE, now, acks=20)  # this time the drain emptied it: it was ours
     assert win.drains == 2 and not win.competing
 
 
@@ -676,8 +718,11 @@ def test_a_starved_window_still_sees_the_queue_that_starves_it():
     queue = BASE + 5 * QDELAY_TARGET
     for _ in range(2 * (COMPETE_STRIKES + 1)):
         now = _timed_round(win, queue, now, acks=4)
-    # its own rate (two datagrams a round) would put the target past the queue; the path's does not
+    now = _through_drain(win, queue, now, acks=4)
+    # its own rate (two datagrams a round) would put the target past the queue; the path's
+    # does not, nor does its small share (it tolerates 1 / SHARE_FLOOR times the target)
     assert 2 * MIN_WINDOW * queue / (2 * MIN_WINDOW) > 5 * QDELAY_TARGET
+    assert win.share() == SHARE_FLOOR and QDELAY_TARGET / SHARE_FLOOR < 5 * QDELAY_TARGET
     assert win.delay_target() == QDELAY_TARGET and win.competing
 
 
@@ -726,11 +771,63 @@ def test_a_competing_window_drains_a_quarter_as_often():
     win = _avoiding(400 * DATAGRAM)
     now = _timed_round(win, BASE, 1.0)
     queue = BASE + 10 * QDELAY_TARGET  # a neighbour's queue, never drained
-    starts: list[float] = []  # drains started while competing
+    starts: list[float] = []  # drains started while competing, and when each ended
+    ends: list[float] = []
     while len(starts) < 2 and now < 1.0 + FIRST_DRAIN + 3 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY):
         draining, competing = bool(win.drain_cwnd), win.competing
         now = _timed_round(win, queue, now)
         if win.drain_cwnd and not draining and competing:
             starts.append(now)
+        if draining and not win.drain_cwnd and starts:
+            ends.append(now)
     assert len(starts) == 2
-    assert starts[1] - starts[0] == pytest.approx(MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY, abs=2 * queue)
+    assert starts[1] - ends[0] == pytest.approx(MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY, abs=2 * queue)
+
+
+def test_a_window_with_a_small_share_of_the_path_tolerates_a_longer_queue():
+    # flows on one queue measure its delay against bases that differ a little: with one target
+    # for all, the one with the lower base finds every round congested and yields the link
+    queue = BASE + 2 * QDELAY_TARGET  # twice the target
+    cut = {}
+    for share in (1.0, 0.4):
+        win = _avoiding()
+        win.period_rate = 100 * DATAGRAM / BASE
+        win.span_rate = share * win.period_rate  # what it delivered over the last span
+        assert win.share() == pytest.approx(share) and win.delay_target() == QDELAY_TARGET
+        decreases = win.decreases
+        _round(win, queue)
+        cut[share] = win.decreases - decreases
+    assert cut == {1.0: 1, 0.4: 0}  # the target over the share: 2 and 5 ms
+    win.span_rate = 0.01 * win.period_rate
+    assert win.share() == SHARE_FLOOR
+
+
+def test_a_window_drains_with_another_flow_whose_drain_it_sees():
+    # a drain finds the base only if the other flows on the queue drain too
+    win = _avoiding()
+    now = _timed_round(win, BASE, 1.0, acks=50)
+    while win.drains == 0 and now < 3.0:  # its first drain; the path carries 50 datagrams a round
+        now = _timed_round(win, BASE, now, acks=50)
+    queue = BASE + 1.5 * QDELAY_TARGET  # another flow's queue: past the target, not past 1 / share
+    for _ in range(int(FIRST_DRAIN / queue) + 2):
+        now = _timed_round(win, queue, now, acks=20)
+    assert not win.drain_cwnd and win.share() < 0.5
+    decreases = win.decreases
+    now = _timed_round(win, BASE + 0.5 * QDELAY_TARGET, now, acks=20)  # the other flow drains
+    assert win.drain_cwnd and win.decreases == decreases
+    now = _through_drain(win, BASE, now, acks=2)
+    # within FIRST_DRAIN of its own drain it does not echo (two windows would echo each other)
+    now = _timed_round(win, queue, now, acks=20)
+    now = _timed_round(win, BASE + 0.5 * QDELAY_TARGET, now, acks=20)
+    assert not win.drain_cwnd and win.drains == 2
+
+
+def test_a_competing_window_does_not_take_a_neighbours_decrease_for_a_drain():
+    win = _avoiding()
+    now = _timed_round(win, BASE, 1.0, acks=50)
+    while win.drains == 0 and now < 3.0:
+        now = _timed_round(win, BASE, now, acks=50)
+    win.competing = True  # beside TCP: its decrease halves the queue, and nothing drains
+    now = _timed_round(win, BASE + 1.5 * QDELAY_TARGET, now + FIRST_DRAIN, acks=20)
+    now = _timed_round(win, BASE + 0.6 * QDELAY_TARGET, now, acks=20)  # (above half the target)
+    assert win.competing and not win.drain_cwnd and win.drains == 1
