@@ -831,3 +831,17 @@ def test_a_competing_window_does_not_take_a_neighbours_decrease_for_a_drain():
     now = _timed_round(win, BASE + 1.5 * QDELAY_TARGET, now + FIRST_DRAIN, acks=20)
     now = _timed_round(win, BASE + 0.6 * QDELAY_TARGET, now, acks=20)  # (above half the target)
     assert win.competing and not win.drain_cwnd and win.drains == 1
+
+
+def test_a_drain_that_finds_the_base_well_lower_at_once_is_not_held():
+    # beside TCP from the start: the handshake went through the empty link, and the first
+    # drain's first round shows the queue stood before this flow came; held, the drain gave
+    # CUBIC's slow start the queue
+    win = Window(floor=0.2, handshake_rtt=BASE)
+    queue = BASE + 20 * QDELAY_TARGET
+    now = 1.0
+    while not win.drain_cwnd and now < 1.0 + 2 * FIRST_DRAIN:
+        now = _timed_round(win, queue, now, acks=60)
+    assert win.drain_cwnd and max(2 * win.srtt, DRAIN_HOLD) > queue
+    now = _timed_round(win, queue, now, acks=2)
+    assert not win.drain_cwnd and win.competing and win.min_rtt == pytest.approx(BASE)
