@@ -42,6 +42,7 @@ from nbmq.engine.congestion import (
     RATE_SPAN,
     REDRAIN_FALL,
     SHARE_FLOOR,
+    SHARE_WHOLE,
     STANDING_INTERVAL,
     VELOCITY_ROUNDS,
     VELOCITY_SHARE,
@@ -792,7 +793,7 @@ def test_a_window_with_a_small_share_of_the_path_tolerates_a_longer_queue():
     for share in (1.0, 0.4):
         win = _avoiding()
         win.period_rate = 100 * DATAGRAM / BASE
-        win.span_rate = share * win.period_rate  # what it delivered over the last span
+        win.span_rate = share * SHARE_WHOLE * win.period_rate  # its last span's delivery
         assert win.share() == pytest.approx(share) and win.delay_target() == QDELAY_TARGET
         decreases = win.decreases
         _round(win, queue)
@@ -845,3 +846,15 @@ def test_a_drain_that_finds_the_base_well_lower_at_once_is_not_held():
     assert win.drain_cwnd and max(2 * win.srtt, DRAIN_HOLD) > queue
     now = _timed_round(win, queue, now, acks=2)
     assert not win.drain_cwnd and win.competing and win.min_rtt == pytest.approx(BASE)
+
+
+def test_a_lone_window_reads_its_share_whole_and_a_drain_leaves_it_as_it_was():
+    win = _avoiding()
+    win.period_rate = 100 * DATAGRAM / BASE  # the fastest span of the two periods
+    win.span_rate = 0.85 * win.period_rate  # a lone flow's spans deliver less than the fastest
+    assert win.share() == 1.0
+    win.drain_cwnd, win.drain_until, win.drain_base = win.cwnd, math.inf, win.min_rtt
+    win.span_start, win.span_acked, win.round_acked = 1.0, 0, 2
+    win.end_round(1.0 + 2 * RATE_SPAN)  # a drain's span: two datagrams in 40 ms
+    assert win.drain_cwnd and win.span_rate == 0.85 * win.period_rate
+    assert win.period_rate == 100 * DATAGRAM / BASE
