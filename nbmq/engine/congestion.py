@@ -676,9 +676,8 @@ class Window:
                 self.span_acked += self.round_acked
                 if now - start >= RATE_SPAN:
                     rate = self.span_acked * DATAGRAM / (now - start)
-                    if self.drain_cwnd or self.drain_end >= start:
-                        pass  # a drain's span, or the burst after it (tbf's bucket filled)
-                    else:
+                    # (not a drain's span, nor the burst after it: tbf's bucket filled)
+                    if not self.drain_cwnd and self.drain_end < start:
                         self.span_rate = rate
                         if rate > self.period_rate:
                             self.period_rate = rate
@@ -829,12 +828,9 @@ class Window:
                 if self.drain_due < 0.0:
                     self._compete()  # (no clock, no drain rounds to check with)
                     return
-                self._drain(now)  # the queue is not ours if it outlasts this window...
-                if now is not None:
-                    # ... and a SafeDealer newcomer's first drain, FIRST_DRAIN after its start
-                    until = self.strike_start + FIRST_DRAIN + (self.srtt or 0.0)
-                    if until > self.drain_until:
-                        self.drain_until = until
+                # the queue is not ours if it outlasts this window and a SafeDealer newcomer's
+                # first drain, FIRST_DRAIN after its start
+                self._drain(now, self.strike_start + FIRST_DRAIN + (self.srtt or 0.0))
                 return
             self.streak_qdelay = qdelay
             scale = (self.min_rtt + tolerated / 2) / standing
@@ -920,18 +916,19 @@ class Window:
             self.cwnd = self.streak_cwnd
         self.ssthresh = float(MAX_WINDOW)
 
-    def _drain(self, now: float | None) -> None:
+    def _drain(self, now: float | None, hold: float = -1.0) -> None:
         """Start a drain round at ``now`` (seconds; None: no clock, one round): the window
         drops to ``MIN_WINDOW`` until the round is over (the frames in flight are acked and
         one more goes out into the emptied queue) and ``max(2 * srtt, DRAIN_HOLD)`` has
         passed, so that its RTT samples find the queue without this flow's share of it, nor
         the share of another flow draining with it (one round of a small window ended before
-        a larger window's share had left)."""
+        a larger window's share had left), and until ``hold`` (seconds) if later."""
         self.drain_cwnd = self.cwnd
         self.drain_base = self.min_rtt
         self.drain_min = math.inf
         srtt = self.srtt
-        self.drain_until = now + max(2 * srtt, DRAIN_HOLD) if now is not None and srtt else -1.0
+        until = now + max(2 * srtt, DRAIN_HOLD) if now is not None and srtt else -1.0
+        self.drain_until = until if until > hold or now is None else hold
         if now is not None:
             self.drain_at = now
         self.cwnd = float(MIN_WINDOW)
