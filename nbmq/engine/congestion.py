@@ -72,8 +72,8 @@ more than twice the target standing (this one, or one after which the base fell 
 ``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
-(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
-round trip; fast convergence), until a round finds the queue below half the target again (Copa's
+(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments per round trip; fast
+convergence), until a round finds the queue below half the target again (Copa's
 competitive mode). The decreases that did not drain
 it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
 window's own queue on a slow link sits near the target.
@@ -96,12 +96,10 @@ trip). The drain round's acks do not grow the window. The dialling side's handsh
 counts in the first period: beside TCP the first frame already waits behind the queue TCP's
 slow start filled, and only the handshake went through the empty link. ``min_rtt`` is the smallest RTT of the
 last two periods between drains (a period lasts ``MIN_RTT_WINDOW`` at least; a drain within
-one only lowers it), so a base that grew for good is learnt within two periods; a competing
-window's base only falls (every round it sees has the neighbour's queue in it: beside TCP
-CUBIC two periods of 10 s made that queue its base, and the window yielded to it). A competing
-window whose drain finds the queue gone (it was ours after all) yields to delay again. The
-delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in those two
-periods), not the window's own: a window starved next to TCP must still see TCP's
+one only lowers it), so a base that grew for good is learnt within two periods;
+a competing window whose drain finds the queue gone (it was ours after all) yields to delay
+again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
+those two periods), not the window's own: a window starved next to TCP must still see TCP's
 queue. Above ``HOST_RATE`` the path is host-bound (a process's CPU is the bottleneck, its
 socket buffer the queue) and the target grows with the rate. A window tolerates the target
 over its share of the path (:meth:`Window.share`; Copa's target rate, inversely proportional
@@ -215,14 +213,6 @@ CUBIC_C = 0.4
 #: cut before the queue overflowed (it was cut near its largest when this window's growth had
 #: refilled it) left CUBIC the queue on a short one (0.32-0.37 at 50 Mbit/s, 10 ms).
 CUBIC_SEGMENT = 1448
-#: The Reno-friendly estimate's segment, bytes (``ALPHA_CUBIC`` of them a round trip: on a short
-#: queue all a competing window grows by): the geometric mean of TCP's segment and our datagram.
-#: In TCP's, a window beside CUBIC at 5 Mbit/s with the 10 ms queue left CUBIC 0.24-0.34 of the
-#: link (near the top of a byte-limited queue a small paced datagram finds room where a burst of
-#: full segments does not: this window lost half as much per byte as TCP); in our datagram (RFC
-#: 9438's segment for this flow) it got 0.32-0.35 itself at 50 Mbit/s, where the queue's
-#: overflows hit both flows alike.
-RENO_SEGMENT = round(math.sqrt(CUBIC_SEGMENT * DATAGRAM))
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
 #: late must not keep another flow's queue as its base for that long).
@@ -739,16 +729,16 @@ class Window:
     def _cubic_increase(self, now: float | None) -> float:
         """A competing window's growth over the next round, bytes: to the larger of CUBIC's
         curve a smoothed round trip from ``now`` and the Reno-friendly estimate a round on
-        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per round
-        until it passes ``W_max``, then one), none if the window is past both, at most half the
-        window (RFC 9438's target bound). Before the curve starts (no clock or RTT yet): the
-        Reno-friendly rate, ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once
+        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments per round until it passes
+        ``W_max``, then one), none if the window is past both, at most half the window (RFC
+        9438's target bound). Before the curve starts (no clock or RTT yet): the Reno-friendly
+        rate, ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once
         per round, by :meth:`end_round`."""
         srtt = self.srtt
         if now is None or self.cubic_epoch < 0.0 or not srtt:
-            return ALPHA_CUBIC * RENO_SEGMENT
+            return ALPHA_CUBIC * CUBIC_SEGMENT
         west = self.cubic_west
-        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * RENO_SEGMENT
+        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * CUBIC_SEGMENT
         self.cubic_west = west
         t = now + srtt - self.cubic_epoch - self.cubic_k
         target = CUBIC_C * CUBIC_SEGMENT * t * t * t + self.cubic_wmax
@@ -947,11 +937,9 @@ class Window:
         """The drain round is over: restore the window and read the queue the round found.
         Competing, a queue below :meth:`delay_target` was ours: back to yielding to delay.
         ``min_rtt`` becomes the smallest RTT of this and the previous period between drains
-        (a filter over about two ``MIN_RTT_WINDOW``: a base that grew for good is learnt; one
-        flow's drain against another's passing queue is not), or stays if that is larger and
-        the window is ``competing`` (the neighbour's queue stood in every round of both
-        periods; a base that grew far enough to make the window compete leaves it competing,
-        as TCP on that path); a drain less than ``MIN_RTT_WINDOW`` into the period only
+        (a filter over about two ``MIN_RTT_WINDOW``: a base that grew for good is learnt, and
+        a window that competed because of it stops; one flow's drain against another's
+        passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
         lowers it (drains that echo other flows' come more often). A queue that outlasted the
         drain makes the window compete only if the base fell (the queue this flow started
         behind) or the strikes that started the drain are ``FIRST_DRAIN`` old
@@ -976,9 +964,7 @@ class Window:
             last = self.last_period_min
             rotate = now is None or now - self.period_start >= MIN_RTT_WINDOW
             if rotate:  # (a period is MIN_RTT_WINDOW at least, however often drains come)
-                base = period if period < last else last
-                if base < self.min_rtt or not self.competing:
-                    self.min_rtt = base  # (competing, every round saw the neighbour's queue)
+                self.min_rtt = period if period < last else last
                 self.last_period_min = period
                 self.period_min = math.inf
                 if now is not None:
