@@ -69,7 +69,12 @@ first drain, ``FIRST_DRAIN`` after its start: this window is drained while it lo
 sooner, two SafeDealers took each other for TCP within 0.1-0.3 s of the second's start and
 both filled a 100 ms queue); a drain round that still finds
 more than twice the target standing (this one, or one after which the base fell below
-``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours: the window stops yielding to delay (``competing``), reacts to loss only,
+``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours, and a
+loss-based flow's if it overflowed (this window lost a frame since its last drain) or stands
+past ``1 / SHARE_FLOOR`` times the target (a SafeDealer keeps at most that over its base and
+overflows nothing: at 5 Mbit/s, where two floor windows alone fill the link, a newcomer's
+base holds the older flow's floor window, and its queue outlasted the older flow's drains by
+2-3 times the target; the two took each other for TCP in half the runs). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
 (``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments per round trip; fast
@@ -418,6 +423,7 @@ class Window:
         "drain_min",
         "drain_at",
         "drain_end",
+        "drain_lost",
         "period_start",
         "cut_at",
         "round_q",
@@ -482,6 +488,7 @@ class Window:
         self.drain_min = math.inf
         self.drain_at = -1.0
         self.drain_end = -1.0
+        self.drain_lost = 0
         self.period_start = -math.inf
         self.cut_at = -1.0
         self.round_q = 0.0
@@ -941,9 +948,10 @@ class Window:
         a window that competed because of it stops; one flow's drain against another's
         passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
         lowers it (drains that echo other flows' come more often). A queue that outlasted the
-        drain makes the window compete only if the base fell (the queue this flow started
-        behind) or the strikes that started the drain are ``FIRST_DRAIN`` old
-        (:meth:`_streak_aged`). The next round is left alone (the window comes back at once;
+        drain makes the window compete only if it is a loss-based flow's (a frame lost since
+        the last drain, or past ``1 / SHARE_FLOOR`` times the target) and the base fell (the
+        queue this flow started behind) or the strikes that started the drain are
+        ``FIRST_DRAIN`` old (:meth:`_streak_aged`). The next round is left alone (the window comes back at once;
         pacing spreads it)."""
         if self.cwnd < self.drain_cwnd:
             self.cwnd = self.drain_cwnd
@@ -981,12 +989,20 @@ class Window:
                     self.competing = False
                     self.strikes = 0
                     self.streak_qdelay = math.inf
-            elif self.qdelay > 2 * target and (fell or self.streak_qdelay != math.inf):
+            elif (
+                self.qdelay > 2 * target
+                and (fell or self.streak_qdelay != math.inf)
+                # a SafeDealer neighbour keeps at most target / SHARE_FLOOR over its base and
+                # overflows nothing; a loss-based one fills the queue until it overflows
+                and (self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
+            ):
                 if fell or self._streak_aged(now):
                     self._compete()  # a queue that outlasted this window is not ours
                 # (else a young streak: a newcomer may not have drained to its base yet)
             else:
-                self.strikes = 0  # what the decreases could not drain went with this window
+                # what the decreases could not drain went with this window, or is a
+                # SafeDealer's: go on yielding to delay (its share grows what it tolerates)
+                self.strikes = 0
                 self.streak_qdelay = math.inf
             if rotate:
                 self.last_period_rate = self.period_rate
@@ -994,6 +1010,7 @@ class Window:
             # and a flow that started behind another's queue, which may have yielded to it
             # since, looks again soon: the base may be lower still
             self.drain_soon = fell
+        self.drain_lost = self.lost
         if now is not None:
             self.drain_due = now + (FIRST_DRAIN if self.drain_soon else MIN_RTT_WINDOW)
 

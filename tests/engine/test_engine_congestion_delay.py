@@ -42,6 +42,7 @@ from nbmq.engine.congestion import (
     RATE_SPAN,
     REDRAIN_FALL,
     SHARE_FLOOR,
+    SHARE_FLOOR,
     SHARE_WHOLE,
     STANDING_INTERVAL,
     VELOCITY_ROUNDS,
@@ -488,12 +489,14 @@ def test_a_host_bound_window_whose_acks_came_in_one_batch_still_speeds_up(host_b
     assert (win.velocity > 1 and win.increase > DATAGRAM) == host_bound
 
 
-def _timed_round(win: Window, rtt: float, now: float, acks: int = 20) -> float:
-    """One round of ``acks`` RTT samples of ``rtt`` seconds ending at ``now``; returns the
-    round's end time plus ``rtt`` (when the next one ends)."""
+def _timed_round(win: Window, rtt: float, now: float, acks: int = 20, lost: int = 0) -> float:
+    """One round of ``acks`` RTT samples of ``rtt`` seconds ending at ``now``, ``lost`` frames
+    found lost; returns the round's end time plus ``rtt`` (when the next one ends)."""
     for _ in range(acks):
         win.sent(DATAGRAM)
         win.acked(DATAGRAM, rtt)
+    for _ in range(lost):
+        win.found_lost(win.tx)
     win.round_acked = acks
     win.end_round(now)
     return now + rtt
@@ -534,17 +537,18 @@ def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in
     while win.drains == 0:  # ... its drain finds the queue gone (the other flow yields to it)
         now = _timed_round(win, BASE + 0.008 if not win.drain_cwnd else BASE, now, acks=60)
     assert win.min_rtt == pytest.approx(BASE)
-    # the base grows for good (the window competes: its decreases do not drain it); one
-    # period above it keeps the smaller, the second learns it, and the window stops competing
-    # (a period lasts MIN_RTT_WINDOW at least: the drain that decides to compete is not one)
+    # the base grows for good (a route change: its decreases do not drain it, but nothing
+    # overflows, so it is no loss-based flow's queue); one period above it keeps the smaller,
+    # the second learns it (a period lasts MIN_RTT_WINDOW at least: the check drains are not)
     grown = BASE + 0.005
     periods, end = 0, now + 4 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY)
     while win.min_rtt != pytest.approx(grown) and now < end:
         began = win.period_start
         now = _timed_round(win, grown, now, acks=60)
+        assert not win.competing
         if win.period_start != began:
             periods += 1
-            assert periods == 2 or (win.min_rtt == pytest.approx(BASE) and win.competing)
+            assert periods == 2 or win.min_rtt == pytest.approx(BASE)
     assert win.min_rtt == pytest.approx(grown) and periods == 2
     for _ in range(2):
         now = _timed_round(win, grown, now, acks=60)
@@ -585,21 +589,32 @@ def test_a_drain_that_finds_the_base_well_lower_drains_again_soon():
     assert len(ends) == 2 or ends[2] - ends[1] > MIN_RTT_WINDOW
 
 
-@pytest.mark.parametrize("outlasts", [True, False])
-def test_decreases_that_do_not_drain_a_queue_start_a_drain_that_decides(outlasts):
+@pytest.mark.parametrize("neighbour", ["loss-based", "deep", "delay-based", "none"])
+def test_decreases_that_do_not_drain_a_queue_start_a_drain_that_decides(neighbour):
     win = _avoiding(400 * DATAGRAM)
     before = win.cwnd
     now = 1.0
-    queue = BASE + 10 * QDELAY_TARGET
+    # (100 acks a round: the path's rate keeps the target at QDELAY_TARGET)
+    queue = BASE + (10 if neighbour == "deep" else 3) * QDELAY_TARGET
+    lost = 1 if neighbour == "loss-based" else 0  # (the neighbour overflowed the queue once)
     while not win.drain_cwnd and now < 1.0 + FIRST_DRAIN:  # (before the first drain is due)
-        now = _timed_round(win, queue, now)
+        now = _timed_round(win, queue, now, acks=100, lost=lost)
+        lost = 0
     assert win.drain_cwnd and win.strikes >= COMPETE_STRIKES and not win.competing
     first = win.strike_start
-    now = _through_drain(win, queue if outlasts else BASE, now)
-    # a queue that outlasted this window's drain is not ours: compete, with what the
-    # decreases gave up given back; one that went with it was ours: yield to delay again
-    assert win.competing == outlasts and win.drains == 1
-    assert win.cwnd >= before if outlasts else win.strikes == 0
+    now = _through_drain(win, BASE if neighbour == "none" else queue, now)
+    target = win.delay_target()
+    assert target == QDELAY_TARGET
+    # a queue that outlasted this window's drain and overflowed, or stood past the most a
+    # SafeDealer keeps (target / SHARE_FLOOR), is a loss-based flow's: compete, with what the decreases gave up given back; a
+    # delay-based flow's (bounded, lossless), or one that went with the drain: yield to delay
+    outlasted = neighbour in ("loss-based", "deep")
+    assert win.competing == outlasted and win.drains == 1
+    # (what the delay decreases gave up comes back; the overflow's loss decrease stays)
+    given_back = before * BETA if neighbour == "loss-based" else before
+    assert win.cwnd >= given_back if outlasted else win.strikes == 0
+    if neighbour == "delay-based":
+        assert 2 * target < win.qdelay < target / SHARE_FLOOR
     # the drain was held until its first strike was FIRST_DRAIN old
     assert now > first + FIRST_DRAIN
 
@@ -681,8 +696,10 @@ def test_competing_ends_when_a_drain_finds_the_queue_was_ours():
     win = _avoiding(400 * DATAGRAM)
     now = 1.0
     queue = BASE + 10 * QDELAY_TARGET
-    while not win.competing:  # a queue that the decreases do not drain
-        now = _timed_round(win, queue, now)
+    lost = 1  # a queue that the decreases do not drain, and that overflowed
+    while not win.competing and now < 10.0:
+        now = _timed_round(win, queue, now, lost=lost)
+        lost = 0
     while not win.drain_cwnd and now < 10.0:
         now = _timed_round(win, queue, now)
     now = _timed_round(win, queue, now)  # the other flow's queue is still there
@@ -696,7 +713,9 @@ def test_competing_ends_when_a_drain_finds_the_queue_was_ours():
 def test_competing_gives_back_what_the_decreases_that_did_not_drain_took():
     win = _avoiding(400 * DATAGRAM)
     before = win.cwnd
-    while not win.competing:
+    for _ in range(4 * COMPETE_STRIKES):
+        if win.competing:
+            break
         _round(win, BASE + 10 * QDELAY_TARGET)
         assert win.cwnd < before or win.competing
     assert win.cwnd >= before and win.decreases == COMPETE_STRIKES
