@@ -42,7 +42,6 @@ from nbmq.engine.congestion import (
     RATE_SPAN,
     REDRAIN_FALL,
     SHARE_FLOOR,
-    SHARE_FLOOR,
     SHARE_WHOLE,
     STANDING_INTERVAL,
     VELOCITY_ROUNDS,
