@@ -77,8 +77,8 @@ base holds the older flow's floor window, and its queue outlasted the older flow
 2-3 times the target; the two took each other for TCP in half the runs). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
-(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments per round trip; fast
-convergence), until a round finds the queue below half the target again (Copa's
+(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
+round trip; fast convergence), until a round finds the queue below half the target again (Copa's
 competitive mode). The decreases that did not drain
 it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
 window's own queue on a slow link sits near the target.
@@ -218,6 +218,14 @@ CUBIC_C = 0.4
 #: cut before the queue overflowed (it was cut near its largest when this window's growth had
 #: refilled it) left CUBIC the queue on a short one (0.32-0.37 at 50 Mbit/s, 10 ms).
 CUBIC_SEGMENT = 1448
+#: The Reno-friendly estimate's segment, bytes (``ALPHA_CUBIC`` of them a round trip: on a short
+#: queue all a competing window grows by): the geometric mean of TCP's segment and our datagram.
+#: In TCP's, a window beside CUBIC at 5 Mbit/s with the 10 ms queue left CUBIC 0.24-0.34 of the
+#: link (near the top of a byte-limited queue a small paced datagram finds room where a burst of
+#: full segments does not: this window lost half as much per byte as TCP); in our datagram (RFC
+#: 9438's segment for this flow) it got 0.32-0.35 itself at 50 Mbit/s, where the queue's
+#: overflows hit both flows alike.
+RENO_SEGMENT = round(math.sqrt(CUBIC_SEGMENT * DATAGRAM))
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
 #: late must not keep another flow's queue as its base for that long).
@@ -736,16 +744,16 @@ class Window:
     def _cubic_increase(self, now: float | None) -> float:
         """A competing window's growth over the next round, bytes: to the larger of CUBIC's
         curve a smoothed round trip from ``now`` and the Reno-friendly estimate a round on
-        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments per round until it passes
-        ``W_max``, then one), none if the window is past both, at most half the window (RFC
-        9438's target bound). Before the curve starts (no clock or RTT yet): the Reno-friendly
-        rate, ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once
+        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per round
+        until it passes ``W_max``, then one), none if the window is past both, at most half the
+        window (RFC 9438's target bound). Before the curve starts (no clock or RTT yet): the
+        Reno-friendly rate, ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once
         per round, by :meth:`end_round`."""
         srtt = self.srtt
         if now is None or self.cubic_epoch < 0.0 or not srtt:
-            return ALPHA_CUBIC * CUBIC_SEGMENT
+            return ALPHA_CUBIC * RENO_SEGMENT
         west = self.cubic_west
-        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * CUBIC_SEGMENT
+        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * RENO_SEGMENT
         self.cubic_west = west
         t = now + srtt - self.cubic_epoch - self.cubic_k
         target = CUBIC_C * CUBIC_SEGMENT * t * t * t + self.cubic_wmax

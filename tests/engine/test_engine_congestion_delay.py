@@ -41,6 +41,7 @@ from nbmq.engine.congestion import (
     QDELAY_TARGET,
     RATE_SPAN,
     REDRAIN_FALL,
+    RENO_SEGMENT,
     SHARE_FLOOR,
     SHARE_WHOLE,
     STANDING_INTERVAL,
@@ -241,10 +242,10 @@ def test_competing_slow_starts_to_the_first_loss_then_grows_at_renos_rate():
     assert win.cwnd == cwnd + DATAGRAM / CSS_GROWTH_DIVISOR and win.ssthresh == MAX_WINDOW  # conservatively
     assert win.pacing_rate == pytest.approx(PACING_GAIN * win.cwnd / win.srtt)  # paced as it grows
     _round(win, BASE + 10 * QDELAY_TARGET, lost=3)  # the queue overflowed: slow start is over
-    assert win.ssthresh < MAX_WINDOW and win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)  # (no clock)
+    assert win.ssthresh < MAX_WINDOW and win.increase == pytest.approx(ALPHA_CUBIC * RENO_SEGMENT)  # (no clock)
     cwnd = win.cwnd
     win.acked(DATAGRAM, BASE + 10 * QDELAY_TARGET)
-    assert win.cwnd == pytest.approx(cwnd + ALPHA_CUBIC * CUBIC_SEGMENT * DATAGRAM / cwnd)
+    assert win.cwnd == pytest.approx(cwnd + ALPHA_CUBIC * RENO_SEGMENT * DATAGRAM / cwnd)
 
 
 QUEUE = 10 * QDELAY_TARGET  # the queue a competing window below finds, seconds
@@ -290,18 +291,18 @@ def test_a_small_competing_window_grows_at_least_as_tcp_reno_would_from_its_decr
     win.end_round(100.0)
     after = win.cwnd
     assert after == pytest.approx(BETA * 10 * CUBIC_SEGMENT)
-    assert win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)  # (the estimate a round on)
+    assert win.increase == pytest.approx(ALPHA_CUBIC * RENO_SEGMENT)  # (the estimate a round on)
     srtt = win.srtt
     for i in range(1, 4):  # ALPHA_CUBIC segments a round trip, the curve below that
-        win.cwnd = after + i * ALPHA_CUBIC * CUBIC_SEGMENT
+        win.cwnd = after + i * ALPHA_CUBIC * RENO_SEGMENT
         win.end_round(100.0 + i * srtt)
-        assert win.increase == pytest.approx(ALPHA_CUBIC * CUBIC_SEGMENT)
+        assert win.increase == pytest.approx(ALPHA_CUBIC * RENO_SEGMENT)
         curve = CUBIC_C * CUBIC_SEGMENT * ((i + 1) * srtt - win.cubic_k) ** 3 + win.cubic_wmax
         assert curve < win.cwnd + win.increase
     win.cwnd = win.cubic_west = win.cubic_wmax  # past W_max: a segment a round trip
     win.end_round(100.0 + 4 * srtt)
-    assert win.increase == pytest.approx(CUBIC_SEGMENT)
-    win.cwnd = win.cubic_west + 5 * CUBIC_SEGMENT  # above both: no growth
+    assert win.increase == pytest.approx(RENO_SEGMENT)
+    win.cwnd = win.cubic_west + 5 * RENO_SEGMENT  # above both: no growth
     win.end_round(100.0 + 5 * srtt)
     assert win.increase == 0.0
 
