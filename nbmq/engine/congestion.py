@@ -74,7 +74,7 @@ loss-based flow's if it overflowed (this window lost a frame since its last drai
 past ``1 / SHARE_FLOOR`` times the target (a SafeDealer keeps at most that over its base and
 overflows nothing: at 5 Mbit/s, where two floor windows alone fill the link, a newcomer's
 base holds the older flow's floor window, and its queue outlasted the older flow's drains by
-2-3 times the target; the two took each other for TCP in half the runs). Then the window stops yielding to delay (``competing``), reacts to loss only,
+2-3 times the target; the two took each other for TCP in a third of the runs). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
 (``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
@@ -376,7 +376,8 @@ class Window:
             the last span outside a drain, bytes per second (a drain's spans, and the one it
             ended in, count in neither: tbf's bucket fills while the window drains, and the
             burst after it is not the path's rate); drain_end: when the last drain ended
-            (seconds; -1: none); period_rate,
+            (seconds; -1: none); drain_lost: ``lost`` when it ended (a queue that outlasts the
+            next drain is a loss-based flow's if frames were lost since); period_rate,
             last_period_rate: the fastest span's delivery in this and the previous period
             between drains, bytes per second (see :attr:`path_rate`).
     """
