@@ -877,3 +877,24 @@ def test_a_lone_window_reads_its_share_whole_and_a_drain_leaves_it_as_it_was():
     win.end_round(1.0 + 2 * RATE_SPAN)  # a drain's span: two datagrams in 40 ms
     assert win.drain_cwnd and win.span_rate == 0.85 * win.period_rate
     assert win.period_rate == 100 * DATAGRAM / BASE
+
+
+def test_the_span_a_drain_ended_in_is_not_the_paths_rate():
+    # tbf's bucket fills while the window drains: the burst after it is not the path's rate
+    win = _avoiding()
+    fastest = 100 * DATAGRAM / BASE
+    win.period_rate, win.span_rate = fastest, 0.85 * fastest
+    start, end = 1.0, 1.0 + RATE_SPAN / 2
+    win.drain_cwnd, win.drain_until, win.drain_base = win.cwnd, end, win.min_rtt
+    win.span_start, win.span_acked, win.round_acked = start, 0, 2
+    win.end_round(end)  # the drain ends within the span
+    assert not win.drain_cwnd and win.drain_end == end
+    win.round_acked = 400  # the refilled bucket's burst
+    burst_end = start + 1.5 * RATE_SPAN
+    win.end_round(burst_end)
+    assert win.span_rate == 0.85 * fastest and win.period_rate == fastest
+    win.round_acked = 60  # the next span's rounds deliver at the path's rate again
+    later = burst_end + 1.5 * RATE_SPAN
+    win.end_round(later)
+    assert win.span_rate == pytest.approx(60 * DATAGRAM / (later - burst_end))
+    assert win.period_rate == fastest
