@@ -630,6 +630,13 @@ class Window:
             return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
+    def _floor_bound(self) -> bool:
+        """The delay target is the time two floor windows take at the path's rate (longer
+        than ``QDELAY_TARGET``, on a link: :meth:`delay_target`): there the floor windows of
+        two flows alone fill the link (5 Mbit/s with a 0.2 ms base)."""
+        rate = self.path_rate
+        return 0.0 < rate <= HOST_RATE and 2 * MIN_WINDOW / rate > QDELAY_TARGET
+
     def share(self) -> float:
         """This window's share of the path: its delivery over the last span of rounds
         outside a drain (``span_rate``) over ``SHARE_WHOLE`` of :attr:`path_rate`, between
@@ -1001,9 +1008,12 @@ class Window:
             elif (
                 self.qdelay > 2 * target
                 and (fell or self.streak_qdelay != math.inf)
-                # a SafeDealer neighbour keeps at most target / SHARE_FLOOR over its base and
-                # overflows nothing; a loss-based one fills the queue until it overflows
-                and (self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
+                # where floor windows set the target (they alone fill the link), a SafeDealer
+                # newcomer's base holds another flow's floor window and it keeps up to
+                # target / SHARE_FLOOR over it, overflowing nothing; a loss-based flow fills
+                # the queue until it overflows. Above that rate the queue says enough (BBR
+                # neither overflows it nor yields: waiting for either starved the window)
+                and (not self._floor_bound() or self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
             ):
                 if fell or self._streak_aged(now):
                     self._compete()  # a queue that outlasted this window is not ours
