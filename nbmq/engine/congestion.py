@@ -69,12 +69,14 @@ first drain, ``FIRST_DRAIN`` after its start: this window is drained while it lo
 sooner, two SafeDealers took each other for TCP within 0.1-0.3 s of the second's start and
 both filled a 100 ms queue); a drain round that still finds
 more than twice the target standing (this one, or one after which the base fell below
-``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours, and a
-loss-based flow's if it overflowed (this window lost a frame since its last drain) or stands
+``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours; where
+floor windows set the target (below about 8 Mbit/s), a
+loss-based flow's only if it overflowed (this window lost a frame since its last drain) or stands
 past ``1 / SHARE_FLOOR`` times the target (a SafeDealer keeps at most that over its base and
 overflows nothing: at 5 Mbit/s, where two floor windows alone fill the link, a newcomer's
 base holds the older flow's floor window, and its queue outlasted the older flow's drains by
-2-3 times the target; the two took each other for TCP in a third of the runs). Then the window stops yielding to delay (``competing``), reacts to loss only,
+2-3 times the target; the two took each other for TCP in a third of the runs; faster, BBR
+neither overflows the queue nor yields, and waiting for either starved the window). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
 (``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
@@ -964,8 +966,9 @@ class Window:
         a window that competed because of it stops; one flow's drain against another's
         passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
         lowers it (drains that echo other flows' come more often). A queue that outlasted the
-        drain makes the window compete only if it is a loss-based flow's (a frame lost since
-        the last drain, or past ``1 / SHARE_FLOOR`` times the target) and the base fell (the
+        drain makes the window compete only if it is a loss-based flow's (where floor windows
+        set the target, :meth:`_floor_bound`: a frame lost since the last drain, or past
+        ``1 / SHARE_FLOOR`` times the target) and the base fell (the
         queue this flow started behind) or the strikes that started the drain are
         ``FIRST_DRAIN`` old (:meth:`_streak_aged`). The next round is left alone (the window comes back at once;
         pacing spreads it)."""
