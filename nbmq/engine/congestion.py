@@ -69,12 +69,14 @@ first drain, ``FIRST_DRAIN`` after its start: this window is drained while it lo
 sooner, two SafeDealers took each other for TCP within 0.1-0.3 s of the second's start and
 both filled a 100 ms queue); a drain round that still finds
 more than twice the target standing (this one, or one after which the base fell below
-``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours, and a
-loss-based flow's if it overflowed (this window lost a frame since its last drain) or stands
+``REDRAIN_FALL`` of what it was) shows a queue that outlasted this window, not ours; where
+floor windows set the target (below about 8 Mbit/s), a
+loss-based flow's only if it overflowed (this window lost a frame since its last drain) or stands
 past ``1 / SHARE_FLOOR`` times the target (a SafeDealer keeps at most that over its base and
 overflows nothing: at 5 Mbit/s, where two floor windows alone fill the link, a newcomer's
 base holds the older flow's floor window, and its queue outlasted the older flow's drains by
-2-3 times the target; the two took each other for TCP in a third of the runs). Then the window stops yielding to delay (``competing``), reacts to loss only,
+2-3 times the target; the two took each other for TCP in a third of the runs; faster, BBR
+neither overflows the queue nor yields, and waiting for either starved the window). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
 (``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
@@ -630,6 +632,13 @@ class Window:
             return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
+    def _floor_bound(self) -> bool:
+        """The delay target is the time two floor windows take at the path's rate (longer
+        than ``QDELAY_TARGET``, on a link: :meth:`delay_target`): there the floor windows of
+        two flows alone fill the link (5 Mbit/s with a 0.2 ms base)."""
+        rate = self.path_rate
+        return 0.0 < rate <= HOST_RATE and 2 * MIN_WINDOW / rate > QDELAY_TARGET
+
     def share(self) -> float:
         """This window's share of the path: its delivery over the last span of rounds
         outside a drain (``span_rate``) over ``SHARE_WHOLE`` of :attr:`path_rate`, between
@@ -957,8 +966,9 @@ class Window:
         a window that competed because of it stops; one flow's drain against another's
         passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
         lowers it (drains that echo other flows' come more often). A queue that outlasted the
-        drain makes the window compete only if it is a loss-based flow's (a frame lost since
-        the last drain, or past ``1 / SHARE_FLOOR`` times the target) and the base fell (the
+        drain makes the window compete only if it is a loss-based flow's (where floor windows
+        set the target, :meth:`_floor_bound`: a frame lost since the last drain, or past
+        ``1 / SHARE_FLOOR`` times the target) and the base fell (the
         queue this flow started behind) or the strikes that started the drain are
         ``FIRST_DRAIN`` old (:meth:`_streak_aged`). The next round is left alone (the window comes back at once;
         pacing spreads it)."""
@@ -1001,9 +1011,12 @@ class Window:
             elif (
                 self.qdelay > 2 * target
                 and (fell or self.streak_qdelay != math.inf)
-                # a SafeDealer neighbour keeps at most target / SHARE_FLOOR over its base and
-                # overflows nothing; a loss-based one fills the queue until it overflows
-                and (self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
+                # where floor windows set the target (they alone fill the link), a SafeDealer
+                # newcomer's base holds another flow's floor window and it keeps up to
+                # target / SHARE_FLOOR over it, overflowing nothing; a loss-based flow fills
+                # the queue until it overflows. Above that rate the queue says enough (BBR
+                # neither overflows it nor yields: waiting for either starved the window)
+                and (not self._floor_bound() or self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
             ):
                 if fell or self._streak_aged(now):
                     self._compete()  # a queue that outlasted this window is not ours
