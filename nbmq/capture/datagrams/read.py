@@ -281,11 +281,16 @@ def _read_dpkt(
 
 
 def _ts_to_ns(ts: float | Decimal, nanosecond: bool) -> int:
-    # dpkt gives float seconds for microsecond files (exact to well under 0.5 us, so rounding to
-    # whole microseconds recovers the stored value) and Decimal seconds for nanosecond files.
+    # dpkt gives float seconds for microsecond files and Decimal seconds for nanosecond files.
+    # Below 2**32 s a float is within 0.25 us of the stored value and ts * 1e6 adds at most as
+    # much, so rounding recovers it. Past that (a fraction field of a million or more carried
+    # into the seconds) the two errors can pass 0.5 us; a float's shortest repr is still the
+    # stored value there (one microsecond is more than a float's spacing below 2**33 s).
     if nanosecond:
         return int(Decimal(ts) * 1_000_000_000)
-    return round(ts * 1_000_000) * 1000
+    if ts < 4294967296.0:
+        return round(ts * 1_000_000) * 1000
+    return int(Decimal(repr(ts)) * 1_000_000) * 1000
 
 
 # -- pcapng: the block walk, then either engine (one pass per link type)
