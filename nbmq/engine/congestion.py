@@ -632,13 +632,6 @@ class Window:
             return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
-    def _floor_bound(self) -> bool:
-        """The delay target is the time two floor windows take at the path's rate (longer
-        than ``QDELAY_TARGET``, on a link: :meth:`delay_target`): there the floor windows of
-        two flows alone fill the link (5 Mbit/s with a 0.2 ms base)."""
-        rate = self.path_rate
-        return 0.0 < rate <= HOST_RATE and 2 * MIN_WINDOW / rate > QDELAY_TARGET
-
     def share(self) -> float:
         """This window's share of the path: its delivery over the last span of rounds
         outside a drain (``span_rate``) over ``SHARE_WHOLE`` of :attr:`path_rate`, between
@@ -967,9 +960,9 @@ class Window:
         passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
         lowers it (drains that echo other flows' come more often). A queue that outlasted the
         drain makes the window compete only if it is a loss-based flow's (where floor windows
-        set the target, :meth:`_floor_bound`: a frame lost since the last drain, or past
-        ``1 / SHARE_FLOOR`` times the target) and the base fell (the
-        queue this flow started behind) or the strikes that started the drain are
+        set the target, on a link they fill alone: a frame lost since the last drain, or past
+        ``1 / SHARE_FLOOR`` times the target) and the base fell (the queue this flow started
+        behind) or the strikes that started the drain are
         ``FIRST_DRAIN`` old (:meth:`_streak_aged`). The next round is left alone (the window comes back at once;
         pacing spreads it)."""
         if self.cwnd < self.drain_cwnd:
@@ -1011,12 +1004,17 @@ class Window:
             elif (
                 self.qdelay > 2 * target
                 and (fell or self.streak_qdelay != math.inf)
-                # where floor windows set the target (they alone fill the link), a SafeDealer
-                # newcomer's base holds another flow's floor window and it keeps up to
-                # target / SHARE_FLOOR over it, overflowing nothing; a loss-based flow fills
-                # the queue until it overflows. Above that rate the queue says enough (BBR
-                # neither overflows it nor yields: waiting for either starved the window)
-                and (not self._floor_bound() or self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
+                # where floor windows set the target (on a link, a target past QDELAY_TARGET is
+                # theirs: they alone fill it), a SafeDealer newcomer's base holds another
+                # flow's floor window and it keeps up to target / SHARE_FLOOR over it,
+                # overflowing nothing; a loss-based flow fills the queue until it overflows.
+                # Above that rate the queue says enough (BBR neither overflows it nor yields:
+                # waiting for either starved the window)
+                and (
+                    not (target > QDELAY_TARGET and 0.0 < self.path_rate <= HOST_RATE)
+                    or self.lost > self.drain_lost
+                    or self.qdelay > target / SHARE_FLOOR
+                )
             ):
                 if fell or self._streak_aged(now):
                     self._compete()  # a queue that outlasted this window is not ours
