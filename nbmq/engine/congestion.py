@@ -76,7 +76,10 @@ past ``1 / SHARE_FLOOR`` times the target (a SafeDealer keeps at most that over 
 overflows nothing: at 5 Mbit/s, where two floor windows alone fill the link, a newcomer's
 base holds the older flow's floor window, and its queue outlasted the older flow's drains by
 2-3 times the target; the two took each other for TCP in a third of the runs; faster, BBR
-neither overflows the queue nor yields, and waiting for either starved the window). Then the window stops yielding to delay (``competing``), reacts to loss only,
+neither overflows the queue nor yields, and waiting for either starved the window). A check
+that makes the window compete with nothing is not repeated for ``MIN_RTT_WINDOW`` (each holds
+the window at its floor; two SafeDealers at 5 Mbit/s, whose windows alone stand past twice the
+target, spent most of their time in checks). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
 (``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
@@ -369,6 +372,9 @@ class Window:
             smaller of the two). streak_cwnd: the window before the first delay decrease of
             the current streak (restored when the streak ends in ``competing``);
             strike_start: when its first strike came (seconds; read while ``strikes``).
+            checked_until: no strikes count until then (seconds; -1: none): the last drain
+            that checked a queue outlasting the window's decreases made it compete with
+            nothing (the queue went with it, or was a SafeDealer's).
             drain_at: when the last drain round began; cut_at: when the window was last cut
             (a decrease for loss, delay or a timeout); round_q: the queue the last round found
             (``rtt - min_rtt``); period_start: when the current period between drains began
@@ -442,6 +448,7 @@ class Window:
         "last_period_min",
         "streak_cwnd",
         "strike_start",
+        "checked_until",
         "span_start",
         "span_acked",
         "span_rate",
@@ -507,6 +514,7 @@ class Window:
         self.last_period_min = math.inf
         self.streak_cwnd = 0.0
         self.strike_start = -1.0
+        self.checked_until = -1.0
         self.span_start = -1.0
         self.span_acked = 0
         self.span_rate = 0.0
@@ -670,7 +678,8 @@ class Window:
         towards ``min_rtt`` plus half the target (between ``DELAY_FLOOR`` and ``DELAY_BETA`` of
         itself) and ends slow start, unless ``competing``; then the next round is left alone.
         ``COMPETE_STRIKES`` decreases that do not drain the queue start a drain round once the
-        first of them is ``FIRST_DRAIN`` old; if the queue outlasts it, they give the window back
+        first of them is ``FIRST_DRAIN`` old (not within ``MIN_RTT_WINDOW`` of such a check that
+        made the window compete with nothing: ``checked_until``); if the queue outlasts it, they give the window back
         what they took (``streak_cwnd``) and make it compete. Growth: ``increase`` is ``DATAGRAM``
         times ``velocity``, which doubles each round once ``VELOCITY_ROUNDS`` rounds in a row
         grew the window with no round above the target (at most :meth:`_velocity_cap`;
@@ -838,7 +847,7 @@ class Window:
         elif not self.competing:
             if self.streak_qdelay == math.inf:
                 self.streak_cwnd = self.cwnd  # the first decrease of a streak
-            elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target:
+            elif qdelay > self.streak_qdelay / 2 and qdelay > 2 * target and (now is None or now >= self.checked_until):
                 if not self.strikes and now is not None:
                     self.strike_start = now
                 self.strikes += 1  # the last decrease did not drain it: not ours
@@ -1021,7 +1030,13 @@ class Window:
                 # (else a young streak: a newcomer may not have drained to its base yet)
             else:
                 # what the decreases could not drain went with this window, or is a
-                # SafeDealer's: go on yielding to delay (its share grows what it tolerates)
+                # SafeDealer's: go on yielding to delay (its share grows what it tolerates),
+                # and check again a period later, not at the next three strikes: each check
+                # holds the window at its floor for FIRST_DRAIN, and two SafeDealers on a slow
+                # link, whose windows alone stand past twice the target, spent most of their
+                # time in checks
+                if self.strikes >= COMPETE_STRIKES and now is not None:
+                    self.checked_until = now + MIN_RTT_WINDOW
                 self.strikes = 0
                 self.streak_qdelay = math.inf
             if rotate:

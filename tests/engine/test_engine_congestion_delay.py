@@ -622,6 +622,29 @@ def test_decreases_that_do_not_drain_a_queue_start_a_drain_that_decides(neighbou
     assert now > first + FIRST_DRAIN
 
 
+@pytest.mark.parametrize("neighbour", ["delay-based", "none"])
+def test_a_drain_that_finds_no_loss_based_neighbour_is_not_repeated_for_a_period(neighbour):
+    # two SafeDealers on a slow link: their windows alone stand past twice the target, and
+    # each check holds the window at its floor for FIRST_DRAIN; checked at every third strike,
+    # both spent most of their time in checks
+    win = _avoiding(400 * DATAGRAM)
+    now = 1.0
+    queue = BASE + 0.010
+    while not win.drain_cwnd and now < 1.0 + FIRST_DRAIN:
+        now = _timed_round(win, queue, now)
+    assert win.drain_cwnd and win.strikes >= COMPETE_STRIKES
+    now = _through_drain(win, BASE if neighbour == "none" else queue, now)
+    checked, cwnd = now, win.cwnd
+    assert not win.competing and win.strikes == 0
+    while now < checked + MIN_RTT_WINDOW - 2 * queue:  # the queue stands again
+        now = _timed_round(win, queue, now)
+        assert not win.drain_cwnd and win.strikes == 0 and not win.competing
+    assert win.cwnd < cwnd  # (yielding to it all along: delay decreases)
+    while not win.drain_cwnd and now < checked + 2 * MIN_RTT_WINDOW:  # a period later: checked again
+        now = _timed_round(win, queue, now)
+    assert win.drain_cwnd and now >= checked + MIN_RTT_WINDOW - 2 * queue
+
+
 def test_a_newcomers_queue_gone_while_the_drain_is_held_is_not_a_neighbours():
     # another SafeDealer started behind this window's queue and took its own first burst's
     # queue for its base: it keeps that much standing until its first drain, FIRST_DRAIN after
