@@ -22,7 +22,7 @@ import pytest
 from nbmq import aio
 from nbmq.errors import OptionError, WouldBlock
 from nbmq.events import DatagramsDropped, DropReason
-from nbmq.transports import Dealer, batch
+from nbmq.transports import Dealer, batch, engine_binding
 
 from .conftest import FAST
 
@@ -190,7 +190,7 @@ async def unread_burst(sender, count: int, size: int, timeout: float = 5.0) -> N
     for _ in range(count):
         sender.send_nowait([b"z" * size])
     end = time.monotonic() + timeout
-    while sender.engine.pending_messages or sender._link.has_pending:
+    while not engine_binding.drained(sender.engine) or sender._link.has_pending:
         assert time.monotonic() < end, "the burst was not written"
         await asyncio.sleep(0.005)
 
