@@ -106,8 +106,10 @@ trip). The drain round's acks do not grow the window. The dialling side's handsh
 counts in the first period: beside TCP the first frame already waits behind the queue TCP's
 slow start filled, and only the handshake went through the empty link. ``min_rtt`` is the smallest RTT of the
 last two periods between drains (a period lasts ``MIN_RTT_WINDOW`` at least; a drain within
-one only lowers it), so a base that grew for good is learnt within two periods;
-a competing window whose drain finds the queue gone (it was ours after all) yields to delay
+one only lowers it), so a base that grew for good is learnt within two periods; a competing
+window's base only falls (every round it sees has the neighbour's queue in it: beside TCP
+CUBIC two periods of 10 s made that queue its base, and the window stopped competing). A
+competing window whose drain finds the queue gone (it was ours after all) yields to delay
 again. The delay target's floor uses the path's rate (the fastest delivery over ``RATE_SPAN`` in
 those two periods), not the window's own: a window starved next to TCP must still see TCP's
 queue. Above ``HOST_RATE`` the path is host-bound (a process's CPU is the bottleneck, its
@@ -964,9 +966,11 @@ class Window:
         """The drain round is over: restore the window and read the queue the round found.
         Competing, a queue below :meth:`delay_target` was ours: back to yielding to delay.
         ``min_rtt`` becomes the smallest RTT of this and the previous period between drains
-        (a filter over about two ``MIN_RTT_WINDOW``: a base that grew for good is learnt, and
-        a window that competed because of it stops; one flow's drain against another's
-        passing queue is not); a drain less than ``MIN_RTT_WINDOW`` into the period only
+        (a filter over about two ``MIN_RTT_WINDOW``: a base that grew for good is learnt; one
+        flow's drain against another's passing queue is not), or stays if that is larger and
+        the window is ``competing`` (the neighbour's queue stood in every round of both
+        periods; a base that grew far enough to make the window compete leaves it competing,
+        as TCP on that path); a drain less than ``MIN_RTT_WINDOW`` into the period only
         lowers it (drains that echo other flows' come more often). A queue that outlasted the
         drain makes the window compete only if it is a loss-based flow's (where floor windows
         set the target, on a link they fill alone: a frame lost since the last drain, or past
@@ -993,7 +997,9 @@ class Window:
             last = self.last_period_min
             rotate = now is None or now - self.period_start >= MIN_RTT_WINDOW
             if rotate:  # (a period is MIN_RTT_WINDOW at least, however often drains come)
-                self.min_rtt = period if period < last else last
+                base = period if period < last else last
+                if base < self.min_rtt or not self.competing:
+                    self.min_rtt = base  # (competing, every round saw the neighbour's queue)
                 self.last_period_min = period
                 self.period_min = math.inf
                 if now is not None:

@@ -530,28 +530,49 @@ def test_a_flow_drains_once_soon_after_it_starts_and_restores_its_window():
     assert now - BASE - began >= max(2 * BASE, DRAIN_HOLD)
 
 
-def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in_two_periods():
+def _based_after_a_late_start() -> tuple[Window, float]:
+    """A window that started behind another flow's standing queue and whose first drain found
+    the base (the other flow yielded to it); returns it and when its next round ends."""
     win = _avoiding()  # (60 datagrams a round: the target's floor stays below QDELAY_TARGET)
     win.min_rtt = BASE + 0.008  # what a flow starting behind another's standing queue measured
     now = 1.0
     while win.drains == 0:  # ... its drain finds the queue gone (the other flow yields to it)
         now = _timed_round(win, BASE + 0.008 if not win.drain_cwnd else BASE, now, acks=60)
     assert win.min_rtt == pytest.approx(BASE)
-    # the base grows for good (the window competes: its decreases do not drain it); one
-    # period above it keeps the smaller, the second learns it, and the window stops competing
-    # (a period lasts MIN_RTT_WINDOW at least: the drain that decides to compete is not one)
-    grown = BASE + 0.005
-    periods, end = 0, now + 4 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY)
+    return win, now
+
+
+def test_a_late_flow_learns_the_base_its_start_hid_and_a_grown_base_is_learnt_in_two_periods():
+    win, now = _based_after_a_late_start()
+    # the base grows for good, by less than twice the target (the window yields to it, and
+    # does not compete); one period above it keeps the smaller, the second learns it
+    grown = BASE + 1.5 * QDELAY_TARGET
+    periods, end = 0, now + 4 * MIN_RTT_WINDOW
     while win.min_rtt != pytest.approx(grown) and now < end:
         began = win.period_start
         now = _timed_round(win, grown, now, acks=60)
+        assert not win.competing
         if win.period_start != began:
             periods += 1
-            assert periods == 2 or (win.min_rtt == pytest.approx(BASE) and win.competing)
+            assert periods == 2 or win.min_rtt == pytest.approx(BASE)
     assert win.min_rtt == pytest.approx(grown) and periods == 2
-    for _ in range(2):
-        now = _timed_round(win, grown, now, acks=60)
-    assert not win.competing
+
+
+def test_a_competing_window_does_not_take_its_neighbours_queue_for_its_base():
+    win, now = _based_after_a_late_start()
+    # a queue-filling neighbour's queue stands in every round from here on: the window
+    # competes, and periods whose every round found that queue do not make it the base
+    queue = BASE + 0.005
+    periods, end = 0, now + 4 * (MIN_RTT_WINDOW + COMPETE_DRAIN_DELAY)
+    while now < end:
+        began = win.period_start
+        now = _timed_round(win, queue, now, acks=60)
+        periods += win.period_start != began
+        assert win.min_rtt == pytest.approx(BASE)
+    assert win.competing and periods >= 3
+    # the neighbour leaves: its rounds find the queue gone, and the window yields to delay again
+    now = _timed_round(win, BASE, now, acks=60)
+    assert not win.competing and win.min_rtt == pytest.approx(BASE)
 
 
 def test_the_first_drain_takes_a_smaller_handshake_round_trip_for_the_base():
