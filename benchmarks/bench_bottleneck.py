@@ -356,7 +356,11 @@ def main() -> None:
                             f"{statistics.median(r['safe'] for r in rows):.3f}  tcp ({cc}) "
                             f"{statistics.median(r['tcp'] for r in rows):.3f}  both >= {SHARE_FLOOR}: "
                             f"{_both_at_least(rows, '')} of {len(rows)}"
-                            + (f" (after {LATE:g} s: {_both_at_least(rows, '_late')})" if "safe_late" in rows[0] else ""),
+                            + (
+                                f" (after {LATE:g} s: {_both_at_least(rows, '_late')})"
+                                if "safe_late" in rows[0]
+                                else ""
+                            ),
                             flush=True,
                         )
             if "dealer" in cases:
