@@ -220,13 +220,13 @@ def share(
     return row
 
 
-SHARE_FLOOR = 0.35  #: the share each side of a ``share`` run should get at least
+SHARE_TARGET = 0.35  #: the share each side of a ``share`` run should get at least
 
 
 def _both_at_least(rows: list[dict[str, Any]], suffix: str) -> int:
-    """How many ``share`` rows gave each side at least ``SHARE_FLOOR`` of the link (``suffix``
+    """How many ``share`` rows gave each side at least ``SHARE_TARGET`` of the link (``suffix``
     ``"_late"``: after ``LATE``): the target is per run, and medians hide a run one side lost."""
-    return sum(1 for r in rows if r["safe" + suffix] >= SHARE_FLOOR and r["tcp" + suffix] >= SHARE_FLOOR)
+    return sum(1 for r in rows if r["safe" + suffix] >= SHARE_TARGET and r["tcp" + suffix] >= SHARE_TARGET)
 
 
 DEALER_SIZE = 400  #: one datagram per message: losses count the same in messages and packets
@@ -354,7 +354,7 @@ def main() -> None:
                         print(
                             f"{tag}  {case}  median of {len(rows)}: {ours} "
                             f"{statistics.median(r['safe'] for r in rows):.3f}  tcp ({cc}) "
-                            f"{statistics.median(r['tcp'] for r in rows):.3f}  both >= {SHARE_FLOOR}: "
+                            f"{statistics.median(r['tcp'] for r in rows):.3f}  both >= {SHARE_TARGET}: "
                             f"{_both_at_least(rows, '')} of {len(rows)}"
                             + (
                                 f" (after {LATE:g} s: {_both_at_least(rows, '_late')})"
