@@ -229,10 +229,10 @@ CUBIC_SEGMENT = 1448
 #: queue all a competing window grows by), where floor windows do not set the delay target: the
 #: geometric mean of TCP's segment and our datagram. Where they do (a link below about
 #: 8 Mbit/s) the segment is our datagram (RFC 9438's segment for this flow): near the top of a
-#: byte-limited queue a small paced datagram finds room where a full segment does not, this
-#: window lost a quarter as much per byte as TCP, and in this segment it left CUBIC 0.29-0.35 of
-#: a 5 Mbit/s link with the 10 ms queue. In our datagram at 50 Mbit/s it got 0.32-0.35 itself,
-#: where the queue's overflows hit both flows alike.
+#: byte-limited queue a small paced datagram finds room where a full segment does not (TCP
+#: resent about four times as much per byte), and in this segment the window left CUBIC
+#: 0.28-0.36 of a 5 Mbit/s link with the 10 ms queue. In our datagram at 50 Mbit/s it got
+#: 0.32-0.35 itself, where the queue's overflows hit both flows alike.
 RENO_SEGMENT = round(math.sqrt(CUBIC_SEGMENT * DATAGRAM))
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
