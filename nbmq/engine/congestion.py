@@ -82,8 +82,8 @@ the window at its floor; two SafeDealers at 5 Mbit/s, whose windows alone stand 
 target, spent most of their time in checks). Then the window stops yielding to delay (``competing``), reacts to loss only,
 slow-starts until its first loss (as a TCP flow joining a full queue does: that queue's delay
 is not its own and ends no slow start) and then grows as TCP CUBIC would from its last decrease
-(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per
-round trip; fast convergence), until a round finds the queue below half the target again (Copa's
+(``CUBIC_C``, and at least as TCP Reno would, ``ALPHA_CUBIC`` segments per round trip, of
+``RENO_SEGMENT`` or, on a slow link, ``DATAGRAM``; fast convergence), until a round finds the queue below half the target again (Copa's
 competitive mode). The decreases that did not drain
 it are given back, since they yielded to a queue that was not ours. Twice the target: a floor
 window's own queue on a slow link sits near the target.
@@ -226,12 +226,13 @@ CUBIC_C = 0.4
 #: refilled it) left CUBIC the queue on a short one (0.32-0.37 at 50 Mbit/s, 10 ms).
 CUBIC_SEGMENT = 1448
 #: The Reno-friendly estimate's segment, bytes (``ALPHA_CUBIC`` of them a round trip: on a short
-#: queue all a competing window grows by): the geometric mean of TCP's segment and our datagram.
-#: In TCP's, a window beside CUBIC at 5 Mbit/s with the 10 ms queue left CUBIC 0.24-0.34 of the
-#: link (near the top of a byte-limited queue a small paced datagram finds room where a burst of
-#: full segments does not: this window lost half as much per byte as TCP); in our datagram (RFC
-#: 9438's segment for this flow) it got 0.32-0.35 itself at 50 Mbit/s, where the queue's
-#: overflows hit both flows alike.
+#: queue all a competing window grows by), where floor windows do not set the delay target: the
+#: geometric mean of TCP's segment and our datagram. Where they do (a link below about
+#: 8 Mbit/s) the segment is our datagram (RFC 9438's segment for this flow): near the top of a
+#: byte-limited queue a small paced datagram finds room where a full segment does not (TCP
+#: resent about four times as much per byte), and in this segment the window left CUBIC
+#: 0.28-0.36 of a 5 Mbit/s link with the 10 ms queue. In our datagram at 50 Mbit/s it got
+#: 0.32-0.35 itself, where the queue's overflows hit both flows alike.
 RENO_SEGMENT = round(math.sqrt(CUBIC_SEGMENT * DATAGRAM))
 #: ``min_rtt`` not seen again (no round within half the delay target of it) for this many
 #: seconds is re-measured by a drain round (BBR's ProbeRTT interval is 10 s; a flow that joins
@@ -642,6 +643,12 @@ class Window:
             return QDELAY_TARGET * (scale if scale < HOST_TARGET_MAX else HOST_TARGET_MAX)
         return floor if floor > QDELAY_TARGET else QDELAY_TARGET
 
+    def _floor_bound(self, target: float) -> bool:
+        """Whether floor windows set ``target`` (the :meth:`delay_target`, seconds) on a link:
+        past ``QDELAY_TARGET`` on a path measured at most ``HOST_RATE`` (below about 8 Mbit/s two
+        ``MIN_WINDOW`` alone queue that long)."""
+        return target > QDELAY_TARGET and 0.0 < self.path_rate <= HOST_RATE
+
     def share(self) -> float:
         """This window's share of the path: its delivery over the last span of rounds
         outside a drain (``span_rate``) over ``SHARE_WHOLE`` of :attr:`path_rate`, between
@@ -758,16 +765,18 @@ class Window:
     def _cubic_increase(self, now: float | None) -> float:
         """A competing window's growth over the next round, bytes: to the larger of CUBIC's
         curve a smoothed round trip from ``now`` and the Reno-friendly estimate a round on
-        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments of ``RENO_SEGMENT`` per round
-        until it passes ``W_max``, then one), none if the window is past both, at most half the
-        window (RFC 9438's target bound). Before the curve starts (no clock or RTT yet): the
-        Reno-friendly rate, ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once
-        per round, by :meth:`end_round`."""
+        (RFC 9438 sections 4.2-4.3: ``ALPHA_CUBIC`` segments per round until it passes
+        ``W_max``, then one; a segment is ``DATAGRAM`` where :meth:`_floor_bound`, else
+        ``RENO_SEGMENT``), none if the window is past both, at most half the window (RFC 9438's
+        target bound). Before the curve starts (no clock or RTT yet): the Reno-friendly rate,
+        ``ALPHA_CUBIC`` segments. It advances ``cubic_west`` by one round: called once per round,
+        by :meth:`end_round`."""
         srtt = self.srtt
+        segment = DATAGRAM if self._floor_bound(self.delay_target()) else RENO_SEGMENT
         if now is None or self.cubic_epoch < 0.0 or not srtt:
-            return ALPHA_CUBIC * RENO_SEGMENT
+            return ALPHA_CUBIC * segment
         west = self.cubic_west
-        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * RENO_SEGMENT
+        west += (ALPHA_CUBIC if west < self.cubic_wmax else 1.0) * segment
         self.cubic_west = west
         t = now + srtt - self.cubic_epoch - self.cubic_k
         target = CUBIC_C * CUBIC_SEGMENT * t * t * t + self.cubic_wmax
@@ -1025,11 +1034,7 @@ class Window:
                 # overflowing nothing; a loss-based flow fills the queue until it overflows.
                 # Above that rate the queue says enough (BBR neither overflows it nor yields:
                 # waiting for either starved the window)
-                and (
-                    not (target > QDELAY_TARGET and 0.0 < self.path_rate <= HOST_RATE)
-                    or self.lost > self.drain_lost
-                    or self.qdelay > target / SHARE_FLOOR
-                )
+                and (not self._floor_bound(target) or self.lost > self.drain_lost or self.qdelay > target / SHARE_FLOOR)
             ):
                 if fell or self._streak_aged(now):
                     self._compete()  # a queue that outlasted this window is not ours

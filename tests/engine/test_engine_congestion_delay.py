@@ -284,25 +284,34 @@ def test_a_competing_window_regrows_by_cubics_curve_from_its_last_decrease():
     assert win.increase == pytest.approx(50 * DATAGRAM)
 
 
-def test_a_small_competing_window_grows_at_least_as_tcp_reno_would_from_its_decrease():
+SLOW_LINK = 600e3  # bytes/s (4.8 Mbit/s): two floor windows alone queue past QDELAY_TARGET
+FAST_LINK = 6e6  # bytes/s (48 Mbit/s): QDELAY_TARGET is the target
+
+
+@pytest.mark.parametrize(
+    ("path_rate", "segment"), [(0.0, RENO_SEGMENT), (FAST_LINK, RENO_SEGMENT), (SLOW_LINK, DATAGRAM)]
+)
+def test_a_small_competing_window_grows_at_least_as_tcp_reno_would_from_its_decrease(path_rate, segment):
     win = _competing()
+    win.period_rate = path_rate
+    assert (win.delay_target() > QDELAY_TARGET) == (path_rate == SLOW_LINK)
     win.cwnd = 10 * CUBIC_SEGMENT  # a short queue: CUBIC's curve is flat this near W_max
     win.round_lost = 2
     win.end_round(100.0)
     after = win.cwnd
     assert after == pytest.approx(BETA * 10 * CUBIC_SEGMENT)
-    assert win.increase == pytest.approx(ALPHA_CUBIC * RENO_SEGMENT)  # (the estimate a round on)
+    assert win.increase == pytest.approx(ALPHA_CUBIC * segment)  # (the estimate a round on)
     srtt = win.srtt
     for i in range(1, 4):  # ALPHA_CUBIC segments a round trip, the curve below that
-        win.cwnd = after + i * ALPHA_CUBIC * RENO_SEGMENT
+        win.cwnd = after + i * ALPHA_CUBIC * segment
         win.end_round(100.0 + i * srtt)
-        assert win.increase == pytest.approx(ALPHA_CUBIC * RENO_SEGMENT)
+        assert win.increase == pytest.approx(ALPHA_CUBIC * segment)
         curve = CUBIC_C * CUBIC_SEGMENT * ((i + 1) * srtt - win.cubic_k) ** 3 + win.cubic_wmax
         assert curve < win.cwnd + win.increase
     win.cwnd = win.cubic_west = win.cubic_wmax  # past W_max: a segment a round trip
     win.end_round(100.0 + 4 * srtt)
-    assert win.increase == pytest.approx(RENO_SEGMENT)
-    win.cwnd = win.cubic_west + 5 * RENO_SEGMENT  # above both: no growth
+    assert win.increase == pytest.approx(segment)
+    win.cwnd = win.cubic_west + 5 * segment  # above both: no growth
     win.end_round(100.0 + 5 * srtt)
     assert win.increase == 0.0
 
